@@ -1,0 +1,110 @@
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::store::StoreError;
+
+/// Every way an API request can fail, and the one place that turns it into a response:
+/// 401 with `{}`, everything else `{"errors":[{"msg":..., "code":...}]}`.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("unauthorized")]
+    Unauthorized,
+    /// 400. `code` is stable; `msg` names the field first (`prompt: must not be empty`).
+    #[error("{msg}")]
+    BadRequest { code: &'static str, msg: String },
+    #[error("task not found")]
+    TaskNotFound,
+    #[error("no such route")]
+    RouteNotFound,
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    #[error("{msg}")]
+    Conflict { code: &'static str, msg: String },
+    #[error("request body is larger than {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("the request body did not arrive in time")]
+    RequestTimeout,
+    #[error("Content-Type must be application/json")]
+    UnsupportedMediaType,
+    #[error("{msg}")]
+    TooManyRequests { msg: String, retry_after_secs: u64 },
+    #[error("{msg}")]
+    Unavailable { msg: String, retry_after_secs: u64 },
+    #[error("internal error: {0}")]
+    Internal(anyhow::Error),
+}
+
+impl ApiError {
+    pub fn field(field: &str, code: &'static str, problem: impl std::fmt::Display) -> ApiError {
+        ApiError::BadRequest {
+            code,
+            msg: format!("{field}: {problem}"),
+        }
+    }
+
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
+            ApiError::TaskNotFound => (StatusCode::NOT_FOUND, "task_not_found"),
+            ApiError::RouteNotFound => (StatusCode::NOT_FOUND, "route_not_found"),
+            ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code),
+            ApiError::PayloadTooLarge { .. } => {
+                (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
+            }
+            ApiError::RequestTimeout => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
+            ApiError::UnsupportedMediaType => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+            }
+            ApiError::TooManyRequests { .. } => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
+            ApiError::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(e) => {
+                tracing::warn!(error = %e, "store unavailable");
+                ApiError::Unavailable {
+                    msg: "the task store is unavailable; try again shortly".into(),
+                    retry_after_secs: 5,
+                }
+            }
+            StoreError::Other(e) => ApiError::Internal(e.into()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        let body = match &self {
+            ApiError::Unauthorized => json!({}),
+            ApiError::Internal(e) => {
+                // The span of the request (and of the task, where there is one) adds context.
+                tracing::error!(error = format!("{e:#}"), "unexpected fault");
+                json!({"errors": [{"msg": "internal error", "code": code}]})
+            }
+            other => json!({"errors": [{"msg": other.to_string(), "code": code}]}),
+        };
+        let mut response = (status, axum::Json(body)).into_response();
+        if let ApiError::TooManyRequests {
+            retry_after_secs, ..
+        }
+        | ApiError::Unavailable {
+            retry_after_secs, ..
+        } = &self
+        {
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from_str(&retry_after_secs.to_string()).expect("digits"),
+            );
+        }
+        response
+    }
+}

@@ -1,0 +1,86 @@
+//! Request bodies: checked for media type and size, parsed as a JSON object, then read field by
+//! field so that every error names the field it is about.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::{header, StatusCode};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use super::{ApiError, AppState};
+
+/// A JSON object body.
+pub struct JsonObject(pub Map<String, Value>);
+
+impl FromRequest<AppState> for JsonObject {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let is_json = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"));
+        if !is_json {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+        let limit = state.config.body_limit;
+        let read = tokio::time::timeout(state.config.body_timeout, Bytes::from_request(req, state));
+        let bytes = read
+            .await
+            .map_err(|_| ApiError::RequestTimeout)?
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::PayloadTooLarge { limit }
+                } else {
+                    ApiError::BadRequest {
+                        code: "invalid_body",
+                        msg: format!("body: {}", rejection.body_text()),
+                    }
+                }
+            })?;
+        match serde_json::from_slice::<Value>(&bytes) {
+            Ok(Value::Object(map)) => Ok(JsonObject(map)),
+            Ok(_) => Err(ApiError::field(
+                "body",
+                "invalid_json",
+                "must be a JSON object",
+            )),
+            Err(e) => Err(ApiError::field(
+                "body",
+                "invalid_json",
+                format!("is not valid JSON ({e})"),
+            )),
+        }
+    }
+}
+
+impl JsonObject {
+    /// A string field; None when absent or null.
+    pub fn opt_str(&self, field: &str) -> Result<Option<&str>, ApiError> {
+        match self.0.get(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(_) => Err(ApiError::field(field, "invalid_type", "must be a string")),
+        }
+    }
+
+    pub fn req_str(&self, field: &str) -> Result<&str, ApiError> {
+        self.opt_str(field)?
+            .ok_or_else(|| ApiError::field(field, "missing_field", "is required"))
+    }
+
+    pub fn req_array(&self, field: &str) -> Result<&Vec<Value>, ApiError> {
+        match self.0.get(field) {
+            None | Some(Value::Null) => Err(ApiError::field(field, "missing_field", "is required")),
+            Some(Value::Array(items)) => Ok(items),
+            Some(_) => Err(ApiError::field(field, "invalid_type", "must be an array")),
+        }
+    }
+}
+
+/// Parse a task id, naming `field` in the error.
+pub fn task_id(field: &str, raw: &str) -> Result<Uuid, ApiError> {
+    Uuid::try_parse(raw).map_err(|_| ApiError::field(field, "invalid_value", "must be a UUID"))
+}

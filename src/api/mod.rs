@@ -1,0 +1,158 @@
+//! The HTTP API: routes, shared state, request tracing, and the error shape.
+
+mod account;
+mod error;
+mod health;
+mod json;
+mod record;
+mod tasks;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::{header, HeaderValue, Request, Response};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::Router;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::services::ServeDir;
+use tower_http::set_header::SetResponseHeaderLayer;
+use tower_http::trace::TraceLayer;
+use tracing::Span;
+
+pub use error::ApiError;
+pub use record::rfc3339;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_openapi_document_lists_exactly_the_routes() {
+        let doc: serde_json::Value = serde_json::from_str(OPENAPI).expect("valid JSON");
+        let mut documented: Vec<(String, String)> = Vec::new();
+        for (path, ops) in doc["paths"].as_object().expect("paths") {
+            for method in ops.as_object().expect("operations").keys() {
+                documented.push((method.clone(), path.clone()));
+            }
+        }
+        let mut routes: Vec<(String, String)> = ROUTES
+            .iter()
+            .map(|(m, p)| (m.to_string(), p.to_string()))
+            .collect();
+        documented.sort();
+        routes.sort();
+        assert_eq!(documented, routes);
+    }
+}
+
+use crate::config::Config;
+use crate::domain::ContentPolicy;
+use crate::store::Store;
+use crate::webhooks::ssrf::DestinationPolicy;
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub config: Arc<Config>,
+    pub store: Store,
+    pub destinations: DestinationPolicy,
+    pub content_policy: ContentPolicy,
+    /// Woken when a task is queued.
+    pub queue_wakeup: Arc<Notify>,
+    /// Woken when a webhook delivery is queued.
+    pub outbox_wakeup: Arc<Notify>,
+    /// Cancelled when the process starts shutting down.
+    pub shutdown: CancellationToken,
+}
+
+const REQUEST_ID: &str = "x-request-id";
+
+/// The OpenAPI 3 document of this API, served at `/api/v1/openapi.json`.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// Every route the server answers, as (method, path) with `{param}` placeholders. The OpenAPI
+/// document lists exactly these; the tests check both against the running router.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("post", "/api/v1/imagine"),
+    ("post", "/api/v1/fetch"),
+    ("post", "/api/v1/fetch-many"),
+    ("get", "/api/v1/tasks/{task_id}"),
+    ("post", "/api/v1/tasks/{task_id}/redeliver"),
+    ("get", "/api/v1/account"),
+    ("get", "/api/v1/openapi.json"),
+    ("get", "/healthz"),
+    ("get", "/readyz"),
+];
+
+/// The whole HTTP surface: the API under `/api/v1`, health checks, and the image files.
+pub fn router(state: AppState) -> Router {
+    let files = ServeDir::new(state.config.data_dir.join("files"));
+    let files = tower::ServiceBuilder::new()
+        .layer(SetResponseHeaderLayer::overriding(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("public, max-age=31536000, immutable"),
+        ))
+        .layer(SetResponseHeaderLayer::overriding(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ))
+        .service(files);
+
+    let api = Router::new()
+        .route("/imagine", post(tasks::imagine))
+        .route("/fetch", post(tasks::fetch))
+        .route("/fetch-many", post(tasks::fetch_many))
+        .route("/tasks/{task_id}", get(tasks::get_task))
+        .route("/tasks/{task_id}/redeliver", post(tasks::redeliver))
+        .route("/account", get(account::get_account))
+        .route(
+            "/openapi.json",
+            get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
+        );
+
+    Router::new()
+        .nest("/api/v1", api)
+        .route("/healthz", get(health::alive))
+        .route("/readyz", get(health::ready))
+        .nest_service("/files", files)
+        .fallback(|| async { ApiError::RouteNotFound })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(DefaultBodyLimit::max(state.config.body_limit))
+        .layer(CatchPanicLayer::custom(|_| {
+            ApiError::Internal(anyhow::anyhow!("handler panicked")).into_response()
+        }))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(|req: &Request<_>| {
+                    let request_id = req
+                        .headers()
+                        .get(REQUEST_ID)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("");
+                    tracing::info_span!(
+                        "request",
+                        method = %req.method(),
+                        path = %req.uri().path(),
+                        request_id,
+                        account = tracing::field::Empty,
+                        task_id = tracing::field::Empty,
+                    )
+                })
+                .on_request(())
+                .on_response(|res: &Response<_>, latency: Duration, _span: &Span| {
+                    tracing::info!(
+                        status = res.status().as_u16(),
+                        latency_ms = latency.as_secs_f64() * 1000.0,
+                        "request done"
+                    );
+                }),
+        )
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .with_state(state)
+}

@@ -1,0 +1,199 @@
+//! Submitting tasks and reading them back.
+
+use std::collections::HashMap;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::json::{task_id, JsonObject};
+use super::record::TaskRecord;
+use super::{ApiError, AppState};
+use crate::auth::Caller;
+use crate::domain::{AspectRatio, ProcessMode, Prompt, TaskType};
+use crate::store::{NewTask, Redelivery};
+use crate::webhooks::ssrf::validate_webhook_url;
+
+/// Most characters of a `webhook_secret`.
+pub const WEBHOOK_SECRET_MAX_CHARS: usize = 256;
+/// Most ids in one `fetch-many`.
+pub const FETCH_MANY_MAX: usize = 20;
+
+/// `POST /api/v1/imagine`: validate, store durably, wake a worker, answer with the id.
+pub async fn imagine(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    body: JsonObject,
+) -> Result<Json<Value>, ApiError> {
+    let prompt = Prompt::parse(body.req_str("prompt")?)
+        .map_err(|e| ApiError::field("prompt", "invalid_value", e))?;
+    let aspect_ratio = match body.opt_str("aspect_ratio")? {
+        None => AspectRatio::SQUARE,
+        Some(raw) => raw
+            .parse::<AspectRatio>()
+            .map_err(|e| ApiError::field("aspect_ratio", "invalid_value", e))?,
+    };
+    let process_mode = match body.opt_str("process_mode")? {
+        None => ProcessMode::Fast,
+        Some(raw) => raw
+            .parse::<ProcessMode>()
+            .map_err(|e| ApiError::field("process_mode", "invalid_value", e))?,
+    };
+    // Empty strings count as absent: some clients send every optional field.
+    let webhook_url = match body.opt_str("webhook_url")?.filter(|s| !s.is_empty()) {
+        None => None,
+        Some(raw) => Some(
+            validate_webhook_url(raw, &state.destinations)
+                .map_err(|e| ApiError::field("webhook_url", "invalid_value", e))?
+                .to_string(),
+        ),
+    };
+    let webhook_secret = match body.opt_str("webhook_secret")?.filter(|s| !s.is_empty()) {
+        None => None,
+        Some(secret) => {
+            if secret.chars().count() > WEBHOOK_SECRET_MAX_CHARS {
+                return Err(ApiError::field(
+                    "webhook_secret",
+                    "invalid_value",
+                    format!("must be at most {WEBHOOK_SECRET_MAX_CHARS} characters"),
+                ));
+            }
+            // It travels back as an HTTP header value.
+            if secret.chars().any(|c| c.is_control() || !c.is_ascii()) {
+                return Err(ApiError::field(
+                    "webhook_secret",
+                    "invalid_value",
+                    "must be printable ASCII",
+                ));
+            }
+            Some(secret.to_string())
+        }
+    };
+    if state.shutdown.is_cancelled() {
+        return Err(ApiError::Unavailable {
+            msg: "the server is shutting down; try again shortly".into(),
+            retry_after_secs: 5,
+        });
+    }
+
+    let id = Uuid::new_v4();
+    tracing::Span::current().record("task_id", tracing::field::display(id));
+    let task = NewTask {
+        id,
+        account_id: account.id.clone(),
+        task_type: TaskType::Imagine.as_str(),
+        prompt: prompt.as_str().to_string(),
+        aspect_ratio: aspect_ratio.to_string(),
+        process_mode: process_mode.as_str(),
+        priority: process_mode.priority(),
+        seed: i64::from(rand::random::<u32>()),
+        webhook_url,
+        webhook_secret,
+    };
+    let limit = state.config.max_pending_per_account;
+    if !state.store.insert_task(&task, limit).await? {
+        return Err(ApiError::TooManyRequests {
+            msg: format!(
+                "the account already has {limit} tasks queued or running; wait for some to finish"
+            ),
+            retry_after_secs: 10,
+        });
+    }
+    state.queue_wakeup.notify_one();
+    tracing::info!(mode = process_mode.as_str(), "task accepted");
+    Ok(Json(json!({ "task_id": id })))
+}
+
+/// `POST /api/v1/fetch`: one task record.
+pub async fn fetch(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    body: JsonObject,
+) -> Result<Json<Value>, ApiError> {
+    let id = task_id("task_id", body.req_str("task_id")?)?;
+    one_record(&state, &account.id, id).await
+}
+
+/// `GET /api/v1/tasks/{task_id}`: the same record as fetch.
+pub async fn get_task(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    Path(raw): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let id = task_id("task_id", &raw)?;
+    one_record(&state, &account.id, id).await
+}
+
+async fn one_record(state: &AppState, account_id: &str, id: Uuid) -> Result<Json<Value>, ApiError> {
+    tracing::Span::current().record("task_id", tracing::field::display(id));
+    let row = state
+        .store
+        .task_for_account(account_id, &id)
+        .await?
+        .ok_or(ApiError::TaskNotFound)?;
+    Ok(Json(json!(TaskRecord::from_row(&row))))
+}
+
+/// `POST /api/v1/fetch-many`: up to 20 records in the order asked; unknown ids are left out.
+pub async fn fetch_many(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    body: JsonObject,
+) -> Result<Json<Value>, ApiError> {
+    let items = body.req_array("task_ids")?;
+    if items.is_empty() || items.len() > FETCH_MANY_MAX {
+        return Err(ApiError::field(
+            "task_ids",
+            "invalid_value",
+            format!("must hold 1 to {FETCH_MANY_MAX} ids (got {})", items.len()),
+        ));
+    }
+    let mut ids = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let field = format!("task_ids[{i}]");
+        let raw = item
+            .as_str()
+            .ok_or_else(|| ApiError::field(&field, "invalid_type", "must be a string"))?;
+        ids.push(task_id(&field, raw)?);
+    }
+    let rows = state.store.tasks_for_account(&account.id, &ids).await?;
+    let by_id: HashMap<&str, &_> = rows.iter().map(|r| (r.id.as_str(), r)).collect();
+    let tasks: Vec<Value> = ids
+        .iter()
+        .filter_map(|id| by_id.get(id.to_string().as_str()).copied())
+        .map(|row| json!(TaskRecord::from_row(row)))
+        .collect();
+    Ok(Json(json!({ "tasks": tasks })))
+}
+
+/// `POST /api/v1/tasks/{task_id}/redeliver`: send the task's result to its webhook again, on a
+/// fresh schedule. 202 with the record; 409 when the task has no webhook or has not ended.
+pub async fn redeliver(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    Path(raw): Path<String>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let id = task_id("task_id", &raw)?;
+    tracing::Span::current().record("task_id", tracing::field::display(id));
+    match state.store.redeliver(&account.id, &id).await? {
+        Redelivery::Queued => {}
+        Redelivery::TaskNotFound => return Err(ApiError::TaskNotFound),
+        Redelivery::NoWebhook => {
+            return Err(ApiError::Conflict {
+                code: "no_webhook",
+                msg: "task_id: the task was submitted without a webhook_url".into(),
+            })
+        }
+        Redelivery::NotFinal => {
+            return Err(ApiError::Conflict {
+                code: "task_not_final",
+                msg: "task_id: the task has not finished or failed yet".into(),
+            })
+        }
+    }
+    state.outbox_wakeup.notify_one();
+    let Json(record) = one_record(&state, &account.id, id).await?;
+    Ok((StatusCode::ACCEPTED, Json(record)))
+}

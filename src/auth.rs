@@ -1,0 +1,116 @@
+//! API keys: generation, hashing, and the request extractor.
+//!
+//! A key is `easel_` followed by 32 base64url characters (192 random bits). Only its SHA-256 hash
+//! is stored: the key has full entropy, so a slow password hash adds nothing but latency. Keys
+//! are sent raw in `Authorization`; anything else there (a `Bearer ` prefix included) is refused
+//! with 401 and the body `{}` before the request is looked at further.
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+
+use crate::api::{ApiError, AppState};
+use crate::store::{now_ms, Account, Store};
+
+const KEY_PREFIX: &str = "easel_";
+const KEY_RANDOM_BYTES: usize = 24;
+const KEY_LEN: usize = KEY_PREFIX.len() + 32;
+/// How many characters of a key `keys list` shows.
+const SHOWN_PREFIX_LEN: usize = KEY_PREFIX.len() + 6;
+/// `last_used_at` is written at most this often per key, to keep reads free of writes.
+const TOUCH_EVERY_MS: i64 = 60_000;
+
+/// A freshly made key: the secret (shown once) and what is stored about it.
+pub struct NewKey {
+    pub secret: String,
+    pub prefix: String,
+    pub hash: [u8; 32],
+}
+
+pub fn generate_key() -> NewKey {
+    let mut bytes = [0u8; KEY_RANDOM_BYTES];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    let secret = format!("{KEY_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes));
+    NewKey {
+        prefix: secret[..SHOWN_PREFIX_LEN].to_string(),
+        hash: hash_key(&secret),
+        secret,
+    }
+}
+
+pub fn hash_key(key: &str) -> [u8; 32] {
+    Sha256::digest(key.as_bytes()).into()
+}
+
+/// Whether a header value has the shape of a key (no lookup).
+pub fn well_formed(key: &str) -> bool {
+    key.len() == KEY_LEN
+        && key.starts_with(KEY_PREFIX)
+        && key[KEY_PREFIX.len()..]
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// Create a key for an account and return its secret.
+pub async fn create_key(store: &Store, account_id: &str, name: &str) -> anyhow::Result<String> {
+    let key = generate_key();
+    store
+        .insert_api_key(account_id, name, &key.prefix, &key.hash)
+        .await?;
+    Ok(key.secret)
+}
+
+/// The authenticated caller. Use it as the first extractor of every API handler.
+pub struct Caller(pub Account);
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let key = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .filter(|k| well_formed(k))
+            .ok_or(ApiError::Unauthorized)?;
+        let owner = state
+            .store
+            .key_owner(&hash_key(key))
+            .await?
+            .ok_or(ApiError::Unauthorized)?;
+        let now = now_ms();
+        if owner.last_used_at.is_none_or(|t| now - t > TOUCH_EVERY_MS) {
+            let store = state.store.clone();
+            let key_id = owner.key_id.clone();
+            tokio::spawn(async move {
+                if let Err(e) = store.touch_api_key(&key_id, now).await {
+                    tracing::warn!(error = %e, "could not record key use");
+                }
+            });
+        }
+        tracing::Span::current().record("account", owner.account.id.as_str());
+        Ok(Caller(owner.account))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_well_formed_random_and_hashed() {
+        let a = generate_key();
+        let b = generate_key();
+        assert!(well_formed(&a.secret), "{}", a.secret);
+        assert_ne!(a.secret, b.secret);
+        assert_eq!(a.hash, hash_key(&a.secret));
+        assert!(a.secret.starts_with(&a.prefix));
+        assert!(!well_formed(&format!("Bearer {}", a.secret)));
+        assert!(!well_formed(&a.secret[1..]));
+        assert!(!well_formed(&format!("{}x", a.secret)));
+        assert!(!well_formed(&a.secret.replace('_', "!")));
+    }
+}

@@ -1,0 +1,65 @@
+//! Where generated images are kept and how they are addressed: files under `{data_dir}/files`,
+//! served at `{public_url}/files/...`. Keys carry a random token, so addresses are unguessable.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use rand::RngCore;
+
+#[derive(Clone, Debug)]
+pub struct Blobs {
+    root: PathBuf,
+    base_url: String,
+    /// fsync each file before it is published (on with `sqlite_synchronous = full`).
+    durable: bool,
+}
+
+impl Blobs {
+    pub fn new(root: PathBuf, public_url: &str, durable: bool) -> Blobs {
+        Blobs {
+            root,
+            base_url: format!("{}/files", public_url.trim_end_matches('/')),
+            durable,
+        }
+    }
+
+    /// `{public_url}/files`.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// A fresh, unguessable folder key for one task attempt's images.
+    pub fn new_folder(task_id: &str) -> String {
+        let mut token = [0u8; 16];
+        rand::rngs::OsRng.fill_bytes(&mut token);
+        format!("{task_id}/{}", hex::encode(token))
+    }
+
+    /// Write `bytes` at `key` (atomically: a reader never sees half a file) and return its URL.
+    pub async fn put(&self, key: &str, bytes: Vec<u8>) -> std::io::Result<String> {
+        let path = self.root.join(key);
+        let durable = self.durable;
+        tokio::task::spawn_blocking(move || write_atomic(&path, &bytes, durable))
+            .await
+            .map_err(std::io::Error::other)??;
+        Ok(format!("{}/{key}", self.base_url))
+    }
+
+    /// Remove a folder written by an attempt whose result was discarded.
+    pub async fn remove_folder(&self, key: &str) {
+        let _ = tokio::fs::remove_dir_all(self.root.join(key)).await;
+    }
+}
+
+fn write_atomic(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()> {
+    let dir = path.parent().expect("keys have a folder");
+    std::fs::create_dir_all(dir)?;
+    let tmp = path.with_extension("partial");
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(bytes)?;
+    if durable {
+        file.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}

@@ -1,0 +1,344 @@
+//! Layered, validated settings: built-in defaults, then an optional `easel.toml`, then `EASEL_*`
+//! environment variables, then command-line flags. Validated once at start; the rest of the
+//! program only sees a [`Config`] that is known to be usable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use serde::{Deserialize, Serialize};
+
+/// Every setting easel reads. Field names are the TOML keys; `EASEL_<NAME>` in upper case sets
+/// the same field from the environment (for example `EASEL_WEBHOOK_TIMEOUT=5s`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    /// Address the HTTP API listens on.
+    pub listen: SocketAddr,
+    /// Where the SQLite database and the image files live.
+    pub data_dir: PathBuf,
+    /// Base URL that clients use to reach this server; image URLs are built from it.
+    /// Default: `http://{listen}` (with the port actually bound).
+    pub public_url: Option<String>,
+    /// Database URL. Default: `sqlite://{data_dir}/easel.db`.
+    pub database_url: Option<String>,
+    /// SQLite `synchronous` pragma: `full` (fsync on every commit, the default) or `normal`
+    /// (survives a crash of the process, may lose the last commits on power loss).
+    pub sqlite_synchronous: String,
+
+    /// How many tasks this node generates at once. Zero runs no workers here (an API-only node;
+    /// the queue is served by other nodes sharing the store).
+    pub workers: usize,
+    /// Long side of each generated image, in pixels.
+    pub image_size: u32,
+    /// How long a claimed task is leased to its worker before another may take it over.
+    #[serde(with = "duration")]
+    pub lease: Duration,
+    /// How often a worker renews its lease and records progress.
+    #[serde(with = "duration")]
+    pub heartbeat: Duration,
+    /// A task whose worker is lost this many times fails.
+    pub max_attempts: u32,
+    /// Fallback polling interval for the queue and the webhook outbox (they are woken at once
+    /// by work created in this process).
+    #[serde(with = "duration")]
+    pub poll_interval: Duration,
+    /// Least time one procedural generation takes; use it to model a real image model's latency
+    /// in demos and load tests. Zero by default.
+    #[serde(with = "duration")]
+    pub procedural_min_duration: Duration,
+    /// Words and phrases that make a prompt fail with `content policy violation`. Matched as whole
+    /// words, case-insensitively. In the environment: a comma-separated list.
+    #[serde(deserialize_with = "string_list::deserialize")]
+    pub blocked_terms: Vec<String>,
+
+    /// Largest accepted request body, in bytes.
+    pub body_limit: usize,
+    /// A request body must arrive within this time (408 otherwise).
+    #[serde(with = "duration")]
+    pub body_timeout: Duration,
+    /// Most open client connections; more wait in the kernel's accept queue.
+    pub max_connections: usize,
+    /// Most tasks one account may have queued or running at once; more is refused with 429.
+    pub max_pending_per_account: u32,
+    /// How long shutdown waits for running tasks and deliveries before releasing them.
+    #[serde(with = "duration")]
+    pub shutdown_timeout: Duration,
+
+    /// The whole-exchange timeout of one webhook attempt.
+    #[serde(with = "duration")]
+    pub webhook_timeout: Duration,
+    /// Delays of the retries, each counted from the failure of the initial attempt.
+    #[serde(with = "duration_list")]
+    pub webhook_retry_schedule: Vec<Duration>,
+    /// Allow `http://` webhook URLs (development and tests only).
+    pub webhook_allow_http: bool,
+    /// Allow webhook destinations on private, loopback and other non-public addresses
+    /// (development and tests only).
+    pub webhook_allow_private: bool,
+    /// Most webhook deliveries in flight at once.
+    pub webhook_concurrency: usize,
+
+    /// Log format: `text` or `json`.
+    pub log_format: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: "127.0.0.1:8080".parse().expect("valid default address"),
+            data_dir: PathBuf::from("./data"),
+            public_url: None,
+            database_url: None,
+            sqlite_synchronous: "full".into(),
+            workers: 2,
+            image_size: 1024,
+            lease: Duration::from_secs(60),
+            heartbeat: Duration::from_secs(5),
+            max_attempts: 3,
+            poll_interval: Duration::from_secs(1),
+            procedural_min_duration: Duration::ZERO,
+            blocked_terms: ["nsfw", "nude", "naked", "porn", "gore"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            body_limit: 64 * 1024,
+            body_timeout: Duration::from_secs(15),
+            max_connections: 4096,
+            max_pending_per_account: 1000,
+            shutdown_timeout: Duration::from_secs(30),
+            webhook_timeout: Duration::from_secs(10),
+            webhook_retry_schedule: vec![
+                Duration::from_secs(10),
+                Duration::from_secs(30),
+                Duration::from_secs(90),
+            ],
+            webhook_allow_http: false,
+            webhook_allow_private: false,
+            webhook_concurrency: 64,
+            log_format: "text".into(),
+        }
+    }
+}
+
+/// Settings given on the command line; `None` leaves the lower layers in force.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Overrides {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<SocketAddr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub public_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workers: Option<usize>,
+}
+
+impl Config {
+    /// Load the layers. `file` is the TOML file to read; when `None`, `easel.toml` in the working
+    /// directory is read if it exists (`EASEL_CONFIG` names another).
+    pub fn load(file: Option<PathBuf>, overrides: &Overrides) -> anyhow::Result<Config> {
+        let file = file
+            .or_else(|| std::env::var_os("EASEL_CONFIG").map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from("easel.toml"));
+        let config: Config = Figment::from(Serialized::defaults(Config::default()))
+            .merge(Toml::file(&file))
+            .merge(Env::prefixed("EASEL_").ignore(&["config"]))
+            .merge(Serialized::defaults(overrides))
+            .extract()
+            .map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Check the values that types alone do not.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        use anyhow::bail;
+        if self.workers > 256 {
+            bail!("configuration: workers must be at most 256");
+        }
+        if !(64..=4096).contains(&self.image_size) {
+            bail!("configuration: image_size must be between 64 and 4096");
+        }
+        if self.heartbeat.is_zero() || self.heartbeat * 2 > self.lease {
+            bail!("configuration: heartbeat must be non-zero and at most half of lease");
+        }
+        if self.max_attempts == 0 {
+            bail!("configuration: max_attempts must be at least 1");
+        }
+        if self.poll_interval.is_zero() {
+            bail!("configuration: poll_interval must be non-zero");
+        }
+        if self.body_limit < 1024 {
+            bail!("configuration: body_limit must be at least 1024 bytes");
+        }
+        if self.body_timeout.is_zero() {
+            bail!("configuration: body_timeout must be non-zero");
+        }
+        if self.max_connections == 0 {
+            bail!("configuration: max_connections must be at least 1");
+        }
+        if self.webhook_timeout.is_zero() {
+            bail!("configuration: webhook_timeout must be non-zero");
+        }
+        if self.webhook_concurrency == 0 {
+            bail!("configuration: webhook_concurrency must be at least 1");
+        }
+        if self.webhook_retry_schedule.windows(2).any(|w| w[0] > w[1]) {
+            bail!("configuration: webhook_retry_schedule must not decrease");
+        }
+        if !matches!(self.sqlite_synchronous.as_str(), "full" | "normal") {
+            bail!("configuration: sqlite_synchronous must be `full` or `normal`");
+        }
+        if !matches!(self.log_format.as_str(), "text" | "json") {
+            bail!("configuration: log_format must be `text` or `json`");
+        }
+        if let Some(url) = &self.public_url {
+            let parsed = url::Url::parse(url)
+                .map_err(|e| anyhow::anyhow!("configuration: public_url: {e}"))?;
+            if !matches!(parsed.scheme(), "http" | "https") {
+                bail!("configuration: public_url must be an http or https URL");
+            }
+        }
+        Ok(())
+    }
+
+    /// The database URL in force.
+    pub fn database_url(&self) -> String {
+        self.database_url
+            .clone()
+            .unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("easel.db").display()))
+    }
+}
+
+/// Durations as human-readable strings (`10s`, `1m 30s`, `250ms`), or plain integers as seconds.
+mod duration {
+    use serde::{de, Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Secs(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Secs(s) => Ok(Duration::from_secs(s)),
+            Raw::Text(t) => parse(&t).map_err(de::Error::custom),
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<Duration, String> {
+        humantime::parse_duration(text.trim())
+            .map_err(|e| format!("`{text}` is not a duration like 10s: {e}"))
+    }
+}
+
+/// A list of durations: a TOML array, or a comma-separated string (`10s,30s,90s`).
+mod duration_list {
+    use serde::{de, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &[Duration], s: S) -> Result<S::Ok, S::Error> {
+        let text: Vec<String> = d
+            .iter()
+            .map(|d| humantime::format_duration(*d).to_string())
+            .collect();
+        s.serialize_str(&text.join(","))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Duration>, D::Error> {
+        super::string_list::deserialize(d)?
+            .iter()
+            .map(|t| super::duration::parse(t).map_err(de::Error::custom))
+            .collect()
+    }
+}
+
+/// A list of strings: an array, or one comma-separated string. Empty items are dropped.
+mod string_list {
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            List(Vec<String>),
+            Text(String),
+        }
+        let items = match Raw::deserialize(d)? {
+            Raw::List(list) => list,
+            Raw::Text(text) => text.split(',').map(str::to_string).collect(),
+        };
+        Ok(items
+            .into_iter()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate() {
+        Config::default().validate().unwrap();
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail API returns figment::Error
+    fn layers_apply_in_order() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "easel.toml",
+                "workers = 7\nwebhook_timeout = \"4s\"\nblocked_terms = [\"x\"]\n",
+            )?;
+            jail.set_env("EASEL_WEBHOOK_TIMEOUT", "3s");
+            jail.set_env("EASEL_WEBHOOK_RETRY_SCHEDULE", "1s, 2s,5s");
+            jail.set_env("EASEL_WEBHOOK_ALLOW_HTTP", "true");
+            let overrides = Overrides {
+                workers: Some(3),
+                ..Overrides::default()
+            };
+            let c = Config::load(None, &overrides).map_err(|e| e.to_string())?;
+            assert_eq!(c.workers, 3);
+            assert_eq!(c.webhook_timeout, Duration::from_secs(3));
+            assert_eq!(
+                c.webhook_retry_schedule,
+                vec![
+                    Duration::from_secs(1),
+                    Duration::from_secs(2),
+                    Duration::from_secs(5)
+                ]
+            );
+            assert!(c.webhook_allow_http);
+            assert_eq!(c.blocked_terms, vec!["x".to_string()]);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        let c = Config {
+            workers: 1000,
+            ..Config::default()
+        };
+        assert!(c.validate().is_err());
+        let c = Config {
+            webhook_retry_schedule: vec![Duration::from_secs(5), Duration::from_secs(1)],
+            ..Config::default()
+        };
+        assert!(c.validate().is_err());
+    }
+}

@@ -1,0 +1,221 @@
+//! easel: a self-hosted image-generation task service.
+//!
+//! One process runs three roles over one store: the HTTP API ([`api`]), the workers that
+//! generate images ([`worker`]), and the webhook dispatcher ([`webhooks`]).
+//! [`Application::build`] binds the listener (port 0 in tests) and opens the store;
+//! [`Application::run`] runs the roles until shutdown.
+
+pub mod api;
+pub mod auth;
+pub mod blobs;
+pub mod config;
+pub mod domain;
+pub mod generate;
+pub mod server;
+pub mod store;
+pub mod telemetry;
+pub mod webhooks;
+pub mod worker;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::AppState;
+use crate::blobs::Blobs;
+use crate::config::Config;
+use crate::domain::ContentPolicy;
+use crate::generate::Procedural;
+use crate::store::Store;
+use crate::webhooks::client::WebhookClient;
+use crate::webhooks::dispatcher::Dispatcher;
+use crate::webhooks::ssrf::DestinationPolicy;
+use crate::worker::WorkerContext;
+
+/// The email of the account created on the first start.
+pub const FIRST_ACCOUNT_EMAIL: &str = "admin@localhost";
+
+/// A built, not yet running, easel: listener bound, store open and migrated.
+pub struct Application {
+    listener: TcpListener,
+    state: AppState,
+    worker: WorkerContext,
+    dispatcher: Dispatcher,
+    first_key: Option<String>,
+}
+
+impl Application {
+    pub async fn build(config: Config) -> anyhow::Result<Application> {
+        config.validate()?;
+        std::fs::create_dir_all(&config.data_dir)?;
+        let store =
+            Store::open(&config.database_url(), config.sqlite_synchronous == "full").await?;
+        let first_key = bootstrap_first_account(&store).await?;
+
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
+        let addr = listener.local_addr()?;
+        let public_url = config
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{addr}"));
+
+        let destinations = DestinationPolicy {
+            allow_http: config.webhook_allow_http,
+            allow_private: config.webhook_allow_private,
+        };
+        if destinations.allow_http || destinations.allow_private {
+            tracing::warn!(
+                allow_http = destinations.allow_http,
+                allow_private = destinations.allow_private,
+                "webhook destination checks are relaxed: use this for development and tests only"
+            );
+        }
+        let config = Arc::new(config);
+        let outbox_wakeup = Arc::new(Notify::new());
+        let content_policy = ContentPolicy::new(&config.blocked_terms);
+        let state = AppState {
+            config: config.clone(),
+            store: store.clone(),
+            destinations,
+            content_policy: content_policy.clone(),
+            queue_wakeup: Arc::new(Notify::new()),
+            outbox_wakeup: outbox_wakeup.clone(),
+            shutdown: CancellationToken::new(),
+        };
+        let durable = config.sqlite_synchronous == "full";
+        let worker = WorkerContext {
+            store: store.clone(),
+            blobs: Blobs::new(config.data_dir.join("files"), &public_url, durable),
+            generator: Arc::new(Procedural {
+                min_duration: config.procedural_min_duration,
+            }),
+            policy: content_policy,
+            config: config.clone(),
+            outbox_wakeup,
+            owner: format!(
+                "{}-{}",
+                std::process::id(),
+                &uuid::Uuid::new_v4().simple().to_string()[..8]
+            ),
+        };
+        let client = WebhookClient::new(
+            config.webhook_timeout,
+            destinations,
+            &webhooks::user_agent(),
+        )
+        .map_err(|e| anyhow::anyhow!("webhook client: {e}"))?;
+        let dispatcher = Dispatcher {
+            store,
+            client,
+            config,
+        };
+        Ok(Application {
+            listener,
+            state,
+            worker,
+            dispatcher,
+            first_key,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("bound listener")
+    }
+
+    /// The base URL image addresses are built from.
+    pub fn public_url(&self) -> String {
+        self.worker
+            .blobs
+            .base_url()
+            .trim_end_matches("/files")
+            .to_string()
+    }
+
+    /// The API key created on the first start with an empty store, if this was that start.
+    pub fn first_key(&self) -> Option<&str> {
+        self.first_key.as_deref()
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.state.store
+    }
+
+    pub fn worker(&self) -> &WorkerContext {
+        &self.worker
+    }
+
+    pub fn dispatcher(&self) -> &Dispatcher {
+        &self.dispatcher
+    }
+
+    /// Run the API, the workers and the dispatcher until `signal` completes, then shut down
+    /// gracefully: stop taking work, let running tasks and deliveries end (up to
+    /// `shutdown_timeout`, after which they are released to be picked up again), and close.
+    pub async fn run(
+        self,
+        signal: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let shutdown = self.state.shutdown.clone();
+        let config = self.state.config.clone();
+        let store = self.state.store.clone();
+
+        let workers = tokio::spawn(worker::run_pool(
+            self.worker.clone(),
+            self.state.queue_wakeup.clone(),
+            shutdown.clone(),
+        ));
+        let dispatcher = tokio::spawn(
+            self.dispatcher
+                .clone()
+                .run(self.state.outbox_wakeup.clone(), shutdown.clone()),
+        );
+        let trigger = shutdown.clone();
+        tokio::spawn(async move {
+            signal.await;
+            tracing::info!("shutdown requested");
+            trigger.cancel();
+        });
+
+        let app = api::router(self.state.clone());
+        let server = tokio::spawn(server::serve(
+            self.listener,
+            app,
+            config.max_connections,
+            shutdown.clone(),
+            std::time::Duration::from_secs(2),
+        ));
+
+        shutdown.cancelled().await;
+        let grace = config.shutdown_timeout + std::time::Duration::from_secs(1);
+        let finished = tokio::time::timeout(grace, async {
+            let _ = workers.await;
+            let _ = dispatcher.await;
+        })
+        .await;
+        if finished.is_err() {
+            tracing::warn!("workers or dispatcher did not stop in time");
+        }
+        // The server loop closes idle connections at once and waits briefly for busy ones.
+        let _ = server.await;
+        store.close().await;
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// On the first start with an empty store, create the first account and an API key for it.
+async fn bootstrap_first_account(store: &Store) -> anyhow::Result<Option<String>> {
+    if store.account_count().await? > 0 {
+        return Ok(None);
+    }
+    let account = store
+        .ensure_account(FIRST_ACCOUNT_EMAIL, &webhooks::signing::generate_secret())
+        .await?;
+    Ok(Some(auth::create_key(store, &account.id, "initial").await?))
+}

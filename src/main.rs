@@ -1,0 +1,241 @@
+//! The `easel` command: `serve` runs the service; `keys` and `signing-secret` manage access.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use easel::config::{Config, Overrides};
+use easel::store::Store;
+use easel::{auth, webhooks, Application, FIRST_ACCOUNT_EMAIL};
+
+#[derive(Parser)]
+#[command(
+    name = "easel",
+    version,
+    about = "A self-hosted image-generation task service"
+)]
+struct Cli {
+    /// TOML settings file (default: ./easel.toml when it exists).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Where the database and images live (EASEL_DATA_DIR).
+    #[arg(long, global = true, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Database URL (EASEL_DATABASE_URL); default: SQLite in the data dir.
+    #[arg(long, global = true, value_name = "URL")]
+    database_url: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the HTTP API, the workers and the webhook dispatcher.
+    Serve {
+        /// Address to listen on (EASEL_LISTEN).
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<SocketAddr>,
+        /// Base URL clients reach this server at (EASEL_PUBLIC_URL).
+        #[arg(long, value_name = "URL")]
+        public_url: Option<String>,
+        /// Tasks generated at once (EASEL_WORKERS).
+        #[arg(long, value_name = "N")]
+        workers: Option<usize>,
+    },
+    /// Manage API keys.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+    /// Print the account's webhook signing secret (whsec_...).
+    SigningSecret {
+        /// The account (default: the first one).
+        #[arg(long, value_name = "EMAIL")]
+        account: Option<String>,
+        /// Replace the secret with a new one first.
+        #[arg(long)]
+        rotate: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Create a key and print it (only once; it is stored as a hash).
+    Create {
+        #[arg(long)]
+        name: String,
+        /// The account the key belongs to, created if it does not exist (default: the first).
+        #[arg(long, value_name = "EMAIL")]
+        account: Option<String>,
+    },
+    /// List keys: id, account, name, prefix, created, last used, revoked.
+    List,
+    /// Revoke a key by id; it is refused at once.
+    Revoke { id: String },
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match runtime.block_on(run(cli)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("easel: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let mut overrides = Overrides {
+        data_dir: cli.data_dir,
+        database_url: cli.database_url,
+        ..Overrides::default()
+    };
+    if let Command::Serve {
+        listen,
+        public_url,
+        workers,
+    } = &cli.command
+    {
+        overrides.listen = *listen;
+        overrides.public_url = public_url.clone();
+        overrides.workers = *workers;
+    }
+    let config = Config::load(cli.config, &overrides)?;
+
+    match cli.command {
+        Command::Serve { .. } => serve(config).await,
+        Command::Keys { command } => keys(config, command).await,
+        Command::SigningSecret { account, rotate } => {
+            let store = open_store(&config).await?;
+            let account = account_or_first(&store, account.as_deref()).await?;
+            let mut secret = account.signing_secret;
+            if rotate {
+                secret = webhooks::signing::generate_secret();
+                store.set_signing_secret(&account.id, &secret).await?;
+            }
+            println!("{secret}");
+            Ok(())
+        }
+    }
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    easel::telemetry::init(&config.log_format);
+    let app = Application::build(config).await?;
+    if let Some(key) = app.first_key() {
+        println!("easel: created the first account ({FIRST_ACCOUNT_EMAIL}) and its API key.");
+        println!("easel: this key is shown only once; keep it somewhere safe:");
+        println!();
+        println!("    {key}");
+        println!();
+    }
+    println!("easel listening on http://{}", app.local_addr());
+    tracing::info!(addr = %app.local_addr(), public_url = %app.public_url(), "serving");
+    app.run(shutdown_signal()).await
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}
+
+async fn open_store(config: &Config) -> anyhow::Result<Store> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("creating {}", config.data_dir.display()))?;
+    Store::open(&config.database_url(), true).await
+}
+
+async fn account_or_first(
+    store: &Store,
+    email: Option<&str>,
+) -> anyhow::Result<easel::store::Account> {
+    match email {
+        Some(email) => store
+            .account_by_email(email)
+            .await?
+            .with_context(|| format!("no account {email}")),
+        None => store
+            .first_account()
+            .await?
+            .context("no account yet: run `easel serve` once, or pass --account EMAIL"),
+    }
+}
+
+async fn keys(config: Config, command: KeysCommand) -> anyhow::Result<()> {
+    let store = open_store(&config).await?;
+    match command {
+        KeysCommand::Create { name, account } => {
+            let account = match account {
+                Some(email) => {
+                    store
+                        .ensure_account(&email, &webhooks::signing::generate_secret())
+                        .await?
+                }
+                None => match store.first_account().await? {
+                    Some(a) => a,
+                    None => {
+                        store
+                            .ensure_account(
+                                FIRST_ACCOUNT_EMAIL,
+                                &webhooks::signing::generate_secret(),
+                            )
+                            .await?
+                    }
+                },
+            };
+            println!("{}", auth::create_key(&store, &account.id, &name).await?);
+        }
+        KeysCommand::List => {
+            let fmt = |t: Option<i64>| t.map(easel::api::rfc3339).unwrap_or_else(|| "-".into());
+            println!(
+                "{:<36}  {:<24}  {:<16}  {:<12}  {:<24}  {:<24}  REVOKED",
+                "ID", "ACCOUNT", "NAME", "PREFIX", "CREATED", "LAST USED"
+            );
+            for k in store.list_api_keys().await? {
+                println!(
+                    "{:<36}  {:<24}  {:<16}  {:<12}  {:<24}  {:<24}  {}",
+                    k.id,
+                    k.account_email,
+                    k.name,
+                    k.prefix,
+                    fmt(Some(k.created_at)),
+                    fmt(k.last_used_at),
+                    fmt(k.revoked_at)
+                );
+            }
+        }
+        KeysCommand::Revoke { id } => {
+            if store.revoke_api_key(&id).await? {
+                println!("revoked {id}");
+            } else {
+                anyhow::bail!("no live key with id {id}");
+            }
+        }
+    }
+    store.close().await;
+    Ok(())
+}

@@ -1,0 +1,119 @@
+//! Durable state: accounts, API keys, tasks (the queue) and the webhook outbox.
+//!
+//! SQLite in WAL mode. Writes go through one dedicated connection, so writers queue inside the
+//! process instead of fighting over the database lock; reads use a separate pool and never wait
+//! for writers. Every statement that a worker or dispatcher issues after a claim is fenced (by the
+//! task's attempt number or the delivery's lease), so a stale owner cannot overwrite newer state.
+
+mod accounts;
+mod deliveries;
+mod tasks;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+
+pub use accounts::{Account, ApiKeyInfo, KeyOwner};
+pub use deliveries::{AttemptRecord, DueDelivery, Redelivery};
+pub use tasks::{ClaimedTask, NewTask, Outcome, TaskRow};
+
+/// What can go wrong in the store, sorted by what the caller should do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database cannot be reached or is overloaded right now; try again later.
+    #[error("store unavailable: {0}")]
+    Unavailable(sqlx::Error),
+    /// Anything else: a bug or a damaged database.
+    #[error("store error: {0}")]
+    Other(sqlx::Error),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        let transient = match &e {
+            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => true,
+            sqlx::Error::Database(db) => {
+                // SQLITE_BUSY (5), SQLITE_LOCKED (6), SQLITE_IOERR (10), SQLITE_FULL (13),
+                // SQLITE_CANTOPEN (14), with or without extended codes.
+                let code = db
+                    .code()
+                    .and_then(|c| c.parse::<i64>().ok())
+                    .map(|c| c & 0xff);
+                matches!(code, Some(5 | 6 | 10 | 13 | 14))
+            }
+            _ => false,
+        };
+        if transient {
+            StoreError::Unavailable(e)
+        } else {
+            StoreError::Other(e)
+        }
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// The handle every role shares. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    writer: SqlitePool,
+    reader: SqlitePool,
+}
+
+/// Current time as Unix milliseconds, the unit of every stored time.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+impl Store {
+    /// Open (creating if needed) the database and bring its schema up to date.
+    pub async fn open(url: &str, synchronous_full: bool) -> anyhow::Result<Store> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(if synchronous_full {
+                SqliteSynchronous::Full
+            } else {
+                SqliteSynchronous::Normal
+            })
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(5))
+            .pragma("temp_store", "memory")
+            // 4 MiB of page cache per connection (five connections): memory stays bounded
+            // however many tasks are stored.
+            .pragma("cache_size", "-4096");
+        if let Some(path) = options.get_filename().parent() {
+            if !path.as_os_str().is_empty() {
+                std::fs::create_dir_all(path)?;
+            }
+        }
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options.clone())
+            .await?;
+        sqlx::migrate!("./migrations/sqlite").run(&writer).await?;
+        let reader = SqlitePoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options.read_only(true))
+            .await?;
+        Ok(Store { writer, reader })
+    }
+
+    /// Whether the database answers a trivial query.
+    pub async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1").execute(&self.reader).await?;
+        Ok(())
+    }
+
+    /// Close both pools, letting queued statements finish.
+    pub async fn close(&self) {
+        self.reader.close().await;
+        self.writer.close().await;
+    }
+}

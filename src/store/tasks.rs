@@ -1,0 +1,348 @@
+use sqlx::{FromRow, QueryBuilder, Sqlite, SqliteConnection};
+use uuid::Uuid;
+
+use super::{now_ms, Store, StoreResult};
+pub use crate::domain::Outcome;
+use crate::domain::TaskStatus;
+
+/// A task as submitted and validated.
+#[derive(Clone, Debug)]
+pub struct NewTask {
+    pub id: Uuid,
+    pub account_id: String,
+    pub task_type: &'static str,
+    pub prompt: String,
+    pub aspect_ratio: String,
+    pub process_mode: &'static str,
+    pub priority: i64,
+    pub seed: i64,
+    pub webhook_url: Option<String>,
+    pub webhook_secret: Option<String>,
+}
+
+/// A task as stored, with the state of its webhook delivery if there is one.
+#[derive(Clone, Debug, FromRow)]
+pub struct TaskRow {
+    pub id: String,
+    pub task_type: String,
+    pub status: String,
+    pub percentage: i64,
+    pub prompt: String,
+    pub aspect_ratio: String,
+    pub process_mode: String,
+    pub seed: i64,
+    pub attempts: i64,
+    pub created_at: i64,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+    pub original_image_url: Option<String>,
+    pub image_urls: Option<String>,
+    pub error: Option<String>,
+    pub webhook_url: Option<String>,
+    pub wh_status: Option<String>,
+    pub wh_attempts: Option<i64>,
+    pub wh_last_status_code: Option<i64>,
+    pub wh_last_error: Option<String>,
+    pub wh_next_attempt_at: Option<i64>,
+}
+
+/// What a worker gets when it claims a task.
+#[derive(Clone, Debug, FromRow)]
+pub struct ClaimedTask {
+    pub id: String,
+    pub account_id: String,
+    pub task_type: String,
+    pub prompt: String,
+    pub aspect_ratio: String,
+    pub seed: i64,
+    /// The attempt number this claim holds; every later change is fenced by it.
+    pub attempts: i64,
+}
+
+const TASK_COLUMNS: &str = "t.id, t.task_type, t.status, t.percentage, t.prompt, t.aspect_ratio,
+    t.process_mode, t.seed, t.attempts, t.created_at, t.started_at, t.finished_at,
+    t.original_image_url, t.image_urls, t.error, t.webhook_url,
+    d.status AS wh_status, d.attempts AS wh_attempts, d.last_status_code AS wh_last_status_code,
+    d.last_error AS wh_last_error, d.next_attempt_at AS wh_next_attempt_at
+    FROM tasks t LEFT JOIN webhook_deliveries d ON d.task_id = t.id";
+
+const ACTIVE: &str = "('starting', 'processing')";
+
+impl Store {
+    /// Store a new task, unless the account already has `max_active` tasks queued or running.
+    /// Returns false (and stores nothing) when the quota is full. Durable when it returns.
+    pub async fn insert_task(&self, task: &NewTask, max_active: u32) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "INSERT INTO tasks (id, account_id, task_type, status, priority, prompt, aspect_ratio,
+                 process_mode, seed, created_at, webhook_url, webhook_secret)
+             SELECT ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?
+             WHERE (SELECT COUNT(*) FROM tasks WHERE account_id = ?
+                    AND status IN ('pending', 'starting', 'processing')) < ?",
+        )
+        .bind(task.id.to_string())
+        .bind(&task.account_id)
+        .bind(task.task_type)
+        .bind(task.priority)
+        .bind(&task.prompt)
+        .bind(&task.aspect_ratio)
+        .bind(task.process_mode)
+        .bind(task.seed)
+        .bind(now_ms())
+        .bind(&task.webhook_url)
+        .bind(&task.webhook_secret)
+        .bind(&task.account_id)
+        .bind(i64::from(max_active))
+        .execute(&self.writer)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// One of the account's tasks, or None when it does not exist or belongs to someone else.
+    pub async fn task_for_account(
+        &self,
+        account_id: &str,
+        task_id: &Uuid,
+    ) -> StoreResult<Option<TaskRow>> {
+        Ok(sqlx::query_as(&format!(
+            "SELECT {TASK_COLUMNS} WHERE t.id = ? AND t.account_id = ?"
+        ))
+        .bind(task_id.to_string())
+        .bind(account_id)
+        .fetch_optional(&self.reader)
+        .await?)
+    }
+
+    /// The account's tasks among `ids`, in no particular order.
+    pub async fn tasks_for_account(
+        &self,
+        account_id: &str,
+        ids: &[Uuid],
+    ) -> StoreResult<Vec<TaskRow>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(format!("SELECT {TASK_COLUMNS}"));
+        q.push(" WHERE t.account_id = ")
+            .push_bind(account_id)
+            .push(" AND t.id IN (");
+        let mut list = q.separated(", ");
+        for id in ids {
+            list.push_bind(id.to_string());
+        }
+        q.push(")");
+        Ok(q.build_query_as().fetch_all(&self.reader).await?)
+    }
+
+    /// Claim the next pending task (turbo before fast before relax, oldest first) with a lease.
+    pub async fn claim_task(&self, owner: &str, lease_ms: i64) -> StoreResult<Option<ClaimedTask>> {
+        let now = now_ms();
+        Ok(sqlx::query_as(
+            "UPDATE tasks SET status = 'starting', attempts = attempts + 1, lease_owner = ?,
+                 lease_expires_at = ?, started_at = COALESCE(started_at, ?), percentage = 0
+             WHERE seq = (SELECT seq FROM tasks WHERE status = 'pending'
+                          ORDER BY priority, seq LIMIT 1)
+             RETURNING id, account_id, task_type, prompt, aspect_ratio, seed, attempts",
+        )
+        .bind(owner)
+        .bind(now + lease_ms)
+        .bind(now)
+        .fetch_optional(&self.writer)
+        .await?)
+    }
+
+    /// Move a claimed task to `processing`. False when the claim is no longer ours.
+    pub async fn mark_processing(
+        &self,
+        id: &str,
+        attempt: i64,
+        lease_ms: i64,
+    ) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "UPDATE tasks SET status = 'processing', lease_expires_at = ?
+             WHERE id = ? AND attempts = ? AND status = 'starting'",
+        )
+        .bind(now_ms() + lease_ms)
+        .bind(id)
+        .bind(attempt)
+        .execute(&self.writer)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Renew the lease and record progress. False when the claim is no longer ours.
+    pub async fn heartbeat(
+        &self,
+        id: &str,
+        attempt: i64,
+        percentage: i64,
+        lease_ms: i64,
+    ) -> StoreResult<bool> {
+        let done = sqlx::query(&format!(
+            "UPDATE tasks SET lease_expires_at = ?, percentage = MAX(percentage, ?)
+             WHERE id = ? AND attempts = ? AND status IN {ACTIVE}"
+        ))
+        .bind(now_ms() + lease_ms)
+        .bind(percentage.clamp(0, 99))
+        .bind(id)
+        .bind(attempt)
+        .execute(&self.writer)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Record the final state and, in the same transaction, queue the webhook delivery.
+    /// False (and nothing written) when the claim is no longer ours.
+    pub async fn complete_task(
+        &self,
+        id: &str,
+        attempt: i64,
+        outcome: &Outcome,
+    ) -> StoreResult<bool> {
+        let mut tx = self.writer.begin().await?;
+        let done = complete_in_tx(&mut tx, id, attempt, outcome).await?;
+        tx.commit().await?;
+        Ok(done)
+    }
+
+    /// Give a claimed task back to the queue without counting the attempt (graceful shutdown).
+    pub async fn release_task(&self, id: &str, attempt: i64) -> StoreResult<bool> {
+        let done = sqlx::query(&format!(
+            "UPDATE tasks SET status = 'pending', attempts = attempts - 1, lease_owner = NULL,
+                 lease_expires_at = NULL, percentage = 0
+             WHERE id = ? AND attempts = ? AND status IN {ACTIVE}"
+        ))
+        .bind(id)
+        .bind(attempt)
+        .execute(&self.writer)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Tasks whose lease ran out go back to the queue, or fail once they used `max_attempts`.
+    /// Returns (requeued, failed).
+    pub async fn recover_expired(&self, max_attempts: u32) -> StoreResult<(u64, u64)> {
+        let now = now_ms();
+        let mut tx = self.writer.begin().await?;
+        let requeued = sqlx::query(&format!(
+            "UPDATE tasks SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL,
+                 percentage = 0
+             WHERE status IN {ACTIVE} AND lease_expires_at < ? AND attempts < ?"
+        ))
+        .bind(now)
+        .bind(i64::from(max_attempts))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        let exhausted: Vec<(String, i64)> = sqlx::query_as(&format!(
+            "SELECT id, attempts FROM tasks
+             WHERE status IN {ACTIVE} AND lease_expires_at < ? AND attempts >= ? LIMIT 500"
+        ))
+        .bind(now)
+        .bind(i64::from(max_attempts))
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut failed = 0;
+        for (id, attempts) in exhausted {
+            let outcome = Outcome::Failed {
+                error: format!(
+                    "worker lost: the task was interrupted {attempts} times and will not be retried"
+                ),
+            };
+            if complete_in_tx(&mut tx, &id, attempts, &outcome).await? {
+                failed += 1;
+            }
+        }
+        tx.commit().await?;
+        Ok((requeued, failed))
+    }
+
+    /// The earliest lease expiry among running tasks, to know when to look again.
+    pub async fn next_lease_expiry(&self) -> StoreResult<Option<i64>> {
+        Ok(sqlx::query_scalar(&format!(
+            "SELECT MIN(lease_expires_at) FROM tasks WHERE status IN {ACTIVE}"
+        ))
+        .fetch_one(&self.reader)
+        .await?)
+    }
+
+    /// Counts of tasks by status, for health and metrics.
+    pub async fn task_counts(&self) -> StoreResult<Vec<(String, i64)>> {
+        Ok(
+            sqlx::query_as("SELECT status, COUNT(*) FROM tasks GROUP BY status ORDER BY status")
+                .fetch_all(&self.reader)
+                .await?,
+        )
+    }
+}
+
+/// Write the final state of task `id` if attempt `attempt` still holds it, and queue its webhook
+/// in the same transaction. False (and nothing written) when the claim is no longer ours.
+async fn complete_in_tx(
+    conn: &mut SqliteConnection,
+    id: &str,
+    attempt: i64,
+    outcome: &Outcome,
+) -> StoreResult<bool> {
+    let now = now_ms();
+    let (status, original, urls, error, images) = match outcome {
+        Outcome::Finished {
+            original_image_url,
+            image_urls,
+        } => (
+            TaskStatus::Finished,
+            Some(original_image_url.clone()),
+            Some(serde_json::to_string(image_urls).expect("urls serialize")),
+            None,
+            image_urls.len() as i64,
+        ),
+        Outcome::Failed { error } => (TaskStatus::Failed, None, None, Some(error.clone()), 0),
+    };
+    let row: Option<(String, String, Option<String>)> = sqlx::query_as(&format!(
+        "UPDATE tasks SET status = ?, percentage = ?, finished_at = ?, original_image_url = ?,
+             image_urls = ?, error = ?, lease_owner = NULL, lease_expires_at = NULL
+         WHERE id = ? AND attempts = ? AND status IN {ACTIVE}
+         RETURNING account_id, task_type, webhook_url"
+    ))
+    .bind(status.as_str())
+    .bind(if status == TaskStatus::Finished {
+        100
+    } else {
+        0
+    })
+    .bind(now)
+    .bind(original)
+    .bind(urls)
+    .bind(error)
+    .bind(id)
+    .bind(attempt)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some((account_id, task_type, webhook_url)) = row else {
+        return Ok(false);
+    };
+    if images > 0 {
+        sqlx::query("UPDATE accounts SET total_images = total_images + ? WHERE id = ?")
+            .bind(images)
+            .bind(&account_id)
+            .execute(&mut *conn)
+            .await?;
+    }
+    if let Some(url) = webhook_url {
+        sqlx::query(
+            "INSERT INTO webhook_deliveries (id, task_id, account_id, url, payload, status,
+                 next_attempt_at, created_at, updated_at)
+             VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+        )
+        .bind(format!("msg_{}", Uuid::new_v4().simple()))
+        .bind(id)
+        .bind(&account_id)
+        .bind(url)
+        .bind(outcome.webhook_payload(id, &task_type))
+        .bind(now)
+        .bind(now)
+        .bind(now)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(true)
+}

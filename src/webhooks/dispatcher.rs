@@ -1,0 +1,202 @@
+//! The outbox dispatcher: claims due deliveries with a lease, sends them with bounded
+//! concurrency, and records every attempt with the next state. Only claimed deliveries cost a
+//! task; the rest wait in the database, however many there are.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Notify, Semaphore};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::client::{DeliveryRequest, WebhookClient};
+use super::{next_attempt_at, signing};
+use crate::config::Config;
+use crate::store::{now_ms, AttemptRecord, DueDelivery, Store, StoreResult};
+
+#[derive(Clone)]
+pub struct Dispatcher {
+    pub store: Store,
+    pub client: WebhookClient,
+    pub config: Arc<Config>,
+}
+
+impl Dispatcher {
+    /// A claimed delivery is ours for this long; after that another dispatcher may take it.
+    fn lease_ms(&self) -> i64 {
+        (self.config.webhook_timeout + Duration::from_secs(5)).as_millis() as i64
+    }
+
+    /// Send every delivery that is due now (up to `limit`) and wait for them. Returns how many
+    /// were attempted. The single step tests and tools use to drive the outbox.
+    pub async fn dispatch_due(&self, limit: usize) -> StoreResult<usize> {
+        let due = self
+            .store
+            .claim_due_deliveries(limit as i64, self.lease_ms())
+            .await?;
+        let count = due.len();
+        let mut set = JoinSet::new();
+        for delivery in due {
+            let this = self.clone();
+            set.spawn(async move { this.attempt(delivery).await });
+        }
+        while set.join_next().await.is_some() {}
+        Ok(count)
+    }
+
+    /// Make one attempt and record it.
+    pub async fn attempt(&self, d: DueDelivery) {
+        let span = tracing::info_span!("webhook", task_id = %d.task_id, delivery = %d.id,
+            attempt = d.attempts + 1);
+        async {
+            let attempted_at = now_ms();
+            let outcome = match signing::decode_secret(&d.signing_secret) {
+                Ok(key) => {
+                    self.client
+                        .send(&DeliveryRequest {
+                            url: &d.url,
+                            body: d.payload.as_bytes(),
+                            msg_id: &d.id,
+                            timestamp: attempted_at / 1000,
+                            signing_key: &key,
+                            secret_header: d.webhook_secret.as_deref(),
+                        })
+                        .await
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "account signing secret is unusable");
+                    super::client::AttemptOutcome {
+                        delivered: false,
+                        status_code: None,
+                        error: Some("the account's signing secret is unusable".into()),
+                        duration: Duration::ZERO,
+                    }
+                }
+            };
+            let attempt_no = d.attempts + 1;
+            let ended = now_ms();
+            let first_failed_at = match (outcome.delivered, d.first_failed_at) {
+                (_, Some(t)) => Some(t),
+                (false, None) => Some(ended),
+                (true, None) => None,
+            };
+            let next = if outcome.delivered {
+                None
+            } else {
+                next_attempt_at(
+                    attempt_no,
+                    first_failed_at.unwrap_or(ended),
+                    &self.config.webhook_retry_schedule,
+                )
+            };
+            let record = AttemptRecord {
+                attempted_at,
+                duration_ms: outcome.duration.as_millis() as i64,
+                status_code: outcome.status_code,
+                error: outcome.error.clone(),
+                delivered: outcome.delivered,
+                next_attempt_at: next,
+                first_failed_at,
+            };
+            match self.store.record_attempt(&d.id, d.attempts, &record).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::warn!("delivery changed while in flight; attempt not recorded")
+                }
+                Err(e) => {
+                    // The lease runs out and the delivery is attempted again: at least once.
+                    tracing::error!(error = %e, "could not record the attempt");
+                    return;
+                }
+            }
+            let error = outcome.error.as_deref().unwrap_or("");
+            let status = outcome.status_code;
+            if outcome.delivered {
+                tracing::info!(
+                    status,
+                    duration_ms = record.duration_ms,
+                    "webhook delivered"
+                );
+            } else if let Some(next) = next {
+                tracing::warn!(
+                    status,
+                    error,
+                    retry_in_ms = next - ended,
+                    "webhook attempt failed"
+                );
+            } else {
+                tracing::warn!(
+                    status,
+                    error,
+                    "webhook undeliverable; the result stays available through fetch"
+                );
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Deliver until `shutdown`, then give in-flight attempts up to `shutdown_timeout` to end.
+    /// Attempts cut off then are retried when their lease runs out (never lost).
+    pub async fn run(self, wakeup: Arc<Notify>, shutdown: CancellationToken) {
+        let slots = Arc::new(Semaphore::new(self.config.webhook_concurrency));
+        let mut in_flight = JoinSet::new();
+        loop {
+            while in_flight.try_join_next().is_some() {}
+            let free = slots.available_permits();
+            let mut claimed_all = false;
+            if free > 0 {
+                match self
+                    .store
+                    .claim_due_deliveries(free as i64, self.lease_ms())
+                    .await
+                {
+                    Ok(due) => {
+                        claimed_all = due.len() == free;
+                        for delivery in due {
+                            let permit = slots.clone().try_acquire_owned().expect("free slot");
+                            let this = self.clone();
+                            in_flight.spawn(async move {
+                                this.attempt(delivery).await;
+                                drop(permit);
+                            });
+                        }
+                    }
+                    Err(e) => tracing::error!(error = %e, "dispatcher could not reach the store"),
+                }
+            }
+            if claimed_all && slots.available_permits() > 0 {
+                continue;
+            }
+            // With every slot busy, a finishing attempt wakes the loop; otherwise sleep until the
+            // next delivery is due (at least a few ms, at most the polling interval).
+            let wait = if slots.available_permits() == 0 {
+                self.config.poll_interval
+            } else {
+                match self.store.next_delivery_due().await {
+                    Ok(Some(due)) => Duration::from_millis((due - now_ms()).max(5) as u64),
+                    _ => self.config.poll_interval,
+                }
+                .min(self.config.poll_interval)
+            };
+            tokio::select! {
+                _ = wakeup.notified() => {}
+                _ = tokio::time::sleep(wait) => {}
+                Some(_) = in_flight.join_next(), if slots.available_permits() == 0 => {}
+                _ = shutdown.cancelled() => break,
+            }
+        }
+        let drained = tokio::time::timeout(self.config.shutdown_timeout, async {
+            while in_flight.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                left = in_flight.len(),
+                "shutdown timeout reached; unfinished deliveries will be retried after restart"
+            );
+            in_flight.shutdown().await;
+        }
+    }
+}

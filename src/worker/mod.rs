@@ -1,0 +1,327 @@
+//! Workers: claim a task with a lease, keep the lease alive while generating, store the images,
+//! and record the result (with its webhook) fenced by the attempt number. A reaper returns tasks
+//! whose worker vanished to the queue, or fails them once they have used every attempt.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::blobs::Blobs;
+use crate::config::Config;
+use crate::domain::{AspectRatio, ContentPolicy, Outcome};
+use crate::generate::raster::{compose_grid, dimensions, encode_png};
+use crate::generate::{GenerateJob, Generator, Progress};
+use crate::store::{ClaimedTask, Store, StoreResult};
+
+/// Everything a worker needs. Cheap to clone.
+#[derive(Clone)]
+pub struct WorkerContext {
+    pub store: Store,
+    pub blobs: Blobs,
+    pub generator: Arc<dyn Generator>,
+    pub policy: ContentPolicy,
+    pub config: Arc<Config>,
+    /// Woken when a webhook delivery is queued.
+    pub outbox_wakeup: Arc<Notify>,
+    /// Identifies this process in leases (diagnostics only).
+    pub owner: String,
+}
+
+/// How one claimed task ended for this worker.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ran {
+    /// The queue was empty.
+    Idle,
+    /// The result was recorded.
+    Completed,
+    /// Another worker holds the task now; our result was discarded.
+    LostLease,
+    /// Shutdown came first; the task went back to the queue.
+    Released,
+}
+
+impl WorkerContext {
+    fn lease_ms(&self) -> i64 {
+        self.config.lease.as_millis() as i64
+    }
+
+    /// Claim the next task, if any, and run it to the end. `hard_stop` interrupts a running task
+    /// and gives it back to the queue (used when a graceful shutdown runs out of time).
+    pub async fn run_one_task(&self, hard_stop: &CancellationToken) -> StoreResult<Ran> {
+        let Some(task) = self.store.claim_task(&self.owner, self.lease_ms()).await? else {
+            return Ok(Ran::Idle);
+        };
+        let span = tracing::info_span!("task", task_id = %task.id, attempt = task.attempts);
+        self.run_claimed(task, hard_stop).instrument(span).await
+    }
+
+    async fn run_claimed(
+        &self,
+        task: ClaimedTask,
+        hard_stop: &CancellationToken,
+    ) -> StoreResult<Ran> {
+        tracing::info!("task claimed");
+        if let Some(term) = self.policy.violation(&task.prompt) {
+            let outcome = Outcome::Failed {
+                error: format!(
+                    "content policy violation: the prompt contains the blocked term \"{term}\""
+                ),
+            };
+            return self.record(&task, &outcome, None).await;
+        }
+        if !self
+            .store
+            .mark_processing(&task.id, task.attempts, self.lease_ms())
+            .await?
+        {
+            tracing::warn!("lease lost before processing started");
+            return Ok(Ran::LostLease);
+        }
+
+        let progress = Progress::default();
+        let lost = CancellationToken::new();
+        let heartbeat = tokio::spawn(
+            heartbeat(
+                self.clone(),
+                task.id.clone(),
+                task.attempts,
+                progress.clone(),
+                lost.clone(),
+            )
+            .in_current_span(),
+        );
+        let produced = tokio::select! {
+            produced = self.produce(&task, &progress) => Some(produced),
+            _ = lost.cancelled() => None,
+            _ = hard_stop.cancelled() => {
+                heartbeat.abort();
+                self.store.release_task(&task.id, task.attempts).await?;
+                tracing::info!("task released for another worker (shutdown)");
+                return Ok(Ran::Released);
+            }
+        };
+        heartbeat.abort();
+        match produced {
+            None => {
+                tracing::warn!("lease lost during generation; result discarded");
+                Ok(Ran::LostLease)
+            }
+            Some((outcome, folder)) => self.record(&task, &outcome, folder).await,
+        }
+    }
+
+    /// Generate, compose, encode and store. Returns the outcome and the folder it wrote.
+    async fn produce(&self, task: &ClaimedTask, progress: &Progress) -> (Outcome, Option<String>) {
+        let aspect: AspectRatio = task.aspect_ratio.parse().unwrap_or(AspectRatio::SQUARE);
+        let (width, height) = dimensions(aspect.width, aspect.height, self.config.image_size);
+        let job = GenerateJob {
+            prompt: task.prompt.clone(),
+            seed: task.seed as u64,
+            width,
+            height,
+        };
+        let images = match self.generator.generate(&job, progress).await {
+            Ok(images) => images,
+            Err(e) => {
+                tracing::info!(error = %e, "generation failed");
+                return (
+                    Outcome::Failed {
+                        error: e.to_string(),
+                    },
+                    None,
+                );
+            }
+        };
+        let encoded = tokio::task::spawn_blocking(move || {
+            let grid = compose_grid(&images);
+            let mut files: Vec<Vec<u8>> = images.iter().map(encode_png).collect();
+            files.push(encode_png(&grid));
+            files
+        })
+        .await;
+        let Ok(encoded) = encoded else {
+            return (internal_failure("could not encode the images"), None);
+        };
+        progress.report(90);
+        let folder = Blobs::new_folder(&task.id);
+        let mut urls = Vec::with_capacity(5);
+        for (i, bytes) in encoded.into_iter().enumerate() {
+            let name = if i == 4 {
+                "grid.png".to_string()
+            } else {
+                format!("{i}.png")
+            };
+            match self.blobs.put(&format!("{folder}/{name}"), bytes).await {
+                Ok(url) => urls.push(url),
+                Err(e) => {
+                    tracing::error!(error = %e, "could not store an image");
+                    self.blobs.remove_folder(&folder).await;
+                    return (internal_failure("could not store the images"), None);
+                }
+            }
+        }
+        let original_image_url = urls.pop().expect("grid url");
+        (
+            Outcome::Finished {
+                original_image_url,
+                image_urls: urls,
+            },
+            Some(folder),
+        )
+    }
+
+    async fn record(
+        &self,
+        task: &ClaimedTask,
+        outcome: &Outcome,
+        folder: Option<String>,
+    ) -> StoreResult<Ran> {
+        let written = self
+            .store
+            .complete_task(&task.id, task.attempts, outcome)
+            .await;
+        match written {
+            Ok(true) => {
+                self.outbox_wakeup.notify_one();
+                match outcome {
+                    Outcome::Finished { .. } => tracing::info!("task finished"),
+                    Outcome::Failed { error } => tracing::info!(error, "task failed"),
+                }
+                Ok(Ran::Completed)
+            }
+            Ok(false) => {
+                tracing::warn!("lease lost before the result was recorded; result discarded");
+                if let Some(folder) = folder {
+                    self.blobs.remove_folder(&folder).await;
+                }
+                Ok(Ran::LostLease)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+fn internal_failure(what: &str) -> Outcome {
+    Outcome::Failed {
+        error: format!("internal error: {what}"),
+    }
+}
+
+/// Renew the lease and record progress every `heartbeat` until aborted; cancel `lost` when the
+/// task turns out to belong to someone else.
+async fn heartbeat(
+    ctx: WorkerContext,
+    id: String,
+    attempt: i64,
+    progress: Progress,
+    lost: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(ctx.config.heartbeat);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        match ctx
+            .store
+            .heartbeat(&id, attempt, progress.get(), ctx.lease_ms())
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => {
+                lost.cancel();
+                return;
+            }
+            Err(e) => tracing::warn!(error = %e, "heartbeat failed; retrying"),
+        }
+    }
+}
+
+/// Run `workers` worker loops and the lease reaper until `shutdown`; then let running tasks finish
+/// for up to `shutdown_timeout`, after which they are released to the queue.
+pub async fn run_pool(ctx: WorkerContext, queue_wakeup: Arc<Notify>, shutdown: CancellationToken) {
+    let hard_stop = CancellationToken::new();
+    let mut set = JoinSet::new();
+    for i in 0..ctx.config.workers {
+        let ctx = ctx.clone();
+        let wakeup = queue_wakeup.clone();
+        let shutdown = shutdown.clone();
+        let hard_stop = hard_stop.clone();
+        set.spawn(
+            async move { worker_loop(ctx, wakeup, shutdown, hard_stop).await }
+                .instrument(tracing::info_span!("worker", worker = i)),
+        );
+    }
+    set.spawn(reaper_loop(
+        ctx.clone(),
+        queue_wakeup.clone(),
+        shutdown.clone(),
+    ));
+
+    shutdown.cancelled().await;
+    let drained = tokio::time::timeout(ctx.config.shutdown_timeout, async {
+        while set.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!("shutdown timeout reached; releasing running tasks");
+        hard_stop.cancel();
+        while set.join_next().await.is_some() {}
+    }
+}
+
+async fn worker_loop(
+    ctx: WorkerContext,
+    wakeup: Arc<Notify>,
+    shutdown: CancellationToken,
+    hard_stop: CancellationToken,
+) {
+    while !shutdown.is_cancelled() {
+        let idle = match ctx.run_one_task(&hard_stop).await {
+            Ok(Ran::Idle) => true,
+            Ok(_) => false,
+            Err(e) => {
+                tracing::error!(error = %e, "worker could not reach the store");
+                true
+            }
+        };
+        if idle {
+            tokio::select! {
+                _ = wakeup.notified() => {}
+                _ = tokio::time::sleep(ctx.config.poll_interval) => {}
+                _ = shutdown.cancelled() => {}
+            }
+        }
+    }
+}
+
+async fn reaper_loop(ctx: WorkerContext, queue_wakeup: Arc<Notify>, shutdown: CancellationToken) {
+    let every = ctx
+        .config
+        .poll_interval
+        .min(ctx.config.lease / 2)
+        .max(Duration::from_millis(50));
+    loop {
+        match ctx.store.recover_expired(ctx.config.max_attempts).await {
+            Ok((requeued, failed)) => {
+                if requeued > 0 || failed > 0 {
+                    tracing::warn!(requeued, failed, "recovered tasks whose worker was lost");
+                }
+                if requeued > 0 {
+                    queue_wakeup.notify_waiters();
+                }
+                if failed > 0 {
+                    ctx.outbox_wakeup.notify_one();
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "lease reaper could not reach the store"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = shutdown.cancelled() => return,
+        }
+    }
+}

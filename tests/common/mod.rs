@@ -1,0 +1,212 @@
+//! Test harness: an easel spawned in-process on port 0 with its own data dir, typed helpers for
+//! its API, and a local webhook receiver that records what it gets and can be told to misbehave.
+#![allow(dead_code)]
+
+pub mod receiver;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tempfile::TempDir;
+use tokio::sync::oneshot;
+
+use easel::config::Config;
+use easel::store::Store;
+use easel::Application;
+
+pub struct TestApp {
+    pub base: String,
+    pub key: String,
+    pub http: reqwest::Client,
+    pub store: Store,
+    pub config: Config,
+    pub dir: TempDir,
+    stop: Option<oneshot::Sender<()>>,
+    handle: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+/// Settings for fast tests: small images, short leases and schedules, local webhooks allowed.
+pub fn test_config(dir: &std::path::Path) -> Config {
+    Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        data_dir: dir.to_path_buf(),
+        image_size: 128,
+        poll_interval: Duration::from_millis(100),
+        lease: Duration::from_secs(3),
+        heartbeat: Duration::from_millis(200),
+        shutdown_timeout: Duration::from_secs(5),
+        webhook_timeout: Duration::from_secs(2),
+        webhook_retry_schedule: vec![
+            Duration::from_millis(300),
+            Duration::from_millis(600),
+            Duration::from_millis(900),
+        ],
+        webhook_allow_http: true,
+        webhook_allow_private: true,
+        sqlite_synchronous: "normal".into(),
+        ..Config::default()
+    }
+}
+
+impl TestApp {
+    pub async fn spawn() -> TestApp {
+        Self::spawn_with(|_| {}).await
+    }
+
+    pub async fn spawn_with(adjust: impl FnOnce(&mut Config)) -> TestApp {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = test_config(dir.path());
+        adjust(&mut config);
+        Self::start(dir, config).await
+    }
+
+    /// Start on an existing data dir (a restart).
+    pub async fn start(dir: TempDir, config: Config) -> TestApp {
+        easel::telemetry::init("text");
+        let app = Application::build(config.clone()).await.unwrap();
+        let base = format!("http://{}", app.local_addr());
+        let store = app.store().clone();
+        let key = match app.first_key() {
+            Some(k) => k.to_string(),
+            None => easel::auth::create_key(
+                &store,
+                &store.first_account().await.unwrap().unwrap().id,
+                "test",
+            )
+            .await
+            .unwrap(),
+        };
+        let (stop, stopped) = oneshot::channel::<()>();
+        let handle = tokio::spawn(app.run(async {
+            let _ = stopped.await;
+        }));
+        TestApp {
+            base,
+            key,
+            http: reqwest::Client::new(),
+            store,
+            config,
+            dir,
+            stop: Some(stop),
+            handle: Some(handle),
+        }
+    }
+
+    /// Shut down gracefully and wait for it; returns the data dir for a restart.
+    pub async fn stop(mut self) -> (TempDir, Config) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(handle) = self.handle.take() {
+            handle.await.unwrap().unwrap();
+        }
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
+        (dir, self.config.clone())
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// POST JSON with this app's key.
+    pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        self.post_as(&self.key, path, body).await
+    }
+
+    pub async fn post_as(&self, key: &str, path: &str, body: &Value) -> (u16, Value) {
+        let res = self
+            .http
+            .post(self.url(path))
+            .header("Authorization", key)
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        split(res).await
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        self.get_as(&self.key, path).await
+    }
+
+    pub async fn get_as(&self, key: &str, path: &str) -> (u16, Value) {
+        let res = self
+            .http
+            .get(self.url(path))
+            .header("Authorization", key)
+            .send()
+            .await
+            .unwrap();
+        split(res).await
+    }
+
+    /// Submit an imagine task and return its id (panics unless 200).
+    pub async fn imagine(&self, body: Value) -> String {
+        let (status, body) = self.post("/api/v1/imagine", &body).await;
+        assert_eq!(status, 200, "{body}");
+        body["task_id"].as_str().unwrap().to_string()
+    }
+
+    pub async fn fetch(&self, task_id: &str) -> Value {
+        let (status, body) = self
+            .post("/api/v1/fetch", &json!({ "task_id": task_id }))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    /// Poll until the task is finished or failed.
+    pub async fn wait_final(&self, task_id: &str, within: Duration) -> Value {
+        wait_for(within, || async {
+            let t = self.fetch(task_id).await;
+            matches!(t["status"].as_str(), Some("finished" | "failed")).then_some(t)
+        })
+        .await
+        .unwrap_or_else(|| panic!("task {task_id} did not end within {within:?}"))
+    }
+
+    /// A key for another account.
+    pub async fn key_for(&self, email: &str) -> String {
+        let account = self
+            .store
+            .ensure_account(email, &easel::webhooks::signing::generate_secret())
+            .await
+            .unwrap();
+        easel::auth::create_key(&self.store, &account.id, "other")
+            .await
+            .unwrap()
+    }
+}
+
+pub async fn split(res: reqwest::Response) -> (u16, Value) {
+    let status = res.status().as_u16();
+    let ct = res
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string());
+    let text = res.text().await.unwrap();
+    assert_eq!(
+        ct.as_deref(),
+        Some("application/json"),
+        "every API response is JSON (status {status}, body {text})"
+    );
+    (status, serde_json::from_str(&text).unwrap())
+}
+
+/// Call `check` until it returns Some, at most for `within`.
+pub async fn wait_for<T, F, Fut>(within: Duration, mut check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = check().await {
+            return Some(v);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}

@@ -1,0 +1,326 @@
+//! The real `easel` binary: first start, the key commands, SIGKILL mid-task and mid-delivery,
+//! and graceful shutdown on SIGTERM.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::receiver::{Behaviour, Receiver};
+use common::{split, wait_for};
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_easel");
+
+/// A running `easel serve`.
+struct Easel {
+    child: Child,
+    base: String,
+    first_key: Option<String>,
+    http: reqwest::Client,
+}
+
+fn command(dir: &Path, extra_env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.current_dir(dir)
+        .env("EASEL_DATA_DIR", dir.join("data"))
+        .env("EASEL_LISTEN", "127.0.0.1:0")
+        .env("EASEL_IMAGE_SIZE", "128")
+        .env("EASEL_LEASE", "2s")
+        .env("EASEL_HEARTBEAT", "200ms")
+        .env("EASEL_POLL_INTERVAL", "100ms")
+        .env("EASEL_SHUTDOWN_TIMEOUT", "3s")
+        .env("EASEL_WEBHOOK_ALLOW_HTTP", "true")
+        .env("EASEL_WEBHOOK_ALLOW_PRIVATE", "true")
+        .env("EASEL_WEBHOOK_TIMEOUT", "1s")
+        .env("EASEL_WEBHOOK_RETRY_SCHEDULE", "300ms,600ms,900ms")
+        .env("RUST_LOG", "warn");
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+impl Easel {
+    fn start(dir: &Path, extra_env: &[(&str, &str)]) -> Easel {
+        let mut child = command(dir, extra_env)
+            .arg("serve")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut first_key = None;
+        let base = loop {
+            let line = lines.next().expect("easel printed its address").unwrap();
+            if let Some(key) = line.trim().strip_prefix("easel_") {
+                first_key = Some(format!("easel_{key}"));
+            }
+            if let Some(addr) = line.strip_prefix("easel listening on ") {
+                break addr.to_string();
+            }
+        };
+        // Keep draining stdout so the child never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Easel {
+            child,
+            base,
+            first_key,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    async fn post(&self, key: &str, path: &str, body: Value) -> (u16, Value) {
+        let res = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("Authorization", key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        split(res).await
+    }
+
+    async fn fetch(&self, key: &str, id: &str) -> Value {
+        let (status, body) = self
+            .post(key, "/api/v1/fetch", json!({ "task_id": id }))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    fn kill9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    fn terminate(&self) {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+    }
+}
+
+impl Drop for Easel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn run_cli(dir: &Path, args: &[&str]) -> (bool, String) {
+    let out = command(dir, &[]).args(args).output().unwrap();
+    (out.status.success(), String::from_utf8(out.stdout).unwrap())
+}
+
+#[tokio::test]
+async fn first_start_prints_a_working_key_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let easel = Easel::start(dir.path(), &[]);
+    let key = easel.first_key.clone().expect("a key on first start");
+    let res = easel
+        .http
+        .get(format!("{}/api/v1/account", easel.base))
+        .header("Authorization", &key)
+        .send()
+        .await
+        .unwrap();
+    let (status, account) = split(res).await;
+    assert_eq!(status, 200);
+    assert_eq!(account["email"], "admin@localhost");
+    easel.kill9();
+    let again = Easel::start(dir.path(), &[]);
+    assert!(again.first_key.is_none(), "the key is shown only once");
+}
+
+#[tokio::test]
+async fn key_commands_create_list_and_revoke() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, out) = run_cli(
+        dir.path(),
+        &[
+            "keys",
+            "create",
+            "--name",
+            "ci",
+            "--account",
+            "ci@example.com",
+        ],
+    );
+    assert!(ok);
+    let key = out.trim().to_string();
+    assert_eq!(out.lines().count(), 1, "only the key: {out:?}");
+    assert!(key.starts_with("easel_") && key.len() == 38, "{key}");
+
+    let (ok, list) = run_cli(dir.path(), &["keys", "list"]);
+    assert!(ok);
+    assert!(!list.contains(&key), "the key itself is never listed");
+    assert!(
+        list.contains(&key[..12]) && list.contains("ci@example.com"),
+        "{list}"
+    );
+    let id = list
+        .lines()
+        .find(|l| l.contains("ci@example.com"))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+
+    let easel = Easel::start(dir.path(), &[]);
+    assert!(easel.first_key.is_none(), "an account already exists");
+    let (status, _) = easel
+        .post(&key, "/api/v1/imagine", json!({"prompt": "hi"}))
+        .await;
+    assert_eq!(status, 200);
+
+    // Revoked while the server runs: refused at once.
+    let (ok, _) = run_cli(dir.path(), &["keys", "revoke", &id]);
+    assert!(ok);
+    let (status, body) = easel
+        .post(&key, "/api/v1/imagine", json!({"prompt": "hi"}))
+        .await;
+    assert_eq!((status, body), (401, json!({})));
+    let (ok, _) = run_cli(dir.path(), &["keys", "revoke", &id]);
+    assert!(!ok, "revoking twice fails");
+
+    let (ok, secret) = run_cli(
+        dir.path(),
+        &["signing-secret", "--account", "ci@example.com"],
+    );
+    assert!(ok && secret.trim().starts_with("whsec_"));
+    let (ok, rotated) = run_cli(
+        dir.path(),
+        &["signing-secret", "--account", "ci@example.com", "--rotate"],
+    );
+    assert!(ok && rotated.trim().starts_with("whsec_") && rotated != secret);
+    let (_, now) = run_cli(
+        dir.path(),
+        &["signing-secret", "--account", "ci@example.com"],
+    );
+    assert_eq!(now, rotated);
+}
+
+#[tokio::test]
+async fn a_task_whose_process_is_killed_mid_generation_still_finishes_once() {
+    let receiver = Receiver::start(vec![Behaviour::Status(200)]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let slow = [
+        ("EASEL_WORKERS", "1"),
+        ("EASEL_PROCEDURAL_MIN_DURATION", "2s"),
+    ];
+    let easel = Easel::start(dir.path(), &slow);
+    let key = easel.first_key.clone().unwrap();
+    let (status, body) = easel
+        .post(
+            &key,
+            "/api/v1/imagine",
+            json!({"prompt": "survive", "webhook_url": receiver.url}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let id = body["task_id"].as_str().unwrap().to_string();
+    wait_for(Duration::from_secs(10), || async {
+        (easel.fetch(&key, &id).await["status"] == "processing").then_some(())
+    })
+    .await
+    .expect("processing");
+    easel.kill9();
+
+    let easel = Easel::start(dir.path(), &slow);
+    let record = wait_for(Duration::from_secs(30), || async {
+        let t = easel.fetch(&key, &id).await;
+        (t["status"] == "finished").then_some(t)
+    })
+    .await
+    .expect("finished after the restart");
+    assert_eq!(record["image_urls"].as_array().unwrap().len(), 4);
+    wait_for(Duration::from_secs(10), || async {
+        (receiver.count() >= 1).then_some(())
+    })
+    .await
+    .expect("webhook");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(receiver.count(), 1, "finished exactly once");
+    // Only the surviving attempt's images are on disk.
+    let folders = std::fs::read_dir(dir.path().join("data/files").join(&id))
+        .unwrap()
+        .count();
+    assert_eq!(folders, 1);
+}
+
+#[tokio::test]
+async fn a_webhook_in_flight_when_the_process_is_killed_is_delivered_after_restart() {
+    let receiver = Receiver::start(vec![Behaviour::Hang(Duration::from_secs(30))]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let easel = Easel::start(dir.path(), &[("EASEL_WEBHOOK_TIMEOUT", "20s")]);
+    let key = easel.first_key.clone().unwrap();
+    let (_, body) = easel
+        .post(
+            &key,
+            "/api/v1/imagine",
+            json!({"prompt": "hook", "webhook_url": receiver.url}),
+        )
+        .await;
+    let id = body["task_id"].as_str().unwrap().to_string();
+    wait_for(Duration::from_secs(10), || async {
+        (receiver.count() == 1).then_some(())
+    })
+    .await
+    .expect("first attempt under way");
+    easel.kill9();
+    receiver.set(vec![Behaviour::Status(200)]);
+
+    // The claim's lease (timeout + 5 s) must run out before the restart takes it over.
+    let easel = Easel::start(dir.path(), &[("EASEL_WEBHOOK_TIMEOUT", "1s")]);
+    let record = wait_for(Duration::from_secs(40), || async {
+        let t = easel.fetch(&key, &id).await;
+        (t["webhook"]["status"] == "delivered").then_some(t)
+    })
+    .await
+    .expect("delivered after the restart");
+    assert_eq!(record["status"], "finished");
+    assert!(receiver.count() >= 2);
+}
+
+#[tokio::test]
+async fn sigterm_stops_taking_work_and_exits_in_bounded_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("EASEL_WORKERS", "1"),
+        ("EASEL_PROCEDURAL_MIN_DURATION", "1s"),
+    ];
+    let mut easel = Easel::start(dir.path(), &env);
+    let key = easel.first_key.clone().unwrap();
+    let (_, body) = easel
+        .post(&key, "/api/v1/imagine", json!({"prompt": "drain me"}))
+        .await;
+    let id = body["task_id"].as_str().unwrap().to_string();
+    wait_for(Duration::from_secs(10), || async {
+        (easel.fetch(&key, &id).await["status"] == "processing").then_some(())
+    })
+    .await
+    .expect("processing");
+    let started = Instant::now();
+    easel.terminate();
+    let status = loop {
+        if let Some(status) = easel.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "exits within the bound"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    // The running task was allowed to finish before the exit.
+    let easel = Easel::start(dir.path(), &env);
+    assert_eq!(easel.fetch(&key, &id).await["status"], "finished");
+}

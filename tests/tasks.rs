@@ -1,0 +1,252 @@
+//! Task life: the state machine, progress, images, content policy, queue order, leases, restarts.
+
+mod common;
+
+use std::time::Duration;
+
+use common::TestApp;
+use easel::store::{NewTask, Outcome};
+use serde_json::json;
+
+#[tokio::test]
+async fn a_task_runs_to_finished_with_four_images_and_a_grid() {
+    let app = TestApp::spawn_with(|c| {
+        c.procedural_min_duration = Duration::from_millis(1500);
+        c.heartbeat = Duration::from_millis(100);
+    })
+    .await;
+    let id = app
+        .imagine(json!({"prompt": "a red sunset over the ocean", "aspect_ratio": "2:1"}))
+        .await;
+    assert_eq!(app.fetch(&id).await["percentage"], "0");
+
+    // Watch it move through the states, with the percentage rising while processing.
+    let mut seen: Vec<String> = Vec::new();
+    let mut percentages = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let record = loop {
+        let t = app.fetch(&id).await;
+        let status = t["status"].as_str().unwrap().to_string();
+        if seen.last() != Some(&status) {
+            seen.push(status.clone());
+        }
+        if status == "processing" {
+            percentages.push(t["percentage"].as_str().unwrap().parse::<u32>().unwrap());
+        }
+        if status == "finished" || status == "failed" {
+            break t;
+        }
+        assert!(std::time::Instant::now() < deadline, "task ends in time");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(record["status"], "finished", "{record}");
+    assert_eq!(record["percentage"], "100");
+    assert!(seen.contains(&"processing".to_string()), "{seen:?}");
+    let order = ["pending", "starting", "processing", "finished"];
+    let positions: Vec<usize> = seen
+        .iter()
+        .map(|s| order.iter().position(|o| o == s).unwrap())
+        .collect();
+    assert!(positions.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    assert!(
+        percentages.windows(2).all(|w| w[0] <= w[1]),
+        "{percentages:?}"
+    );
+    assert!(
+        percentages.iter().any(|p| *p > 0 && *p < 100),
+        "progress visible while processing: {percentages:?}"
+    );
+    assert!(record["started_at"].is_string() && record["finished_at"].is_string());
+    assert!(record.get("error").is_none());
+
+    // The images: four plus the grid, real PNGs at the requested aspect ratio, cacheable forever.
+    let urls: Vec<String> = record["image_urls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(urls.len(), 4);
+    let grid = record["original_image_url"].as_str().unwrap().to_string();
+    let mut bodies = Vec::new();
+    for url in urls.iter().chain([&grid]) {
+        assert!(url.starts_with(&format!("{}/files/", app.base)), "{url}");
+        let res = app.http.get(url).send().await.unwrap();
+        assert_eq!(res.status(), 200, "{url}");
+        assert_eq!(res.headers()["content-type"], "image/png");
+        let cache = res.headers()["cache-control"].to_str().unwrap().to_string();
+        assert!(
+            cache.contains("immutable") && cache.contains("max-age=31536000"),
+            "{cache}"
+        );
+        let bytes = res.bytes().await.unwrap();
+        let image = easel::generate::raster::decode_png(&bytes).unwrap();
+        assert_eq!((image.width, image.height), (128, 64), "{url}");
+        bodies.push(bytes);
+    }
+    for i in 0..4 {
+        for j in i + 1..4 {
+            assert_ne!(bodies[i], bodies[j], "images {i} and {j} differ");
+        }
+    }
+    // Addresses are unguessable: a random token in the path, not just the task id.
+    let token = urls[0].split('/').rev().nth(1).unwrap();
+    assert_eq!(token.len(), 32, "{}", urls[0]);
+    let (_, account) = app.get("/api/v1/account").await;
+    assert_eq!(account["total_images"], 4);
+}
+
+#[tokio::test]
+async fn content_policy_violations_fail_with_a_clear_error() {
+    let app = TestApp::spawn_with(|c| c.blocked_terms = vec!["forbidden thing".into()]).await;
+    let id = app
+        .imagine(json!({"prompt": "A FORBIDDEN thing, in oils"}))
+        .await;
+    let record = app.wait_final(&id, Duration::from_secs(10)).await;
+    assert_eq!(record["status"], "failed");
+    let error = record["error"].as_str().unwrap();
+    assert!(error.starts_with("content policy violation"), "{error}");
+    assert!(record.get("image_urls").is_none());
+    let fine = app.imagine(json!({"prompt": "a thing, forbidden"})).await;
+    assert_eq!(
+        app.wait_final(&fine, Duration::from_secs(10)).await["status"],
+        "finished"
+    );
+}
+
+fn new_task(account_id: &str, mode: &str, priority: i64) -> NewTask {
+    NewTask {
+        id: uuid::Uuid::new_v4(),
+        account_id: account_id.to_string(),
+        task_type: "imagine",
+        prompt: format!("{mode} task"),
+        aspect_ratio: "1:1".into(),
+        process_mode: match mode {
+            "turbo" => "turbo",
+            "fast" => "fast",
+            _ => "relax",
+        },
+        priority,
+        seed: 7,
+        webhook_url: None,
+        webhook_secret: None,
+    }
+}
+
+#[tokio::test]
+async fn the_queue_serves_turbo_then_fast_then_relax_first_come_first_served() {
+    // Built but not running: this test is the only worker.
+    let dir = tempfile::tempdir().unwrap();
+    let app = easel::Application::build(common::test_config(dir.path()))
+        .await
+        .unwrap();
+    let store = app.store();
+    let account = store.first_account().await.unwrap().unwrap();
+    let order = [
+        ("relax", 2),
+        ("fast", 1),
+        ("relax", 2),
+        ("turbo", 0),
+        ("fast", 1),
+    ];
+    let mut ids = Vec::new();
+    for (mode, priority) in order {
+        let t = new_task(&account.id, mode, priority);
+        ids.push(t.id.to_string());
+        assert!(store.insert_task(&t, 100).await.unwrap());
+    }
+    let mut claimed = Vec::new();
+    while let Some(t) = store.claim_task("test", 60_000).await.unwrap() {
+        claimed.push(t.id);
+    }
+    let expected = [&ids[3], &ids[1], &ids[4], &ids[0], &ids[2]];
+    assert_eq!(claimed.iter().collect::<Vec<_>>(), expected);
+}
+
+#[tokio::test]
+async fn a_stale_worker_cannot_overwrite_a_newer_attempt_and_lost_tasks_fail_after_max_attempts() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = easel::Application::build(common::test_config(dir.path()))
+        .await
+        .unwrap();
+    let store = app.store();
+    let account = store.first_account().await.unwrap().unwrap();
+    let task = new_task(&account.id, "fast", 1);
+    let id = task.id.to_string();
+    store.insert_task(&task, 100).await.unwrap();
+
+    // Attempt 1 claims with a lease that runs out at once.
+    let first = store.claim_task("w1", -1).await.unwrap().unwrap();
+    assert_eq!(first.attempts, 1);
+    assert_eq!(store.recover_expired(3).await.unwrap(), (1, 0));
+    // Attempt 2 takes over.
+    let second = store.claim_task("w2", 60_000).await.unwrap().unwrap();
+    assert_eq!((second.id.as_str(), second.attempts), (id.as_str(), 2));
+    let stale = Outcome::Failed {
+        error: "stale".into(),
+    };
+    assert!(!store.heartbeat(&id, 1, 50, 60_000).await.unwrap());
+    assert!(
+        !store.complete_task(&id, 1, &stale).await.unwrap(),
+        "fenced"
+    );
+    assert!(store.mark_processing(&id, 2, 60_000).await.unwrap());
+    let done = Outcome::Finished {
+        original_image_url: "u".into(),
+        image_urls: vec!["a".into(); 4],
+    };
+    assert!(store.complete_task(&id, 2, &done).await.unwrap());
+    assert!(
+        !store.complete_task(&id, 2, &stale).await.unwrap(),
+        "final is final"
+    );
+    let row = store
+        .task_for_account(&account.id, &task.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.status, "finished");
+
+    // A task that keeps losing its worker fails after max_attempts with a clear error.
+    let doomed = new_task(&account.id, "fast", 1);
+    store.insert_task(&doomed, 100).await.unwrap();
+    for attempt in 1..=3 {
+        let t = store.claim_task("w", -1).await.unwrap().unwrap();
+        assert_eq!(t.attempts, attempt);
+        let (requeued, failed) = store.recover_expired(3).await.unwrap();
+        assert_eq!(
+            (requeued, failed),
+            if attempt < 3 { (1, 0) } else { (0, 1) }
+        );
+    }
+    let row = store
+        .task_for_account(&account.id, &doomed.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.status, "failed");
+    assert!(row.error.unwrap().contains("interrupted 3 times"));
+}
+
+#[tokio::test]
+async fn accepted_tasks_survive_a_restart_and_finish() {
+    let app = TestApp::spawn_with(|c| {
+        c.workers = 1;
+        c.procedural_min_duration = Duration::from_millis(400);
+        c.shutdown_timeout = Duration::from_millis(50);
+    })
+    .await;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(
+            app.imagine(json!({ "prompt": format!("restart {i}") }))
+                .await,
+        );
+    }
+    let (dir, config) = app.stop().await;
+    let app = TestApp::start(dir, config).await;
+    for id in &ids {
+        let record = app.wait_final(id, Duration::from_secs(20)).await;
+        assert_eq!(record["status"], "finished", "{record}");
+    }
+}

@@ -1,0 +1,299 @@
+//! Webhook delivery against a local receiver: payload and headers, signatures, the retry
+//! schedule, undeliverable, redelivery, and the SSRF defence at delivery time.
+
+mod common;
+
+use std::time::Duration;
+
+use common::receiver::{Behaviour, Receiver};
+use common::{wait_for, TestApp};
+use serde_json::{json, Value};
+
+async fn signing_secret(app: &TestApp) -> String {
+    app.store
+        .first_account()
+        .await
+        .unwrap()
+        .unwrap()
+        .signing_secret
+}
+
+#[tokio::test]
+async fn a_finished_task_is_delivered_with_exact_payload_headers_and_signature() {
+    let receiver = Receiver::start(vec![Behaviour::Status(200)]).await;
+    let app = TestApp::spawn().await;
+    let id = app
+        .imagine(json!({"prompt": "a blue whale", "webhook_url": receiver.url, "webhook_secret": "my-secret"}))
+        .await;
+    let record = app.wait_final(&id, Duration::from_secs(10)).await;
+    assert_eq!(record["status"], "finished");
+    wait_for(Duration::from_secs(5), || async {
+        (receiver.count() == 1).then_some(())
+    })
+    .await
+    .expect("one delivery");
+    let got = &receiver.received()[0];
+
+    // The body, byte for byte: the seed's fields in its order.
+    let expected = format!(
+        r#"{{"task_id":"{id}","task_type":"imagine","status":"finished","percentage":"100","original_image_url":{},"image_urls":{}}}"#,
+        record["original_image_url"], record["image_urls"]
+    );
+    assert_eq!(std::str::from_utf8(&got.body).unwrap(), expected);
+
+    let h = &got.headers;
+    assert_eq!(h["content-type"], "application/json");
+    assert_eq!(h["x-webhook-secret"], "my-secret");
+    assert!(h["user-agent"].to_str().unwrap().starts_with("easel"));
+    let msg_id = h["webhook-id"].to_str().unwrap();
+    let ts: i64 = h["webhook-timestamp"].to_str().unwrap().parse().unwrap();
+    assert!((chrono::Utc::now().timestamp() - ts).abs() < 30);
+    assert!(h["webhook-signature"].to_str().unwrap().starts_with("v1,"));
+
+    // An independent Standard Webhooks implementation accepts the signature.
+    let secret = signing_secret(&app).await;
+    assert!(secret.starts_with("whsec_"));
+    let verifier = standardwebhooks::Webhook::new(&secret).unwrap();
+    verifier.verify(&got.body, h).expect("signature verifies");
+    let other = standardwebhooks::Webhook::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+    assert!(
+        other.verify(&got.body, h).is_err(),
+        "a different secret does not verify"
+    );
+
+    // The record shows the delivery.
+    let record = app.fetch(&id).await;
+    assert_eq!(record["webhook"]["status"], "delivered");
+    assert_eq!(record["webhook"]["attempts"], 1);
+    assert_eq!(record["webhook"]["last_status_code"], 200);
+    assert!(record["webhook"].get("next_attempt_at").is_none());
+    assert!(!msg_id.is_empty());
+}
+
+#[tokio::test]
+async fn a_failed_task_is_delivered_without_the_secret_header_when_none_was_given() {
+    let receiver = Receiver::start(vec![Behaviour::Status(204)]).await;
+    let app = TestApp::spawn_with(|c| c.blocked_terms = vec!["forbidden".into()]).await;
+    let id = app
+        .imagine(json!({"prompt": "something forbidden", "webhook_url": receiver.url}))
+        .await;
+    app.wait_final(&id, Duration::from_secs(10)).await;
+    wait_for(Duration::from_secs(5), || async {
+        (receiver.count() == 1).then_some(())
+    })
+    .await
+    .expect("one delivery");
+    let got = &receiver.received()[0];
+    let body: Value = serde_json::from_slice(&got.body).unwrap();
+    assert_eq!(body["task_id"], id.as_str());
+    assert_eq!(body["status"], "failed");
+    assert!(body["error"]
+        .as_str()
+        .unwrap()
+        .starts_with("content policy violation"));
+    assert_eq!(body.as_object().unwrap().len(), 4);
+    assert!(got.headers.get("x-webhook-secret").is_none());
+}
+
+#[tokio::test]
+async fn failed_attempts_follow_the_schedule_then_the_webhook_is_undeliverable() {
+    let receiver = Receiver::start(vec![Behaviour::Status(500)]).await;
+    let app = TestApp::spawn().await;
+    let id = app
+        .imagine(json!({"prompt": "retry me", "webhook_url": receiver.url}))
+        .await;
+    let record = wait_for(Duration::from_secs(20), || async {
+        let t = app.fetch(&id).await;
+        (t["webhook"]["status"] == "undeliverable").then_some(t)
+    })
+    .await
+    .expect("undeliverable");
+    assert_eq!(record["webhook"]["attempts"], 4);
+    assert_eq!(record["webhook"]["last_status_code"], 500);
+    // The result stays available.
+    assert_eq!(record["status"], "finished");
+    assert_eq!(record["image_urls"].as_array().unwrap().len(), 4);
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let got = receiver.received();
+    assert_eq!(got.len(), 4, "exactly four attempts");
+    // Same webhook-id on every retry.
+    let ids: Vec<_> = got
+        .iter()
+        .map(|r| r.headers["webhook-id"].clone())
+        .collect();
+    assert!(ids.windows(2).all(|w| w[0] == w[1]));
+    // Retries at about 300, 600 and 900 ms after the initial failure.
+    let first = got[0].at;
+    for (i, expected_ms) in [300u64, 600, 900].iter().enumerate() {
+        let actual = got[i + 1].at.duration_since(first).as_millis() as i64;
+        assert!(
+            (actual - *expected_ms as i64).abs() < 250,
+            "retry {} at {actual} ms, expected about {expected_ms} ms",
+            i + 1
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_delivery_that_recovers_is_marked_delivered() {
+    let receiver = Receiver::start(vec![
+        Behaviour::Status(503),
+        Behaviour::Redirect("/elsewhere".into()),
+        Behaviour::Status(200),
+    ])
+    .await;
+    let app = TestApp::spawn().await;
+    let id = app
+        .imagine(json!({"prompt": "eventually", "webhook_url": receiver.url}))
+        .await;
+    let record = wait_for(Duration::from_secs(15), || async {
+        let t = app.fetch(&id).await;
+        (t["webhook"]["status"] == "delivered").then_some(t)
+    })
+    .await
+    .expect("delivered");
+    assert_eq!(record["webhook"]["attempts"], 3);
+    // The redirect was not followed: only /hook was hit, three times.
+    assert_eq!(receiver.count(), 3);
+}
+
+#[tokio::test]
+async fn timeouts_and_endless_bodies_fail_the_attempt() {
+    let receiver = Receiver::start(vec![
+        Behaviour::Hang(Duration::from_secs(5)),
+        Behaviour::EndlessBody,
+        Behaviour::Status(200),
+    ])
+    .await;
+    let app = TestApp::spawn_with(|c| c.webhook_timeout = Duration::from_millis(500)).await;
+    let id = app
+        .imagine(json!({"prompt": "slow receiver", "webhook_url": receiver.url}))
+        .await;
+    let record = wait_for(Duration::from_secs(15), || async {
+        let t = app.fetch(&id).await;
+        (t["webhook"]["status"] == "delivered").then_some(t)
+    })
+    .await
+    .expect("delivered on the third attempt");
+    assert_eq!(record["webhook"]["attempts"], 3);
+}
+
+#[tokio::test]
+async fn redeliver_starts_a_fresh_schedule() {
+    let receiver = Receiver::start(vec![Behaviour::Status(200)]).await;
+    let app = TestApp::spawn().await;
+    let id = app
+        .imagine(json!({"prompt": "again", "webhook_url": receiver.url}))
+        .await;
+    wait_for(Duration::from_secs(10), || async {
+        (receiver.count() == 1).then_some(())
+    })
+    .await
+    .expect("first delivery");
+    let (status, record) = app
+        .post(&format!("/api/v1/tasks/{id}/redeliver"), &json!({}))
+        .await;
+    assert_eq!(status, 202, "{record}");
+    assert_eq!(record["task_id"], id.as_str());
+    wait_for(Duration::from_secs(10), || async {
+        (receiver.count() == 2).then_some(())
+    })
+    .await
+    .expect("second delivery");
+    let got = receiver.received();
+    assert_eq!(got[0].body, got[1].body);
+
+    // No webhook, or not ended yet: 409.
+    let plain = app.imagine(json!({"prompt": "no hook"})).await;
+    app.wait_final(&plain, Duration::from_secs(10)).await;
+    let (status, err) = app
+        .post(&format!("/api/v1/tasks/{plain}/redeliver"), &json!({}))
+        .await;
+    assert_eq!(
+        (status, err["errors"][0]["code"].as_str()),
+        (409, Some("no_webhook"))
+    );
+    let (status, _) = app
+        .post(
+            &format!("/api/v1/tasks/{}/redeliver", uuid::Uuid::new_v4()),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn deliveries_to_private_addresses_are_refused_when_not_allowed() {
+    // Accepted at submit under a permissive policy, then delivered by a strict one: the
+    // dispatcher checks again, so a policy change or DNS answer cannot reach internal hosts.
+    let receiver = Receiver::start(vec![Behaviour::Status(200)]).await;
+    let app = TestApp::spawn().await;
+    let id = app
+        .imagine(json!({"prompt": "ssrf", "webhook_url": format!("http://localhost:{}/hook", receiver.port)}))
+        .await;
+    app.wait_final(&id, Duration::from_secs(10)).await;
+    let (dir, mut config) = app.stop().await;
+    wait_for(Duration::from_secs(5), || async {
+        (receiver.count() >= 1).then_some(())
+    })
+    .await;
+    let before = receiver.count();
+    config.webhook_allow_private = false;
+    let app = TestApp::start(dir, config).await;
+    let (status, _) = app
+        .post(&format!("/api/v1/tasks/{id}/redeliver"), &json!({}))
+        .await;
+    assert_eq!(status, 202);
+    let record = wait_for(Duration::from_secs(10), || async {
+        let t = app.fetch(&id).await;
+        (t["webhook"]["status"] == "undeliverable").then_some(t)
+    })
+    .await
+    .expect("undeliverable");
+    assert!(
+        record["webhook"]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("non-public")
+            || record["webhook"]["last_error"]
+                .as_str()
+                .unwrap()
+                .contains("private"),
+        "{record}"
+    );
+    assert_eq!(receiver.count(), before, "nothing reached the receiver");
+}
+
+#[tokio::test]
+async fn a_hanging_receiver_does_not_hold_up_deliveries_to_others() {
+    let slow = Receiver::start(vec![Behaviour::Hang(Duration::from_secs(9))]).await;
+    let fast = Receiver::start(vec![Behaviour::Status(200)]).await;
+    let app = TestApp::spawn_with(|c| c.webhook_timeout = Duration::from_secs(10)).await;
+    let mut slow_ids = Vec::new();
+    for i in 0..5 {
+        slow_ids.push(
+            app.imagine(json!({"prompt": format!("slow {i}"), "webhook_url": slow.url}))
+                .await,
+        );
+    }
+    wait_for(Duration::from_secs(10), || async {
+        (slow.count() == 5).then_some(())
+    })
+    .await
+    .expect("all five slow deliveries in flight at once");
+    let fast_id = app
+        .imagine(json!({"prompt": "fast", "webhook_url": fast.url}))
+        .await;
+    let delivered = wait_for(Duration::from_secs(7), || async {
+        (fast.count() == 1).then_some(())
+    })
+    .await;
+    assert!(
+        delivered.is_some(),
+        "the fast receiver got its delivery while five others hung"
+    );
+    let first_slow = slow.received()[0].at;
+    assert!(fast.received()[0].at.duration_since(first_slow) < Duration::from_secs(9));
+    assert_eq!(app.fetch(&fast_id).await["webhook"]["status"], "delivered");
+}
