@@ -3,120 +3,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::binary::{run_cli, Easel};
 use common::receiver::{Behaviour, Receiver};
 use common::{split, wait_for};
-use serde_json::{json, Value};
-
-const BIN: &str = env!("CARGO_BIN_EXE_easel");
-
-/// A running `easel serve`.
-struct Easel {
-    child: Child,
-    base: String,
-    first_key: Option<String>,
-    http: reqwest::Client,
-}
-
-fn command(dir: &Path, extra_env: &[(&str, &str)]) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.current_dir(dir)
-        .env("EASEL_DATA_DIR", dir.join("data"))
-        .env("EASEL_LISTEN", "127.0.0.1:0")
-        .env("EASEL_IMAGE_SIZE", "128")
-        .env("EASEL_LEASE", "2s")
-        .env("EASEL_HEARTBEAT", "200ms")
-        .env("EASEL_POLL_INTERVAL", "100ms")
-        .env("EASEL_SHUTDOWN_TIMEOUT", "3s")
-        .env("EASEL_WEBHOOK_ALLOW_HTTP", "true")
-        .env("EASEL_WEBHOOK_ALLOW_PRIVATE", "true")
-        .env("EASEL_WEBHOOK_TIMEOUT", "1s")
-        .env("EASEL_WEBHOOK_RETRY_SCHEDULE", "300ms,600ms,900ms")
-        .env("RUST_LOG", "warn");
-    for (k, v) in extra_env {
-        cmd.env(k, v);
-    }
-    cmd
-}
-
-impl Easel {
-    fn start(dir: &Path, extra_env: &[(&str, &str)]) -> Easel {
-        let mut child = command(dir, extra_env)
-            .arg("serve")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut first_key = None;
-        let base = loop {
-            let line = lines.next().expect("easel printed its address").unwrap();
-            if let Some(key) = line.trim().strip_prefix("easel_") {
-                first_key = Some(format!("easel_{key}"));
-            }
-            if let Some(addr) = line.strip_prefix("easel listening on ") {
-                break addr.to_string();
-            }
-        };
-        // Keep draining stdout so the child never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        Easel {
-            child,
-            base,
-            first_key,
-            http: reqwest::Client::new(),
-        }
-    }
-
-    async fn post(&self, key: &str, path: &str, body: Value) -> (u16, Value) {
-        let res = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .header("Authorization", key)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        split(res).await
-    }
-
-    async fn fetch(&self, key: &str, id: &str) -> Value {
-        let (status, body) = self
-            .post(key, "/api/v1/fetch", json!({ "task_id": id }))
-            .await;
-        assert_eq!(status, 200, "{body}");
-        body
-    }
-
-    fn kill9(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-
-    fn terminate(&self) {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .unwrap();
-    }
-}
-
-impl Drop for Easel {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn run_cli(dir: &Path, args: &[&str]) -> (bool, String) {
-    let out = command(dir, &[]).args(args).output().unwrap();
-    (out.status.success(), String::from_utf8(out.stdout).unwrap())
-}
+use serde_json::json;
 
 #[tokio::test]
 async fn first_start_prints_a_working_key_once() {

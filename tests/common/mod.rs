@@ -2,6 +2,7 @@
 //! its API, and a local webhook receiver that records what it gets and can be told to misbehave.
 #![allow(dead_code)]
 
+pub mod binary;
 pub mod receiver;
 
 use std::time::{Duration, Instant};
