@@ -56,6 +56,9 @@ pub struct Config {
 
     /// Largest accepted request body, in bytes.
     pub body_limit: usize,
+    /// A client must send a request's headers within this time, or its connection is closed.
+    #[serde(with = "duration")]
+    pub header_timeout: Duration,
     /// A request body must arrive within this time (408 otherwise).
     #[serde(with = "duration")]
     pub body_timeout: Duration,
@@ -105,6 +108,7 @@ impl Default for Config {
                 .map(|s| s.to_string())
                 .collect(),
             body_limit: 64 * 1024,
+            header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(15),
             max_connections: 4096,
             max_pending_per_account: 1000,
@@ -176,8 +180,8 @@ impl Config {
         if self.body_limit < 1024 {
             bail!("configuration: body_limit must be at least 1024 bytes");
         }
-        if self.body_timeout.is_zero() {
-            bail!("configuration: body_timeout must be non-zero");
+        if self.header_timeout.is_zero() || self.body_timeout.is_zero() {
+            bail!("configuration: header_timeout and body_timeout must be non-zero");
         }
         if self.max_connections == 0 {
             bail!("configuration: max_connections must be at least 1");

@@ -183,13 +183,12 @@ impl Application {
         });
 
         let app = api::router(self.state.clone());
-        let server = tokio::spawn(server::serve(
-            self.listener,
-            app,
-            config.max_connections,
-            shutdown.clone(),
-            std::time::Duration::from_secs(2),
-        ));
+        let limits = server::ConnectionLimits {
+            max_connections: config.max_connections,
+            header_timeout: config.header_timeout,
+            drain: std::time::Duration::from_secs(2),
+        };
+        let server = tokio::spawn(server::serve(self.listener, app, limits, shutdown.clone()));
 
         shutdown.cancelled().await;
         let grace = config.shutdown_timeout + std::time::Duration::from_secs(1);

@@ -1,7 +1,7 @@
 //! The HTTP server loop. `axum::serve` sets no header-read timeout and accepts connections without
 //! bound; this loop adds both, so that slow or numerous clients cannot starve the others:
 //! - at most `max_connections` open connections (the rest wait in the kernel's accept queue);
-//! - request headers must arrive within `HEADER_READ_TIMEOUT`, and fit in `MAX_HEADER_BYTES`;
+//! - request headers must arrive within `header_timeout`, and fit in `MAX_HEADER_BYTES`;
 //! - on shutdown, idle connections close at once and busy ones after their current request.
 
 use std::sync::Arc;
@@ -19,25 +19,30 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
-/// A client must send its whole request head within this time.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest request head (request line and headers) accepted; larger ones get 431.
 pub const MAX_HEADER_BYTES: usize = 64 * 1024;
 
-/// Serve `app` on `listener` until `shutdown`, then close connections gracefully, waiting at most
-/// `drain` for requests in progress.
+/// How the server treats connections.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectionLimits {
+    pub max_connections: usize,
+    pub header_timeout: Duration,
+    /// How long shutdown waits for requests in progress.
+    pub drain: Duration,
+}
+
+/// Serve `app` on `listener` until `shutdown`, then close connections gracefully.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
-    max_connections: usize,
+    limits: ConnectionLimits,
     shutdown: CancellationToken,
-    drain: Duration,
 ) {
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .header_read_timeout(limits.header_timeout)
         .max_buf_size(MAX_HEADER_BYTES);
     builder
         .http2()
@@ -45,7 +50,7 @@ pub async fn serve(
         .keep_alive_interval(Duration::from_secs(30))
         .max_header_list_size(MAX_HEADER_BYTES as u32);
     let builder = Arc::new(builder);
-    let slots = Arc::new(Semaphore::new(max_connections));
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = GracefulShutdown::new();
 
     loop {
@@ -81,7 +86,7 @@ pub async fn serve(
         });
     }
     drop(listener);
-    if tokio::time::timeout(drain, graceful.shutdown())
+    if tokio::time::timeout(limits.drain, graceful.shutdown())
         .await
         .is_err()
     {

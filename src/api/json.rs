@@ -2,7 +2,8 @@
 //! field so that every error names the field it is about.
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Request};
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
+use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use serde_json::{Map, Value};
 use uuid::Uuid;
@@ -83,4 +84,22 @@ impl JsonObject {
 /// Parse a task id, naming `field` in the error.
 pub fn task_id(field: &str, raw: &str) -> Result<Uuid, ApiError> {
     Uuid::try_parse(raw).map_err(|_| ApiError::field(field, "invalid_value", "must be a UUID"))
+}
+
+/// The `{task_id}` path segment as a UUID. Any segment that is not one (invalid percent-encoding
+/// included) is a 400 in the contract's shape.
+pub struct TaskIdPath(pub Uuid);
+
+impl FromRequestParts<AppState> for TaskIdPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let not_uuid = || ApiError::field("task_id", "invalid_value", "must be a UUID");
+        let Path(raw) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| not_uuid())?;
+        let id = Uuid::try_parse(&raw).map_err(|_| not_uuid())?;
+        tracing::Span::current().record("task_id", tracing::field::display(id));
+        Ok(TaskIdPath(id))
+    }
 }

@@ -83,6 +83,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/fetch-many"),
     ("get", "/api/v1/tasks/{task_id}"),
     ("post", "/api/v1/tasks/{task_id}/redeliver"),
+    ("get", "/api/v1/tasks/{task_id}/webhook-attempts"),
     ("get", "/api/v1/account"),
     ("get", "/api/v1/openapi.json"),
     ("get", "/healthz"),
@@ -109,6 +110,10 @@ pub fn router(state: AppState) -> Router {
         .route("/fetch-many", post(tasks::fetch_many))
         .route("/tasks/{task_id}", get(tasks::get_task))
         .route("/tasks/{task_id}/redeliver", post(tasks::redeliver))
+        .route(
+            "/tasks/{task_id}/webhook-attempts",
+            get(tasks::webhook_attempts),
+        )
         .route("/account", get(account::get_account))
         .route(
             "/openapi.json",

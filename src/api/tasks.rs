@@ -2,14 +2,14 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::json::{task_id, JsonObject};
-use super::record::TaskRecord;
+use super::json::{task_id, JsonObject, TaskIdPath};
+use super::record::{rfc3339, TaskRecord};
 use super::{ApiError, AppState};
 use crate::auth::Caller;
 use crate::domain::{AspectRatio, ProcessMode, Prompt, TaskType};
@@ -120,9 +120,8 @@ pub async fn fetch(
 pub async fn get_task(
     State(state): State<AppState>,
     Caller(account): Caller,
-    Path(raw): Path<String>,
+    TaskIdPath(id): TaskIdPath,
 ) -> Result<Json<Value>, ApiError> {
-    let id = task_id("task_id", &raw)?;
     one_record(&state, &account.id, id).await
 }
 
@@ -173,10 +172,8 @@ pub async fn fetch_many(
 pub async fn redeliver(
     State(state): State<AppState>,
     Caller(account): Caller,
-    Path(raw): Path<String>,
+    TaskIdPath(id): TaskIdPath,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let id = task_id("task_id", &raw)?;
-    tracing::Span::current().record("task_id", tracing::field::display(id));
     match state.store.redeliver(&account.id, &id).await? {
         Redelivery::Queued => {}
         Redelivery::TaskNotFound => return Err(ApiError::TaskNotFound),
@@ -196,4 +193,37 @@ pub async fn redeliver(
     state.outbox_wakeup.notify_one();
     let Json(record) = one_record(&state, &account.id, id).await?;
     Ok((StatusCode::ACCEPTED, Json(record)))
+}
+
+/// `GET /api/v1/tasks/{task_id}/webhook-attempts`: every recorded delivery attempt, oldest first.
+pub async fn webhook_attempts(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    TaskIdPath(id): TaskIdPath,
+) -> Result<Json<Value>, ApiError> {
+    let attempts = state
+        .store
+        .delivery_attempts(&account.id, &id)
+        .await?
+        .ok_or(ApiError::TaskNotFound)?;
+    let attempts: Vec<Value> = attempts
+        .iter()
+        .map(|a| {
+            let mut v = json!({
+                "attempted_at": rfc3339(a.attempted_at),
+                "duration_ms": a.duration_ms,
+            });
+            if let Some(code) = a.status_code {
+                v["status_code"] = json!(code);
+            }
+            if let Some(error) = &a.error {
+                v["error"] = json!(error);
+            }
+            if let Some(next) = a.next_attempt_at {
+                v["next_attempt_at"] = json!(rfc3339(next));
+            }
+            v
+        })
+        .collect();
+    Ok(Json(json!({ "task_id": id, "attempts": attempts })))
 }

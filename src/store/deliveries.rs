@@ -31,6 +31,16 @@ pub struct AttemptRecord {
     pub first_failed_at: Option<i64>,
 }
 
+/// One recorded attempt, as the API lists it.
+#[derive(Clone, Debug, FromRow)]
+pub struct AttemptRow {
+    pub attempted_at: i64,
+    pub duration_ms: i64,
+    pub status_code: Option<i64>,
+    pub error: Option<String>,
+    pub next_attempt_at: Option<i64>,
+}
+
 /// What `redeliver` found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Redelivery {
@@ -146,6 +156,35 @@ impl Store {
         )
         .fetch_one(&self.reader)
         .await?)
+    }
+
+    /// Every recorded attempt to deliver the task's result, oldest first; None when the task is
+    /// not the account's.
+    pub async fn delivery_attempts(
+        &self,
+        account_id: &str,
+        task_id: &Uuid,
+    ) -> StoreResult<Option<Vec<AttemptRow>>> {
+        let task_id = task_id.to_string();
+        let owned: Option<i64> =
+            sqlx::query_scalar("SELECT 1 FROM tasks WHERE id = ? AND account_id = ?")
+                .bind(&task_id)
+                .bind(account_id)
+                .fetch_optional(&self.reader)
+                .await?;
+        if owned.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(
+            sqlx::query_as(
+                "SELECT a.attempted_at, a.duration_ms, a.status_code, a.error, a.next_attempt_at
+                 FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id
+                 WHERE d.task_id = ? ORDER BY a.id",
+            )
+            .bind(&task_id)
+            .fetch_all(&self.reader)
+            .await?,
+        ))
     }
 
     /// Start a fresh delivery schedule for a task's result.

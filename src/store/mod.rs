@@ -17,7 +17,7 @@ use sqlx::sqlite::{
 };
 
 pub use accounts::{Account, ApiKeyInfo, KeyOwner};
-pub use deliveries::{AttemptRecord, DueDelivery, Redelivery};
+pub use deliveries::{AttemptRecord, AttemptRow, DueDelivery, Redelivery};
 pub use tasks::{ClaimedTask, NewTask, Outcome, TaskRow};
 
 /// What can go wrong in the store, sorted by what the caller should do about it.

@@ -75,7 +75,9 @@ impl Dispatcher {
                 }
             };
             let attempt_no = d.attempts + 1;
-            let ended = now_ms();
+            // The attempt's end as recorded (start + duration), so the schedule in the
+            // attempt records adds up exactly.
+            let ended = attempted_at + outcome.duration.as_millis() as i64;
             let first_failed_at = match (outcome.delivered, d.first_failed_at) {
                 (_, Some(t)) => Some(t),
                 (false, None) => Some(ended),

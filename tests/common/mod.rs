@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod binary;
+pub mod chaos;
 pub mod receiver;
 
 use std::time::{Duration, Instant};
