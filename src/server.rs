@@ -2,9 +2,14 @@
 //! bound; this loop adds both, so that slow or numerous clients cannot starve the others:
 //! - at most `max_connections` open connections (the rest wait in the kernel's accept queue);
 //! - request headers must arrive within `header_timeout`, and fit in `MAX_HEADER_BYTES`;
+//! - a connection that says nothing is closed: before its first request after `header_timeout`,
+//!   between requests after `KEEP_ALIVE_IDLE` (hyper's own timeout starts only with a first byte);
 //! - on shutdown, idle connections close at once and busy ones after their current request.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -14,10 +19,14 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
+
+/// How long a keep-alive connection may sit idle between requests.
+pub const KEEP_ALIVE_IDLE: Duration = Duration::from_secs(60);
 
 /// The largest request head (request line and headers) accepted; larger ones get 431.
 pub const MAX_HEADER_BYTES: usize = 64 * 1024;
@@ -75,8 +84,9 @@ pub async fn serve(
             app.clone()
                 .map_request(|req: hyper::Request<Incoming>| req.map(Body::new)),
         );
+        let io = SilenceTimeout::new(stream, limits.header_timeout, KEEP_ALIVE_IDLE);
         let conn = builder
-            .serve_connection(TokioIo::new(stream), service)
+            .serve_connection(TokioIo::new(io), service)
             .into_owned();
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
@@ -91,5 +101,98 @@ pub async fn serve(
         .is_err()
     {
         tracing::warn!("connections still open after the drain period; closing them");
+    }
+}
+
+/// A stream whose reads fail with `TimedOut` when the peer stays silent too long: `first` before
+/// any byte has arrived, `idle` afterwards. Only a pending read counts, so a slow handler or a
+/// slow reader of our answer is not affected. Every handler answers quickly, so a connection
+/// whose read stays pending this long is an idle client.
+struct SilenceTimeout<T> {
+    inner: T,
+    first: bool,
+    first_timeout: Duration,
+    idle_timeout: Duration,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    armed: bool,
+}
+
+impl<T> SilenceTimeout<T> {
+    fn new(inner: T, first_timeout: Duration, idle_timeout: Duration) -> Self {
+        SilenceTimeout {
+            inner,
+            first: true,
+            first_timeout,
+            idle_timeout,
+            deadline: Box::pin(tokio::time::sleep(first_timeout)),
+            armed: false,
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for SilenceTimeout<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(result) => {
+                this.armed = false;
+                this.first = false;
+                Poll::Ready(result)
+            }
+            Poll::Pending => {
+                if !this.armed {
+                    let wait = if this.first {
+                        this.first_timeout
+                    } else {
+                        this.idle_timeout
+                    };
+                    this.deadline
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + wait);
+                    this.armed = true;
+                }
+                match this.deadline.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "client silent too long",
+                    ))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for SilenceTimeout<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
     }
 }

@@ -27,6 +27,15 @@ impl FromRequest<AppState> for JsonObject {
             return Err(ApiError::UnsupportedMediaType);
         }
         let limit = state.config.body_limit;
+        // A declared length over the limit is refused before any of the body is read.
+        let declared = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limit as u64) {
+            return Err(ApiError::PayloadTooLarge { limit });
+        }
         let read = tokio::time::timeout(state.config.body_timeout, Bytes::from_request(req, state));
         let bytes = read
             .await

@@ -1,0 +1,221 @@
+//! Resource bounds: slow clients, huge heads and bodies, and thousands of connections do not stop
+//! easel from serving others, and its memory stays bounded.
+
+mod common;
+
+use std::time::Duration;
+
+use common::binary::Easel;
+use common::{split, TestApp};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn addr(app: &TestApp) -> String {
+    app.base.trim_start_matches("http://").to_string()
+}
+
+/// Whether the server has closed `stream` (EOF or an error) within `within`.
+async fn closed_by_server(stream: &mut TcpStream, within: Duration) -> bool {
+    let mut buf = [0u8; 1024];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => continue,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_header_senders_are_cut_off_and_others_are_served() {
+    let app = TestApp::spawn_with(|c| c.header_timeout = Duration::from_secs(1)).await;
+    let mut slow = Vec::new();
+    for _ in 0..300 {
+        let mut s = TcpStream::connect(addr(&app)).await.unwrap();
+        s.write_all(b"POST /api/v1/imagine HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        slow.push(s);
+    }
+    // Trickle a byte now and then, as a slowloris client does.
+    let trickle = tokio::spawn(async move {
+        for _ in 0..4 {
+            for s in slow.iter_mut() {
+                let _ = s.write_all(b"X").await;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        slow
+    });
+    for i in 0..20 {
+        let (status, _) = app
+            .post("/api/v1/imagine", &json!({"prompt": format!("served {i}")}))
+            .await;
+        assert_eq!(status, 200);
+    }
+    let mut slow = trickle.await.unwrap();
+    let mut cut = 0;
+    for s in slow.iter_mut() {
+        if closed_by_server(s, Duration::from_secs(5)).await {
+            cut += 1;
+        }
+    }
+    assert_eq!(
+        cut, 300,
+        "every slow client was cut off after the header timeout"
+    );
+}
+
+#[tokio::test]
+async fn huge_heads_and_bodies_are_refused_without_harm() {
+    let app = TestApp::spawn_with(|c| c.body_timeout = Duration::from_secs(1)).await;
+
+    // A 100 KiB header: 431 (or the connection is closed), and nothing else is affected.
+    let mut s = TcpStream::connect(addr(&app)).await.unwrap();
+    let head = format!(
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(100 * 1024)
+    );
+    let _ = s.write_all(head.as_bytes()).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 431"),
+        "{answer}"
+    );
+
+    // A declared 10 MiB body is refused before it is sent.
+    let mut s = TcpStream::connect(addr(&app)).await.unwrap();
+    let head = format!(
+        "POST /api/v1/imagine HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        app.key,
+        10 * 1024 * 1024
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+        .await
+        .expect("answered without reading the body")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&buf[..n]);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("payload_too_large"), "{answer}");
+
+    // A chunked body that grows past the limit is cut off at the limit.
+    let big = reqwest::Body::wrap_stream(futures::stream::iter(
+        (0..200).map(|_| Ok::<_, std::io::Error>(vec![b' '; 64 * 1024])),
+    ));
+    let res = app
+        .http
+        .post(app.url("/api/v1/imagine"))
+        .header("Authorization", &app.key)
+        .header("Content-Type", "application/json")
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = split(res).await;
+    assert_eq!(
+        (status, body["errors"][0]["code"].as_str()),
+        (413, Some("payload_too_large"))
+    );
+
+    // A body that never finishes arriving: 408 after body_timeout.
+    let mut s = TcpStream::connect(addr(&app)).await.unwrap();
+    let head = format!(
+        "POST /api/v1/imagine HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"prompt\"",
+        app.key
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+        .await
+        .expect("answered")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&buf[..n]);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("request_timeout"), "{answer}");
+
+    // Still serving.
+    let (status, _) = app
+        .post("/api/v1/imagine", &json!({"prompt": "still here"}))
+        .await;
+    assert_eq!(status, 200);
+    // Nothing half-written by any of the refused requests.
+    let counts = app.store.task_counts().await.unwrap();
+    assert_eq!(counts.iter().map(|(_, n)| n).sum::<i64>(), 1, "{counts:?}");
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_connections_keep_memory_bounded_and_others_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let easel = Easel::start(
+        dir.path(),
+        &[
+            ("EASEL_HEADER_TIMEOUT", "3s"),
+            ("EASEL_MAX_CONNECTIONS", "1000"),
+        ],
+    );
+    let key = easel.first_key.clone().unwrap();
+    let target = easel.base.trim_start_matches("http://").to_string();
+    // Warm up, then measure.
+    for _ in 0..20 {
+        easel
+            .post(&key, "/api/v1/imagine", json!({"prompt": "warm"}))
+            .await;
+    }
+    let before = rss_kib(easel.child.id());
+
+    // 1,500 connections: half silent, half mid-way through a request head. Only 1,000 are
+    // served at once; the rest wait in the kernel's queue until the header timeout frees slots.
+    let mut conns = Vec::new();
+    for i in 0..1500 {
+        let mut s = TcpStream::connect(&target).await.unwrap();
+        if i % 2 == 0 {
+            let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nHo").await;
+        }
+        conns.push(s);
+    }
+    // Others are still served: at worst they wait for the header timeout to free a slot.
+    let started = std::time::Instant::now();
+    let (status, _) = easel
+        .post(&key, "/api/v1/imagine", json!({"prompt": "served"}))
+        .await;
+    assert_eq!(status, 200);
+    let waited = started.elapsed();
+    let during = rss_kib(easel.child.id());
+    eprintln!(
+        "RSS {} KiB before, {} KiB with 1,500 connections; a request waited {:?}",
+        before, during, waited
+    );
+    assert!(
+        during < before + 100 * 1024,
+        "memory stays bounded: {before} KiB -> {during} KiB"
+    );
+    // Every one of them, silent or slow, is closed by the server.
+    let mut cut = 0;
+    for s in conns.iter_mut() {
+        if closed_by_server(s, Duration::from_secs(15)).await {
+            cut += 1;
+        }
+    }
+    assert_eq!(cut, 1500);
+}
+
+#[tokio::test]
+async fn silent_connections_are_closed() {
+    let app = TestApp::spawn_with(|c| c.header_timeout = Duration::from_millis(500)).await;
+    let mut silent = TcpStream::connect(addr(&app)).await.unwrap();
+    assert!(closed_by_server(&mut silent, Duration::from_secs(5)).await);
+}
