@@ -23,11 +23,6 @@ impl Blobs {
         }
     }
 
-    /// `{public_url}/files`.
-    pub fn base_url(&self) -> &str {
-        &self.base_url
-    }
-
     /// A fresh, unguessable folder key for one task attempt's images.
     pub fn new_folder(task_id: &str) -> String {
         let mut token = [0u8; 16];

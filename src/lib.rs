@@ -45,6 +45,7 @@ pub struct Application {
     state: AppState,
     worker: WorkerContext,
     dispatcher: Dispatcher,
+    public_url: String,
     first_key: Option<String>,
 }
 
@@ -120,6 +121,7 @@ impl Application {
             state,
             worker,
             dispatcher,
+            public_url,
             first_key,
         })
     }
@@ -129,12 +131,8 @@ impl Application {
     }
 
     /// The base URL image addresses are built from.
-    pub fn public_url(&self) -> String {
-        self.worker
-            .blobs
-            .base_url()
-            .trim_end_matches("/files")
-            .to_string()
+    pub fn public_url(&self) -> &str {
+        &self.public_url
     }
 
     /// The API key created on the first start with an empty store, if this was that start.
@@ -146,10 +144,12 @@ impl Application {
         &self.state.store
     }
 
+    /// The worker, for driving the queue one task at a time (`run_one_task`) in tests and tools.
     pub fn worker(&self) -> &WorkerContext {
         &self.worker
     }
 
+    /// The dispatcher, for sending due deliveries in one step (`dispatch_due`).
     pub fn dispatcher(&self) -> &Dispatcher {
         &self.dispatcher
     }

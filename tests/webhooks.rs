@@ -297,3 +297,50 @@ async fn a_hanging_receiver_does_not_hold_up_deliveries_to_others() {
     assert!(fast.received()[0].at.duration_since(first_slow) < Duration::from_secs(9));
     assert_eq!(app.fetch(&fast_id).await["webhook"]["status"], "delivered");
 }
+
+/// The single steps, without any background loop: run one task, then send what is due.
+#[tokio::test]
+async fn the_queue_and_the_outbox_can_be_driven_one_step_at_a_time() {
+    let receiver = Receiver::start(vec![Behaviour::Status(200)]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let app = easel::Application::build(common::test_config(dir.path()))
+        .await
+        .unwrap();
+    let account = app.store().first_account().await.unwrap().unwrap();
+    let task = easel::store::NewTask {
+        id: uuid::Uuid::new_v4(),
+        account_id: account.id.clone(),
+        task_type: "imagine",
+        prompt: "one step at a time".into(),
+        aspect_ratio: "1:1".into(),
+        process_mode: "fast",
+        priority: 1,
+        seed: 1,
+        webhook_url: Some(receiver.url.clone()),
+        webhook_secret: None,
+    };
+    assert!(app.store().insert_task(&task, 10).await.unwrap());
+    assert_eq!(
+        app.dispatcher().dispatch_due(10).await.unwrap(),
+        0,
+        "nothing due yet"
+    );
+
+    let never = tokio_util::sync::CancellationToken::new();
+    let ran = app.worker().run_one_task(&never).await.unwrap();
+    assert_eq!(ran, easel::worker::Ran::Completed);
+    assert_eq!(
+        app.worker().run_one_task(&never).await.unwrap(),
+        easel::worker::Ran::Idle
+    );
+    assert_eq!(app.dispatcher().dispatch_due(10).await.unwrap(), 1);
+    assert_eq!(receiver.count(), 1);
+    let body: Value = serde_json::from_slice(&receiver.received()[0].body).unwrap();
+    assert_eq!(body["task_id"], task.id.to_string());
+    assert_eq!(body["status"], "finished");
+    assert_eq!(
+        app.dispatcher().dispatch_due(10).await.unwrap(),
+        0,
+        "delivered once"
+    );
+}

@@ -139,15 +139,6 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
-    /// Give claimed deliveries back without an attempt (graceful shutdown).
-    pub async fn release_delivery(&self, delivery_id: &str) -> StoreResult<()> {
-        sqlx::query("UPDATE webhook_deliveries SET lease_until = NULL WHERE id = ?")
-            .bind(delivery_id)
-            .execute(&self.writer)
-            .await?;
-        Ok(())
-    }
-
     /// When the next pending delivery becomes due (a leased one counts from its lease's end).
     pub async fn next_delivery_due(&self) -> StoreResult<Option<i64>> {
         Ok(sqlx::query_scalar(

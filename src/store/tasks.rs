@@ -256,15 +256,6 @@ impl Store {
         Ok((requeued, failed))
     }
 
-    /// The earliest lease expiry among running tasks, to know when to look again.
-    pub async fn next_lease_expiry(&self) -> StoreResult<Option<i64>> {
-        Ok(sqlx::query_scalar(&format!(
-            "SELECT MIN(lease_expires_at) FROM tasks WHERE status IN {ACTIVE}"
-        ))
-        .fetch_one(&self.reader)
-        .await?)
-    }
-
     /// Counts of tasks by status, for health and metrics.
     pub async fn task_counts(&self) -> StoreResult<Vec<(String, i64)>> {
         Ok(
