@@ -71,13 +71,11 @@ fn json_value() -> impl Strategy<Value = Value> {
     leaf.prop_recursive(3, 24, 6, |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..25).prop_map(Value::Array),
-            prop::collection::vec((prop::sample::select(FIELDS), inner), 0..6).prop_map(
-                |pairs| {
-                    let map: Map<String, Value> =
-                        pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-                    Value::Object(map)
-                }
-            ),
+            prop::collection::vec((prop::sample::select(FIELDS), inner), 0..6).prop_map(|pairs| {
+                let map: Map<String, Value> =
+                    pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+                Value::Object(map)
+            }),
         ]
     })
 }

@@ -106,15 +106,27 @@ async fn nothing_acknowledged_is_lost_when_easel_is_killed_under_load() {
     let deadline = Instant::now() + Duration::from_secs(240);
     let mut finals: HashMap<String, Value> = HashMap::new();
     while finals.len() < acked.len() {
-        assert!(Instant::now() < deadline, "{} of {} ended", finals.len(), acked.len());
-        let pending: Vec<&String> = acked.iter().filter(|id| !finals.contains_key(*id)).collect();
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} ended",
+            finals.len(),
+            acked.len()
+        );
+        let pending: Vec<&String> = acked
+            .iter()
+            .filter(|id| !finals.contains_key(*id))
+            .collect();
         for chunk in pending.chunks(20) {
             let (status, body) = easel
                 .post(&key, "/api/v1/fetch-many", json!({ "task_ids": chunk }))
                 .await;
             assert_eq!(status, 200);
             let tasks = body["tasks"].as_array().unwrap();
-            assert_eq!(tasks.len(), chunk.len(), "every acknowledged task is stored");
+            assert_eq!(
+                tasks.len(),
+                chunk.len(),
+                "every acknowledged task is stored"
+            );
             for t in tasks {
                 if matches!(t["status"].as_str(), Some("finished" | "failed")) {
                     finals.insert(t["task_id"].as_str().unwrap().to_string(), t.clone());
@@ -125,11 +137,21 @@ async fn nothing_acknowledged_is_lost_when_easel_is_killed_under_load() {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
-    let failed: Vec<&Value> = finals.values().filter(|t| t["status"] == "failed").collect();
-    eprintln!("{} finished, {} failed", finals.len() - failed.len(), failed.len());
+    let failed: Vec<&Value> = finals
+        .values()
+        .filter(|t| t["status"] == "failed")
+        .collect();
+    eprintln!(
+        "{} finished, {} failed",
+        finals.len() - failed.len(),
+        failed.len()
+    );
     for t in &failed {
         // The only acceptable failure: interrupted by a kill on every attempt.
-        assert!(t["error"].as_str().unwrap().starts_with("worker lost"), "{t}");
+        assert!(
+            t["error"].as_str().unwrap().starts_with("worker lost"),
+            "{t}"
+        );
     }
 
     // Every acknowledged task's webhook arrives at least once, and every copy is the same result.
@@ -142,7 +164,10 @@ async fn nothing_acknowledged_is_lost_when_easel_is_killed_under_load() {
                 .or_default()
                 .push(r.body.clone());
         }
-        acked.iter().all(|id| by_task.contains_key(id)).then_some(by_task)
+        acked
+            .iter()
+            .all(|id| by_task.contains_key(id))
+            .then_some(by_task)
     })
     .await
     .expect("every acknowledged task's webhook arrived");
@@ -150,7 +175,10 @@ async fn nothing_acknowledged_is_lost_when_easel_is_killed_under_load() {
     for id in &acked {
         let copies = &arrived[id];
         duplicates += copies.len() - 1;
-        assert!(copies.windows(2).all(|w| w[0] == w[1]), "task {id} ended once");
+        assert!(
+            copies.windows(2).all(|w| w[0] == w[1]),
+            "task {id} ended once"
+        );
         let body: Value = serde_json::from_slice(&copies[0]).unwrap();
         assert_eq!(body["status"], finals[id]["status"]);
         if body["status"] == "finished" {
@@ -179,15 +207,28 @@ fn millis(v: &Value) -> i64 {
 #[tokio::test]
 async fn the_schedule_holds_whatever_way_the_receiver_fails() {
     let schedules = [
-        vec![Fault::Reset, Fault::Status(503), Fault::Hang(Duration::from_secs(5)), Fault::RedirectToPrivate],
-        vec![Fault::Close, Fault::EndlessBody, Fault::Status(404), Fault::Status(301)],
+        vec![
+            Fault::Reset,
+            Fault::Status(503),
+            Fault::Hang(Duration::from_secs(5)),
+            Fault::RedirectToPrivate,
+        ],
+        vec![
+            Fault::Close,
+            Fault::EndlessBody,
+            Fault::Status(404),
+            Fault::Status(301),
+        ],
     ];
     for script in schedules {
         let receiver = ChaosReceiver::start(script.clone()).await;
         let app = TestApp::spawn_with(|c| {
             c.webhook_timeout = Duration::from_millis(400);
-            c.webhook_retry_schedule =
-                vec![Duration::from_millis(500), Duration::from_millis(1200), Duration::from_millis(2000)];
+            c.webhook_retry_schedule = vec![
+                Duration::from_millis(500),
+                Duration::from_millis(1200),
+                Duration::from_millis(2000),
+            ];
         })
         .await;
         let id = app
@@ -208,7 +249,8 @@ async fn the_schedule_holds_whatever_way_the_receiver_fails() {
             assert!(a["error"].is_string(), "every attempt failed: {a}");
         }
         // The initial failure is the end of the first attempt.
-        let first_failed = millis(&list[0]["attempted_at"]) + list[0]["duration_ms"].as_i64().unwrap();
+        let first_failed =
+            millis(&list[0]["attempted_at"]) + list[0]["duration_ms"].as_i64().unwrap();
         for (i, offset) in [500, 1200, 2000].iter().enumerate() {
             let due = first_failed + offset;
             assert_eq!(millis(&list[i]["next_attempt_at"]), due, "{script:?}");
@@ -242,7 +284,10 @@ async fn a_receiver_that_is_down_gets_four_attempts_on_schedule() {
     })
     .await
     .expect("undeliverable");
-    assert!(record["webhook"]["last_error"].as_str().unwrap().contains("refused"));
+    assert!(record["webhook"]["last_error"]
+        .as_str()
+        .unwrap()
+        .contains("refused"));
     let list = attempts(&app, &id).await;
     assert_eq!(list.len(), 4);
     let first_failed = millis(&list[0]["attempted_at"]) + list[0]["duration_ms"].as_i64().unwrap();
