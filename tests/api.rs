@@ -464,3 +464,32 @@ async fn every_documented_route_is_served_and_unknown_ones_are_not() {
         );
     }
 }
+
+#[tokio::test]
+async fn concurrent_submits_share_commits_and_never_overshoot_the_quota() {
+    let app = TestApp::spawn_with(|c| {
+        c.max_pending_per_account = 10;
+        c.workers = 0;
+        c.sqlite_synchronous = "full".into();
+    })
+    .await;
+    let results = futures::future::join_all((0..50).map(|i| {
+        let app = &app;
+        async move {
+            app.post(IMAGINE, &json!({ "prompt": format!("racing {i}") }))
+                .await
+        }
+    }))
+    .await;
+    let accepted: Vec<&Value> = results
+        .iter()
+        .filter(|(s, _)| *s == 200)
+        .map(|(_, b)| b)
+        .collect();
+    let refused = results.iter().filter(|(s, _)| *s == 429).count();
+    assert_eq!((accepted.len(), refused), (10, 40));
+    // Every acknowledged task is stored.
+    for body in accepted {
+        app.fetch(body["task_id"].as_str().unwrap()).await;
+    }
+}

@@ -113,6 +113,7 @@ pub async fn fetch(
     body: JsonObject,
 ) -> Result<Json<Value>, ApiError> {
     let id = task_id("task_id", body.req_str("task_id")?)?;
+    tracing::Span::current().record("task_id", tracing::field::display(id));
     one_record(&state, &account.id, id).await
 }
 
@@ -126,7 +127,6 @@ pub async fn get_task(
 }
 
 async fn one_record(state: &AppState, account_id: &str, id: Uuid) -> Result<Json<Value>, ApiError> {
-    tracing::Span::current().record("task_id", tracing::field::display(id));
     let row = state
         .store
         .task_for_account(account_id, &id)

@@ -7,6 +7,7 @@
 
 mod accounts;
 mod deliveries;
+mod submit;
 mod tasks;
 
 use std::str::FromStr;
@@ -61,6 +62,8 @@ pub type StoreResult<T> = Result<T, StoreError>;
 pub struct Store {
     writer: SqlitePool,
     reader: SqlitePool,
+    /// Submits on their way to the group-commit batcher.
+    submits: tokio::sync::mpsc::Sender<submit::SubmitJob>,
 }
 
 /// Current time as Unix milliseconds, the unit of every stored time.
@@ -102,7 +105,12 @@ impl Store {
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options.read_only(true))
             .await?;
-        Ok(Store { writer, reader })
+        let submits = submit::spawn(writer.clone());
+        Ok(Store {
+            writer,
+            reader,
+            submits,
+        })
     }
 
     /// Whether the database answers a trivial query.

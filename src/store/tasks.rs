@@ -71,30 +71,19 @@ const ACTIVE: &str = "('starting', 'processing')";
 impl Store {
     /// Store a new task, unless the account already has `max_active` tasks queued or running.
     /// Returns false (and stores nothing) when the quota is full. Durable when it returns.
+    /// Concurrent calls share a transaction (see `submit.rs`).
     pub async fn insert_task(&self, task: &NewTask, max_active: u32) -> StoreResult<bool> {
-        let done = sqlx::query(
-            "INSERT INTO tasks (id, account_id, task_type, status, priority, prompt, aspect_ratio,
-                 process_mode, seed, created_at, webhook_url, webhook_secret)
-             SELECT ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?
-             WHERE (SELECT COUNT(*) FROM tasks WHERE account_id = ?
-                    AND status IN ('pending', 'starting', 'processing')) < ?",
-        )
-        .bind(task.id.to_string())
-        .bind(&task.account_id)
-        .bind(task.task_type)
-        .bind(task.priority)
-        .bind(&task.prompt)
-        .bind(&task.aspect_ratio)
-        .bind(task.process_mode)
-        .bind(task.seed)
-        .bind(now_ms())
-        .bind(&task.webhook_url)
-        .bind(&task.webhook_secret)
-        .bind(&task.account_id)
-        .bind(i64::from(max_active))
-        .execute(&self.writer)
-        .await?;
-        Ok(done.rows_affected() == 1)
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job = super::submit::SubmitJob {
+            task: task.clone(),
+            max_active,
+            reply,
+        };
+        self.submits
+            .send(job)
+            .await
+            .map_err(|_| super::submit::closed())?;
+        answer.await.map_err(|_| super::submit::closed())?
     }
 
     /// One of the account's tasks, or None when it does not exist or belongs to someone else.

@@ -16,6 +16,16 @@ use easel::config::Config;
 use easel::store::Store;
 use easel::Application;
 
+/// Logs through libtest's capture, so they show only for failing tests.
+pub fn init_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+}
+
 pub struct TestApp {
     pub base: String,
     pub key: String,
@@ -64,7 +74,7 @@ impl TestApp {
 
     /// Start on an existing data dir (a restart).
     pub async fn start(dir: TempDir, config: Config) -> TestApp {
-        easel::telemetry::init("text");
+        init_logs();
         let app = Application::build(config.clone()).await.unwrap();
         let base = format!("http://{}", app.local_addr());
         let store = app.store().clone();
