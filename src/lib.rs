@@ -99,6 +99,7 @@ impl Application {
             policy: content_policy,
             config: config.clone(),
             outbox_wakeup,
+            generating: Arc::new(tokio::sync::Semaphore::new(config.workers.max(1))),
             owner: format!(
                 "{}-{}",
                 std::process::id(),

@@ -250,3 +250,23 @@ async fn accepted_tasks_survive_a_restart_and_finish() {
         assert_eq!(record["status"], "finished", "{record}");
     }
 }
+
+#[tokio::test]
+async fn the_quota_frees_up_as_tasks_end() {
+    let app = TestApp::spawn_with(|c| {
+        c.max_pending_per_account = 2;
+        c.blocked_terms = vec!["blocked".into()];
+    })
+    .await;
+    let a = app.imagine(json!({"prompt": "first"})).await;
+    let b = app.imagine(json!({"prompt": "second, blocked"})).await;
+    // Two active: a third may be refused until they end (they may already have).
+    app.wait_final(&a, Duration::from_secs(10)).await;
+    app.wait_final(&b, Duration::from_secs(10)).await;
+    // Both ended (one finished, one failed): the account has room for two again.
+    let c = app.imagine(json!({"prompt": "third"})).await;
+    let d = app.imagine(json!({"prompt": "fourth"})).await;
+    assert_ne!(c, d);
+    let (_, account) = app.get("/api/v1/account").await;
+    assert!(account["total_images"].as_i64().unwrap() >= 4);
+}

@@ -74,8 +74,7 @@ async fn insert_one(
         "INSERT INTO tasks (id, account_id, task_type, status, priority, prompt, aspect_ratio,
              process_mode, seed, created_at, webhook_url, webhook_secret)
          SELECT ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?
-         WHERE (SELECT COUNT(*) FROM tasks WHERE account_id = ?
-                AND status IN ('pending', 'starting', 'processing')) < ?",
+         WHERE (SELECT active_tasks FROM accounts WHERE id = ?) < ?",
     )
     .bind(task.id.to_string())
     .bind(&task.account_id)

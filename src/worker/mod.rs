@@ -1,11 +1,16 @@
 //! Workers: claim a task with a lease, keep the lease alive while generating, store the images,
 //! and record the result (with its webhook) fenced by the attempt number. A reaper returns tasks
 //! whose worker vanished to the queue, or fails them once they have used every attempt.
+//!
+//! `workers` tasks generate at once: a worker holds one of `workers` permits while it claims,
+//! generates and encodes, and gives it up before storing the files and recording the result, so
+//! that the next task's generation overlaps this one's disk writes and fsyncs. Twice as many
+//! worker loops as permits run, so every permit can be busy while results are being stored.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -29,6 +34,8 @@ pub struct WorkerContext {
     pub outbox_wakeup: Arc<Notify>,
     /// Identifies this process in leases (diagnostics only).
     pub owner: String,
+    /// One permit per task that may generate at once (`workers`).
+    pub generating: Arc<Semaphore>,
 }
 
 /// How one claimed task ended for this worker.
@@ -52,16 +59,25 @@ impl WorkerContext {
     /// Claim the next task, if any, and run it to the end. `hard_stop` interrupts a running task
     /// and gives it back to the queue (used when a graceful shutdown runs out of time).
     pub async fn run_one_task(&self, hard_stop: &CancellationToken) -> StoreResult<Ran> {
+        let permit = self
+            .generating
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
         let Some(task) = self.store.claim_task(&self.owner, self.lease_ms()).await? else {
             return Ok(Ran::Idle);
         };
         let span = tracing::info_span!("task", task_id = %task.id, attempt = task.attempts);
-        self.run_claimed(task, hard_stop).instrument(span).await
+        self.run_claimed(task, permit, hard_stop)
+            .instrument(span)
+            .await
     }
 
     async fn run_claimed(
         &self,
         task: ClaimedTask,
+        permit: OwnedSemaphorePermit,
         hard_stop: &CancellationToken,
     ) -> StoreResult<Ran> {
         tracing::info!("task claimed");
@@ -95,7 +111,7 @@ impl WorkerContext {
             .in_current_span(),
         );
         let produced = tokio::select! {
-            produced = self.produce(&task, &progress) => Some(produced),
+            produced = self.produce(&task, &progress, permit) => Some(produced),
             _ = lost.cancelled() => None,
             _ = hard_stop.cancelled() => {
                 heartbeat.abort();
@@ -114,8 +130,14 @@ impl WorkerContext {
         }
     }
 
-    /// Generate, compose, encode and store. Returns the outcome and the folder it wrote.
-    async fn produce(&self, task: &ClaimedTask, progress: &Progress) -> (Outcome, Option<String>) {
+    /// Generate, compose and encode (holding `permit`), then store. Returns the outcome and the
+    /// folder it wrote.
+    async fn produce(
+        &self,
+        task: &ClaimedTask,
+        progress: &Progress,
+        permit: OwnedSemaphorePermit,
+    ) -> (Outcome, Option<String>) {
         let aspect: AspectRatio = task.aspect_ratio.parse().unwrap_or(AspectRatio::SQUARE);
         let (width, height) = dimensions(aspect.width, aspect.height, self.config.image_size);
         let job = GenerateJob {
@@ -143,27 +165,31 @@ impl WorkerContext {
             files
         })
         .await;
+        // The rest is disk I/O: let the next task generate meanwhile.
+        drop(permit);
         let Ok(encoded) = encoded else {
             return (internal_failure("could not encode the images"), None);
         };
         progress.report(90);
         let folder = Blobs::new_folder(&task.id);
-        let mut urls = Vec::with_capacity(5);
-        for (i, bytes) in encoded.into_iter().enumerate() {
+        // Written side by side, so that their fsyncs overlap.
+        let writes = encoded.into_iter().enumerate().map(|(i, bytes)| {
             let name = if i == 4 {
                 "grid.png".to_string()
             } else {
                 format!("{i}.png")
             };
-            match self.blobs.put(&format!("{folder}/{name}"), bytes).await {
-                Ok(url) => urls.push(url),
-                Err(e) => {
-                    tracing::error!(error = %e, "could not store an image");
-                    self.blobs.remove_folder(&folder).await;
-                    return (internal_failure("could not store the images"), None);
-                }
+            let key = format!("{folder}/{name}");
+            async move { self.blobs.put(&key, bytes).await }
+        });
+        let mut urls = match futures::future::try_join_all(writes).await {
+            Ok(urls) => urls,
+            Err(e) => {
+                tracing::error!(error = %e, "could not store the images");
+                self.blobs.remove_folder(&folder).await;
+                return (internal_failure("could not store the images"), None);
             }
-        }
+        };
         let original_image_url = urls.pop().expect("grid url");
         (
             Outcome::Finished {
@@ -245,7 +271,7 @@ async fn heartbeat(
 pub async fn run_pool(ctx: WorkerContext, queue_wakeup: Arc<Notify>, shutdown: CancellationToken) {
     let hard_stop = CancellationToken::new();
     let mut set = JoinSet::new();
-    for i in 0..ctx.config.workers {
+    for i in 0..ctx.config.workers * 2 {
         let ctx = ctx.clone();
         let wakeup = queue_wakeup.clone();
         let shutdown = shutdown.clone();
