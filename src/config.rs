@@ -333,6 +333,22 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail API returns figment::Error
+    fn the_example_file_holds_the_defaults() {
+        let example = include_str!("../easel.example.toml");
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("easel.toml", example)?;
+            let c = Config::load(None, &Overrides::default()).map_err(|e| e.to_string())?;
+            let d = Config::default();
+            assert_eq!(
+                serde_json::to_value(&c).unwrap(),
+                serde_json::to_value(&d).unwrap()
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
     fn bad_values_are_refused() {
         let c = Config {
             workers: 1000,
