@@ -1,4 +1,5 @@
-use sqlx::{FromRow, QueryBuilder, Sqlite};
+use futures::future::BoxFuture;
+use sqlx::{FromRow, QueryBuilder, Sqlite, SqliteConnection};
 use uuid::Uuid;
 
 use super::{now_ms, Store, StoreResult};
@@ -96,47 +97,13 @@ impl Store {
         claimed_attempts: i64,
         record: &AttemptRecord,
     ) -> StoreResult<bool> {
-        let mut tx = self.writer.begin().await?;
-        let status = if record.delivered {
-            "delivered"
-        } else if record.next_attempt_at.is_some() {
-            "pending"
-        } else {
-            "undeliverable"
-        };
-        let done = sqlx::query(
-            "UPDATE webhook_deliveries SET status = ?, attempts = attempts + 1,
-                 next_attempt_at = ?, first_failed_at = ?, lease_until = NULL,
-                 last_status_code = ?, last_error = ?, updated_at = ?
-             WHERE id = ? AND attempts = ? AND status = 'pending'",
-        )
-        .bind(status)
-        .bind(record.next_attempt_at)
-        .bind(record.first_failed_at)
-        .bind(record.status_code.map(i64::from))
-        .bind(&record.error)
-        .bind(now_ms())
-        .bind(delivery_id)
-        .bind(claimed_attempts)
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() == 1 {
-            sqlx::query(
-                "INSERT INTO webhook_attempts (delivery_id, attempted_at, duration_ms, status_code,
-                     error, next_attempt_at)
-                 VALUES (?, ?, ?, ?, ?, ?)",
-            )
-            .bind(delivery_id)
-            .bind(record.attempted_at)
-            .bind(record.duration_ms)
-            .bind(record.status_code.map(i64::from))
-            .bind(&record.error)
-            .bind(record.next_attempt_at)
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(done.rows_affected() == 1)
+        self.attempts
+            .write(RecordAttempt {
+                delivery_id: delivery_id.to_string(),
+                claimed_attempts,
+                record: record.clone(),
+            })
+            .await
     }
 
     /// When the next pending delivery becomes due (a leased one counts from its lease's end).
@@ -212,5 +179,61 @@ impl Store {
         };
         tx.commit().await?;
         Ok(result)
+    }
+}
+
+/// An attempt's record and the delivery's next state, for the group-commit batcher.
+pub(super) struct RecordAttempt {
+    delivery_id: String,
+    claimed_attempts: i64,
+    record: AttemptRecord,
+}
+
+impl super::batch::Write for RecordAttempt {
+    type Output = bool;
+
+    fn apply<'c>(&'c self, conn: &'c mut SqliteConnection) -> BoxFuture<'c, StoreResult<bool>> {
+        let record = &self.record;
+        Box::pin(async move {
+            let status = if record.delivered {
+                "delivered"
+            } else if record.next_attempt_at.is_some() {
+                "pending"
+            } else {
+                "undeliverable"
+            };
+            let done = sqlx::query(
+                "UPDATE webhook_deliveries SET status = ?, attempts = attempts + 1,
+                     next_attempt_at = ?, first_failed_at = ?, lease_until = NULL,
+                     last_status_code = ?, last_error = ?, updated_at = ?
+                 WHERE id = ? AND attempts = ? AND status = 'pending'",
+            )
+            .bind(status)
+            .bind(record.next_attempt_at)
+            .bind(record.first_failed_at)
+            .bind(record.status_code.map(i64::from))
+            .bind(&record.error)
+            .bind(now_ms())
+            .bind(&self.delivery_id)
+            .bind(self.claimed_attempts)
+            .execute(&mut *conn)
+            .await?;
+            if done.rows_affected() == 1 {
+                sqlx::query(
+                    "INSERT INTO webhook_attempts (delivery_id, attempted_at, duration_ms,
+                         status_code, error, next_attempt_at)
+                     VALUES (?, ?, ?, ?, ?, ?)",
+                )
+                .bind(&self.delivery_id)
+                .bind(record.attempted_at)
+                .bind(record.duration_ms)
+                .bind(record.status_code.map(i64::from))
+                .bind(&record.error)
+                .bind(record.next_attempt_at)
+                .execute(&mut *conn)
+                .await?;
+            }
+            Ok(done.rows_affected() == 1)
+        })
     }
 }

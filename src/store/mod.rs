@@ -6,8 +6,8 @@
 //! task's attempt number or the delivery's lease), so a stale owner cannot overwrite newer state.
 
 mod accounts;
+mod batch;
 mod deliveries;
-mod submit;
 mod tasks;
 
 use std::str::FromStr;
@@ -62,8 +62,9 @@ pub type StoreResult<T> = Result<T, StoreError>;
 pub struct Store {
     writer: SqlitePool,
     reader: SqlitePool,
-    /// Submits on their way to the group-commit batcher.
-    submits: tokio::sync::mpsc::Sender<submit::SubmitJob>,
+    /// Submits and attempt records on their way to their group-commit batchers.
+    submits: batch::Batcher<tasks::InsertTask>,
+    attempts: batch::Batcher<deliveries::RecordAttempt>,
 }
 
 /// Current time as Unix milliseconds, the unit of every stored time.
@@ -105,11 +106,11 @@ impl Store {
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options.read_only(true))
             .await?;
-        let submits = submit::spawn(writer.clone());
         Ok(Store {
+            submits: batch::Batcher::spawn(writer.clone()),
+            attempts: batch::Batcher::spawn(writer.clone()),
             writer,
             reader,
-            submits,
         })
     }
 

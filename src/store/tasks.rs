@@ -1,3 +1,4 @@
+use futures::future::BoxFuture;
 use sqlx::{FromRow, QueryBuilder, Sqlite, SqliteConnection};
 use uuid::Uuid;
 
@@ -71,19 +72,14 @@ const ACTIVE: &str = "('starting', 'processing')";
 impl Store {
     /// Store a new task, unless the account already has `max_active` tasks queued or running.
     /// Returns false (and stores nothing) when the quota is full. Durable when it returns.
-    /// Concurrent calls share a transaction (see `submit.rs`).
+    /// Concurrent calls share a transaction (see `batch.rs`).
     pub async fn insert_task(&self, task: &NewTask, max_active: u32) -> StoreResult<bool> {
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        let job = super::submit::SubmitJob {
-            task: task.clone(),
-            max_active,
-            reply,
-        };
         self.submits
-            .send(job)
+            .write(InsertTask {
+                task: task.clone(),
+                max_active,
+            })
             .await
-            .map_err(|_| super::submit::closed())?;
-        answer.await.map_err(|_| super::submit::closed())?
     }
 
     /// One of the account's tasks, or None when it does not exist or belongs to someone else.
@@ -325,4 +321,43 @@ async fn complete_in_tx(
         .await?;
     }
     Ok(true)
+}
+
+/// A submit, for the group-commit batcher: insert unless the account already has `max_active`
+/// tasks queued or running.
+pub(super) struct InsertTask {
+    task: NewTask,
+    max_active: u32,
+}
+
+impl super::batch::Write for InsertTask {
+    type Output = bool;
+
+    fn apply<'c>(&'c self, conn: &'c mut SqliteConnection) -> BoxFuture<'c, StoreResult<bool>> {
+        let task = &self.task;
+        Box::pin(async move {
+            let done = sqlx::query(
+                "INSERT INTO tasks (id, account_id, task_type, status, priority, prompt,
+                     aspect_ratio, process_mode, seed, created_at, webhook_url, webhook_secret)
+                 SELECT ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?
+                 WHERE (SELECT active_tasks FROM accounts WHERE id = ?) < ?",
+            )
+            .bind(task.id.to_string())
+            .bind(&task.account_id)
+            .bind(task.task_type)
+            .bind(task.priority)
+            .bind(&task.prompt)
+            .bind(&task.aspect_ratio)
+            .bind(task.process_mode)
+            .bind(task.seed)
+            .bind(now_ms())
+            .bind(&task.webhook_url)
+            .bind(&task.webhook_secret)
+            .bind(&task.account_id)
+            .bind(i64::from(self.max_active))
+            .execute(&mut *conn)
+            .await?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
 }
