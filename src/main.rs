@@ -58,6 +58,13 @@ enum Command {
         #[arg(long)]
         rotate: bool,
     },
+    /// Benchmark baseline (bench/run): a bare axum handler for `POST /api/v1/imagine` that
+    /// parses the body like the real one and answers a fresh UUID, storing nothing.
+    #[command(hide = true)]
+    BenchBaseline {
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+    },
 }
 
 #[derive(Subcommand)]
@@ -92,6 +99,9 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    if let Command::BenchBaseline { listen } = cli.command {
+        return bench_baseline(listen).await;
+    }
     let mut overrides = Overrides {
         data_dir: cli.data_dir,
         database_url: cli.database_url,
@@ -112,6 +122,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve { .. } => serve(config).await,
         Command::Keys { command } => keys(config, command).await,
+        Command::BenchBaseline { .. } => unreachable!("handled before the settings are read"),
         Command::SigningSecret { account, rotate } => {
             let store = open_store(&config).await?;
             let account = account_or_first(&store, account.as_deref()).await?;
@@ -139,6 +150,38 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     println!("easel listening on http://{}", app.local_addr());
     tracing::info!(addr = %app.local_addr(), public_url = %app.public_url(), "serving");
     app.run(shutdown_signal()).await
+}
+
+/// The submit benchmark's baseline: same binary, runtime, allocator and profile as `serve`, and a
+/// handler that does the request work every submit needs (read the body, parse the JSON, check
+/// `prompt`, make a UUID, write the answer) and nothing else: no auth, no store, no middleware.
+async fn bench_baseline(listen: SocketAddr) -> anyhow::Result<()> {
+    use axum::body::Bytes;
+    use axum::http::StatusCode;
+    use axum::routing::post;
+
+    async fn imagine(body: Bytes) -> (StatusCode, axum::Json<serde_json::Value>) {
+        match serde_json::from_slice::<serde_json::Value>(&body) {
+            Ok(v) if v.get("prompt").is_some_and(|p| p.is_string()) => (
+                StatusCode::OK,
+                axum::Json(serde_json::json!({ "task_id": uuid::Uuid::new_v4() })),
+            ),
+            _ => (StatusCode::BAD_REQUEST, axum::Json(serde_json::json!({}))),
+        }
+    }
+
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    println!(
+        "easel bench-baseline listening on http://{}",
+        listener.local_addr()?
+    );
+    let app = axum::Router::new().route("/api/v1/imagine", post(imagine));
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    Ok(())
 }
 
 /// Ctrl-C or SIGTERM.

@@ -1,0 +1,320 @@
+//! The driver of `bench/run`: easel's benchmark suite (issue 4). Each figure is measured side by
+//! side with a baseline in the same run and reported as a ratio, because the machine may be
+//! shared and noisy. See docs/benchmarks.md for what each figure means.
+//!
+//! ```text
+//! bench/run [--quick] [--only submit,e2e,webhooks,retry,scale]
+//! ```
+//!
+//! It needs the release `easel` binary (`--easel`) and `wrk` on the PATH; bench/run provides both.
+
+mod e2e;
+mod proc;
+mod report;
+mod scale;
+mod submit;
+mod webhooks;
+mod wrk;
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+use serde_json::{json, Value};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqlitePool, SqlitePoolOptions};
+use sqlx::ConnectOptions;
+
+use report::Row;
+
+const BENCHMARKS: &[&str] = &["submit", "e2e", "webhooks", "retry", "scale"];
+
+#[derive(Parser)]
+#[command(about = "easel's benchmarks (run them through bench/run)")]
+struct Args {
+    /// The release `easel` binary.
+    #[arg(long)]
+    easel: PathBuf,
+    /// Scratch directory for data dirs and logs.
+    #[arg(long)]
+    work: PathBuf,
+    /// Directory of the wrk Lua scripts.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/wrk"))]
+    lua: PathBuf,
+    /// Benchmarks to run, comma-separated (default: all): submit, e2e, webhooks, retry, scale.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Smaller counts and shorter runs (a couple of minutes); figures are rougher.
+    #[arg(long)]
+    quick: bool,
+    /// Write the results here as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Replace the "latest results" section of this Markdown file with the table.
+    #[arg(long)]
+    docs: Option<PathBuf>,
+    /// Override the number of tasks of the end-to-end benchmark.
+    #[arg(long)]
+    e2e_tasks: Option<usize>,
+    /// Override the image size (long side, px) of the end-to-end benchmark.
+    #[arg(long)]
+    image_size: Option<u32>,
+    /// `sqlite_synchronous` of the end-to-end benchmark's server (default: full, easel's default).
+    #[arg(long, default_value = "full")]
+    e2e_sync: String,
+    /// Diagnostic: run the end-to-end benchmark's server with this many workers (the generator
+    /// alone keeps one thread per core).
+    #[arg(long)]
+    service_workers: Option<usize>,
+    /// The source revision benchmarked, to record with the results (`git describe`).
+    #[arg(long, default_value = "unknown")]
+    revision: String,
+    /// The command line to record with the results.
+    #[arg(long, default_value = "bench/run")]
+    command_line: String,
+}
+
+/// How much work each benchmark does.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Plan {
+    pub warmup_secs: u64,
+    pub run_secs: u64,
+    pub concurrencies: Vec<usize>,
+    pub e2e_tasks: usize,
+    pub e2e_timeout_secs: u64,
+    pub image_size: u32,
+    pub e2e_sync: String,
+    pub workers: usize,
+    pub service_workers: Option<usize>,
+    pub webhook_deliveries: usize,
+    pub webhook_concurrency: usize,
+    pub webhook_timeout_secs: u64,
+    pub retry_deliveries: usize,
+    pub retry_window_secs: u64,
+    pub retry_measure_secs: u64,
+    pub scale_sizes: Vec<usize>,
+    pub fetch_concurrencies: Vec<usize>,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Plan {
+        let workers = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+            .min(4);
+        if quick {
+            Plan {
+                warmup_secs: 1,
+                run_secs: 3,
+                concurrencies: vec![1, 16, 64],
+                e2e_tasks: 300,
+                e2e_timeout_secs: 300,
+                image_size: 256,
+                e2e_sync: "full".into(),
+                workers,
+                service_workers: None,
+                webhook_deliveries: 4_000,
+                webhook_concurrency: 64,
+                webhook_timeout_secs: 120,
+                retry_deliveries: 20_000,
+                retry_window_secs: 400,
+                retry_measure_secs: 15,
+                scale_sizes: vec![1_000, 100_000, 300_000],
+                fetch_concurrencies: vec![1, 16],
+            }
+        } else {
+            Plan {
+                warmup_secs: 2,
+                run_secs: 10,
+                concurrencies: vec![1, 16, 64],
+                e2e_tasks: 2_000,
+                e2e_timeout_secs: 600,
+                image_size: 512,
+                e2e_sync: "full".into(),
+                workers,
+                service_workers: None,
+                webhook_deliveries: 20_000,
+                webhook_concurrency: 64,
+                webhook_timeout_secs: 300,
+                retry_deliveries: 100_000,
+                retry_window_secs: 400,
+                retry_measure_secs: 60,
+                scale_sizes: vec![1_000, 100_000, 1_000_000],
+                fetch_concurrencies: vec![1, 16],
+            }
+        }
+    }
+}
+
+/// What every benchmark gets.
+pub struct Ctx {
+    pub easel: PathBuf,
+    pub work: PathBuf,
+    pub plan: Plan,
+    pub wrk: wrk::Wrk,
+}
+
+/// Current time as Unix milliseconds (easel stores times so).
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+fn sqlite_options(db: &Path) -> SqliteConnectOptions {
+    SqliteConnectOptions::from_str(&format!("sqlite://{}", db.display()))
+        .expect("valid sqlite path")
+        .busy_timeout(Duration::from_secs(30))
+        .disable_statement_logging()
+}
+
+/// A small pool on an easel database (read-only when asked).
+pub async fn open_db(db: &Path, read_only: bool) -> anyhow::Result<SqlitePool> {
+    SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(sqlite_options(db).read_only(read_only))
+        .await
+        .with_context(|| format!("opening {}", db.display()))
+}
+
+/// One connection for bulk writes: WAL (as easel), no fsync (the data is scratch).
+pub async fn open_conn(db: &Path) -> anyhow::Result<SqliteConnection> {
+    sqlite_options(db)
+        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+        .synchronous(sqlx::sqlite::SqliteSynchronous::Off)
+        .connect()
+        .await
+        .with_context(|| format!("opening {}", db.display()))
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    match run(args).await {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::from(1),
+        Err(e) => {
+            eprintln!("easel_bench: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+/// Run the benchmarks; Ok(false) when one of them failed to produce its figures.
+async fn run(args: Args) -> anyhow::Result<bool> {
+    let selected: Vec<&str> = if args.only.is_empty() {
+        BENCHMARKS.to_vec()
+    } else {
+        for name in &args.only {
+            anyhow::ensure!(
+                BENCHMARKS.contains(&name.as_str()),
+                "unknown benchmark {name:?}; choose among {}",
+                BENCHMARKS.join(", ")
+            );
+        }
+        BENCHMARKS
+            .iter()
+            .copied()
+            .filter(|b| args.only.iter().any(|o| o == b))
+            .collect()
+    };
+    anyhow::ensure!(
+        args.easel.is_file(),
+        "no easel binary at {}",
+        args.easel.display()
+    );
+    std::fs::create_dir_all(&args.work)?;
+    let mut plan = Plan::new(args.quick);
+    plan.e2e_tasks = args.e2e_tasks.unwrap_or(plan.e2e_tasks);
+    plan.image_size = args.image_size.unwrap_or(plan.image_size);
+    plan.e2e_sync = args.e2e_sync.clone();
+    plan.service_workers = args.service_workers;
+    let ctx = Ctx {
+        easel: args.easel.clone(),
+        work: args.work.clone(),
+        plan,
+        wrk: wrk::Wrk {
+            lua_dir: args.lua.clone(),
+        },
+    };
+
+    let started = chrono::Utc::now();
+    let load_before = report::loadavg();
+    let mut rows: Vec<Row> = Vec::new();
+    let mut details = serde_json::Map::new();
+    let mut failures = Vec::new();
+    for name in &selected {
+        println!("== {name}");
+        let t = Instant::now();
+        let result = match *name {
+            "submit" => submit::run(&ctx).await,
+            "e2e" => e2e::run(&ctx).await,
+            "webhooks" => webhooks::run_throughput(&ctx).await,
+            "retry" => webhooks::run_retry(&ctx).await,
+            "scale" => scale::run(&ctx).await,
+            _ => unreachable!("checked above"),
+        };
+        match result {
+            Ok((r, d)) => {
+                println!("{}\n", report::table(&r));
+                rows.extend(r);
+                details.insert(name.to_string(), d);
+            }
+            Err(e) => {
+                eprintln!("== {name} failed: {e:#}");
+                failures.push(json!({ "bench": name, "error": format!("{e:#}") }));
+            }
+        }
+        println!("   ({name}: {:.0} s)", t.elapsed().as_secs_f64());
+    }
+    let skipped = "5. PostgreSQL runs of 1 and 3: skipped, easel has no PostgreSQL store yet.";
+    let elapsed = (chrono::Utc::now() - started).num_seconds();
+
+    let table = report::table(&rows);
+    println!("== results ({} s)\n\n{table}\n\n{skipped}", elapsed);
+    let mut machine = report::machine();
+    machine["loadavg_1min_before"] = json!(load_before);
+    machine["loadavg_1min_after"] = json!(report::loadavg());
+    let results = json!({
+        "date": started.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "command": args.command_line,
+        "revision": args.revision,
+        "quick": args.quick,
+        "benchmarks": selected,
+        "elapsed_secs": elapsed,
+        "machine": machine,
+        "plan": ctx.plan,
+        "rows": rows,
+        "details": Value::Object(details),
+        "failures": failures,
+        "skipped": [skipped],
+    });
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&results)? + "\n")?;
+        println!("\nwrote {}", path.display());
+    }
+    if let Some(path) = &args.docs {
+        if failures.is_empty() {
+            let section = format!(
+                "Run on {} with `{}` ({} s) at revision `{}`, on {} ({} cores, {} GiB, \
+                 Linux {}); \
+                 easel and the load generator share these cores. Load average (1 min) before \
+                 and after the run: {:.1} and {:.1}.\n\n{table}\n\n{skipped}\n",
+                started.format("%Y-%m-%d %H:%M UTC"),
+                args.command_line,
+                elapsed,
+                args.revision,
+                machine["cpu"].as_str().unwrap_or("?"),
+                machine["cores"],
+                machine["memory_gib"],
+                machine["kernel"].as_str().unwrap_or("?"),
+                load_before,
+                machine["loadavg_1min_after"].as_f64().unwrap_or(f64::NAN),
+            );
+            report::update_docs(path, &section)?;
+            println!("updated {}", path.display());
+        } else {
+            println!("not updating {}: some benchmarks failed", path.display());
+        }
+    }
+    Ok(failures.is_empty())
+}
