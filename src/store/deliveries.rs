@@ -106,13 +106,17 @@ impl Store {
             .await
     }
 
-    /// When the next pending delivery becomes due (a leased one counts from its lease's end).
+    /// When the next delivery that is not in flight becomes due. Walks the due index from its
+    /// start, skipping only deliveries whose lease is still running (at most the dispatchers'
+    /// concurrency), so it stays cheap however large the outbox grows.
     pub async fn next_delivery_due(&self) -> StoreResult<Option<i64>> {
         Ok(sqlx::query_scalar(
-            "SELECT MIN(MAX(next_attempt_at, COALESCE(lease_until, 0)))
-             FROM webhook_deliveries WHERE status = 'pending'",
+            "SELECT next_attempt_at FROM webhook_deliveries
+             WHERE status = 'pending' AND (lease_until IS NULL OR lease_until <= ?)
+             ORDER BY next_attempt_at LIMIT 1",
         )
-        .fetch_one(&self.reader)
+        .bind(now_ms())
+        .fetch_optional(&self.reader)
         .await?)
     }
 

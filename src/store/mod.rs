@@ -94,7 +94,10 @@ impl Store {
                 std::fs::create_dir_all(path)?;
             }
         }
+        // A local file has nothing to test: skip sqlx's ping before every checkout, a round
+        // trip to the connection's thread.
         let writer = SqlitePoolOptions::new()
+            .test_before_acquire(false)
             .max_connections(1)
             .min_connections(1)
             .acquire_timeout(Duration::from_secs(10))
@@ -102,6 +105,7 @@ impl Store {
             .await?;
         sqlx::migrate!("./migrations/sqlite").run(&writer).await?;
         let reader = SqlitePoolOptions::new()
+            .test_before_acquire(false)
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options.read_only(true))
