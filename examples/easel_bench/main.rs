@@ -176,6 +176,24 @@ pub async fn open_db(db: &Path, read_only: bool) -> anyhow::Result<SqlitePool> {
         .with_context(|| format!("opening {}", db.display()))
 }
 
+/// Open (creating) the SQLite store in `data` and its first account, as `easel serve` would
+/// find them. Returns the store, the account and the database file's path.
+async fn open_store_with_account(
+    data: &Path,
+) -> anyhow::Result<(easel::store::Store, easel::store::Account, PathBuf)> {
+    std::fs::create_dir_all(data)?;
+    let db_path = data.join("easel.db");
+    let store =
+        easel::store::Store::open(&format!("sqlite://{}", db_path.display()), false).await?;
+    let account = store
+        .ensure_account(
+            easel::FIRST_ACCOUNT_EMAIL,
+            &easel::webhooks::signing::generate_secret(),
+        )
+        .await?;
+    Ok((store, account, db_path))
+}
+
 /// One connection for bulk writes: WAL (as easel), no fsync (the data is scratch).
 pub async fn open_conn(db: &Path) -> anyhow::Result<SqliteConnection> {
     sqlite_options(db)

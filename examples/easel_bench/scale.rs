@@ -8,8 +8,6 @@ use anyhow::Context;
 use serde_json::{json, Value};
 use sqlx::Connection;
 
-use easel::store::Store;
-
 use crate::proc::{fresh_dir, Mem, Server};
 use crate::report::{count, Row};
 use crate::wrk::WrkResult;
@@ -21,15 +19,7 @@ const SAMPLE_IDS: usize = 20_000;
 /// Build a store of `n` finished tasks (random v4 ids, records of a realistic size) for one
 /// account; write a random sample of their ids to `ids`; return an API key.
 async fn build_store(data: &Path, n: usize, ids: &Path) -> anyhow::Result<String> {
-    std::fs::create_dir_all(data)?;
-    let db_path = data.join("easel.db");
-    let store = Store::open(&format!("sqlite://{}", db_path.display()), false).await?;
-    let account = store
-        .ensure_account(
-            easel::FIRST_ACCOUNT_EMAIL,
-            &easel::webhooks::signing::generate_secret(),
-        )
-        .await?;
+    let (store, account, db_path) = crate::open_store_with_account(data).await?;
     let key = easel::auth::create_key(&store, &account.id, "bench").await?;
     store.close().await;
 

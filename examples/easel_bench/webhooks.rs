@@ -18,7 +18,6 @@ use sqlx::Connection;
 use uuid::Uuid;
 
 use easel::domain::Outcome;
-use easel::store::Store;
 
 use crate::proc::{cpu_secs, fresh_dir, Server};
 use crate::report::{count, Row};
@@ -122,15 +121,7 @@ pub async fn prefill(
     hook_url: &str,
     due: Due,
 ) -> anyhow::Result<Vec<String>> {
-    std::fs::create_dir_all(data)?;
-    let db_path = data.join("easel.db");
-    let store = Store::open(&format!("sqlite://{}", db_path.display()), false).await?;
-    let account = store
-        .ensure_account(
-            easel::FIRST_ACCOUNT_EMAIL,
-            &easel::webhooks::signing::generate_secret(),
-        )
-        .await?;
+    let (store, account, db_path) = crate::open_store_with_account(data).await?;
     store.close().await;
 
     let mut conn = open_conn(&db_path).await?;
