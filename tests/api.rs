@@ -466,7 +466,7 @@ async fn every_documented_route_is_served_and_unknown_ones_are_not() {
 }
 
 #[tokio::test]
-async fn concurrent_submits_share_commits_and_never_overshoot_the_quota() {
+async fn concurrent_submits_never_overshoot_the_quota() {
     let app = TestApp::spawn_with(|c| {
         c.max_pending_per_account = 10;
         c.workers = 0;
