@@ -68,6 +68,68 @@ async fn unauthenticated_requests_get_401_with_an_empty_object() {
 }
 
 #[tokio::test]
+async fn a_key_revoked_after_use_is_refused_at_once_even_for_submits() {
+    let app = TestApp::spawn_with(|c| c.workers = 0).await;
+    let key = app.key_for("soon-revoked@example.com").await;
+    // Used first, so the server has seen the key (submits trust keys they have seen).
+    let (status, body) = app
+        .post_as(&key, IMAGINE, &json!({"prompt": "before"}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let keys = app.store.list_api_keys().await.unwrap();
+    let id = &keys
+        .iter()
+        .find(|k| k.account_email == "soon-revoked@example.com")
+        .unwrap()
+        .id;
+    // Revoked behind the server's back, as `easel keys revoke` in another process does.
+    assert!(app.store.revoke_api_key(id).await.unwrap());
+
+    // Valid or not, every submit with it is a 401 first, in one batch with live submits or not.
+    let results = futures::future::join_all((0..20).map(|i| {
+        let app = &app;
+        let key = if i % 2 == 0 {
+            key.as_str()
+        } else {
+            app.key.as_str()
+        };
+        let body = match i % 4 {
+            0 => json!({"prompt": ""}),
+            _ => json!({"prompt": format!("after {i}")}),
+        };
+        async move { (i, app.post_as(key, IMAGINE, &body).await) }
+    }))
+    .await;
+    for (i, (status, body)) in results {
+        match i % 4 {
+            0 | 2 => assert_eq!((status, body), (401, json!({})), "revoked key, submit {i}"),
+            1 | 3 => assert_eq!(status, 200, "live key, submit {i}: {body}"),
+            _ => unreachable!(),
+        }
+    }
+    let res = app
+        .http
+        .post(app.url(IMAGINE))
+        .header("Authorization", &key)
+        .header("Content-Type", "text/plain")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(split(res).await, (401, json!({})));
+    // Nothing was stored for the revoked key: the task from before and the 10 live ones.
+    let stored: i64 = app
+        .store
+        .task_counts()
+        .await
+        .unwrap()
+        .iter()
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(stored, 11);
+}
+
+#[tokio::test]
 async fn authentication_comes_before_body_checks() {
     let app = TestApp::spawn().await;
     let res = app

@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::TestApp;
-use easel::store::{NewTask, Outcome};
+use easel::store::{NewTask, Outcome, Submitted};
 use serde_json::json;
 
 #[tokio::test]
@@ -142,6 +142,7 @@ async fn the_queue_serves_turbo_then_fast_then_relax_first_come_first_served() {
         .unwrap();
     let store = app.store();
     let account = store.first_account().await.unwrap().unwrap();
+    let key = common::key_hash(store, &account.id).await;
     let order = [
         ("relax", 2),
         ("fast", 1),
@@ -153,7 +154,10 @@ async fn the_queue_serves_turbo_then_fast_then_relax_first_come_first_served() {
     for (mode, priority) in order {
         let t = new_task(&account.id, mode, priority);
         ids.push(t.id.to_string());
-        assert!(store.insert_task(&t, 100).await.unwrap());
+        assert_eq!(
+            store.insert_task(&t, &key, 100).await.unwrap(),
+            Submitted::Queued
+        );
     }
     let mut claimed = Vec::new();
     while let Some(t) = store.claim_task("test", 60_000).await.unwrap() {
@@ -171,9 +175,10 @@ async fn a_stale_worker_cannot_overwrite_a_newer_attempt_and_lost_tasks_fail_aft
         .unwrap();
     let store = app.store();
     let account = store.first_account().await.unwrap().unwrap();
+    let key = common::key_hash(store, &account.id).await;
     let task = new_task(&account.id, "fast", 1);
     let id = task.id.to_string();
-    store.insert_task(&task, 100).await.unwrap();
+    store.insert_task(&task, &key, 100).await.unwrap();
 
     // Attempt 1 claims with a lease that runs out at once.
     let first = store.claim_task("w1", -1).await.unwrap().unwrap();
@@ -209,7 +214,7 @@ async fn a_stale_worker_cannot_overwrite_a_newer_attempt_and_lost_tasks_fail_aft
 
     // A task that keeps losing its worker fails after max_attempts with a clear error.
     let doomed = new_task(&account.id, "fast", 1);
-    store.insert_task(&doomed, 100).await.unwrap();
+    store.insert_task(&doomed, &key, 100).await.unwrap();
     for attempt in 1..=3 {
         let t = store.claim_task("w", -1).await.unwrap().unwrap();
         assert_eq!(t.attempts, attempt);

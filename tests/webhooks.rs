@@ -319,7 +319,11 @@ async fn the_queue_and_the_outbox_can_be_driven_one_step_at_a_time() {
         webhook_url: Some(receiver.url.clone()),
         webhook_secret: None,
     };
-    assert!(app.store().insert_task(&task, 10).await.unwrap());
+    let key = common::key_hash(app.store(), &account.id).await;
+    assert_eq!(
+        app.store().insert_task(&task, &key, 10).await.unwrap(),
+        easel::store::Submitted::Queued
+    );
     assert_eq!(
         app.dispatcher().dispatch_due(10).await.unwrap(),
         0,

@@ -11,9 +11,9 @@ use uuid::Uuid;
 use super::json::{task_id, JsonObject, TaskIdPath};
 use super::record::{rfc3339, TaskRecord};
 use super::{ApiError, AppState};
-use crate::auth::Caller;
+use crate::auth::{Caller, Submitter};
 use crate::domain::{AspectRatio, ProcessMode, Prompt, TaskType};
-use crate::store::{NewTask, Redelivery};
+use crate::store::{NewTask, Redelivery, Submitted};
 use crate::webhooks::ssrf::validate_webhook_url;
 
 /// Most characters of a `webhook_secret`.
@@ -24,9 +24,45 @@ pub const FETCH_MANY_MAX: usize = 20;
 /// `POST /api/v1/imagine`: validate, store durably, wake a worker, answer with the id.
 pub async fn imagine(
     State(state): State<AppState>,
-    Caller(account): Caller,
-    body: JsonObject,
+    submitter: Submitter,
+    body: Result<JsonObject, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
+    let task = match body.and_then(|body| validate_imagine(&state, &submitter, &body)) {
+        Ok(task) => task,
+        Err(e) => {
+            // Only a live key learns what was wrong with its request.
+            submitter.confirm(&state).await?;
+            return Err(e);
+        }
+    };
+    let id = task.id;
+    tracing::Span::current().record("task_id", tracing::field::display(id));
+    let limit = state.config.max_pending_per_account;
+    match state
+        .store
+        .insert_task(&task, &submitter.key_hash, limit)
+        .await?
+    {
+        Submitted::Queued => {}
+        Submitted::KeyNotLive => return Err(submitter.revoked(&state)),
+        Submitted::QuotaFull => return Err(ApiError::TooManyRequests {
+            msg: format!(
+                "the account already has {limit} tasks queued or running; wait for some to finish"
+            ),
+            retry_after_secs: 10,
+        }),
+    }
+    state.queue_wakeup.notify_one();
+    tracing::info!(mode = task.process_mode, "task accepted");
+    Ok(Json(json!({ "task_id": id })))
+}
+
+/// An `imagine` body as the task to store, or the first thing wrong with it.
+fn validate_imagine(
+    state: &AppState,
+    submitter: &Submitter,
+    body: &JsonObject,
+) -> Result<NewTask, ApiError> {
     let prompt = Prompt::parse(body.req_str("prompt")?)
         .map_err(|e| ApiError::field("prompt", "invalid_value", e))?;
     let aspect_ratio = match body.opt_str("aspect_ratio")? {
@@ -77,12 +113,9 @@ pub async fn imagine(
             retry_after_secs: 5,
         });
     }
-
-    let id = Uuid::new_v4();
-    tracing::Span::current().record("task_id", tracing::field::display(id));
-    let task = NewTask {
-        id,
-        account_id: account.id.clone(),
+    Ok(NewTask {
+        id: Uuid::new_v4(),
+        account_id: submitter.account_id.clone(),
         task_type: TaskType::Imagine.as_str(),
         prompt: prompt.as_str().to_string(),
         aspect_ratio: aspect_ratio.to_string(),
@@ -91,19 +124,7 @@ pub async fn imagine(
         seed: i64::from(rand::random::<u32>()),
         webhook_url,
         webhook_secret,
-    };
-    let limit = state.config.max_pending_per_account;
-    if !state.store.insert_task(&task, limit).await? {
-        return Err(ApiError::TooManyRequests {
-            msg: format!(
-                "the account already has {limit} tasks queued or running; wait for some to finish"
-            ),
-            retry_after_secs: 10,
-        });
-    }
-    state.queue_wakeup.notify_one();
-    tracing::info!(mode = process_mode.as_str(), "task accepted");
-    Ok(Json(json!({ "task_id": id })))
+    })
 }
 
 /// `POST /api/v1/fetch`: one task record.

@@ -3,6 +3,12 @@
 //! `sqlite_synchronous = full`) makes a whole batch durable. Each caller still gets its answer
 //! only after the transaction holding its write has committed. Batches form by themselves: while
 //! one commits, the next writes queue up; nothing waits on a timer.
+//!
+//! A batch is applied with a fixed number of statements however many writes it holds (the
+//! writes travel as one JSON array, see `tasks.rs` and `deliveries.rs`): every statement is a
+//! round trip to the connection's thread, and those round trips, not SQLite, were what limited
+//! the batch rate. Each kind of write makes its batch atomic itself: in one statement where it
+//! can, in a transaction where it cannot.
 
 use futures::future::BoxFuture;
 use sqlx::sqlite::{SqliteConnection, SqlitePool};
@@ -15,13 +21,15 @@ const MAX_BATCH: usize = 256;
 /// Writes waiting for a batch; more wait for room (backpressure on the callers).
 const QUEUE: usize = 4096;
 
-/// One write that can share a transaction with others of its kind.
-pub(super) trait Write: Send + Sync + 'static {
+/// A kind of write that can share a transaction with others of its kind.
+pub(super) trait Write: Sized + Send + Sync + 'static {
     type Output: Send + 'static;
-    fn apply<'c>(
-        &'c self,
+    /// Apply every write in `batch` atomically (all or none) on `conn`; one output per write,
+    /// in the same order.
+    fn apply_all<'c>(
+        batch: &'c [Self],
         conn: &'c mut SqliteConnection,
-    ) -> BoxFuture<'c, StoreResult<Self::Output>>;
+    ) -> BoxFuture<'c, StoreResult<Vec<Self::Output>>>;
 }
 
 struct Job<W: Write> {
@@ -64,36 +72,34 @@ impl<W: Write> Batcher<W> {
 async fn run<W: Write>(writer: SqlitePool, mut jobs: mpsc::Receiver<Job<W>>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        match apply_all(&writer, &batch).await {
+        let (writes, replies): (Vec<W>, Vec<_>) =
+            batch.drain(..).map(|job| (job.write, job.reply)).unzip();
+        match apply(&writer, &writes).await {
             Ok(outputs) => {
-                for (job, output) in batch.drain(..).zip(outputs) {
-                    let _ = job.reply.send(Ok(output));
+                for (reply, output) in replies.into_iter().zip(outputs) {
+                    let _ = reply.send(Ok(output));
                 }
             }
-            Err(e) if batch.len() == 1 => {
-                let job = batch.pop().expect("one job");
-                let _ = job.reply.send(Err(e));
+            Err(e) if writes.len() == 1 => {
+                let _ = replies.into_iter().next().expect("one reply").send(Err(e));
             }
             Err(_) => {
                 // One bad write must not fail the rest: apply each in its own transaction.
-                for job in batch.drain(..) {
-                    let result = apply_all(&writer, std::slice::from_ref(&job))
+                for (write, reply) in writes.iter().zip(replies) {
+                    let result = apply(&writer, std::slice::from_ref(write))
                         .await
                         .map(|mut outputs| outputs.pop().expect("one output"));
-                    let _ = job.reply.send(result);
+                    let _ = reply.send(result);
                 }
             }
         }
     }
 }
 
-async fn apply_all<W: Write>(writer: &SqlitePool, jobs: &[Job<W>]) -> StoreResult<Vec<W::Output>> {
-    let mut tx = writer.begin().await?;
-    let mut outputs = Vec::with_capacity(jobs.len());
-    for job in jobs {
-        outputs.push(job.write.apply(&mut tx).await?);
-    }
-    tx.commit().await?;
+async fn apply<W: Write>(writer: &SqlitePool, writes: &[W]) -> StoreResult<Vec<W::Output>> {
+    let mut conn = writer.acquire().await?;
+    let outputs = W::apply_all(writes, &mut conn).await?;
+    debug_assert_eq!(outputs.len(), writes.len());
     Ok(outputs)
 }
 

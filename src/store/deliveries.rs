@@ -1,5 +1,8 @@
+use std::collections::HashSet;
+
 use futures::future::BoxFuture;
-use sqlx::{FromRow, QueryBuilder, Sqlite, SqliteConnection};
+use serde::Serialize;
+use sqlx::{FromRow, SqliteConnection};
 use uuid::Uuid;
 
 use super::{now_ms, Store, StoreResult};
@@ -60,34 +63,24 @@ impl Store {
         lease_ms: i64,
     ) -> StoreResult<Vec<DueDelivery>> {
         let now = now_ms();
-        let mut tx = self.writer.begin().await?;
-        let due: Vec<DueDelivery> = sqlx::query_as(
-            "SELECT d.id, d.task_id, d.url, d.payload, d.attempts, d.first_failed_at,
-                    t.webhook_secret, a.signing_secret
-             FROM webhook_deliveries d
-             JOIN tasks t ON t.id = d.task_id
-             JOIN accounts a ON a.id = d.account_id
-             WHERE d.status = 'pending' AND d.next_attempt_at <= ?1
-               AND (d.lease_until IS NULL OR d.lease_until <= ?1)
-             ORDER BY d.next_attempt_at LIMIT ?2",
+        // One statement, so claiming costs one round trip however many rows it takes.
+        Ok(sqlx::query_as(
+            "UPDATE webhook_deliveries SET lease_until = ?2
+             WHERE id IN (SELECT id FROM webhook_deliveries
+                          WHERE status = 'pending' AND next_attempt_at <= ?1
+                            AND (lease_until IS NULL OR lease_until <= ?1)
+                          ORDER BY next_attempt_at LIMIT ?3)
+             RETURNING id, task_id, url, payload, attempts, first_failed_at,
+                 (SELECT webhook_secret FROM tasks t WHERE t.id = webhook_deliveries.task_id)
+                     AS webhook_secret,
+                 (SELECT signing_secret FROM accounts a
+                  WHERE a.id = webhook_deliveries.account_id) AS signing_secret",
         )
         .bind(now)
+        .bind(now + lease_ms)
         .bind(limit)
-        .fetch_all(&mut *tx)
-        .await?;
-        if !due.is_empty() {
-            let mut q: QueryBuilder<Sqlite> =
-                QueryBuilder::new("UPDATE webhook_deliveries SET lease_until = ");
-            q.push_bind(now + lease_ms).push(" WHERE id IN (");
-            let mut list = q.separated(", ");
-            for d in &due {
-                list.push_bind(d.id.clone());
-            }
-            q.push(")");
-            q.build().execute(&mut *tx).await?;
-        }
-        tx.commit().await?;
-        Ok(due)
+        .fetch_all(&self.writer)
+        .await?)
     }
 
     /// Record an attempt and the delivery's next state, fenced by the attempt count seen at claim.
@@ -193,51 +186,109 @@ pub(super) struct RecordAttempt {
     record: AttemptRecord,
 }
 
+/// An attempt record as it travels to SQLite in a batch's JSON array.
+#[derive(Serialize)]
+struct AttemptJson<'a> {
+    delivery_id: &'a str,
+    claimed_attempts: i64,
+    status: &'static str,
+    attempted_at: i64,
+    duration_ms: i64,
+    status_code: Option<u16>,
+    error: Option<&'a str>,
+    next_attempt_at: Option<i64>,
+    first_failed_at: Option<i64>,
+}
+
 impl super::batch::Write for RecordAttempt {
     type Output = bool;
 
-    fn apply<'c>(&'c self, conn: &'c mut SqliteConnection) -> BoxFuture<'c, StoreResult<bool>> {
-        let record = &self.record;
+    /// One transaction of two statements for the whole batch: the fenced update of the
+    /// deliveries, then the attempt rows of those it changed.
+    fn apply_all<'c>(
+        batch: &'c [Self],
+        conn: &'c mut SqliteConnection,
+    ) -> BoxFuture<'c, StoreResult<Vec<bool>>> {
         Box::pin(async move {
-            let status = if record.delivered {
-                "delivered"
-            } else if record.next_attempt_at.is_some() {
-                "pending"
-            } else {
-                "undeliverable"
-            };
-            let done = sqlx::query(
-                "UPDATE webhook_deliveries SET status = ?, attempts = attempts + 1,
-                     next_attempt_at = ?, first_failed_at = ?, lease_until = NULL,
-                     last_status_code = ?, last_error = ?, updated_at = ?
-                 WHERE id = ? AND attempts = ? AND status = 'pending'",
+            // A delivery is claimed by one attempt at a time; should a batch still hold two
+            // records for one, only the first is a candidate, as if applied one after another.
+            let mut seen = HashSet::new();
+            let candidate: Vec<bool> = batch
+                .iter()
+                .map(|w| seen.insert(w.delivery_id.as_str()))
+                .collect();
+            let rows: Vec<AttemptJson> = batch
+                .iter()
+                .zip(&candidate)
+                .filter(|(_, c)| **c)
+                .map(|(w, _)| {
+                    let r = &w.record;
+                    AttemptJson {
+                        delivery_id: &w.delivery_id,
+                        claimed_attempts: w.claimed_attempts,
+                        status: if r.delivered {
+                            "delivered"
+                        } else if r.next_attempt_at.is_some() {
+                            "pending"
+                        } else {
+                            "undeliverable"
+                        },
+                        attempted_at: r.attempted_at,
+                        duration_ms: r.duration_ms,
+                        status_code: r.status_code,
+                        error: r.error.as_deref(),
+                        next_attempt_at: r.next_attempt_at,
+                        first_failed_at: r.first_failed_at,
+                    }
+                })
+                .collect();
+            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+            // Fenced by the attempt count seen at claim: a stale dispatcher changes nothing.
+            let changed: Vec<String> = sqlx::query_scalar(
+                "UPDATE webhook_deliveries SET status = v.status, attempts = attempts + 1,
+                     next_attempt_at = v.next_attempt_at, first_failed_at = v.first_failed_at,
+                     lease_until = NULL, last_status_code = v.status_code, last_error = v.error,
+                     updated_at = ?2
+                 FROM (SELECT value->>'delivery_id' AS delivery_id,
+                              value->>'claimed_attempts' AS claimed_attempts,
+                              value->>'status' AS status,
+                              value->>'next_attempt_at' AS next_attempt_at,
+                              value->>'first_failed_at' AS first_failed_at,
+                              value->>'status_code' AS status_code,
+                              value->>'error' AS error
+                       FROM json_each(?1)) AS v
+                 WHERE webhook_deliveries.id = v.delivery_id
+                   AND webhook_deliveries.attempts = v.claimed_attempts
+                   AND webhook_deliveries.status = 'pending'
+                 RETURNING id",
             )
-            .bind(status)
-            .bind(record.next_attempt_at)
-            .bind(record.first_failed_at)
-            .bind(record.status_code.map(i64::from))
-            .bind(&record.error)
+            .bind(super::tasks::to_json(&rows))
             .bind(now_ms())
-            .bind(&self.delivery_id)
-            .bind(self.claimed_attempts)
-            .execute(&mut *conn)
+            .fetch_all(&mut *tx)
             .await?;
-            if done.rows_affected() == 1 {
+            let changed: HashSet<String> = changed.into_iter().collect();
+            let recorded: Vec<&AttemptJson> = rows
+                .iter()
+                .filter(|r| changed.contains(r.delivery_id))
+                .collect();
+            if !recorded.is_empty() {
                 sqlx::query(
                     "INSERT INTO webhook_attempts (delivery_id, attempted_at, duration_ms,
                          status_code, error, next_attempt_at)
-                     VALUES (?, ?, ?, ?, ?, ?)",
+                     SELECT value->>'delivery_id', value->>'attempted_at', value->>'duration_ms',
+                         value->>'status_code', value->>'error', value->>'next_attempt_at'
+                     FROM json_each(?) ORDER BY key",
                 )
-                .bind(&self.delivery_id)
-                .bind(record.attempted_at)
-                .bind(record.duration_ms)
-                .bind(record.status_code.map(i64::from))
-                .bind(&record.error)
-                .bind(record.next_attempt_at)
-                .execute(&mut *conn)
+                .bind(super::tasks::to_json(&recorded))
+                .execute(&mut *tx)
                 .await?;
             }
-            Ok(done.rows_affected() == 1)
+            tx.commit().await?;
+            Ok(batch
+                .iter()
+                .zip(&candidate)
+                .map(|(w, c)| *c && changed.contains(&w.delivery_id))
+                .collect())
         })
     }
 }

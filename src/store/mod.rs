@@ -19,7 +19,7 @@ use sqlx::sqlite::{
 
 pub use accounts::{Account, ApiKeyInfo, KeyOwner};
 pub use deliveries::{AttemptRecord, AttemptRow, DueDelivery, Redelivery};
-pub use tasks::{ClaimedTask, NewTask, Outcome, TaskRow};
+pub use tasks::{ClaimedTask, NewTask, Outcome, Submitted, TaskRow};
 
 /// What can go wrong in the store, sorted by what the caller should do about it.
 #[derive(Debug, thiserror::Error)]

@@ -1,4 +1,7 @@
+use std::collections::{BTreeSet, HashSet};
+
 use futures::future::BoxFuture;
+use serde::Serialize;
 use sqlx::{FromRow, QueryBuilder, Sqlite, SqliteConnection};
 use uuid::Uuid;
 
@@ -70,13 +73,20 @@ const TASK_COLUMNS: &str = "t.id, t.task_type, t.status, t.percentage, t.prompt,
 const ACTIVE: &str = "('starting', 'processing')";
 
 impl Store {
-    /// Store a new task, unless the account already has `max_active` tasks queued or running.
-    /// Returns false (and stores nothing) when the quota is full. Durable when it returns.
-    /// Concurrent calls share a transaction (see `batch.rs`).
-    pub async fn insert_task(&self, task: &NewTask, max_active: u32) -> StoreResult<bool> {
+    /// Store a new task submitted with the key hashed `key_hash`, unless that key is no longer
+    /// live or the account already has `max_active` tasks queued or running; both are checked
+    /// in the transaction that inserts. Durable when it returns `Queued`. Concurrent calls share
+    /// a transaction (see `batch.rs`).
+    pub async fn insert_task(
+        &self,
+        task: &NewTask,
+        key_hash: &[u8; 32],
+        max_active: u32,
+    ) -> StoreResult<Submitted> {
         self.submits
             .write(InsertTask {
                 task: task.clone(),
+                key_hash: *key_hash,
                 max_active,
             })
             .await
@@ -309,7 +319,8 @@ async fn complete_in_tx(
                  next_attempt_at, created_at, updated_at)
              VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
         )
-        .bind(format!("msg_{}", Uuid::new_v4().simple()))
+        // Time-ordered, like task ids, to keep the outbox's index appending.
+        .bind(format!("msg_{}", Uuid::now_v7().simple()))
         .bind(id)
         .bind(&account_id)
         .bind(url)
@@ -327,37 +338,135 @@ async fn complete_in_tx(
 /// tasks queued or running.
 pub(super) struct InsertTask {
     task: NewTask,
+    key_hash: [u8; 32],
+    max_active: u32,
+}
+
+/// What became of a submit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Submitted {
+    /// Stored durably, in the queue.
+    Queued,
+    /// Nothing stored: the account has its most tasks queued or running.
+    QuotaFull,
+    /// Nothing stored: the key is revoked, or belongs to another account than the task.
+    KeyNotLive,
+}
+
+/// A task row as it travels to SQLite in a batch's JSON array, with what its insert is
+/// conditional on.
+#[derive(Serialize)]
+struct TaskJson<'a> {
+    id: String,
+    account_id: &'a str,
+    task_type: &'a str,
+    priority: i64,
+    prompt: &'a str,
+    aspect_ratio: &'a str,
+    process_mode: &'a str,
+    seed: i64,
+    created_at: i64,
+    webhook_url: Option<&'a str>,
+    webhook_secret: Option<&'a str>,
+    key_hash: String,
     max_active: u32,
 }
 
 impl super::batch::Write for InsertTask {
-    type Output = bool;
+    type Output = Submitted;
 
-    fn apply<'c>(&'c self, conn: &'c mut SqliteConnection) -> BoxFuture<'c, StoreResult<bool>> {
-        let task = &self.task;
+    /// One statement for the whole batch, atomic by itself: it checks each task's key and its
+    /// account's quota (counting the batch's own earlier tasks) and inserts the tasks that
+    /// pass, in arrival order. The `MATERIALIZED` batch is read in full, counters included,
+    /// before the first insert fires the triggers that move them. Only when a task is turned
+    /// away does a second statement find out why.
+    fn apply_all<'c>(
+        batch: &'c [Self],
+        conn: &'c mut SqliteConnection,
+    ) -> BoxFuture<'c, StoreResult<Vec<Submitted>>> {
         Box::pin(async move {
-            let done = sqlx::query(
-                "INSERT INTO tasks (id, account_id, task_type, status, priority, prompt,
+            let now = now_ms();
+            let rows: Vec<TaskJson> = batch
+                .iter()
+                .map(|w| {
+                    let t = &w.task;
+                    TaskJson {
+                        id: t.id.to_string(),
+                        account_id: &t.account_id,
+                        task_type: t.task_type,
+                        priority: t.priority,
+                        prompt: &t.prompt,
+                        aspect_ratio: &t.aspect_ratio,
+                        process_mode: t.process_mode,
+                        seed: t.seed,
+                        created_at: now,
+                        webhook_url: t.webhook_url.as_deref(),
+                        webhook_secret: t.webhook_secret.as_deref(),
+                        key_hash: hex::encode(w.key_hash),
+                        max_active: w.max_active,
+                    }
+                })
+                .collect();
+            let inserted: Vec<String> = sqlx::query_scalar(
+                "WITH batch AS MATERIALIZED (
+                     SELECT v.key AS pos, v.value AS t, a.active_tasks AS active,
+                            row_number() OVER (PARTITION BY a.id ORDER BY v.key) AS nth
+                     FROM json_each(?) AS v
+                     JOIN api_keys k ON k.key_hash = unhex(v.value->>'key_hash')
+                                    AND k.revoked_at IS NULL
+                     JOIN accounts a ON a.id = k.account_id AND a.id = v.value->>'account_id'
+                 )
+                 INSERT INTO tasks (id, account_id, task_type, status, priority, prompt,
                      aspect_ratio, process_mode, seed, created_at, webhook_url, webhook_secret)
-                 SELECT ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?
-                 WHERE (SELECT active_tasks FROM accounts WHERE id = ?) < ?",
+                 SELECT t->>'id', t->>'account_id', t->>'task_type', 'pending', t->>'priority',
+                     t->>'prompt', t->>'aspect_ratio', t->>'process_mode', t->>'seed',
+                     t->>'created_at', t->>'webhook_url', t->>'webhook_secret'
+                 FROM batch WHERE active + nth <= t->>'max_active'
+                 ORDER BY pos
+                 RETURNING id",
             )
-            .bind(task.id.to_string())
-            .bind(&task.account_id)
-            .bind(task.task_type)
-            .bind(task.priority)
-            .bind(&task.prompt)
-            .bind(&task.aspect_ratio)
-            .bind(task.process_mode)
-            .bind(task.seed)
-            .bind(now_ms())
-            .bind(&task.webhook_url)
-            .bind(&task.webhook_secret)
-            .bind(&task.account_id)
-            .bind(i64::from(self.max_active))
-            .execute(&mut *conn)
+            .bind(to_json(&rows))
+            .fetch_all(&mut *conn)
             .await?;
-            Ok(done.rows_affected() == 1)
+            if inserted.len() == rows.len() {
+                return Ok(vec![Submitted::Queued; rows.len()]);
+            }
+            // Some were turned away: by their key or by the quota.
+            let inserted: HashSet<String> = inserted.into_iter().collect();
+            let refused: BTreeSet<&str> = rows
+                .iter()
+                .filter(|r| !inserted.contains(&r.id))
+                .map(|r| r.key_hash.as_str())
+                .collect();
+            let live: Vec<(String, String)> = sqlx::query_as(
+                "SELECT hex(key_hash), account_id FROM api_keys
+                 WHERE key_hash IN (SELECT unhex(value) FROM json_each(?))
+                   AND revoked_at IS NULL",
+            )
+            .bind(to_json(&refused))
+            .fetch_all(&mut *conn)
+            .await?;
+            let live: HashSet<(String, String)> = live
+                .into_iter()
+                .map(|(hash, account)| (hash.to_ascii_lowercase(), account))
+                .collect();
+            Ok(rows
+                .iter()
+                .map(|r| {
+                    if inserted.contains(&r.id) {
+                        Submitted::Queued
+                    } else if live.contains(&(r.key_hash.clone(), r.account_id.to_string())) {
+                        Submitted::QuotaFull
+                    } else {
+                        Submitted::KeyNotLive
+                    }
+                })
+                .collect())
         })
     }
+}
+
+/// A batch as one JSON text, for `json_each`.
+pub(super) fn to_json(value: &impl Serialize) -> String {
+    serde_json::to_string(value).expect("batch rows serialize")
 }

@@ -3,7 +3,7 @@
 //! task; the rest wait in the database, however many there are.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
@@ -14,6 +14,13 @@ use super::client::{DeliveryRequest, WebhookClient};
 use super::{next_attempt_at, signing};
 use crate::config::Config;
 use crate::store::{now_ms, AttemptRecord, DueDelivery, Store, StoreResult};
+
+fn poll_ms(config: &Config) -> i64 {
+    config.poll_interval.as_millis() as i64
+}
+
+/// The longest a due delivery waits for more slots to free before a smaller claim is made.
+const CLAIM_GATHER: Duration = Duration::from_millis(10);
 
 #[derive(Clone)]
 pub struct Dispatcher {
@@ -142,20 +149,30 @@ impl Dispatcher {
     /// Deliver until `shutdown`, then give in-flight attempts up to `shutdown_timeout` to end.
     /// Attempts cut off then are retried when their lease runs out (never lost).
     pub async fn run(self, wakeup: Arc<Notify>, shutdown: CancellationToken) {
-        let slots = Arc::new(Semaphore::new(self.config.webhook_concurrency));
+        let concurrency = self.config.webhook_concurrency;
+        let slots = Arc::new(Semaphore::new(concurrency));
+        // Under load, slots free one at a time; claiming each alone would cost a writer
+        // transaction per delivery. So claim once a quarter of the slots is free, or once
+        // CLAIM_GATHER has passed since the last claim with fewer free.
+        let batch_free = (concurrency / 4).max(1);
+        let mut last_claim = Instant::now() - CLAIM_GATHER;
+        // When the next delivery falls due, as last learned; None: maybe now.
+        let mut next_due: Option<i64> = None;
         let mut in_flight = JoinSet::new();
         loop {
             while in_flight.try_join_next().is_some() {}
             let free = slots.available_permits();
-            let mut claimed_all = false;
-            if free > 0 {
+            let gathering = free < batch_free && last_claim.elapsed() < CLAIM_GATHER;
+            let nothing_due = next_due.is_some_and(|t| t > now_ms());
+            if free > 0 && !gathering && !nothing_due {
+                last_claim = Instant::now();
                 match self
                     .store
                     .claim_due_deliveries(free as i64, self.lease_ms())
                     .await
                 {
                     Ok(due) => {
-                        claimed_all = due.len() == free;
+                        let drained = due.len() < free;
                         for delivery in due {
                             let permit = slots.clone().try_acquire_owned().expect("free slot");
                             let this = self.clone();
@@ -164,28 +181,46 @@ impl Dispatcher {
                                 drop(permit);
                             });
                         }
+                        next_due = if drained {
+                            // Nothing else is due now: find out when something will be.
+                            match self.store.next_delivery_due().await {
+                                Ok(Some(due)) => Some(due.max(now_ms() + 5)),
+                                Ok(None) | Err(_) => Some(now_ms() + poll_ms(&self.config)),
+                            }
+                        } else {
+                            None
+                        };
                     }
-                    Err(e) => tracing::error!(error = %e, "dispatcher could not reach the store"),
+                    Err(e) => {
+                        tracing::error!(error = %e, "dispatcher could not reach the store");
+                        next_due = Some(now_ms() + poll_ms(&self.config));
+                    }
                 }
             }
-            if claimed_all && slots.available_permits() > 0 {
-                continue;
-            }
-            // With every slot busy, a finishing attempt wakes the loop; otherwise sleep until the
-            // next delivery is due (at least a few ms, at most the polling interval).
-            let wait = if slots.available_permits() == 0 {
+            // Sleep until the next delivery is due and, with few slots free, until the gathering
+            // time is over; a finishing attempt (with few slots free), new work or the polling
+            // interval wakes the loop earlier.
+            let free = slots.available_permits();
+            let wait = if free == 0 {
                 self.config.poll_interval
             } else {
-                match self.store.next_delivery_due().await {
-                    Ok(Some(due)) => Duration::from_millis((due - now_ms()).max(5) as u64),
-                    _ => self.config.poll_interval,
-                }
-                .min(self.config.poll_interval)
+                let until_due = next_due.map_or(Duration::ZERO, |t| {
+                    Duration::from_millis((t - now_ms()).max(0) as u64)
+                });
+                let until_gathered = if free < batch_free {
+                    CLAIM_GATHER.saturating_sub(last_claim.elapsed())
+                } else {
+                    Duration::ZERO
+                };
+                until_due
+                    .max(until_gathered)
+                    .max(Duration::from_millis(1))
+                    .min(self.config.poll_interval)
             };
             tokio::select! {
-                _ = wakeup.notified() => {}
+                _ = wakeup.notified() => next_due = None,
                 _ = tokio::time::sleep(wait) => {}
-                Some(_) = in_flight.join_next(), if slots.available_permits() == 0 => {}
+                Some(_) = in_flight.join_next(), if free < batch_free => {}
                 _ = shutdown.cancelled() => break,
             }
         }

@@ -16,6 +16,14 @@ use easel::config::Config;
 use easel::store::Store;
 use easel::Application;
 
+/// A new live key for the account, as the hash that `Store::insert_task` takes.
+pub async fn key_hash(store: &Store, account_id: &str) -> [u8; 32] {
+    let secret = easel::auth::create_key(store, account_id, "test")
+        .await
+        .expect("key created");
+    easel::auth::hash_key(&secret)
+}
+
 /// Logs through libtest's capture, so they show only for failing tests.
 pub fn init_logs() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
