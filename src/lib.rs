@@ -111,6 +111,7 @@ impl Application {
             config.webhook_timeout,
             destinations,
             &webhooks::user_agent(),
+            config.webhook_concurrency,
         )
         .map_err(|e| anyhow::anyhow!("webhook client: {e}"))?;
         let dispatcher = Dispatcher {

@@ -2,7 +2,8 @@
 /// and punctuation) is accepted at submit and then fails with `content policy violation: ...`.
 #[derive(Clone, Debug, Default)]
 pub struct ContentPolicy {
-    terms: Vec<String>,
+    /// Shared: the policy is cloned with the server's state for every request.
+    terms: std::sync::Arc<[String]>,
 }
 
 impl ContentPolicy {
@@ -11,7 +12,8 @@ impl ContentPolicy {
             .iter()
             .map(|t| normalize(t))
             .filter(|t| !t.is_empty())
-            .collect();
+            .collect::<Vec<_>>()
+            .into();
         ContentPolicy { terms }
     }
 

@@ -28,7 +28,6 @@ pub const MAX_RESPONSE_BODY_BYTES: usize = 64 * 1024;
 pub const ERROR_SNIPPET_BYTES: usize = 512;
 
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
-const POOL_MAX_IDLE_PER_HOST: usize = 32;
 
 /// Delivers webhook attempts. Cheap to clone: clones share one connection pool.
 #[derive(Clone)]
@@ -126,11 +125,14 @@ impl WebhookClient {
     /// Build the shared HTTP client.
     ///
     /// `timeout` bounds each whole attempt (use [`DEFAULT_TIMEOUT`] unless configured);
-    /// `user_agent` is sent on every request (e.g. `easel/0.1.0`).
+    /// `user_agent` is sent on every request (e.g. `easel/0.1.0`); `concurrency` is how many
+    /// attempts may be in flight at once, and as many idle connections per destination are kept
+    /// for reuse (fewer would close and reopen connections to a busy receiver all the time).
     pub fn new(
         timeout: Duration,
         policy: DestinationPolicy,
         user_agent: &str,
+        concurrency: usize,
     ) -> Result<Self, String> {
         if timeout.is_zero() {
             return Err("webhook timeout must be greater than zero".to_owned());
@@ -147,7 +149,7 @@ impl WebhookClient {
             .connect_timeout(timeout)
             .timeout(timeout)
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-            .pool_max_idle_per_host(POOL_MAX_IDLE_PER_HOST)
+            .pool_max_idle_per_host(concurrency)
             .user_agent(user_agent)
             .build()
             .map_err(|e| format!("failed to build webhook HTTP client: {}", innermost(&e)))?;
@@ -571,7 +573,7 @@ mod tests {
     }
 
     fn client(timeout: Duration, policy: DestinationPolicy) -> WebhookClient {
-        WebhookClient::new(timeout, policy, UA).unwrap()
+        WebhookClient::new(timeout, policy, UA, 16).unwrap()
     }
 
     fn open_client() -> WebhookClient {
@@ -953,9 +955,9 @@ mod tests {
 
     #[test]
     fn new_rejects_bad_arguments() {
-        assert!(WebhookClient::new(Duration::ZERO, OPEN, UA).is_err());
-        assert!(WebhookClient::new(DEFAULT_TIMEOUT, OPEN, "easel\n1").is_err());
-        let c = WebhookClient::new(DEFAULT_TIMEOUT, OPEN, UA).unwrap();
+        assert!(WebhookClient::new(Duration::ZERO, OPEN, UA, 16).is_err());
+        assert!(WebhookClient::new(DEFAULT_TIMEOUT, OPEN, "easel\n1", 16).is_err());
+        let c = WebhookClient::new(DEFAULT_TIMEOUT, OPEN, UA, 16).unwrap();
         assert_eq!(c.timeout(), DEFAULT_TIMEOUT);
         assert_eq!(c.policy(), OPEN);
     }
