@@ -83,7 +83,6 @@ impl Application {
         let state = AppState {
             config: config.clone(),
             store: store.clone(),
-            keys: crate::auth::KeyCache::default(),
             destinations,
             content_policy: content_policy.clone(),
             queue_wakeup: Arc::new(Notify::new()),

@@ -68,10 +68,10 @@ async fn unauthenticated_requests_get_401_with_an_empty_object() {
 }
 
 #[tokio::test]
-async fn a_key_revoked_after_use_is_refused_at_once_even_for_submits() {
+async fn a_key_revoked_after_use_is_refused_at_once_by_submits_and_reads() {
     let app = TestApp::spawn_with(|c| c.workers = 0).await;
     let key = app.key_for("soon-revoked@example.com").await;
-    // Used first, so the server has seen the key (submits trust keys they have seen).
+    // Used first: submits and reads check the key in the statement that does their work.
     let (status, body) = app
         .post_as(&key, IMAGINE, &json!({"prompt": "before"}))
         .await;
@@ -117,6 +117,17 @@ async fn a_key_revoked_after_use_is_refused_at_once_even_for_submits() {
         .await
         .unwrap();
     assert_eq!(split(res).await, (401, json!({})));
+    // Its own task is out of its reach too, by every read.
+    let before = body["task_id"].as_str().unwrap().to_string();
+    for (status, body) in [
+        app.post_as(&key, "/api/v1/fetch", &json!({ "task_id": before }))
+            .await,
+        app.post_as(&key, "/api/v1/fetch-many", &json!({ "task_ids": [before] }))
+            .await,
+        app.get_as(&key, &format!("/api/v1/tasks/{before}")).await,
+    ] {
+        assert_eq!((status, body), (401, json!({})));
+    }
     // Nothing was stored for the revoked key: the task from before and the 10 live ones.
     let stored: i64 = app
         .store

@@ -114,10 +114,9 @@ async fn content_policy_violations_fail_with_a_clear_error() {
     );
 }
 
-fn new_task(account_id: &str, mode: &str, priority: i64) -> NewTask {
+fn new_task(mode: &str, priority: i64) -> NewTask {
     NewTask {
         id: uuid::Uuid::new_v4(),
-        account_id: account_id.to_string(),
         task_type: "imagine",
         prompt: format!("{mode} task"),
         aspect_ratio: "1:1".into(),
@@ -152,11 +151,13 @@ async fn the_queue_serves_turbo_then_fast_then_relax_first_come_first_served() {
     ];
     let mut ids = Vec::new();
     for (mode, priority) in order {
-        let t = new_task(&account.id, mode, priority);
+        let t = new_task(mode, priority);
         ids.push(t.id.to_string());
         assert_eq!(
             store.insert_task(&t, &key, 100).await.unwrap(),
-            Submitted::Queued
+            Submitted::Queued {
+                account_id: account.id.clone()
+            }
         );
     }
     let mut claimed = Vec::new();
@@ -176,7 +177,7 @@ async fn a_stale_worker_cannot_overwrite_a_newer_attempt_and_lost_tasks_fail_aft
     let store = app.store();
     let account = store.first_account().await.unwrap().unwrap();
     let key = common::key_hash(store, &account.id).await;
-    let task = new_task(&account.id, "fast", 1);
+    let task = new_task("fast", 1);
     let id = task.id.to_string();
     store.insert_task(&task, &key, 100).await.unwrap();
 
@@ -213,7 +214,7 @@ async fn a_stale_worker_cannot_overwrite_a_newer_attempt_and_lost_tasks_fail_aft
     assert_eq!(row.status, "finished");
 
     // A task that keeps losing its worker fails after max_attempts with a clear error.
-    let doomed = new_task(&account.id, "fast", 1);
+    let doomed = new_task("fast", 1);
     store.insert_task(&doomed, &key, 100).await.unwrap();
     for attempt in 1..=3 {
         let t = store.claim_task("w", -1).await.unwrap().unwrap();

@@ -309,7 +309,6 @@ async fn the_queue_and_the_outbox_can_be_driven_one_step_at_a_time() {
     let account = app.store().first_account().await.unwrap().unwrap();
     let task = easel::store::NewTask {
         id: uuid::Uuid::new_v4(),
-        account_id: account.id.clone(),
         task_type: "imagine",
         prompt: "one step at a time".into(),
         aspect_ratio: "1:1".into(),
@@ -322,7 +321,9 @@ async fn the_queue_and_the_outbox_can_be_driven_one_step_at_a_time() {
     let key = common::key_hash(app.store(), &account.id).await;
     assert_eq!(
         app.store().insert_task(&task, &key, 10).await.unwrap(),
-        easel::store::Submitted::Queued
+        easel::store::Submitted::Queued {
+            account_id: account.id.clone()
+        }
     );
     assert_eq!(
         app.dispatcher().dispatch_due(10).await.unwrap(),

@@ -60,8 +60,6 @@ use crate::webhooks::ssrf::DestinationPolicy;
 pub struct AppState {
     pub config: Arc<Config>,
     pub store: Store,
-    /// API keys seen recently (see `auth::KeyCache`).
-    pub keys: crate::auth::KeyCache,
     pub destinations: DestinationPolicy,
     pub content_policy: ContentPolicy,
     /// Woken when a task is queued.

@@ -11,7 +11,7 @@ use uuid::Uuid;
 use super::json::{task_id, JsonObject, TaskIdPath};
 use super::record::{rfc3339, TaskRecord};
 use super::{ApiError, AppState};
-use crate::auth::{Caller, Submitter};
+use crate::auth::{Caller, PresentedKey};
 use crate::domain::{AspectRatio, ProcessMode, Prompt, TaskType};
 use crate::store::{NewTask, Redelivery, Submitted};
 use crate::webhooks::ssrf::validate_webhook_url;
@@ -24,33 +24,33 @@ pub const FETCH_MANY_MAX: usize = 20;
 /// `POST /api/v1/imagine`: validate, store durably, wake a worker, answer with the id.
 pub async fn imagine(
     State(state): State<AppState>,
-    submitter: Submitter,
+    key: PresentedKey,
     body: Result<JsonObject, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
-    let task = match body.and_then(|body| validate_imagine(&state, &submitter, &body)) {
+    let task = match body.and_then(|body| validate_imagine(&state, &body)) {
         Ok(task) => task,
         Err(e) => {
             // Only a live key learns what was wrong with its request.
-            submitter.confirm(&state).await?;
+            key.confirm(&state).await?;
             return Err(e);
         }
     };
     let id = task.id;
     tracing::Span::current().record("task_id", tracing::field::display(id));
     let limit = state.config.max_pending_per_account;
-    match state
-        .store
-        .insert_task(&task, &submitter.key_hash, limit)
-        .await?
-    {
-        Submitted::Queued => {}
-        Submitted::KeyNotLive => return Err(submitter.revoked(&state)),
-        Submitted::QuotaFull => return Err(ApiError::TooManyRequests {
-            msg: format!(
+    match state.store.insert_task(&task, &key.0, limit).await? {
+        Submitted::Queued { account_id } => {
+            tracing::Span::current().record("account", account_id.as_str());
+        }
+        Submitted::KeyNotLive => return Err(ApiError::Unauthorized),
+        Submitted::QuotaFull => {
+            return Err(ApiError::TooManyRequests {
+                msg: format!(
                 "the account already has {limit} tasks queued or running; wait for some to finish"
             ),
-            retry_after_secs: 10,
-        }),
+                retry_after_secs: 10,
+            })
+        }
     }
     state.queue_wakeup.notify_one();
     tracing::info!(mode = task.process_mode, "task accepted");
@@ -58,11 +58,7 @@ pub async fn imagine(
 }
 
 /// An `imagine` body as the task to store, or the first thing wrong with it.
-fn validate_imagine(
-    state: &AppState,
-    submitter: &Submitter,
-    body: &JsonObject,
-) -> Result<NewTask, ApiError> {
+fn validate_imagine(state: &AppState, body: &JsonObject) -> Result<NewTask, ApiError> {
     let prompt = Prompt::parse(body.req_str("prompt")?)
         .map_err(|e| ApiError::field("prompt", "invalid_value", e))?;
     let aspect_ratio = match body.opt_str("aspect_ratio")? {
@@ -115,7 +111,6 @@ fn validate_imagine(
     }
     Ok(NewTask {
         id: Uuid::new_v4(),
-        account_id: submitter.account_id.clone(),
         task_type: TaskType::Imagine.as_str(),
         prompt: prompt.as_str().to_string(),
         aspect_ratio: aspect_ratio.to_string(),
@@ -130,38 +125,81 @@ fn validate_imagine(
 /// `POST /api/v1/fetch`: one task record.
 pub async fn fetch(
     State(state): State<AppState>,
-    Caller(account): Caller,
-    body: JsonObject,
+    key: PresentedKey,
+    body: Result<JsonObject, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
-    let id = task_id("task_id", body.req_str("task_id")?)?;
-    tracing::Span::current().record("task_id", tracing::field::display(id));
-    one_record(&state, &account.id, id).await
+    let id = match body.and_then(|body| task_id("task_id", body.req_str("task_id")?)) {
+        Ok(id) => id,
+        Err(e) => {
+            key.confirm(&state).await?;
+            return Err(e);
+        }
+    };
+    one_record(&state, &key, id).await
 }
 
 /// `GET /api/v1/tasks/{task_id}`: the same record as fetch.
 pub async fn get_task(
     State(state): State<AppState>,
-    Caller(account): Caller,
-    TaskIdPath(id): TaskIdPath,
+    key: PresentedKey,
+    id: Result<TaskIdPath, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
-    one_record(&state, &account.id, id).await
+    match id {
+        Ok(TaskIdPath(id)) => one_record(&state, &key, id).await,
+        Err(e) => {
+            key.confirm(&state).await?;
+            Err(e)
+        }
+    }
 }
 
-async fn one_record(state: &AppState, account_id: &str, id: Uuid) -> Result<Json<Value>, ApiError> {
-    let row = state
+/// One task record, the key checked in the same statement.
+async fn one_record(
+    state: &AppState,
+    key: &PresentedKey,
+    id: Uuid,
+) -> Result<Json<Value>, ApiError> {
+    tracing::Span::current().record("task_id", tracing::field::display(id));
+    let (live, row) = state
         .store
-        .task_for_account(account_id, &id)
+        .task_for_key(&key.0, &id)
         .await?
-        .ok_or(ApiError::TaskNotFound)?;
+        .ok_or(ApiError::Unauthorized)?;
+    key.used(state, &live);
+    let row = row.ok_or(ApiError::TaskNotFound)?;
     Ok(Json(json!(TaskRecord::from_row(&row))))
 }
 
 /// `POST /api/v1/fetch-many`: up to 20 records in the order asked; unknown ids are left out.
 pub async fn fetch_many(
     State(state): State<AppState>,
-    Caller(account): Caller,
-    body: JsonObject,
+    key: PresentedKey,
+    body: Result<JsonObject, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
+    let ids = match body.and_then(|body| fetch_many_ids(&body)) {
+        Ok(ids) => ids,
+        Err(e) => {
+            key.confirm(&state).await?;
+            return Err(e);
+        }
+    };
+    let (live, rows) = state
+        .store
+        .tasks_for_key(&key.0, &ids)
+        .await?
+        .ok_or(ApiError::Unauthorized)?;
+    key.used(&state, &live);
+    let by_id: HashMap<&str, &_> = rows.iter().map(|r| (r.id.as_str(), r)).collect();
+    let tasks: Vec<Value> = ids
+        .iter()
+        .filter_map(|id| by_id.get(id.to_string().as_str()).copied())
+        .map(|row| json!(TaskRecord::from_row(row)))
+        .collect();
+    Ok(Json(json!({ "tasks": tasks })))
+}
+
+/// The `task_ids` of a fetch-many body.
+fn fetch_many_ids(body: &JsonObject) -> Result<Vec<Uuid>, ApiError> {
     let items = body.req_array("task_ids")?;
     if items.is_empty() || items.len() > FETCH_MANY_MAX {
         return Err(ApiError::field(
@@ -178,14 +216,7 @@ pub async fn fetch_many(
             .ok_or_else(|| ApiError::field(&field, "invalid_type", "must be a string"))?;
         ids.push(task_id(&field, raw)?);
     }
-    let rows = state.store.tasks_for_account(&account.id, &ids).await?;
-    let by_id: HashMap<&str, &_> = rows.iter().map(|r| (r.id.as_str(), r)).collect();
-    let tasks: Vec<Value> = ids
-        .iter()
-        .filter_map(|id| by_id.get(id.to_string().as_str()).copied())
-        .map(|row| json!(TaskRecord::from_row(row)))
-        .collect();
-    Ok(Json(json!({ "tasks": tasks })))
+    Ok(ids)
 }
 
 /// `POST /api/v1/tasks/{task_id}/redeliver`: send the task's result to its webhook again, on a
@@ -212,8 +243,15 @@ pub async fn redeliver(
         }
     }
     state.outbox_wakeup.notify_one();
-    let Json(record) = one_record(&state, &account.id, id).await?;
-    Ok((StatusCode::ACCEPTED, Json(record)))
+    let row = state
+        .store
+        .task_for_account(&account.id, &id)
+        .await?
+        .ok_or(ApiError::TaskNotFound)?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!(TaskRecord::from_row(&row))),
+    ))
 }
 
 /// `GET /api/v1/tasks/{task_id}/webhook-attempts`: every recorded delivery attempt, oldest first.

@@ -26,6 +26,14 @@ pub struct ApiKeyInfo {
     pub revoked_at: Option<i64>,
 }
 
+/// A live key, as a statement that checked it in passing found it.
+#[derive(Clone, Debug, FromRow)]
+pub struct LiveKey {
+    pub key_id: String,
+    pub account_id: String,
+    pub last_used_at: Option<i64>,
+}
+
 /// The account and key that an API key hash resolves to.
 #[derive(Clone, Debug)]
 pub struct KeyOwner {

@@ -17,9 +17,9 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
-pub use accounts::{Account, ApiKeyInfo, KeyOwner};
+pub use accounts::{Account, ApiKeyInfo, KeyOwner, LiveKey};
 pub use deliveries::{AttemptRecord, AttemptRow, DueDelivery, Redelivery};
-pub use tasks::{ClaimedTask, NewTask, Outcome, Submitted, TaskRow};
+pub use tasks::{ClaimedTask, NewTask, Outcome, Submitted, TaskRow, KEY_TOUCH_EVERY_MS};
 
 /// What can go wrong in the store, sorted by what the caller should do about it.
 #[derive(Debug, thiserror::Error)]

@@ -1,19 +1,19 @@
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use futures::future::BoxFuture;
 use serde::Serialize;
-use sqlx::{FromRow, QueryBuilder, Sqlite, SqliteConnection};
+use sqlx::sqlite::SqliteRow;
+use sqlx::{FromRow, Row, SqliteConnection};
 use uuid::Uuid;
 
-use super::{now_ms, Store, StoreResult};
+use super::{now_ms, LiveKey, Store, StoreError, StoreResult};
 pub use crate::domain::Outcome;
 use crate::domain::TaskStatus;
 
-/// A task as submitted and validated.
+/// A task as submitted and validated. Its account is the submitting key's.
 #[derive(Clone, Debug)]
 pub struct NewTask {
     pub id: Uuid,
-    pub account_id: String,
     pub task_type: &'static str,
     pub prompt: String,
     pub aspect_ratio: String,
@@ -67,8 +67,13 @@ const TASK_COLUMNS: &str = "t.id, t.task_type, t.status, t.percentage, t.prompt,
     t.process_mode, t.seed, t.attempts, t.created_at, t.started_at, t.finished_at,
     t.original_image_url, t.image_urls, t.error, t.webhook_url,
     d.status AS wh_status, d.attempts AS wh_attempts, d.last_status_code AS wh_last_status_code,
-    d.last_error AS wh_last_error, d.next_attempt_at AS wh_next_attempt_at
-    FROM tasks t LEFT JOIN webhook_deliveries d ON d.task_id = t.id";
+    d.last_error AS wh_last_error, d.next_attempt_at AS wh_next_attempt_at";
+
+/// The presented key's row (when live), then the tasks asked for, each with its delivery.
+const KEY_THEN_TASKS: &str = "SELECT k.id AS key_id, k.account_id AS key_account_id,
+        k.last_used_at AS key_last_used_at,";
+const KEY_JOINS: &str = "LEFT JOIN webhook_deliveries d ON d.task_id = t.id
+     WHERE k.key_hash = ?1 AND k.revoked_at IS NULL";
 
 const ACTIVE: &str = "('starting', 'processing')";
 
@@ -89,7 +94,45 @@ impl Store {
                 key_hash: *key_hash,
                 max_active,
             })
-            .await
+            .await?
+    }
+
+    /// The task `task_id` if it is the key's account's, checked in one statement with the key
+    /// itself: None when the key is not live, else the key and the task if found.
+    pub async fn task_for_key(
+        &self,
+        key_hash: &[u8; 32],
+        task_id: &Uuid,
+    ) -> StoreResult<Option<(LiveKey, Option<TaskRow>)>> {
+        let rows = sqlx::query(&format!(
+            "{KEY_THEN_TASKS} {TASK_COLUMNS} FROM api_keys k
+             LEFT JOIN tasks t ON t.id = ?2 AND t.account_id = k.account_id {KEY_JOINS}"
+        ))
+        .bind(key_hash.as_slice())
+        .bind(task_id.to_string())
+        .fetch_all(&self.reader)
+        .await?;
+        Ok(key_and_tasks(&rows)?.map(|(key, mut tasks)| (key, tasks.pop())))
+    }
+
+    /// The key's account's tasks among `ids` (in no particular order), checked in one statement
+    /// with the key itself: None when the key is not live.
+    pub async fn tasks_for_key(
+        &self,
+        key_hash: &[u8; 32],
+        ids: &[Uuid],
+    ) -> StoreResult<Option<(LiveKey, Vec<TaskRow>)>> {
+        let ids: Vec<String> = ids.iter().map(Uuid::to_string).collect();
+        let rows = sqlx::query(&format!(
+            "{KEY_THEN_TASKS} {TASK_COLUMNS} FROM api_keys k
+             LEFT JOIN tasks t ON t.id IN (SELECT value FROM json_each(?2))
+                              AND t.account_id = k.account_id {KEY_JOINS}"
+        ))
+        .bind(key_hash.as_slice())
+        .bind(to_json(&ids))
+        .fetch_all(&self.reader)
+        .await?;
+        key_and_tasks(&rows)
     }
 
     /// One of the account's tasks, or None when it does not exist or belongs to someone else.
@@ -99,33 +142,13 @@ impl Store {
         task_id: &Uuid,
     ) -> StoreResult<Option<TaskRow>> {
         Ok(sqlx::query_as(&format!(
-            "SELECT {TASK_COLUMNS} WHERE t.id = ? AND t.account_id = ?"
+            "SELECT {TASK_COLUMNS} FROM tasks t LEFT JOIN webhook_deliveries d ON d.task_id = t.id
+             WHERE t.id = ? AND t.account_id = ?"
         ))
         .bind(task_id.to_string())
         .bind(account_id)
         .fetch_optional(&self.reader)
         .await?)
-    }
-
-    /// The account's tasks among `ids`, in no particular order.
-    pub async fn tasks_for_account(
-        &self,
-        account_id: &str,
-        ids: &[Uuid],
-    ) -> StoreResult<Vec<TaskRow>> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(format!("SELECT {TASK_COLUMNS}"));
-        q.push(" WHERE t.account_id = ")
-            .push_bind(account_id)
-            .push(" AND t.id IN (");
-        let mut list = q.separated(", ");
-        for id in ids {
-            list.push_bind(id.to_string());
-        }
-        q.push(")");
-        Ok(q.build_query_as().fetch_all(&self.reader).await?)
     }
 
     /// Claim the next pending task (turbo before fast before relax, oldest first) with a lease.
@@ -261,6 +284,26 @@ impl Store {
     }
 }
 
+/// Split the rows of a `KEY_THEN_TASKS` query: no row means the key is not live; a row without a
+/// task id is the key alone (nothing found).
+fn key_and_tasks(rows: &[SqliteRow]) -> StoreResult<Option<(LiveKey, Vec<TaskRow>)>> {
+    let Some(first) = rows.first() else {
+        return Ok(None);
+    };
+    let key = LiveKey {
+        key_id: first.try_get("key_id")?,
+        account_id: first.try_get("key_account_id")?,
+        last_used_at: first.try_get("key_last_used_at")?,
+    };
+    let mut tasks = Vec::with_capacity(rows.len());
+    for row in rows {
+        if row.try_get::<Option<String>, _>("id")?.is_some() {
+            tasks.push(TaskRow::from_row(row)?);
+        }
+    }
+    Ok(Some((key, tasks)))
+}
+
 /// Write the final state of task `id` if attempt `attempt` still holds it, and queue its webhook
 /// in the same transaction. False (and nothing written) when the claim is no longer ours.
 async fn complete_in_tx(
@@ -343,13 +386,13 @@ pub(super) struct InsertTask {
 }
 
 /// What became of a submit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Submitted {
-    /// Stored durably, in the queue.
-    Queued,
+    /// Stored durably, in the queue of the key's account.
+    Queued { account_id: String },
     /// Nothing stored: the account has its most tasks queued or running.
     QuotaFull,
-    /// Nothing stored: the key is revoked, or belongs to another account than the task.
+    /// Nothing stored: the key is unknown or revoked.
     KeyNotLive,
 }
 
@@ -358,7 +401,6 @@ pub enum Submitted {
 #[derive(Serialize)]
 struct TaskJson<'a> {
     id: String,
-    account_id: &'a str,
     task_type: &'a str,
     priority: i64,
     prompt: &'a str,
@@ -373,17 +415,19 @@ struct TaskJson<'a> {
 }
 
 impl super::batch::Write for InsertTask {
-    type Output = Submitted;
+    /// An error only for a submit whose fate is unknown; see `apply_all`.
+    type Output = StoreResult<Submitted>;
 
-    /// One statement for the whole batch, atomic by itself: it checks each task's key and its
-    /// account's quota (counting the batch's own earlier tasks) and inserts the tasks that
-    /// pass, in arrival order. The `MATERIALIZED` batch is read in full, counters included,
-    /// before the first insert fires the triggers that move them. Only when a task is turned
-    /// away does a second statement find out why.
+    /// One statement for the whole batch, atomic by itself: it finds each task's account from
+    /// its key (if live), checks the account's quota (counting the batch's own earlier tasks)
+    /// and inserts the tasks that pass, in arrival order. The `MATERIALIZED` batch is read in
+    /// full, counters included, before the first insert fires the triggers that move them.
+    /// Then, outside that statement, the keys' `last_used_at`, and only when a task was turned
+    /// away a query to say why.
     fn apply_all<'c>(
         batch: &'c [Self],
         conn: &'c mut SqliteConnection,
-    ) -> BoxFuture<'c, StoreResult<Vec<Submitted>>> {
+    ) -> BoxFuture<'c, StoreResult<Vec<StoreResult<Submitted>>>> {
         Box::pin(async move {
             let now = now_ms();
             let rows: Vec<TaskJson> = batch
@@ -392,7 +436,6 @@ impl super::batch::Write for InsertTask {
                     let t = &w.task;
                     TaskJson {
                         id: t.id.to_string(),
-                        account_id: &t.account_id,
                         task_type: t.task_type,
                         priority: t.priority,
                         prompt: &t.prompt,
@@ -407,64 +450,101 @@ impl super::batch::Write for InsertTask {
                     }
                 })
                 .collect();
-            let inserted: Vec<String> = sqlx::query_scalar(
+            let inserted: Vec<(String, String)> = sqlx::query_as(
                 "WITH batch AS MATERIALIZED (
-                     SELECT v.key AS pos, v.value AS t, a.active_tasks AS active,
-                            row_number() OVER (PARTITION BY a.id ORDER BY v.key) AS nth
+                     SELECT v.key AS pos, v.value AS t, k.account_id AS account_id,
+                            a.active_tasks AS active,
+                            row_number() OVER (PARTITION BY k.account_id ORDER BY v.key) AS nth
                      FROM json_each(?) AS v
                      JOIN api_keys k ON k.key_hash = unhex(v.value->>'key_hash')
                                     AND k.revoked_at IS NULL
-                     JOIN accounts a ON a.id = k.account_id AND a.id = v.value->>'account_id'
+                     JOIN accounts a ON a.id = k.account_id
                  )
                  INSERT INTO tasks (id, account_id, task_type, status, priority, prompt,
                      aspect_ratio, process_mode, seed, created_at, webhook_url, webhook_secret)
-                 SELECT t->>'id', t->>'account_id', t->>'task_type', 'pending', t->>'priority',
+                 SELECT t->>'id', account_id, t->>'task_type', 'pending', t->>'priority',
                      t->>'prompt', t->>'aspect_ratio', t->>'process_mode', t->>'seed',
                      t->>'created_at', t->>'webhook_url', t->>'webhook_secret'
                  FROM batch WHERE active + nth <= t->>'max_active'
                  ORDER BY pos
-                 RETURNING id",
+                 RETURNING id, account_id",
             )
             .bind(to_json(&rows))
             .fetch_all(&mut *conn)
             .await?;
-            if inserted.len() == rows.len() {
-                return Ok(vec![Submitted::Queued; rows.len()]);
-            }
-            // Some were turned away: by their key or by the quota.
-            let inserted: HashSet<String> = inserted.into_iter().collect();
-            let refused: BTreeSet<&str> = rows
+            // The inserts are committed: from here on no error may fail the batch, or the
+            // batcher would apply these writes again.
+            let inserted: HashMap<String, String> = inserted.into_iter().collect();
+            let used: BTreeSet<&str> = rows
                 .iter()
-                .filter(|r| !inserted.contains(&r.id))
+                .filter(|r| inserted.contains_key(&r.id))
                 .map(|r| r.key_hash.as_str())
                 .collect();
-            let live: Vec<(String, String)> = sqlx::query_as(
-                "SELECT hex(key_hash), account_id FROM api_keys
+            if !used.is_empty() {
+                let touched = sqlx::query(
+                    "UPDATE api_keys SET last_used_at = ?1
+                     WHERE key_hash IN (SELECT unhex(value) FROM json_each(?2))
+                       AND (last_used_at IS NULL OR last_used_at <= ?1 - ?3)",
+                )
+                .bind(now)
+                .bind(to_json(&used))
+                .bind(KEY_TOUCH_EVERY_MS)
+                .execute(&mut *conn)
+                .await;
+                if let Err(e) = touched {
+                    tracing::warn!(error = %e, "could not record key use");
+                }
+            }
+            if inserted.len() == rows.len() {
+                return Ok(rows
+                    .iter()
+                    .map(|r| {
+                        Ok(Submitted::Queued {
+                            account_id: inserted[&r.id].clone(),
+                        })
+                    })
+                    .collect());
+            }
+            // Some were turned away: by their key or by the quota.
+            let refused: BTreeSet<&str> = rows
+                .iter()
+                .filter(|r| !inserted.contains_key(&r.id))
+                .map(|r| r.key_hash.as_str())
+                .collect();
+            let live: Result<Vec<String>, _> = sqlx::query_scalar(
+                "SELECT lower(hex(key_hash)) FROM api_keys
                  WHERE key_hash IN (SELECT unhex(value) FROM json_each(?))
                    AND revoked_at IS NULL",
             )
             .bind(to_json(&refused))
             .fetch_all(&mut *conn)
-            .await?;
-            let live: HashSet<(String, String)> = live
-                .into_iter()
-                .map(|(hash, account)| (hash.to_ascii_lowercase(), account))
-                .collect();
+            .await;
+            let live: Option<HashSet<String>> = match live {
+                Ok(live) => Some(live.into_iter().collect()),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not tell why submits were refused");
+                    None
+                }
+            };
             Ok(rows
                 .iter()
-                .map(|r| {
-                    if inserted.contains(&r.id) {
-                        Submitted::Queued
-                    } else if live.contains(&(r.key_hash.clone(), r.account_id.to_string())) {
-                        Submitted::QuotaFull
-                    } else {
-                        Submitted::KeyNotLive
-                    }
+                .map(|r| match (inserted.get(&r.id), &live) {
+                    (Some(account_id), _) => Ok(Submitted::Queued {
+                        account_id: account_id.clone(),
+                    }),
+                    (None, Some(live)) if live.contains(&r.key_hash) => Ok(Submitted::QuotaFull),
+                    (None, Some(_)) => Ok(Submitted::KeyNotLive),
+                    (None, None) => Err(StoreError::Unavailable(sqlx::Error::Protocol(
+                        "the store could not say why the submit was refused".into(),
+                    ))),
                 })
                 .collect())
         })
     }
 }
+
+/// `last_used_at` is written at most this often per key.
+pub const KEY_TOUCH_EVERY_MS: i64 = 60_000;
 
 /// A batch as one JSON text, for `json_each`.
 pub(super) fn to_json(value: &impl Serialize) -> String {
