@@ -177,6 +177,11 @@ impl Application {
                 .clone()
                 .run(self.state.outbox_wakeup.clone(), shutdown.clone()),
         );
+        let checkpointer = {
+            let store = store.clone();
+            let stop = shutdown.clone();
+            tokio::spawn(async move { store.run_checkpointer(stop).await })
+        };
         let trigger = shutdown.clone();
         tokio::spawn(async move {
             signal.await;
@@ -204,6 +209,7 @@ impl Application {
         }
         // The server loop closes idle connections at once and waits briefly for busy ones.
         let _ = server.await;
+        let _ = checkpointer.await;
         store.close().await;
         tracing::info!("stopped");
         Ok(())

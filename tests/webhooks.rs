@@ -349,3 +349,39 @@ async fn the_queue_and_the_outbox_can_be_driven_one_step_at_a_time() {
         "delivered once"
     );
 }
+
+#[tokio::test]
+async fn a_delivery_rescheduled_from_outside_is_picked_up_by_the_next_poll() {
+    let receiver = Receiver::start(vec![Behaviour::Status(503), Behaviour::Status(200)]).await;
+    let app = TestApp::spawn_with(|c| {
+        c.webhook_retry_schedule = vec![Duration::from_secs(3600)];
+        c.poll_interval = Duration::from_millis(300);
+    })
+    .await;
+    let id = app
+        .imagine(json!({"prompt": "moved up", "webhook_url": receiver.url}))
+        .await;
+    // The first attempt fails; the retry is an hour away, and the dispatcher knows it.
+    wait_for(Duration::from_secs(15), || async {
+        (app.fetch(&id).await["webhook"]["attempts"] == 1).then_some(())
+    })
+    .await
+    .expect("first attempt");
+    // Another process (an operator's SQL, another node) moves it to now, telling nobody.
+    let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&app.config.database_url())
+        .await
+        .unwrap();
+    sqlx::query("UPDATE webhook_deliveries SET next_attempt_at = ?")
+        .bind(chrono::Utc::now().timestamp_millis())
+        .execute(&mut db)
+        .await
+        .unwrap();
+    let record = wait_for(Duration::from_secs(10), || async {
+        let t = app.fetch(&id).await;
+        (t["webhook"]["status"] == "delivered").then_some(t)
+    })
+    .await
+    .expect("delivered once its new time came, not an hour later");
+    assert_eq!(record["webhook"]["attempts"], 2);
+    assert_eq!(receiver.count(), 2);
+}

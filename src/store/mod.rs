@@ -14,8 +14,11 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
 };
+use sqlx::Connection;
+use tokio_util::sync::CancellationToken;
 
 pub use accounts::{Account, ApiKeyInfo, KeyOwner, LiveKey};
 pub use deliveries::{AttemptRecord, AttemptRow, DueDelivery, Redelivery};
@@ -57,9 +60,15 @@ impl From<sqlx::Error> for StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// How often `run_checkpointer` checkpoints.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
+/// WAL pages (4 KiB) past which the writer checkpoints itself: 64 MiB.
+const WRITER_CHECKPOINT_PAGES: u32 = 16_384;
+
 /// The handle every role shares. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
+    options: SqliteConnectOptions,
     writer: SqlitePool,
     reader: SqlitePool,
     /// Submits and attempt records on their way to their group-commit batchers.
@@ -96,26 +105,68 @@ impl Store {
         }
         // A local file has nothing to test: skip sqlx's ping before every checkout, a round
         // trip to the connection's thread.
+        // The writer checkpoints only when the checkpointer (`run_checkpointer`) falls far
+        // behind or is not running (the CLI, tests that drive the store directly).
         let writer = SqlitePoolOptions::new()
             .test_before_acquire(false)
             .max_connections(1)
             .min_connections(1)
             .acquire_timeout(Duration::from_secs(10))
-            .connect_with(options.clone())
+            .connect_with(
+                options
+                    .clone()
+                    .pragma("wal_autocheckpoint", WRITER_CHECKPOINT_PAGES.to_string()),
+            )
             .await?;
         sqlx::migrate!("./migrations/sqlite").run(&writer).await?;
         let reader = SqlitePoolOptions::new()
             .test_before_acquire(false)
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(10))
-            .connect_with(options.read_only(true))
+            .connect_with(options.clone().read_only(true))
             .await?;
         Ok(Store {
+            options,
             submits: batch::Batcher::spawn(writer.clone()),
             attempts: batch::Batcher::spawn(writer.clone()),
             writer,
             reader,
         })
+    }
+
+    /// Copy committed pages from the write-ahead log back into the database file every
+    /// `CHECKPOINT_EVERY`, on a connection of its own, until `stop`. Left to the writer
+    /// (SQLite's default, every 1,000 pages), a checkpoint runs inside whichever commit crosses
+    /// the threshold, and every submit in that batch waits for it; here it runs beside the
+    /// writer (a `PASSIVE` checkpoint never blocks it).
+    pub async fn run_checkpointer(&self, stop: CancellationToken) {
+        let mut conn = loop {
+            match SqliteConnection::connect_with(&self.options).await {
+                Ok(conn) => break conn,
+                Err(e) => {
+                    tracing::warn!(error = %e, "checkpointer cannot open the database");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        _ = stop.cancelled() => return,
+                    }
+                }
+            }
+        };
+        let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.cancelled() => break,
+            }
+            let done: Result<(i64, i64, i64), _> = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
+                .fetch_one(&mut conn)
+                .await;
+            if let Err(e) = done {
+                tracing::warn!(error = %e, "checkpoint failed; the writer will checkpoint later");
+            }
+        }
+        let _ = conn.close().await;
     }
 
     /// Whether the database answers a trivial query.

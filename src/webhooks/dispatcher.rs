@@ -46,14 +46,16 @@ impl Dispatcher {
         let mut set = JoinSet::new();
         for delivery in due {
             let this = self.clone();
-            set.spawn(async move { this.attempt(delivery).await });
+            set.spawn(async move {
+                this.attempt(delivery).await;
+            });
         }
         while set.join_next().await.is_some() {}
         Ok(count)
     }
 
-    /// Make one attempt and record it.
-    pub async fn attempt(&self, d: DueDelivery) {
+    /// Make one attempt and record it. Returns when the retry it scheduled is due, if it did.
+    pub async fn attempt(&self, d: DueDelivery) -> Option<i64> {
         let span = tracing::info_span!("webhook", task_id = %d.task_id, delivery = %d.id,
             attempt = d.attempts + 1);
         async {
@@ -108,16 +110,17 @@ impl Dispatcher {
                 next_attempt_at: next,
                 first_failed_at,
             };
-            match self.store.record_attempt(&d.id, d.attempts, &record).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    tracing::warn!("delivery changed while in flight; attempt not recorded")
-                }
+            let recorded = match self.store.record_attempt(&d.id, d.attempts, &record).await {
+                Ok(recorded) => recorded,
                 Err(e) => {
                     // The lease runs out and the delivery is attempted again: at least once.
                     tracing::error!(error = %e, "could not record the attempt");
-                    return;
+                    return None;
                 }
+            };
+            if !recorded {
+                tracing::warn!("delivery changed while in flight; attempt not recorded");
+                return None;
             }
             let error = outcome.error.as_deref().unwrap_or("");
             let status = outcome.status_code;
@@ -141,6 +144,7 @@ impl Dispatcher {
                     "webhook undeliverable; the result stays available through fetch"
                 );
             }
+            next
         }
         .instrument(span)
         .await
@@ -156,14 +160,18 @@ impl Dispatcher {
         // CLAIM_GATHER has passed since the last claim with fewer free.
         let batch_free = (concurrency / 4).max(1);
         let mut last_claim = Instant::now() - CLAIM_GATHER;
-        // When the next delivery falls due, as last learned; None: maybe now.
-        let mut next_due: Option<i64> = None;
+        // When the next delivery falls due, as last learned, and when that was learned. Trusted
+        // for at most `poll_interval`: deliveries may be rescheduled from outside (another node,
+        // an operator's SQL). None: maybe now.
+        let mut next_due: Option<(i64, Instant)> = None;
         let mut in_flight = JoinSet::new();
         loop {
             while in_flight.try_join_next().is_some() {}
             let free = slots.available_permits();
             let gathering = free < batch_free && last_claim.elapsed() < CLAIM_GATHER;
-            let nothing_due = next_due.is_some_and(|t| t > now_ms());
+            let nothing_due = next_due.is_some_and(|(t, learned)| {
+                t > now_ms() && learned.elapsed() < self.config.poll_interval
+            });
             if free > 0 && !gathering && !nothing_due {
                 last_claim = Instant::now();
                 match self
@@ -176,24 +184,29 @@ impl Dispatcher {
                         for delivery in due {
                             let permit = slots.clone().try_acquire_owned().expect("free slot");
                             let this = self.clone();
+                            let wakeup = wakeup.clone();
                             in_flight.spawn(async move {
-                                this.attempt(delivery).await;
+                                // A retry it scheduled may be due before the loop would look.
+                                if this.attempt(delivery).await.is_some() {
+                                    wakeup.notify_one();
+                                }
                                 drop(permit);
                             });
                         }
                         next_due = if drained {
                             // Nothing else is due now: find out when something will be.
-                            match self.store.next_delivery_due().await {
-                                Ok(Some(due)) => Some(due.max(now_ms() + 5)),
-                                Ok(None) | Err(_) => Some(now_ms() + poll_ms(&self.config)),
-                            }
+                            let due = match self.store.next_delivery_due().await {
+                                Ok(Some(due)) => due.max(now_ms() + 5),
+                                Ok(None) | Err(_) => now_ms() + poll_ms(&self.config),
+                            };
+                            Some((due, Instant::now()))
                         } else {
                             None
                         };
                     }
                     Err(e) => {
                         tracing::error!(error = %e, "dispatcher could not reach the store");
-                        next_due = Some(now_ms() + poll_ms(&self.config));
+                        next_due = Some((now_ms() + poll_ms(&self.config), Instant::now()));
                     }
                 }
             }
@@ -204,7 +217,7 @@ impl Dispatcher {
             let wait = if free == 0 {
                 self.config.poll_interval
             } else {
-                let until_due = next_due.map_or(Duration::ZERO, |t| {
+                let until_due = next_due.map_or(Duration::ZERO, |(t, _)| {
                     Duration::from_millis((t - now_ms()).max(0) as u64)
                 });
                 let until_gathered = if free < batch_free {
