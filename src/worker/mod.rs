@@ -2,10 +2,12 @@
 //! and record the result (with its webhook) fenced by the attempt number. A reaper returns tasks
 //! whose worker vanished to the queue, or fails them once they have used every attempt.
 //!
-//! `workers` tasks generate at once: a worker holds one of `workers` permits while it claims,
-//! generates and encodes, and gives it up before storing the files and recording the result, so
-//! that the next task's generation overlaps this one's disk writes and fsyncs. Twice as many
-//! worker loops as permits run, so every permit can be busy while results are being stored.
+//! `workers` tasks generate at once: a worker holds one of `workers` permits while it generates
+//! and encodes, and gives it up before storing the files and recording the result, so that the
+//! next task's generation overlaps this one's disk writes and fsyncs. It takes the permit only
+//! once its task is claimed and `processing` (two commits), so that no permit waits for the
+//! store. Twice as many worker loops as permits run, so every permit can be busy while results
+//! are being stored and the next tasks claimed.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,25 +61,16 @@ impl WorkerContext {
     /// Claim the next task, if any, and run it to the end. `hard_stop` interrupts a running task
     /// and gives it back to the queue (used when a graceful shutdown runs out of time).
     pub async fn run_one_task(&self, hard_stop: &CancellationToken) -> StoreResult<Ran> {
-        let permit = self
-            .generating
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("the semaphore is never closed");
         let Some(task) = self.store.claim_task(&self.owner, self.lease_ms()).await? else {
             return Ok(Ran::Idle);
         };
         let span = tracing::info_span!("task", task_id = %task.id, attempt = task.attempts);
-        self.run_claimed(task, permit, hard_stop)
-            .instrument(span)
-            .await
+        self.run_claimed(task, hard_stop).instrument(span).await
     }
 
     async fn run_claimed(
         &self,
         task: ClaimedTask,
-        permit: OwnedSemaphorePermit,
         hard_stop: &CancellationToken,
     ) -> StoreResult<Ran> {
         tracing::info!("task claimed");
@@ -110,8 +103,17 @@ impl WorkerContext {
             )
             .in_current_span(),
         );
+        let generate = async {
+            let permit = self
+                .generating
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("the semaphore is never closed");
+            self.produce(&task, &progress, permit).await
+        };
         let produced = tokio::select! {
-            produced = self.produce(&task, &progress, permit) => Some(produced),
+            produced = generate => Some(produced),
             _ = lost.cancelled() => None,
             _ = hard_stop.cancelled() => {
                 heartbeat.abort();
