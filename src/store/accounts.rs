@@ -27,7 +27,7 @@ pub struct ApiKeyInfo {
 }
 
 /// A live key, as a statement that checked it in passing found it.
-#[derive(Clone, Debug, FromRow)]
+#[derive(Clone, Debug)]
 pub struct LiveKey {
     pub key_id: String,
     pub account_id: String,

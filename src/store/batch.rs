@@ -107,3 +107,8 @@ async fn apply<W: Write>(writer: &SqlitePool, writes: &[W]) -> StoreResult<Vec<W
 fn closed() -> StoreError {
     StoreError::Unavailable(sqlx::Error::PoolClosed)
 }
+
+/// Rows as one JSON text, for `json_each`: how a batch reaches SQLite in one statement.
+pub(super) fn to_json(value: &impl serde::Serialize) -> String {
+    serde_json::to_string(value).expect("batch rows serialize")
+}

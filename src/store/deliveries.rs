@@ -262,7 +262,7 @@ impl super::batch::Write for RecordAttempt {
                    AND webhook_deliveries.status = 'pending'
                  RETURNING id",
             )
-            .bind(super::tasks::to_json(&rows))
+            .bind(super::batch::to_json(&rows))
             .bind(now_ms())
             .fetch_all(&mut *tx)
             .await?;
@@ -279,7 +279,7 @@ impl super::batch::Write for RecordAttempt {
                          value->>'status_code', value->>'error', value->>'next_attempt_at'
                      FROM json_each(?) ORDER BY key",
                 )
-                .bind(super::tasks::to_json(&recorded))
+                .bind(super::batch::to_json(&recorded))
                 .execute(&mut *tx)
                 .await?;
             }

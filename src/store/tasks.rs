@@ -6,6 +6,7 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::{FromRow, Row, SqliteConnection};
 use uuid::Uuid;
 
+use super::batch::to_json;
 use super::{now_ms, LiveKey, Store, StoreError, StoreResult};
 pub use crate::domain::Outcome;
 use crate::domain::TaskStatus;
@@ -545,8 +546,3 @@ impl super::batch::Write for InsertTask {
 
 /// `last_used_at` is written at most this often per key.
 pub const KEY_TOUCH_EVERY_MS: i64 = 60_000;
-
-/// A batch as one JSON text, for `json_each`.
-pub(super) fn to_json(value: &impl Serialize) -> String {
-    serde_json::to_string(value).expect("batch rows serialize")
-}
