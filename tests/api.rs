@@ -566,3 +566,45 @@ async fn concurrent_submits_never_overshoot_the_quota() {
         app.fetch(body["task_id"].as_str().unwrap()).await;
     }
 }
+
+async fn last_used(app: &TestApp, email: &str) -> Option<i64> {
+    app.store
+        .list_api_keys()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|k| k.account_email == email)
+        .unwrap()
+        .last_used_at
+}
+
+#[tokio::test]
+async fn submits_and_reads_record_when_a_key_was_last_used() {
+    let app = TestApp::spawn_with(|c| c.workers = 0).await;
+    let submitter = app.key_for("submitter@example.com").await;
+    let reader = app.key_for("reader@example.com").await;
+    assert_eq!(last_used(&app, "submitter@example.com").await, None);
+    assert_eq!(last_used(&app, "reader@example.com").await, None);
+
+    let (status, body) = app
+        .post_as(&submitter, IMAGINE, &json!({"prompt": "a key in use"}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // A submit records it in its own batch, before answering.
+    assert!(last_used(&app, "submitter@example.com").await.is_some());
+
+    let (status, _) = app
+        .post_as(
+            &reader,
+            "/api/v1/fetch",
+            &json!({"task_id": body["task_id"]}),
+        )
+        .await;
+    assert_eq!(status, 404, "another account's task");
+    // A read records it off the request's path.
+    common::wait_for(std::time::Duration::from_secs(5), || async {
+        last_used(&app, "reader@example.com").await
+    })
+    .await
+    .expect("the read recorded the key's use");
+}

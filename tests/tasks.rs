@@ -276,3 +276,23 @@ async fn the_quota_frees_up_as_tasks_end() {
     let (_, account) = app.get("/api/v1/account").await;
     assert!(account["total_images"].as_i64().unwrap() >= 4);
 }
+
+#[tokio::test]
+async fn the_checkpointer_copies_committed_pages_into_the_database_file() {
+    let app = TestApp::spawn_with(|c| c.workers = 0).await;
+    let db = app.config.data_dir.join("easel.db");
+    let size = || std::fs::metadata(&db).unwrap().len();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = size();
+    // About 300 KiB of tasks: the writer alone would keep them in the WAL (it checkpoints only
+    // past 64 MiB), so only the checkpointer can grow the database file.
+    for i in 0..300 {
+        let prompt = format!("{i} {}", "a quiet harbour at dawn ".repeat(40));
+        app.imagine(json!({ "prompt": prompt.trim() })).await;
+    }
+    let grown = common::wait_for(Duration::from_secs(10), || async {
+        (size() >= before + 200 * 1024).then_some(size())
+    })
+    .await;
+    assert!(grown.is_some(), "database file stayed at {} bytes", size());
+}
