@@ -20,8 +20,8 @@ use tracing::Instrument;
 use crate::blobs::Blobs;
 use crate::config::Config;
 use crate::domain::{AspectRatio, ContentPolicy, Outcome};
-use crate::generate::raster::{compose_grid, dimensions, encode_png};
-use crate::generate::{GenerateJob, Generator, Progress};
+use crate::generate::raster::dimensions;
+use crate::generate::{GenerateJob, Generator, Progress, Rendered};
 use crate::store::{ClaimedTask, Store, StoreResult};
 
 /// Everything a worker needs. Cheap to clone.
@@ -132,7 +132,7 @@ impl WorkerContext {
         }
     }
 
-    /// Generate, compose and encode (holding `permit`), then store. Returns the outcome and the
+    /// Generate (holding `permit`), then store. Returns the outcome and the
     /// folder it wrote.
     async fn produce(
         &self,
@@ -148,8 +148,8 @@ impl WorkerContext {
             width,
             height,
         };
-        let images = match self.generator.generate(&job, progress).await {
-            Ok(images) => images,
+        let rendered = match self.generator.generate(&job, progress).await {
+            Ok(rendered) => rendered,
             Err(e) => {
                 tracing::info!(error = %e, "generation failed");
                 return (
@@ -160,30 +160,25 @@ impl WorkerContext {
                 );
             }
         };
-        let encoded = tokio::task::spawn_blocking(move || {
-            let grid = compose_grid(&images);
-            let mut files: Vec<Vec<u8>> = images.iter().map(encode_png).collect();
-            files.push(encode_png(&grid));
-            files
-        })
-        .await;
         // The rest is disk I/O: let the next task generate meanwhile.
         drop(permit);
-        let Ok(encoded) = encoded else {
-            return (internal_failure("could not encode the images"), None);
-        };
         progress.report(90);
         let folder = Blobs::new_folder(&task.id);
         // Written side by side, so that their fsyncs overlap.
-        let writes = encoded.into_iter().enumerate().map(|(i, bytes)| {
-            let name = if i == 4 {
-                "grid.png".to_string()
-            } else {
-                format!("{i}.png")
-            };
-            let key = format!("{folder}/{name}");
-            async move { self.blobs.put(&key, bytes).await }
-        });
+        let Rendered { images, grid } = rendered;
+        let writes = images
+            .into_iter()
+            .chain([grid])
+            .enumerate()
+            .map(|(i, bytes)| {
+                let name = if i == 4 {
+                    "grid.png".to_string()
+                } else {
+                    format!("{i}.png")
+                };
+                let key = format!("{folder}/{name}");
+                async move { self.blobs.put(&key, bytes).await }
+            });
         let mut urls = match futures::future::try_join_all(writes).await {
             Ok(urls) => urls,
             Err(e) => {
