@@ -44,6 +44,50 @@ impl Blobs {
     pub async fn remove_folder(&self, key: &str) {
         let _ = tokio::fs::remove_dir_all(self.root.join(key)).await;
     }
+
+    /// Make `folder` and the names of the files renamed into it durable: fsync the folder and
+    /// each folder above it up to the root. A file's own fsync does not persist its name; its
+    /// directory's does. Nothing to do unless durable.
+    pub async fn sync_folder(&self, folder: &str) -> std::io::Result<()> {
+        if !self.durable {
+            return Ok(());
+        }
+        let root = self.root.clone();
+        let dir = root.join(folder);
+        tokio::task::spawn_blocking(move || {
+            let mut dir = dir.as_path();
+            loop {
+                std::fs::File::open(dir)?.sync_all()?;
+                match dir.parent() {
+                    Some(parent) if dir != root => dir = parent,
+                    _ => return Ok(()),
+                }
+            }
+        })
+        .await
+        .map_err(std::io::Error::other)?
+    }
+
+    /// Remove what earlier attempts at `task_id` left behind (a worker that died after writing
+    /// its files and before recording them), keeping the folder `keep` (from `new_folder`), or
+    /// nothing when `keep` is `None`.
+    pub async fn remove_stale_attempts(&self, task_id: &str, keep: Option<&str>) {
+        let task_dir = self.root.join(task_id);
+        let keep = keep.and_then(|k| k.strip_prefix(task_id)?.strip_prefix('/').map(String::from));
+        let Some(keep) = keep else {
+            let _ = tokio::fs::remove_dir_all(&task_dir).await;
+            return;
+        };
+        let Ok(mut entries) = tokio::fs::read_dir(&task_dir).await else {
+            return;
+        };
+        while let Ok(Some(entry)) = entries.next_entry().await {
+            if entry.file_name().to_str() != Some(keep.as_str()) {
+                tracing::info!(task_id, folder = ?entry.file_name(), "removing an earlier attempt's files");
+                let _ = tokio::fs::remove_dir_all(entry.path()).await;
+            }
+        }
+    }
 }
 
 fn write_atomic(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()> {

@@ -97,6 +97,40 @@ async fn a_task_runs_to_finished_with_four_images_and_a_grid() {
 }
 
 #[tokio::test]
+async fn files_are_made_durable_and_an_earlier_attempts_files_are_removed() {
+    let app = TestApp::spawn_with(|c| {
+        c.procedural_min_duration = Duration::from_millis(800);
+        // Durable storage: every file and the folders holding them are fsynced.
+        c.sqlite_synchronous = "full".into();
+    })
+    .await;
+    let id = app
+        .imagine(json!({"prompt": "what a lost worker leaves"}))
+        .await;
+    // What a worker killed after writing its files and before recording them leaves behind.
+    let task_dir = app.dir.path().join("files").join(&id);
+    let stale = task_dir.join("0123456789abcdef0123456789abcdef");
+    std::fs::create_dir_all(&stale).unwrap();
+    std::fs::write(stale.join("grid.png"), b"an earlier attempt").unwrap();
+
+    let record = app.wait_final(&id, Duration::from_secs(20)).await;
+    assert_eq!(record["status"], "finished", "{record}");
+    let grid = record["original_image_url"].as_str().unwrap();
+    let token = grid.split('/').rev().nth(1).unwrap();
+    let left: Vec<String> = std::fs::read_dir(&task_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(
+        left,
+        vec![token.to_string()],
+        "only the recorded attempt's folder stays"
+    );
+    assert!(task_dir.join(token).join("grid.png").is_file());
+    assert_eq!(app.http.get(grid).send().await.unwrap().status(), 200);
+}
+
+#[tokio::test]
 async fn content_policy_violations_fail_with_a_clear_error() {
     let app = TestApp::spawn_with(|c| c.blocked_terms = vec!["forbidden thing".into()]).await;
     let id = app
@@ -184,7 +218,7 @@ async fn a_stale_worker_cannot_overwrite_a_newer_attempt_and_lost_tasks_fail_aft
     // Attempt 1 claims with a lease that runs out at once.
     let first = store.claim_task("w1", -1).await.unwrap().unwrap();
     assert_eq!(first.attempts, 1);
-    assert_eq!(store.recover_expired(3).await.unwrap(), (1, 0));
+    assert_eq!(store.recover_expired(3).await.unwrap(), (1, vec![]));
     // Attempt 2 takes over.
     let second = store.claim_task("w2", 60_000).await.unwrap().unwrap();
     assert_eq!((second.id.as_str(), second.attempts), (id.as_str(), 2));
@@ -222,7 +256,11 @@ async fn a_stale_worker_cannot_overwrite_a_newer_attempt_and_lost_tasks_fail_aft
         let (requeued, failed) = store.recover_expired(3).await.unwrap();
         assert_eq!(
             (requeued, failed),
-            if attempt < 3 { (1, 0) } else { (0, 1) }
+            if attempt < 3 {
+                (1, vec![])
+            } else {
+                (0, vec![doomed.id.to_string()])
+            }
         );
     }
     let row = store

@@ -238,8 +238,8 @@ impl Store {
     }
 
     /// Tasks whose lease ran out go back to the queue, or fail once they used `max_attempts`.
-    /// Returns (requeued, failed).
-    pub async fn recover_expired(&self, max_attempts: u32) -> StoreResult<(u64, u64)> {
+    /// Returns how many were requeued and the ids of those that failed.
+    pub async fn recover_expired(&self, max_attempts: u32) -> StoreResult<(u64, Vec<String>)> {
         let now = now_ms();
         let mut tx = self.writer.begin().await?;
         let requeued = sqlx::query(&format!(
@@ -260,7 +260,7 @@ impl Store {
         .bind(i64::from(max_attempts))
         .fetch_all(&mut *tx)
         .await?;
-        let mut failed = 0;
+        let mut failed = Vec::new();
         for (id, attempts) in exhausted {
             let outcome = Outcome::Failed {
                 error: format!(
@@ -268,7 +268,7 @@ impl Store {
                 ),
             };
             if complete_in_tx(&mut tx, &id, attempts, &outcome).await? {
-                failed += 1;
+                failed.push(id);
             }
         }
         tx.commit().await?;

@@ -187,6 +187,11 @@ impl WorkerContext {
                 return (internal_failure("could not store the images"), None);
             }
         };
+        if let Err(e) = self.blobs.sync_folder(&folder).await {
+            tracing::error!(error = %e, "could not make the images durable");
+            self.blobs.remove_folder(&folder).await;
+            return (internal_failure("could not store the images"), None);
+        }
         let original_image_url = urls.pop().expect("grid url");
         (
             Outcome::Finished {
@@ -210,6 +215,9 @@ impl WorkerContext {
         match written {
             Ok(true) => {
                 self.outbox_wakeup.notify_one();
+                self.blobs
+                    .remove_stale_attempts(&task.id, folder.as_deref())
+                    .await;
                 match outcome {
                     Outcome::Finished { .. } => tracing::info!("task finished"),
                     Outcome::Failed { error } => tracing::info!(error, "task failed"),
@@ -330,6 +338,10 @@ async fn reaper_loop(ctx: WorkerContext, queue_wakeup: Arc<Notify>, shutdown: Ca
     loop {
         match ctx.store.recover_expired(ctx.config.max_attempts).await {
             Ok((requeued, failed)) => {
+                for id in &failed {
+                    ctx.blobs.remove_stale_attempts(id, None).await;
+                }
+                let failed = failed.len();
                 if requeued > 0 || failed > 0 {
                     tracing::warn!(requeued, failed, "recovered tasks whose worker was lost");
                 }
