@@ -24,11 +24,15 @@ const QUEUE: usize = 4096;
 /// A kind of write that can share a transaction with others of its kind.
 pub(super) trait Write: Sized + Send + Sync + 'static {
     type Output: Send + 'static;
+    /// What the batching task keeps from one batch to the next (a memo, never needed for
+    /// correctness: it starts empty).
+    type State: Default + Send + 'static;
     /// Apply every write in `batch` atomically (all or none) on `conn`; one output per write,
     /// in the same order.
     fn apply_all<'c>(
         batch: &'c [Self],
         conn: &'c mut SqliteConnection,
+        state: &'c mut Self::State,
     ) -> BoxFuture<'c, StoreResult<Vec<Self::Output>>>;
 }
 
@@ -71,10 +75,11 @@ impl<W: Write> Batcher<W> {
 
 async fn run<W: Write>(writer: SqlitePool, mut jobs: mpsc::Receiver<Job<W>>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
+    let mut state = W::State::default();
     while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let (writes, replies): (Vec<W>, Vec<_>) =
             batch.drain(..).map(|job| (job.write, job.reply)).unzip();
-        match apply(&writer, &writes).await {
+        match apply(&writer, &writes, &mut state).await {
             Ok(outputs) => {
                 for (reply, output) in replies.into_iter().zip(outputs) {
                     let _ = reply.send(Ok(output));
@@ -86,7 +91,7 @@ async fn run<W: Write>(writer: SqlitePool, mut jobs: mpsc::Receiver<Job<W>>) {
             Err(_) => {
                 // One bad write must not fail the rest: apply each in its own transaction.
                 for (write, reply) in writes.iter().zip(replies) {
-                    let result = apply(&writer, std::slice::from_ref(write))
+                    let result = apply(&writer, std::slice::from_ref(write), &mut state)
                         .await
                         .map(|mut outputs| outputs.pop().expect("one output"));
                     let _ = reply.send(result);
@@ -96,9 +101,13 @@ async fn run<W: Write>(writer: SqlitePool, mut jobs: mpsc::Receiver<Job<W>>) {
     }
 }
 
-async fn apply<W: Write>(writer: &SqlitePool, writes: &[W]) -> StoreResult<Vec<W::Output>> {
+async fn apply<W: Write>(
+    writer: &SqlitePool,
+    writes: &[W],
+    state: &mut W::State,
+) -> StoreResult<Vec<W::Output>> {
     let mut conn = writer.acquire().await?;
-    let outputs = W::apply_all(writes, &mut conn).await?;
+    let outputs = W::apply_all(writes, &mut conn, state).await?;
     debug_assert_eq!(outputs.len(), writes.len());
     Ok(outputs)
 }

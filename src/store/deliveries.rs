@@ -202,12 +202,14 @@ struct AttemptJson<'a> {
 
 impl super::batch::Write for RecordAttempt {
     type Output = bool;
+    type State = ();
 
     /// One transaction of two statements for the whole batch: the fenced update of the
     /// deliveries, then the attempt rows of those it changed.
     fn apply_all<'c>(
         batch: &'c [Self],
         conn: &'c mut SqliteConnection,
+        _: &'c mut (),
     ) -> BoxFuture<'c, StoreResult<Vec<bool>>> {
         Box::pin(async move {
             // A delivery is claimed by one attempt at a time; should a batch still hold two
