@@ -385,3 +385,88 @@ async fn a_delivery_rescheduled_from_outside_is_picked_up_by_the_next_poll() {
     assert_eq!(record["webhook"]["attempts"], 2);
     assert_eq!(receiver.count(), 2);
 }
+
+#[tokio::test]
+async fn a_stale_dispatcher_records_nothing_and_one_attempt_wins_a_race() {
+    use easel::store::{AttemptRecord, NewTask, Outcome};
+    // Built but not running: this test is the only dispatcher.
+    let dir = tempfile::tempdir().unwrap();
+    let app = easel::Application::build(common::test_config(dir.path()))
+        .await
+        .unwrap();
+    let store = app.store();
+    let account = store.first_account().await.unwrap().unwrap();
+    let key = common::key_hash(store, &account.id).await;
+    let task = NewTask {
+        id: uuid::Uuid::new_v4(),
+        task_type: "imagine",
+        prompt: "a race".into(),
+        aspect_ratio: "1:1".into(),
+        process_mode: "fast",
+        priority: 1,
+        seed: 7,
+        webhook_url: Some("http://127.0.0.1:9/hook".into()),
+        webhook_secret: None,
+    };
+    let id = task.id.to_string();
+    store.insert_task(&task, &key, 100).await.unwrap();
+    let claimed = store.claim_task("w", 60_000).await.unwrap().unwrap();
+    let done = Outcome::Finished {
+        original_image_url: "g".into(),
+        image_urls: vec!["i".into(); 4],
+    };
+    assert!(store
+        .complete_task(&id, claimed.attempts, &done)
+        .await
+        .unwrap());
+
+    let failed = |code: u16| AttemptRecord {
+        attempted_at: easel::store::now_ms(),
+        duration_ms: 3,
+        status_code: Some(code),
+        error: None,
+        delivered: false,
+        next_attempt_at: Some(easel::store::now_ms() - 1),
+        first_failed_at: Some(easel::store::now_ms()),
+    };
+    // The first dispatcher's lease runs out at once; a second one claims the same delivery.
+    let first = store.claim_due_deliveries(10, -1).await.unwrap();
+    let second = store.claim_due_deliveries(10, 60_000).await.unwrap();
+    assert_eq!((first.len(), second.len()), (1, 1));
+    assert_eq!(first[0].id, second[0].id);
+    let delivery = &second[0].id;
+    assert!(store
+        .record_attempt(delivery, second[0].attempts, &failed(500))
+        .await
+        .unwrap());
+    assert!(
+        !store
+            .record_attempt(delivery, first[0].attempts, &failed(501))
+            .await
+            .unwrap(),
+        "the stale dispatcher's record is fenced off"
+    );
+
+    // Two records for the same claim at once (they share a batch or not): exactly one counts.
+    let again = store.claim_due_deliveries(10, 60_000).await.unwrap();
+    assert_eq!(again.len(), 1);
+    let (r502, r503) = (failed(502), failed(503));
+    let (a, b) = tokio::join!(
+        store.record_attempt(delivery, again[0].attempts, &r502),
+        store.record_attempt(delivery, again[0].attempts, &r503),
+    );
+    assert!(
+        a.unwrap() ^ b.unwrap(),
+        "exactly one of the two is recorded"
+    );
+
+    let attempts = store
+        .delivery_attempts(&account.id, &task.id)
+        .await
+        .unwrap()
+        .unwrap();
+    let codes: Vec<Option<i64>> = attempts.iter().map(|a| a.status_code).collect();
+    assert_eq!(codes.len(), 2, "one row per recorded attempt: {codes:?}");
+    assert_eq!(codes[0], Some(500));
+    assert!(codes[1] == Some(502) || codes[1] == Some(503), "{codes:?}");
+}

