@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::TestApp;
-use easel::store::{NewTask, Outcome, Submitted};
+use easel::store::{Outcome, Submitted};
 use serde_json::json;
 
 #[tokio::test]
@@ -148,34 +148,11 @@ async fn content_policy_violations_fail_with_a_clear_error() {
     );
 }
 
-fn new_task(mode: &str, priority: i64) -> NewTask {
-    NewTask {
-        id: uuid::Uuid::new_v4(),
-        task_type: "imagine",
-        prompt: format!("{mode} task"),
-        aspect_ratio: "1:1".into(),
-        process_mode: match mode {
-            "turbo" => "turbo",
-            "fast" => "fast",
-            _ => "relax",
-        },
-        priority,
-        seed: 7,
-        webhook_url: None,
-        webhook_secret: None,
-    }
-}
-
 #[tokio::test]
 async fn the_queue_serves_turbo_then_fast_then_relax_first_come_first_served() {
     // Built but not running: this test is the only worker.
-    let dir = tempfile::tempdir().unwrap();
-    let app = easel::Application::build(common::test_config(dir.path()))
-        .await
-        .unwrap();
-    let store = app.store();
-    let account = store.first_account().await.unwrap().unwrap();
-    let key = common::key_hash(store, &account.id).await;
+    let idle = common::Idle::build().await;
+    let (store, account, key) = (idle.store(), &idle.account, idle.key);
     let order = [
         ("relax", 2),
         ("fast", 1),
@@ -185,7 +162,7 @@ async fn the_queue_serves_turbo_then_fast_then_relax_first_come_first_served() {
     ];
     let mut ids = Vec::new();
     for (mode, priority) in order {
-        let t = new_task(mode, priority);
+        let t = common::new_task(mode, priority);
         ids.push(t.id.to_string());
         assert_eq!(
             store.insert_task(&t, &key, 100).await.unwrap(),
@@ -204,14 +181,9 @@ async fn the_queue_serves_turbo_then_fast_then_relax_first_come_first_served() {
 
 #[tokio::test]
 async fn a_stale_worker_cannot_overwrite_a_newer_attempt_and_lost_tasks_fail_after_max_attempts() {
-    let dir = tempfile::tempdir().unwrap();
-    let app = easel::Application::build(common::test_config(dir.path()))
-        .await
-        .unwrap();
-    let store = app.store();
-    let account = store.first_account().await.unwrap().unwrap();
-    let key = common::key_hash(store, &account.id).await;
-    let task = new_task("fast", 1);
+    let idle = common::Idle::build().await;
+    let (store, account, key) = (idle.store(), &idle.account, idle.key);
+    let task = common::new_task("fast", 1);
     let id = task.id.to_string();
     store.insert_task(&task, &key, 100).await.unwrap();
 
@@ -248,7 +220,7 @@ async fn a_stale_worker_cannot_overwrite_a_newer_attempt_and_lost_tasks_fail_aft
     assert_eq!(row.status, "finished");
 
     // A task that keeps losing its worker fails after max_attempts with a clear error.
-    let doomed = new_task("fast", 1);
+    let doomed = common::new_task("fast", 1);
     store.insert_task(&doomed, &key, 100).await.unwrap();
     for attempt in 1..=3 {
         let t = store.claim_task("w", -1).await.unwrap().unwrap();

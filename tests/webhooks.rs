@@ -390,23 +390,11 @@ async fn a_delivery_rescheduled_from_outside_is_picked_up_by_the_next_poll() {
 async fn a_stale_dispatcher_records_nothing_and_one_attempt_wins_a_race() {
     use easel::store::{AttemptRecord, NewTask, Outcome};
     // Built but not running: this test is the only dispatcher.
-    let dir = tempfile::tempdir().unwrap();
-    let app = easel::Application::build(common::test_config(dir.path()))
-        .await
-        .unwrap();
-    let store = app.store();
-    let account = store.first_account().await.unwrap().unwrap();
-    let key = common::key_hash(store, &account.id).await;
+    let idle = common::Idle::build().await;
+    let (store, account, key) = (idle.store(), &idle.account, idle.key);
     let task = NewTask {
-        id: uuid::Uuid::new_v4(),
-        task_type: "imagine",
-        prompt: "a race".into(),
-        aspect_ratio: "1:1".into(),
-        process_mode: "fast",
-        priority: 1,
-        seed: 7,
         webhook_url: Some("http://127.0.0.1:9/hook".into()),
-        webhook_secret: None,
+        ..common::new_task("fast", 1)
     };
     let id = task.id.to_string();
     store.insert_task(&task, &key, 100).await.unwrap();

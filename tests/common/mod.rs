@@ -16,6 +16,55 @@ use easel::config::Config;
 use easel::store::Store;
 use easel::Application;
 
+/// An easel built but not started: no server, worker or dispatcher runs, so the test drives each
+/// step itself. With its first account and a live key for it.
+pub struct Idle {
+    pub app: Application,
+    pub account: easel::store::Account,
+    /// As `Store::insert_task` takes it.
+    pub key: [u8; 32],
+    pub dir: TempDir,
+}
+
+impl Idle {
+    pub async fn build() -> Idle {
+        let dir = tempfile::tempdir().unwrap();
+        let app = Application::build(test_config(dir.path())).await.unwrap();
+        let account = app.store().first_account().await.unwrap().unwrap();
+        let key = key_hash(app.store(), &account.id).await;
+        Idle {
+            app,
+            account,
+            key,
+            dir,
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        self.app.store()
+    }
+}
+
+/// A task as `Store::insert_task` takes it: `mode` (turbo, fast or relax) at `priority`, no
+/// webhook.
+pub fn new_task(mode: &str, priority: i64) -> easel::store::NewTask {
+    easel::store::NewTask {
+        id: uuid::Uuid::new_v4(),
+        task_type: "imagine",
+        prompt: format!("{mode} task"),
+        aspect_ratio: "1:1".into(),
+        process_mode: match mode {
+            "turbo" => "turbo",
+            "fast" => "fast",
+            _ => "relax",
+        },
+        priority,
+        seed: 7,
+        webhook_url: None,
+        webhook_secret: None,
+    }
+}
+
 /// A new live key for the account, as the hash that `Store::insert_task` takes.
 pub async fn key_hash(store: &Store, account_id: &str) -> [u8; 32] {
     let secret = easel::auth::create_key(store, account_id, "test")
