@@ -132,8 +132,7 @@ impl WorkerContext {
         }
     }
 
-    /// Generate (holding `permit`), then store. Returns the outcome and the
-    /// folder it wrote.
+    /// Generate (holding `permit`), then store. Returns the outcome and the folder it wrote.
     async fn produce(
         &self,
         task: &ClaimedTask,
@@ -179,7 +178,13 @@ impl WorkerContext {
                 let key = format!("{folder}/{name}");
                 async move { self.blobs.put(&key, bytes).await }
             });
-        let mut urls = match futures::future::try_join_all(writes).await {
+        // Durable only once their folder is synced too (a file's fsync does not persist its name).
+        let stored = async {
+            let urls = futures::future::try_join_all(writes).await?;
+            self.blobs.sync_folder(&folder).await?;
+            Ok::<_, std::io::Error>(urls)
+        };
+        let mut urls = match stored.await {
             Ok(urls) => urls,
             Err(e) => {
                 tracing::error!(error = %e, "could not store the images");
@@ -187,11 +192,6 @@ impl WorkerContext {
                 return (internal_failure("could not store the images"), None);
             }
         };
-        if let Err(e) = self.blobs.sync_folder(&folder).await {
-            tracing::error!(error = %e, "could not make the images durable");
-            self.blobs.remove_folder(&folder).await;
-            return (internal_failure("could not store the images"), None);
-        }
         let original_image_url = urls.pop().expect("grid url");
         (
             Outcome::Finished {
