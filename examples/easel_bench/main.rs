@@ -12,6 +12,7 @@ mod e2e;
 mod proc;
 mod report;
 mod scale;
+mod store_alone;
 mod submit;
 mod webhooks;
 mod wrk;
@@ -57,6 +58,9 @@ struct Args {
     /// Override the number of tasks of the end-to-end benchmark.
     #[arg(long)]
     e2e_tasks: Option<usize>,
+    /// Override the number of due deliveries of the webhook benchmark (per sync mode).
+    #[arg(long)]
+    webhook_deliveries: Option<usize>,
     /// Override the image size (long side, px) of the end-to-end benchmark.
     #[arg(long)]
     image_size: Option<u32>,
@@ -243,6 +247,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     std::fs::create_dir_all(&args.work)?;
     let mut plan = Plan::new(args.quick);
     plan.e2e_tasks = args.e2e_tasks.unwrap_or(plan.e2e_tasks);
+    plan.webhook_deliveries = args.webhook_deliveries.unwrap_or(plan.webhook_deliveries);
     plan.image_size = args.image_size.unwrap_or(plan.image_size);
     plan.e2e_sync = args.e2e_sync.clone();
     plan.service_workers = args.service_workers;

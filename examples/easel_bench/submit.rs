@@ -105,6 +105,33 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
             }
             rows.push(rps);
             rows.push(latency);
+            // The same submits made in-process, straight to the store: what HTTP adds.
+            let alone = if goal {
+                println!("  sync={mode}, {clients} clients: the store alone ({secs} s)");
+                let data = dir.join(format!("{mode}-{clients}-store"));
+                let alone = crate::store_alone::submits(&data, mode, clients, warmup, secs).await?;
+                let _ = std::fs::remove_dir_all(&data);
+                rows.push(
+                    Row::new(
+                        "submit",
+                        format!(
+                            "submit, sync={mode}, {}: easel against its store alone \
+                             (in-process calls, no HTTP): requests/s",
+                            clients_text(clients)
+                        ),
+                        "req/s",
+                    )
+                    .value(&[s.rps()])
+                    .baseline(&[alone.per_sec]),
+                );
+                Some(json!({
+                    "requests_per_sec": alone.per_sec,
+                    "p50_ms": alone.p50_ms,
+                    "p99_ms": alone.p99_ms,
+                }))
+            } else {
+                None
+            };
             if goal {
                 rows.push(
                     Row::new(
@@ -127,6 +154,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
                 "baseline_cpu_us_per_request": baseline_cpu_us,
                 "easel": s,
                 "baseline": b,
+                "store_alone": alone,
             }));
         }
         details.insert(mode.to_string(), Value::Array(runs));

@@ -176,7 +176,8 @@ pub async fn prefill(
                  attempts, next_attempt_at, first_failed_at, created_at, updated_at)
              VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)",
         )
-        .bind(format!("msg_{}", Uuid::new_v4().simple()))
+        // Time-ordered, as easel makes them (store/tasks.rs).
+        .bind(format!("msg_{}", Uuid::now_v7().simple()))
         .bind(&id)
         .bind(&account.id)
         .bind(hook_url)
@@ -306,6 +307,14 @@ pub async fn run_throughput(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
     println!("  prefilling 2 x {n} due deliveries");
     let payloads = prefill(&dir.join("full"), n, &hook_url, Due::Now).await?;
     prefill(&dir.join("normal"), n, &hook_url, Due::Now).await?;
+    let mut alone = Vec::new();
+    for mode in ["full", "normal"] {
+        println!("  the store alone, sync={mode}: {n} deliveries claimed and recorded, none sent");
+        let data = dir.join(format!("{mode}-store"));
+        prefill(&data, n, &hook_url, Due::Now).await?;
+        alone.push(crate::store_alone::deliveries(&data, mode, n, concurrency).await?);
+        let _ = std::fs::remove_dir_all(&data);
+    }
 
     println!(
         "  bare client: {} deliveries, {concurrency} in flight",
@@ -337,6 +346,20 @@ pub async fn run_throughput(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
     );
     let baseline =
         (first.len() + second.len() - 2) as f64 / (span_secs(&first) + span_secs(&second));
+    for ((mode, r), alone) in service.iter().zip(&alone) {
+        rows.push(
+            Row::new(
+                "webhooks",
+                format!(
+                    "webhooks, sync={mode}: easel against its store alone (claims and records \
+                     in-process, nothing sent)"
+                ),
+                "deliveries/s",
+            )
+            .value(&[*r])
+            .baseline(&[*alone]),
+        );
+    }
     for (mode, r) in service {
         let row = Row::new(
             "webhooks",
@@ -355,6 +378,7 @@ pub async fn run_throughput(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
         "deliveries": n,
         "concurrency": concurrency,
         "bare_client_deliveries_per_sec": baseline,
+        "store_alone_deliveries_per_sec": alone,
         "easel": runs,
     });
     Ok((rows, details))

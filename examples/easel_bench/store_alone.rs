@@ -1,0 +1,164 @@
+//! easel's store driven in-process, without HTTP: the same calls `easel serve` makes for a submit
+//! (`Store::insert_task`) and for a webhook delivery (`claim_due_deliveries`, then
+//! `record_attempt`), from as many concurrent callers as the HTTP benchmarks have clients. The
+//! gap between these rates and easel's over HTTP is what the HTTP side costs; the gap between
+//! these and the bare baselines is what the store costs.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use easel::store::{AttemptRecord, NewTask, Store, Submitted};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// Requests per second and latency percentiles of one run.
+pub struct Rates {
+    pub per_sec: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// Open the store in `data` as `easel serve` does: its sync mode, its checkpointer running.
+async fn open(data: &Path, mode: &str) -> anyhow::Result<(Store, CancellationToken)> {
+    std::fs::create_dir_all(data)?;
+    let url = format!("sqlite://{}", data.join("easel.db").display());
+    let store = Store::open(&url, mode == "full").await?;
+    let stop = CancellationToken::new();
+    tokio::spawn({
+        let store = store.clone();
+        let stop = stop.clone();
+        async move { store.run_checkpointer(stop).await }
+    });
+    Ok((store, stop))
+}
+
+/// `clients` callers submitting the benchmark's body (`bench/wrk/submit.lua`) in a loop into a
+/// fresh store in `data`: `warmup`, then `secs` measured.
+pub async fn submits(
+    data: &Path,
+    mode: &str,
+    clients: usize,
+    warmup: u64,
+    secs: u64,
+) -> anyhow::Result<Rates> {
+    let (store, stop) = open(data, mode).await?;
+    let account = store
+        .ensure_account(
+            easel::FIRST_ACCOUNT_EMAIL,
+            &easel::webhooks::signing::generate_secret(),
+        )
+        .await?;
+    let key = easel::auth::create_key(&store, &account.id, "bench").await?;
+    let key_hash = easel::auth::hash_key(&key);
+    let started = Instant::now();
+    let measure_from = started + Duration::from_secs(warmup);
+    let end = measure_from + Duration::from_secs(secs);
+    let callers: Vec<_> = (0..clients)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                loop {
+                    let sent = Instant::now();
+                    if sent >= end {
+                        return Ok::<_, anyhow::Error>(latencies);
+                    }
+                    let task = NewTask {
+                        id: Uuid::new_v4(),
+                        task_type: "imagine",
+                        prompt: "a red sunset over the ocean, in soft watercolour".into(),
+                        aspect_ratio: "16:9".into(),
+                        process_mode: "fast",
+                        priority: 1,
+                        seed: i64::from(rand::random::<u32>()),
+                        webhook_url: None,
+                        webhook_secret: None,
+                    };
+                    let done = store.insert_task(&task, &key_hash, u32::MAX).await?;
+                    anyhow::ensure!(
+                        matches!(done, Submitted::Queued { .. }),
+                        "the store refused a submit: {done:?}"
+                    );
+                    if sent >= measure_from {
+                        latencies.push(sent.elapsed().as_secs_f64() * 1e3);
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for caller in callers {
+        latencies.extend(caller.await??);
+    }
+    stop.cancel();
+    store.close().await;
+    latencies.sort_by(f64::total_cmp);
+    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
+    anyhow::ensure!(!latencies.is_empty(), "no submit completed");
+    Ok(Rates {
+        per_sec: latencies.len() as f64 / secs as f64,
+        p50_ms: at(0.50),
+        p99_ms: at(0.99),
+    })
+}
+
+/// Drain the `n` due deliveries prefilled in `data` as the dispatcher does, without sending
+/// anything: `concurrency / 4` claimed at once by each of four loops, each claimed delivery's
+/// attempt then recorded as delivered (concurrently, so that the records share group commits).
+/// Returns deliveries per second.
+pub async fn deliveries(
+    data: &Path,
+    mode: &str,
+    n: usize,
+    concurrency: usize,
+) -> anyhow::Result<f64> {
+    let (store, stop) = open(data, mode).await?;
+    let claim = (concurrency / 4).max(1) as i64;
+    let recorded = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let started = Instant::now();
+    let loops: Vec<_> = (0..4)
+        .map(|_| {
+            let store = store.clone();
+            let recorded = recorded.clone();
+            tokio::spawn(async move {
+                loop {
+                    let due = store.claim_due_deliveries(claim, 60_000).await?;
+                    if due.is_empty() {
+                        return Ok::<_, anyhow::Error>(());
+                    }
+                    let records = due.iter().map(|d| {
+                        let now = easel::store::now_ms();
+                        let record = AttemptRecord {
+                            attempted_at: now,
+                            duration_ms: 0,
+                            status_code: Some(200),
+                            error: None,
+                            delivered: true,
+                            next_attempt_at: None,
+                            first_failed_at: None,
+                        };
+                        let store = store.clone();
+                        async move { store.record_attempt(&d.id, d.attempts, &record).await }
+                    });
+                    for done in futures::future::join_all(records).await {
+                        anyhow::ensure!(done?, "an attempt was not recorded");
+                        recorded.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for l in loops {
+        l.await??;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    stop.cancel();
+    store.close().await;
+    let recorded = recorded.load(std::sync::atomic::Ordering::Relaxed);
+    anyhow::ensure!(
+        recorded == n,
+        "the store alone recorded {recorded} of {n} deliveries"
+    );
+    Ok(n as f64 / secs)
+}
