@@ -131,6 +131,38 @@ async fn files_are_made_durable_and_an_earlier_attempts_files_are_removed() {
 }
 
 #[tokio::test]
+async fn the_lease_reaper_fails_a_task_out_of_attempts_and_removes_its_files() {
+    // No worker of this process: the task is taken by one that then disappears.
+    let app = TestApp::spawn_with(|c| {
+        c.workers = 0;
+        c.max_attempts = 1;
+    })
+    .await;
+    let id = app
+        .imagine(json!({"prompt": "a worker that vanished"}))
+        .await;
+    let claimed = app.store.claim_task("lost", 1).await.unwrap().unwrap();
+    assert_eq!((claimed.id.as_str(), claimed.attempts), (id.as_str(), 1));
+    // The files it wrote before it vanished, never recorded.
+    let task_dir = app.dir.path().join("files").join(&id);
+    let folder = task_dir.join("0123456789abcdef0123456789abcdef");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(folder.join("grid.png"), b"never recorded").unwrap();
+
+    let record = app.wait_final(&id, Duration::from_secs(10)).await;
+    assert_eq!(record["status"], "failed", "{record}");
+    assert!(
+        record["error"].as_str().unwrap().contains("worker lost"),
+        "{record}"
+    );
+    let removed = common::wait_for(Duration::from_secs(5), || async {
+        (!task_dir.exists()).then_some(())
+    })
+    .await;
+    assert!(removed.is_some(), "{} is still there", task_dir.display());
+}
+
+#[tokio::test]
 async fn content_policy_violations_fail_with_a_clear_error() {
     let app = TestApp::spawn_with(|c| c.blocked_terms = vec!["forbidden thing".into()]).await;
     let id = app

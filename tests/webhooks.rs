@@ -458,3 +458,85 @@ async fn a_stale_dispatcher_records_nothing_and_one_attempt_wins_a_race() {
     assert_eq!(codes[0], Some(500));
     assert!(codes[1] == Some(502) || codes[1] == Some(503), "{codes:?}");
 }
+
+#[tokio::test]
+async fn an_attempt_record_that_fails_part_way_is_undone_whole_and_the_writer_goes_on() {
+    use easel::store::{AttemptRecord, NewTask, Outcome};
+    use sqlx::Connection;
+    let idle = common::Idle::build().await;
+    let (store, account, key) = (idle.store(), &idle.account, idle.key);
+    let task = NewTask {
+        webhook_url: Some("http://127.0.0.1:9/hook".into()),
+        ..common::new_task("fast", 1)
+    };
+    let id = task.id.to_string();
+    store.insert_task(&task, &key, 100).await.unwrap();
+    let claimed = store.claim_task("w", 60_000).await.unwrap().unwrap();
+    let done = Outcome::Finished {
+        original_image_url: "g".into(),
+        image_urls: vec!["i".into(); 4],
+    };
+    assert!(store
+        .complete_task(&id, claimed.attempts, &done)
+        .await
+        .unwrap());
+    let due = store.claim_due_deliveries(10, 60_000).await.unwrap();
+    assert_eq!(due.len(), 1);
+
+    // From another connection, as an operator could: make the record's second statement (the
+    // update of the delivery) fail once its first (the attempt row) has run.
+    let db = format!("sqlite://{}", idle.dir.path().join("easel.db").display());
+    let mut other = sqlx::SqliteConnection::connect(&db).await.unwrap();
+    sqlx::query(
+        "CREATE TRIGGER refuse_delivered BEFORE UPDATE OF status ON webhook_deliveries
+         WHEN NEW.status = 'delivered' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
+    )
+    .execute(&mut other)
+    .await
+    .unwrap();
+    let delivered = AttemptRecord {
+        attempted_at: easel::store::now_ms(),
+        duration_ms: 4,
+        status_code: Some(200),
+        error: None,
+        delivered: true,
+        next_attempt_at: None,
+        first_failed_at: None,
+    };
+    let failed = store
+        .record_attempt(&due[0].id, due[0].attempts, &delivered)
+        .await;
+    assert!(failed.is_err(), "the record cannot be written: {failed:?}");
+    let attempts = || async {
+        store
+            .delivery_attempts(&account.id, &task.id)
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    assert!(
+        attempts().await.is_empty(),
+        "the attempt row written before the failure is undone with it"
+    );
+
+    // The writer is not left inside the failed transaction: once the cause is gone, the same
+    // record goes through, alone in its own transaction.
+    sqlx::query("DROP TRIGGER refuse_delivered")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    other.close().await.unwrap();
+    assert!(store
+        .record_attempt(&due[0].id, due[0].attempts, &delivered)
+        .await
+        .unwrap());
+    let recorded = attempts().await;
+    assert_eq!(recorded.len(), 1);
+    assert_eq!(recorded[0].status_code, Some(200));
+    let record = store
+        .task_for_account(&account.id, &task.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.wh_status.as_deref(), Some("delivered"));
+}
