@@ -8,6 +8,7 @@ use std::time::Duration;
 use common::receiver::{Behaviour, Receiver};
 use common::{wait_for, TestApp};
 use serde_json::{json, Value};
+use sqlx::Connection;
 
 async fn signing_secret(app: &TestApp) -> String {
     app.store
@@ -68,6 +69,21 @@ async fn a_finished_task_is_delivered_with_exact_payload_headers_and_signature()
     assert_eq!(record["webhook"]["last_status_code"], 200);
     assert!(record["webhook"].get("next_attempt_at").is_none());
     assert!(!msg_id.is_empty());
+
+    // The secret is stored once: with the delivery, no longer with the task.
+    let db = app.config.data_dir.join("easel.db");
+    let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
+        .await
+        .unwrap();
+    let stored: (Option<String>, Option<String>) = sqlx::query_as(
+        "SELECT t.webhook_secret, d.webhook_secret
+         FROM tasks t JOIN webhook_deliveries d ON d.task_id = t.id WHERE t.id = ?",
+    )
+    .bind(&id)
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(stored, (None, Some("my-secret".into())));
 }
 
 #[tokio::test]
@@ -539,4 +555,69 @@ async fn an_attempt_record_that_fails_part_way_is_undone_whole_and_the_writer_go
         .unwrap()
         .unwrap();
     assert_eq!(record.wh_status.as_deref(), Some("delivered"));
+}
+
+#[tokio::test]
+async fn upgrading_moves_each_webhook_secret_from_its_task_to_its_delivery() {
+    use std::borrow::Cow;
+    // A database as the release before migration 0003 left it: a pending delivery whose secret
+    // is still on its task, and a task still running with its secret.
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("easel.db").display());
+    let options: sqlx::sqlite::SqliteConnectOptions = url
+        .parse::<sqlx::sqlite::SqliteConnectOptions>()
+        .unwrap()
+        .create_if_missing(true);
+    let mut conn = sqlx::SqliteConnection::connect_with(&options)
+        .await
+        .unwrap();
+    let mut before = sqlx::migrate!("./migrations/sqlite");
+    before.migrations = Cow::Owned(
+        before
+            .migrations
+            .iter()
+            .filter(|m| m.version < 3)
+            .cloned()
+            .collect(),
+    );
+    before.run(&mut conn).await.unwrap();
+    sqlx::query(
+        "INSERT INTO accounts (id, email, signing_secret, created_at)
+         VALUES ('a1', 'a@example.com', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', 0);
+         INSERT INTO tasks (id, account_id, task_type, status, priority, prompt, aspect_ratio,
+             process_mode, seed, created_at, webhook_url, webhook_secret)
+         VALUES ('t-ended', 'a1', 'imagine', 'finished', 1, 'p', '1:1', 'fast', 1, 0,
+                 'http://127.0.0.1:9/h', 'ended-secret'),
+                ('t-running', 'a1', 'imagine', 'processing', 1, 'p', '1:1', 'fast', 1, 0,
+                 'http://127.0.0.1:9/h', 'running-secret');
+         INSERT INTO webhook_deliveries (id, task_id, account_id, url, payload, status,
+             next_attempt_at, created_at, updated_at)
+         VALUES ('msg_1', 't-ended', 'a1', 'http://127.0.0.1:9/h', '{}', 'pending', 0, 0, 0);",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    conn.close().await.unwrap();
+
+    let store = easel::store::Store::open(&url, false).await.unwrap();
+    let due = store.claim_due_deliveries(10, 60_000).await.unwrap();
+    assert_eq!(due.len(), 1);
+    assert_eq!(due[0].webhook_secret.as_deref(), Some("ended-secret"));
+    store.close().await;
+    let mut conn = sqlx::SqliteConnection::connect_with(&options)
+        .await
+        .unwrap();
+    let left: Vec<(String, Option<String>)> =
+        sqlx::query_as("SELECT id, webhook_secret FROM tasks ORDER BY id")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(
+        left,
+        vec![
+            ("t-ended".to_string(), None),
+            ("t-running".to_string(), Some("running-secret".to_string())),
+        ],
+        "the ended task's copy is cleared; the running task keeps its secret until it ends"
+    );
 }

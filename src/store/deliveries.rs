@@ -70,9 +70,7 @@ impl Store {
                           WHERE status = 'pending' AND next_attempt_at <= ?1
                             AND (lease_until IS NULL OR lease_until <= ?1)
                           ORDER BY next_attempt_at LIMIT ?3)
-             RETURNING id, task_id, url, payload, attempts, first_failed_at,
-                 (SELECT webhook_secret FROM tasks t WHERE t.id = webhook_deliveries.task_id)
-                     AS webhook_secret,
+             RETURNING id, task_id, url, payload, attempts, first_failed_at, webhook_secret,
                  (SELECT signing_secret FROM accounts a
                   WHERE a.id = webhook_deliveries.account_id) AS signing_secret",
         )

@@ -327,11 +327,11 @@ async fn complete_in_tx(
         ),
         Outcome::Failed { error } => (TaskStatus::Failed, None, None, Some(error.clone()), 0),
     };
-    let row: Option<(String, String, Option<String>)> = sqlx::query_as(&format!(
+    let row: Option<(String, String, Option<String>, Option<String>)> = sqlx::query_as(&format!(
         "UPDATE tasks SET status = ?, percentage = ?, finished_at = ?, original_image_url = ?,
              image_urls = ?, error = ?, lease_owner = NULL, lease_expires_at = NULL
          WHERE id = ? AND attempts = ? AND status IN {ACTIVE}
-         RETURNING account_id, task_type, webhook_url"
+         RETURNING account_id, task_type, webhook_url, webhook_secret"
     ))
     .bind(status.as_str())
     .bind(if status == TaskStatus::Finished {
@@ -347,7 +347,7 @@ async fn complete_in_tx(
     .bind(attempt)
     .fetch_optional(&mut *conn)
     .await?;
-    let Some((account_id, task_type, webhook_url)) = row else {
+    let Some((account_id, task_type, webhook_url, webhook_secret)) = row else {
         return Ok(false);
     };
     if images > 0 {
@@ -360,8 +360,8 @@ async fn complete_in_tx(
     if let Some(url) = webhook_url {
         sqlx::query(
             "INSERT INTO webhook_deliveries (id, task_id, account_id, url, payload, status,
-                 next_attempt_at, created_at, updated_at)
-             VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+                 next_attempt_at, created_at, updated_at, webhook_secret)
+             VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
         )
         // Time-ordered, like task ids, to keep the outbox's index appending.
         .bind(format!("msg_{}", Uuid::now_v7().simple()))
@@ -372,8 +372,16 @@ async fn complete_in_tx(
         .bind(now)
         .bind(now)
         .bind(now)
+        .bind(&webhook_secret)
         .execute(&mut *conn)
         .await?;
+    }
+    if webhook_secret.is_some() {
+        // It moved to the delivery (claims read it from there); no second copy stays.
+        sqlx::query("UPDATE tasks SET webhook_secret = NULL WHERE id = ?")
+            .bind(id)
+            .execute(&mut *conn)
+            .await?;
     }
     Ok(true)
 }
