@@ -402,27 +402,33 @@ async fn a_delivery_rescheduled_from_outside_is_picked_up_by_the_next_poll() {
     assert_eq!(receiver.count(), 2);
 }
 
-#[tokio::test]
-async fn a_stale_dispatcher_records_nothing_and_one_attempt_wins_a_race() {
-    use easel::store::{AttemptRecord, NewTask, Outcome};
-    // Built but not running: this test is the only dispatcher.
-    let idle = common::Idle::build().await;
-    let (store, account, key) = (idle.store(), &idle.account, idle.key);
-    let task = NewTask {
+/// A task with a webhook, taken and finished through `idle`'s store, so that its delivery is due.
+async fn finished_with_webhook(idle: &common::Idle) -> easel::store::NewTask {
+    let store = idle.store();
+    let task = easel::store::NewTask {
         webhook_url: Some("http://127.0.0.1:9/hook".into()),
         ..common::new_task("fast", 1)
     };
-    let id = task.id.to_string();
-    store.insert_task(&task, &key, 100).await.unwrap();
+    store.insert_task(&task, &idle.key, 100).await.unwrap();
     let claimed = store.claim_task("w", 60_000).await.unwrap().unwrap();
-    let done = Outcome::Finished {
+    let done = easel::store::Outcome::Finished {
         original_image_url: "g".into(),
         image_urls: vec!["i".into(); 4],
     };
     assert!(store
-        .complete_task(&id, claimed.attempts, &done)
+        .complete_task(&task.id.to_string(), claimed.attempts, &done)
         .await
         .unwrap());
+    task
+}
+
+#[tokio::test]
+async fn a_stale_dispatcher_records_nothing_and_one_attempt_wins_a_race() {
+    use easel::store::AttemptRecord;
+    // Built but not running: this test is the only dispatcher.
+    let idle = common::Idle::build().await;
+    let (store, account) = (idle.store(), &idle.account);
+    let task = finished_with_webhook(&idle).await;
 
     let failed = |code: u16| AttemptRecord {
         attempted_at: easel::store::now_ms(),
@@ -477,25 +483,10 @@ async fn a_stale_dispatcher_records_nothing_and_one_attempt_wins_a_race() {
 
 #[tokio::test]
 async fn an_attempt_record_that_fails_part_way_is_undone_whole_and_the_writer_goes_on() {
-    use easel::store::{AttemptRecord, NewTask, Outcome};
-    use sqlx::Connection;
+    use easel::store::AttemptRecord;
     let idle = common::Idle::build().await;
-    let (store, account, key) = (idle.store(), &idle.account, idle.key);
-    let task = NewTask {
-        webhook_url: Some("http://127.0.0.1:9/hook".into()),
-        ..common::new_task("fast", 1)
-    };
-    let id = task.id.to_string();
-    store.insert_task(&task, &key, 100).await.unwrap();
-    let claimed = store.claim_task("w", 60_000).await.unwrap().unwrap();
-    let done = Outcome::Finished {
-        original_image_url: "g".into(),
-        image_urls: vec!["i".into(); 4],
-    };
-    assert!(store
-        .complete_task(&id, claimed.attempts, &done)
-        .await
-        .unwrap());
+    let (store, account) = (idle.store(), &idle.account);
+    let task = finished_with_webhook(&idle).await;
     let due = store.claim_due_deliveries(10, 60_000).await.unwrap();
     assert_eq!(due.len(), 1);
 

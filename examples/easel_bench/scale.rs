@@ -96,6 +96,21 @@ struct Measured {
     db_mib: f64,
 }
 
+/// `easel serve` on `data` with its default settings.
+async fn serve(ctx: &Ctx, data: &Path) -> anyhow::Result<Server> {
+    Server::start(
+        &ctx.easel,
+        &["serve"],
+        &[
+            ("EASEL_DATA_DIR", data.display().to_string()),
+            ("EASEL_LISTEN", "127.0.0.1:0".into()),
+        ],
+        data,
+        "easel",
+    )
+    .await
+}
+
 async fn measure(ctx: &Ctx, n: usize) -> anyhow::Result<Measured> {
     let dir = ctx.work.join(format!("scale-{n}"));
     fresh_dir(&dir)?;
@@ -109,17 +124,7 @@ async fn measure(ctx: &Ctx, n: usize) -> anyhow::Result<Measured> {
         "  built in {:.1} s ({db_mib:.0} MiB); easel serve: idle, then fetch load",
         built.elapsed().as_secs_f64()
     );
-    let server = Server::start(
-        &ctx.easel,
-        &["serve"],
-        &[
-            ("EASEL_DATA_DIR", data.display().to_string()),
-            ("EASEL_LISTEN", "127.0.0.1:0".into()),
-        ],
-        &data,
-        "easel",
-    )
-    .await?;
+    let server = serve(ctx, &data).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle = server.mem()?;
     let env = [
@@ -152,17 +157,7 @@ async fn measure(ctx: &Ctx, n: usize) -> anyhow::Result<Measured> {
     // heaviest load, and compare medians.
     let mut peaks = vec![after.peak_mib];
     for _ in 1..PEAK_SAMPLES {
-        let server = Server::start(
-            &ctx.easel,
-            &["serve"],
-            &[
-                ("EASEL_DATA_DIR", data.display().to_string()),
-                ("EASEL_LISTEN", "127.0.0.1:0".into()),
-            ],
-            &data,
-            "easel",
-        )
-        .await?;
+        let server = serve(ctx, &data).await?;
         let url = server.url("/api/v1/fetch");
         let secs = ctx.plan.warmup_secs + ctx.plan.run_secs;
         let r = ctx
