@@ -5,7 +5,6 @@
 //! these and the bare baselines is what the store costs.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use easel::store::{AttemptRecord, NewTask, Store, Submitted};
@@ -93,9 +92,9 @@ pub async fn submits(
     }
     stop.cancel();
     store.close().await;
+    anyhow::ensure!(!latencies.is_empty(), "no submit completed");
     latencies.sort_by(f64::total_cmp);
     let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
-    anyhow::ensure!(!latencies.is_empty(), "no submit completed");
     Ok(Rates {
         per_sec: latencies.len() as f64 / secs as f64,
         p50_ms: at(0.50),
@@ -115,17 +114,16 @@ pub async fn deliveries(
 ) -> anyhow::Result<f64> {
     let (store, stop) = open(data, mode).await?;
     let claim = (concurrency / 4).max(1) as i64;
-    let recorded = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let started = Instant::now();
     let loops: Vec<_> = (0..4)
         .map(|_| {
             let store = store.clone();
-            let recorded = recorded.clone();
             tokio::spawn(async move {
+                let mut recorded = 0;
                 loop {
                     let due = store.claim_due_deliveries(claim, 60_000).await?;
                     if due.is_empty() {
-                        return Ok::<_, anyhow::Error>(());
+                        return Ok::<_, anyhow::Error>(recorded);
                     }
                     let records = due.iter().map(|d| {
                         let now = easel::store::now_ms();
@@ -143,19 +141,19 @@ pub async fn deliveries(
                     });
                     for done in futures::future::join_all(records).await {
                         anyhow::ensure!(done?, "an attempt was not recorded");
-                        recorded.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        recorded += 1;
                     }
                 }
             })
         })
         .collect();
+    let mut recorded = 0;
     for l in loops {
-        l.await??;
+        recorded += l.await??;
     }
     let secs = started.elapsed().as_secs_f64();
     stop.cancel();
     store.close().await;
-    let recorded = recorded.load(std::sync::atomic::Ordering::Relaxed);
     anyhow::ensure!(
         recorded == n,
         "the store alone recorded {recorded} of {n} deliveries"

@@ -426,7 +426,8 @@ struct TaskJson<'a> {
 /// When the batching task last wrote each key's `last_used_at` (hex key hash to Unix ms), so
 /// that it skips the statement for keys it wrote within `KEY_TOUCH_EVERY_MS`: a round trip to
 /// the writer's thread per batch that would change nothing (skipping it raised the submit rate
-/// at 64 clients by about 12%). Entries older than that are dropped; the statement's own condition still decides.
+/// at 64 clients by about 12%). Entries older than that are dropped; the statement's own
+/// condition still decides.
 #[derive(Default)]
 pub(super) struct KeysTouched(HashMap<String, i64>);
 
