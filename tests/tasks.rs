@@ -195,13 +195,16 @@ async fn the_queue_serves_turbo_then_fast_then_relax_first_come_first_served() {
     let mut ids = Vec::new();
     for (mode, priority) in order {
         let t = common::new_task(mode, priority);
-        ids.push(t.id.to_string());
-        assert_eq!(
-            store.insert_task(&t, &key, 100).await.unwrap(),
+        match store.insert_task(&t, &key, 100).await.unwrap() {
             Submitted::Queued {
-                account_id: account.id.clone()
+                account_id,
+                task_id,
+            } => {
+                assert_eq!(account_id, account.id);
+                ids.push(task_id.to_string());
             }
-        );
+            other => panic!("not queued: {other:?}"),
+        }
     }
     let mut claimed = Vec::new();
     while let Some(t) = store.claim_task("test", 60_000).await.unwrap() {
@@ -215,9 +218,8 @@ async fn the_queue_serves_turbo_then_fast_then_relax_first_come_first_served() {
 async fn a_stale_worker_cannot_overwrite_a_newer_attempt_and_lost_tasks_fail_after_max_attempts() {
     let idle = common::Idle::build().await;
     let (store, account, key) = (idle.store(), &idle.account, idle.key);
-    let task = common::new_task("fast", 1);
-    let id = task.id.to_string();
-    store.insert_task(&task, &key, 100).await.unwrap();
+    let task_id = common::insert(store, &common::new_task("fast", 1), &key).await;
+    let id = task_id.to_string();
 
     // Attempt 1 claims with a lease that runs out at once.
     let first = store.claim_task("w1", -1).await.unwrap().unwrap();
@@ -226,34 +228,34 @@ async fn a_stale_worker_cannot_overwrite_a_newer_attempt_and_lost_tasks_fail_aft
     // Attempt 2 takes over.
     let second = store.claim_task("w2", 60_000).await.unwrap().unwrap();
     assert_eq!((second.id.as_str(), second.attempts), (id.as_str(), 2));
+    let seq = second.seq;
     let stale = Outcome::Failed {
         error: "stale".into(),
     };
-    assert!(!store.heartbeat(&id, 1, 50, 60_000).await.unwrap());
+    assert!(!store.heartbeat(seq, 1, 50, 60_000).await.unwrap());
     assert!(
-        !store.complete_task(&id, 1, &stale).await.unwrap(),
+        !store.complete_task(seq, 1, &stale).await.unwrap(),
         "fenced"
     );
-    assert!(store.mark_processing(&id, 2, 60_000).await.unwrap());
+    assert!(store.mark_processing(seq, 2, 60_000).await.unwrap());
     let done = Outcome::Finished {
         original_image_url: "u".into(),
         image_urls: vec!["a".into(); 4],
     };
-    assert!(store.complete_task(&id, 2, &done).await.unwrap());
+    assert!(store.complete_task(seq, 2, &done).await.unwrap());
     assert!(
-        !store.complete_task(&id, 2, &stale).await.unwrap(),
+        !store.complete_task(seq, 2, &stale).await.unwrap(),
         "final is final"
     );
     let row = store
-        .task_for_account(&account.id, &task.id)
+        .task_for_account(&account.id, &task_id)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(row.status, "finished");
 
     // A task that keeps losing its worker fails after max_attempts with a clear error.
-    let doomed = common::new_task("fast", 1);
-    store.insert_task(&doomed, &key, 100).await.unwrap();
+    let doomed = common::insert(store, &common::new_task("fast", 1), &key).await;
     for attempt in 1..=3 {
         let t = store.claim_task("w", -1).await.unwrap().unwrap();
         assert_eq!(t.attempts, attempt);
@@ -263,12 +265,12 @@ async fn a_stale_worker_cannot_overwrite_a_newer_attempt_and_lost_tasks_fail_aft
             if attempt < 3 {
                 (1, vec![])
             } else {
-                (0, vec![doomed.id.to_string()])
+                (0, vec![doomed.to_string()])
             }
         );
     }
     let row = store
-        .task_for_account(&account.id, &doomed.id)
+        .task_for_account(&account.id, &doomed)
         .await
         .unwrap()
         .unwrap();
@@ -337,4 +339,86 @@ async fn the_checkpointer_copies_committed_pages_into_the_database_file() {
     })
     .await;
     assert!(grown.is_some(), "database file stayed at {} bytes", size());
+}
+
+#[tokio::test]
+async fn upgrading_keeps_every_task_under_the_id_it_was_given_and_gives_no_id_twice() {
+    use easel::store::{Redelivery, Store};
+    // A database as the release before migration 0004 left it, with tasks keyed by random ids:
+    // one finished, with its delivery and one attempt; one queued; and the newest, deleted.
+    let (_dir, url, mut conn) = common::database_before(4).await;
+    let (done, queued, gone) = (
+        uuid::Uuid::new_v4(),
+        uuid::Uuid::new_v4(),
+        uuid::Uuid::new_v4(),
+    );
+    sqlx::query(&format!(
+        "INSERT INTO accounts (id, email, signing_secret, created_at)
+         VALUES ('a1', 'a@example.com', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', 0);
+         INSERT INTO tasks (id, account_id, task_type, status, priority, prompt, aspect_ratio,
+             process_mode, seed, created_at, finished_at, webhook_url)
+         VALUES ('{done}', 'a1', 'imagine', 'finished', 1, 'p', '1:1', 'fast', 1, 0, 5,
+                 'http://127.0.0.1:9/h'),
+                ('{queued}', 'a1', 'imagine', 'pending', 1, 'p', '1:1', 'fast', 1, 0, NULL,
+                 'http://127.0.0.1:9/h'),
+                ('{gone}', 'a1', 'imagine', 'failed', 1, 'p', '1:1', 'fast', 1, 0, 5, NULL);
+         INSERT INTO webhook_deliveries (id, task_id, account_id, url, payload, status,
+             attempts, created_at, updated_at)
+         VALUES ('msg_1', '{done}', 'a1', 'http://127.0.0.1:9/h', '{{}}', 'delivered', 1, 5, 5);
+         INSERT INTO webhook_attempts (delivery_id, attempted_at, duration_ms, status_code)
+         VALUES ('msg_1', 5, 3, 200);
+         DELETE FROM tasks WHERE id = '{gone}';"
+    ))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    drop(conn);
+
+    let store = Store::open(&url, false).await.unwrap();
+    // The finished task, its delivery and its attempts, all under its own id.
+    let row = store.task_for_account("a1", &done).await.unwrap().unwrap();
+    assert_eq!(
+        (row.id.as_str(), row.status.as_str()),
+        (&*done.to_string(), "finished")
+    );
+    assert_eq!(row.wh_status.as_deref(), Some("delivered"));
+    let attempts = store.delivery_attempts("a1", &done).await.unwrap().unwrap();
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0].status_code, Some(200));
+    assert_eq!(
+        store.redeliver("a1", &done).await.unwrap(),
+        Redelivery::Queued
+    );
+    // The queued one runs to its end under its own id, and its webhook says so.
+    let claimed = store.claim_task("w", 60_000).await.unwrap().unwrap();
+    assert_eq!(claimed.id, queued.to_string());
+    let failed = Outcome::Failed { error: "no".into() };
+    assert!(store
+        .complete_task(claimed.seq, claimed.attempts, &failed)
+        .await
+        .unwrap());
+    let due = store.claim_due_deliveries(10, 60_000).await.unwrap();
+    let mut due_for: Vec<&str> = due.iter().map(|d| d.task_id.as_str()).collect();
+    due_for.sort();
+    let mut expected = vec![done.to_string(), queued.to_string()];
+    expected.sort();
+    assert_eq!(due_for, expected);
+    let payload = &due
+        .iter()
+        .find(|d| d.task_id == queued.to_string())
+        .unwrap()
+        .payload;
+    assert!(payload.contains(&queued.to_string()), "{payload}");
+
+    // A new task gets the next `seq` past every one ever given (the deleted task's 3 too), and
+    // the id made from it, found again after a restart.
+    let key = common::key_hash(&store, "a1").await;
+    let new = common::insert(&store, &common::new_task("fast", 1), &key).await;
+    assert_eq!(new, store.task_id(4));
+    assert_eq!(new.get_version_num(), 4);
+    store.close().await;
+    let store = Store::open(&url, false).await.unwrap();
+    let row = store.task_for_account("a1", &new).await.unwrap().unwrap();
+    assert_eq!((row.id, row.seq), (new.to_string(), 4));
+    assert!(store.task_for_account("a1", &gone).await.unwrap().is_none());
 }

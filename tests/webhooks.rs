@@ -77,7 +77,7 @@ async fn a_finished_task_is_delivered_with_exact_payload_headers_and_signature()
         .unwrap();
     let stored: (Option<String>, Option<String>) = sqlx::query_as(
         "SELECT t.webhook_secret, d.webhook_secret
-         FROM tasks t JOIN webhook_deliveries d ON d.task_id = t.id WHERE t.id = ?",
+         FROM tasks t JOIN webhook_deliveries d ON d.task_seq = t.seq WHERE d.task_id = ?",
     )
     .bind(&id)
     .fetch_one(&mut conn)
@@ -324,7 +324,6 @@ async fn the_queue_and_the_outbox_can_be_driven_one_step_at_a_time() {
         .unwrap();
     let account = app.store().first_account().await.unwrap().unwrap();
     let task = easel::store::NewTask {
-        id: uuid::Uuid::new_v4(),
         task_type: "imagine",
         prompt: "one step at a time".into(),
         aspect_ratio: "1:1".into(),
@@ -335,12 +334,16 @@ async fn the_queue_and_the_outbox_can_be_driven_one_step_at_a_time() {
         webhook_secret: None,
     };
     let key = common::key_hash(app.store(), &account.id).await;
-    assert_eq!(
-        app.store().insert_task(&task, &key, 10).await.unwrap(),
+    let task_id = match app.store().insert_task(&task, &key, 10).await.unwrap() {
         easel::store::Submitted::Queued {
-            account_id: account.id.clone()
+            account_id,
+            task_id,
+        } => {
+            assert_eq!(account_id, account.id);
+            task_id
         }
-    );
+        other => panic!("not queued: {other:?}"),
+    };
     assert_eq!(
         app.dispatcher().dispatch_due(10).await.unwrap(),
         0,
@@ -357,7 +360,7 @@ async fn the_queue_and_the_outbox_can_be_driven_one_step_at_a_time() {
     assert_eq!(app.dispatcher().dispatch_due(10).await.unwrap(), 1);
     assert_eq!(receiver.count(), 1);
     let body: Value = serde_json::from_slice(&receiver.received()[0].body).unwrap();
-    assert_eq!(body["task_id"], task.id.to_string());
+    assert_eq!(body["task_id"], task_id.to_string());
     assert_eq!(body["status"], "finished");
     assert_eq!(
         app.dispatcher().dispatch_due(10).await.unwrap(),
@@ -402,24 +405,26 @@ async fn a_delivery_rescheduled_from_outside_is_picked_up_by_the_next_poll() {
     assert_eq!(receiver.count(), 2);
 }
 
-/// A task with a webhook, taken and finished through `idle`'s store, so that its delivery is due.
-async fn finished_with_webhook(idle: &common::Idle) -> easel::store::NewTask {
+/// A task with a webhook, taken and finished through `idle`'s store, so that its delivery is due;
+/// its id.
+async fn finished_with_webhook(idle: &common::Idle) -> uuid::Uuid {
     let store = idle.store();
     let task = easel::store::NewTask {
         webhook_url: Some("http://127.0.0.1:9/hook".into()),
         ..common::new_task("fast", 1)
     };
-    store.insert_task(&task, &idle.key, 100).await.unwrap();
+    let task_id = common::insert(store, &task, &idle.key).await;
     let claimed = store.claim_task("w", 60_000).await.unwrap().unwrap();
+    assert_eq!(claimed.id, task_id.to_string());
     let done = easel::store::Outcome::Finished {
         original_image_url: "g".into(),
         image_urls: vec!["i".into(); 4],
     };
     assert!(store
-        .complete_task(&task.id.to_string(), claimed.attempts, &done)
+        .complete_task(claimed.seq, claimed.attempts, &done)
         .await
         .unwrap());
-    task
+    task_id
 }
 
 #[tokio::test]
@@ -471,7 +476,7 @@ async fn a_stale_dispatcher_records_nothing_and_one_attempt_wins_a_race() {
     );
 
     let attempts = store
-        .delivery_attempts(&account.id, &task.id)
+        .delivery_attempts(&account.id, &task)
         .await
         .unwrap()
         .unwrap();
@@ -516,7 +521,7 @@ async fn an_attempt_record_that_fails_part_way_is_undone_whole_and_the_writer_go
     assert!(failed.is_err(), "the record cannot be written: {failed:?}");
     let attempts = || async {
         store
-            .delivery_attempts(&account.id, &task.id)
+            .delivery_attempts(&account.id, &task)
             .await
             .unwrap()
             .unwrap()
@@ -541,7 +546,7 @@ async fn an_attempt_record_that_fails_part_way_is_undone_whole_and_the_writer_go
     assert_eq!(recorded.len(), 1);
     assert_eq!(recorded[0].status_code, Some(200));
     let record = store
-        .task_for_account(&account.id, &task.id)
+        .task_for_account(&account.id, &task)
         .await
         .unwrap()
         .unwrap();
@@ -550,28 +555,9 @@ async fn an_attempt_record_that_fails_part_way_is_undone_whole_and_the_writer_go
 
 #[tokio::test]
 async fn upgrading_moves_each_webhook_secret_from_its_task_to_its_delivery() {
-    use std::borrow::Cow;
     // A database as the release before migration 0003 left it: a pending delivery whose secret
     // is still on its task, and a task still running with its secret.
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("easel.db").display());
-    let options: sqlx::sqlite::SqliteConnectOptions = url
-        .parse::<sqlx::sqlite::SqliteConnectOptions>()
-        .unwrap()
-        .create_if_missing(true);
-    let mut conn = sqlx::SqliteConnection::connect_with(&options)
-        .await
-        .unwrap();
-    let mut before = sqlx::migrate!("./migrations/sqlite");
-    before.migrations = Cow::Owned(
-        before
-            .migrations
-            .iter()
-            .filter(|m| m.version < 3)
-            .cloned()
-            .collect(),
-    );
-    before.run(&mut conn).await.unwrap();
+    let (_dir, url, mut conn) = common::database_before(3).await;
     sqlx::query(
         "INSERT INTO accounts (id, email, signing_secret, created_at)
          VALUES ('a1', 'a@example.com', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', 0);
@@ -595,9 +581,7 @@ async fn upgrading_moves_each_webhook_secret_from_its_task_to_its_delivery() {
     assert_eq!(due.len(), 1);
     assert_eq!(due[0].webhook_secret.as_deref(), Some("ended-secret"));
     store.close().await;
-    let mut conn = sqlx::SqliteConnection::connect_with(&options)
-        .await
-        .unwrap();
+    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
     let left: Vec<(String, Option<String>)> =
         sqlx::query_as("SELECT id, webhook_secret FROM tasks ORDER BY id")
             .fetch_all(&mut conn)

@@ -27,20 +27,20 @@ fn median(samples: &[f64]) -> f64 {
 /// How many task ids the fetch load picks from (at random).
 const SAMPLE_IDS: usize = 20_000;
 
-/// Build a store of `n` finished tasks (random v4 ids, records of a realistic size) for one
-/// account; write a random sample of their ids to `ids`; return an API key.
+/// Build a store of `n` finished tasks (stored as easel stores them, by `seq`; records of a
+/// realistic size) for one account; write a random sample of their ids to `ids`; return an API
+/// key.
 async fn build_store(data: &Path, n: usize, ids: &Path) -> anyhow::Result<String> {
     let (store, account, db_path) = crate::open_store_with_account(data).await?;
     let key = easel::auth::create_key(&store, &account.id, "bench").await?;
-    store.close().await;
 
     let mut conn = open_conn(&db_path).await?;
     sqlx::query("PRAGMA cache_size = -524288")
         .execute(&mut conn)
         .await?;
     let mut tx = conn.begin().await?;
-    // A temporary table first, so that each random id is drawn once (SQLite would evaluate the
-    // expression again at each use in a plain subquery).
+    // A temporary table first, so that each random folder name is drawn once (SQLite would
+    // evaluate the expression again at each use in a plain subquery). It has the length of an id.
     sqlx::query(
         "CREATE TEMP TABLE gen AS
          WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)
@@ -57,10 +57,10 @@ async fn build_store(data: &Path, n: usize, ids: &Path) -> anyhow::Result<String
     .await?;
     let base = "http://127.0.0.1:8080/files/";
     sqlx::query(
-        "INSERT INTO tasks (id, account_id, task_type, status, priority, prompt, aspect_ratio,
+        "INSERT INTO tasks (seq, account_id, task_type, status, priority, prompt, aspect_ratio,
              process_mode, seed, percentage, attempts, created_at, started_at, finished_at,
              original_image_url, image_urls)
-         SELECT id, ?1, 'imagine', 'finished', 1, 'a red sunset over the ocean, number ' || i,
+         SELECT i, ?1, 'imagine', 'finished', 1, 'a red sunset over the ocean, number ' || i,
                 '1:1', 'fast', abs(random()) % 4294967296, 100, 1, ?2 + i, ?2 + i + 5,
                 ?2 + i + 900, ?3 || id || '/' || tok || '/grid.png',
                 json_array(?3 || id || '/' || tok || '/0.png', ?3 || id || '/' || tok || '/1.png',
@@ -72,16 +72,21 @@ async fn build_store(data: &Path, n: usize, ids: &Path) -> anyhow::Result<String
     .bind(base)
     .execute(&mut *tx)
     .await?;
-    let sample: Vec<String> = sqlx::query_scalar("SELECT id FROM gen ORDER BY random() LIMIT ?")
+    let sample: Vec<i64> = sqlx::query_scalar("SELECT i FROM gen ORDER BY random() LIMIT ?")
         .bind(SAMPLE_IDS as i64)
         .fetch_all(&mut *tx)
         .await?;
+    let sample: Vec<String> = sample
+        .into_iter()
+        .map(|seq| store.task_id(seq).to_string())
+        .collect();
     sqlx::query("DROP TABLE gen").execute(&mut *tx).await?;
     tx.commit().await?;
     sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
         .execute(&mut conn)
         .await?;
     conn.close().await?;
+    store.close().await;
     std::fs::write(ids, sample.join("\n") + "\n")?;
     Ok(key)
 }

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use easel::store::{AttemptRecord, NewTask, Store, Submitted};
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 /// Requests per second and latency percentiles of one run.
 pub struct Rates {
@@ -64,7 +63,6 @@ pub async fn submits(
                         return Ok::<_, anyhow::Error>(latencies);
                     }
                     let task = NewTask {
-                        id: Uuid::new_v4(),
                         task_type: "imagine",
                         prompt: "a red sunset over the ocean, in soft watercolour".into(),
                         aspect_ratio: "16:9".into(),

@@ -133,7 +133,9 @@ pub async fn prefill(
     let mut payloads = Vec::with_capacity(n);
     let mut tx = conn.begin().await?;
     for i in 0..n {
-        let id = Uuid::new_v4().to_string();
+        // Stored as easel stores tasks: by `seq`, the public id made from it.
+        let seq = i as i64 + 1;
+        let id = store.task_id(seq).to_string();
         let folder = format!("{id}/{}", Uuid::new_v4().simple());
         let base = "http://127.0.0.1:8080/files";
         let outcome = Outcome::Finished {
@@ -152,13 +154,13 @@ pub async fn prefill(
         };
         let created = now - 10_000 + (i as i64 % 1000);
         sqlx::query(
-            "INSERT INTO tasks (id, account_id, task_type, status, priority, prompt, aspect_ratio,
+            "INSERT INTO tasks (seq, account_id, task_type, status, priority, prompt, aspect_ratio,
                  process_mode, seed, percentage, attempts, created_at, started_at, finished_at,
                  original_image_url, image_urls, webhook_url)
              VALUES (?, ?, 'imagine', 'finished', 1, ?, '1:1', 'fast', ?, 100, 1,
                      ?, ?, ?, ?, ?, ?)",
         )
-        .bind(&id)
+        .bind(seq)
         .bind(&account.id)
         .bind(crate::e2e::PROMPTS[i % crate::e2e::PROMPTS.len()])
         .bind(i as i64)
@@ -172,12 +174,13 @@ pub async fn prefill(
         .await?;
         let payload = outcome.webhook_payload(&id, "imagine");
         sqlx::query(
-            "INSERT INTO webhook_deliveries (id, task_id, account_id, url, payload, status,
-                 attempts, next_attempt_at, first_failed_at, created_at, updated_at)
-             VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)",
+            "INSERT INTO webhook_deliveries (id, task_seq, task_id, account_id, url, payload,
+                 status, attempts, next_attempt_at, first_failed_at, created_at, updated_at)
+             VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)",
         )
         // Time-ordered, as easel makes them (store/tasks.rs).
         .bind(format!("msg_{}", Uuid::now_v7().simple()))
+        .bind(seq)
         .bind(&id)
         .bind(&account.id)
         .bind(hook_url)

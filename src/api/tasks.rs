@@ -35,12 +35,16 @@ pub async fn imagine(
             return Err(e);
         }
     };
-    let id = task.id;
-    tracing::Span::current().record("task_id", tracing::field::display(id));
     let limit = state.config.max_pending_per_account;
-    match state.store.insert_task(&task, &key.0, limit).await? {
-        Submitted::Queued { account_id } => {
-            tracing::Span::current().record("account", account_id.as_str());
+    let id = match state.store.insert_task(&task, &key.0, limit).await? {
+        Submitted::Queued {
+            account_id,
+            task_id,
+        } => {
+            let span = tracing::Span::current();
+            span.record("task_id", tracing::field::display(task_id));
+            span.record("account", account_id.as_str());
+            task_id
         }
         Submitted::KeyNotLive => return Err(ApiError::Unauthorized),
         Submitted::QuotaFull => {
@@ -51,7 +55,7 @@ pub async fn imagine(
                 retry_after_secs: 10,
             })
         }
-    }
+    };
     state.queue_wakeup.notify_one();
     tracing::info!(mode = task.process_mode, "task accepted");
     Ok(Json(json!({ "task_id": id })))
@@ -110,7 +114,6 @@ fn validate_imagine(state: &AppState, body: &JsonObject) -> Result<NewTask, ApiE
         });
     }
     Ok(NewTask {
-        id: Uuid::new_v4(),
         task_type: TaskType::Imagine.as_str(),
         prompt: prompt.as_str().to_string(),
         aspect_ratio: aspect_ratio.to_string(),

@@ -24,9 +24,8 @@ const QUEUE: usize = 4096;
 /// A kind of write that can share a transaction with others of its kind.
 pub(super) trait Write: Sized + Send + Sync + 'static {
     type Output: Send + 'static;
-    /// What the batching task keeps from one batch to the next (a memo, never needed for
-    /// correctness: it starts empty).
-    type State: Default + Send + 'static;
+    /// What the batching task keeps from one batch to the next, given when it starts.
+    type State: Send + 'static;
     /// Apply every write in `batch` atomically (all or none) on `conn`; one output per write,
     /// in the same order.
     fn apply_all<'c>(
@@ -56,9 +55,9 @@ impl<W: Write> Clone for Batcher<W> {
 
 impl<W: Write> Batcher<W> {
     /// Start the batching task on `writer`; it stops when every `Batcher` clone is gone.
-    pub(super) fn spawn(writer: SqlitePool) -> Self {
+    pub(super) fn spawn(writer: SqlitePool, state: W::State) -> Self {
         let (queue, jobs) = mpsc::channel(QUEUE);
-        tokio::spawn(run(writer, jobs));
+        tokio::spawn(run(writer, jobs, state));
         Batcher { queue }
     }
 
@@ -73,9 +72,8 @@ impl<W: Write> Batcher<W> {
     }
 }
 
-async fn run<W: Write>(writer: SqlitePool, mut jobs: mpsc::Receiver<Job<W>>) {
+async fn run<W: Write>(writer: SqlitePool, mut jobs: mpsc::Receiver<Job<W>>, mut state: W::State) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
-    let mut state = W::State::default();
     while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let (writes, replies): (Vec<W>, Vec<_>) =
             batch.drain(..).map(|job| (job.write, job.reply)).unzip();

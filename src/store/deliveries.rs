@@ -5,6 +5,8 @@ use serde::Serialize;
 use sqlx::{FromRow, SqliteConnection};
 use uuid::Uuid;
 
+use super::ids::TaskKey;
+use super::tasks::by_id;
 use super::{now_ms, Store, StoreResult};
 
 /// A delivery that is due, with what the dispatcher needs to send it.
@@ -118,23 +120,26 @@ impl Store {
         account_id: &str,
         task_id: &Uuid,
     ) -> StoreResult<Option<Vec<AttemptRow>>> {
-        let task_id = task_id.to_string();
-        let owned: Option<i64> =
-            sqlx::query_scalar("SELECT 1 FROM tasks WHERE id = ? AND account_id = ?")
-                .bind(&task_id)
-                .bind(account_id)
-                .fetch_optional(&self.reader)
-                .await?;
-        if owned.is_none() {
+        let TaskKey { seq, legacy } = self.ids.key(task_id);
+        let owned: Option<i64> = sqlx::query_scalar(&format!(
+            "SELECT t.seq FROM tasks t WHERE {} AND t.account_id = ?3",
+            by_id(1, 2)
+        ))
+        .bind(seq)
+        .bind(legacy)
+        .bind(account_id)
+        .fetch_optional(&self.reader)
+        .await?;
+        let Some(seq) = owned else {
             return Ok(None);
-        }
+        };
         Ok(Some(
             sqlx::query_as(
                 "SELECT a.attempted_at, a.duration_ms, a.status_code, a.error, a.next_attempt_at
                  FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id
-                 WHERE d.task_id = ? ORDER BY a.id",
+                 WHERE d.task_seq = ? ORDER BY a.id",
             )
-            .bind(&task_id)
+            .bind(seq)
             .fetch_all(&self.reader)
             .await?,
         ))
@@ -142,31 +147,34 @@ impl Store {
 
     /// Start a fresh delivery schedule for a task's result.
     pub async fn redeliver(&self, account_id: &str, task_id: &Uuid) -> StoreResult<Redelivery> {
-        let task_id = task_id.to_string();
+        let TaskKey { seq, legacy } = self.ids.key(task_id);
         let mut tx = self.writer.begin().await?;
-        let task: Option<(String, Option<String>)> =
-            sqlx::query_as("SELECT status, webhook_url FROM tasks WHERE id = ? AND account_id = ?")
-                .bind(&task_id)
-                .bind(account_id)
-                .fetch_optional(&mut *tx)
-                .await?;
+        let task: Option<(i64, String, Option<String>)> = sqlx::query_as(&format!(
+            "SELECT t.seq, t.status, t.webhook_url FROM tasks t WHERE {} AND t.account_id = ?3",
+            by_id(1, 2)
+        ))
+        .bind(seq)
+        .bind(legacy)
+        .bind(account_id)
+        .fetch_optional(&mut *tx)
+        .await?;
         let result = match task {
             None => Redelivery::TaskNotFound,
-            Some((_, None)) => Redelivery::NoWebhook,
-            Some((status, Some(_))) if status != "finished" && status != "failed" => {
+            Some((_, _, None)) => Redelivery::NoWebhook,
+            Some((_, status, Some(_))) if status != "finished" && status != "failed" => {
                 Redelivery::NotFinal
             }
-            Some(_) => {
+            Some((seq, _, Some(_))) => {
                 let now = now_ms();
                 sqlx::query(
                     "UPDATE webhook_deliveries SET status = 'pending', attempts = 0,
                          next_attempt_at = ?, first_failed_at = NULL, lease_until = NULL,
                          updated_at = ?
-                     WHERE task_id = ?",
+                     WHERE task_seq = ?",
                 )
                 .bind(now)
                 .bind(now)
-                .bind(&task_id)
+                .bind(seq)
                 .execute(&mut *tx)
                 .await?;
                 Redelivery::Queued
@@ -282,12 +290,7 @@ impl super::batch::Write for RecordAttempt {
             .await;
             let changed: HashSet<String> = match changed {
                 Ok(changed) => changed.into_iter().collect(),
-                Err(e) => {
-                    // A statement failed part-way: undo whatever the transaction holds. (None
-                    // may be open if BEGIN itself failed; that error is the one to report.)
-                    let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-                    return Err(e.into());
-                }
+                Err(e) => return Err(super::tasks::rolled_back(conn, e).await),
             };
             Ok(batch
                 .iter()

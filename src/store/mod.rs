@@ -8,9 +8,11 @@
 mod accounts;
 mod batch;
 mod deliveries;
+mod ids;
 mod tasks;
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::sqlite::{
@@ -22,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use accounts::{Account, ApiKeyInfo, KeyOwner, LiveKey};
 pub use deliveries::{AttemptRecord, AttemptRow, DueDelivery, Redelivery};
+pub use ids::TaskIds;
 pub use tasks::{ClaimedTask, NewTask, Outcome, Submitted, TaskRow, KEY_TOUCH_EVERY_MS};
 
 /// What can go wrong in the store, sorted by what the caller should do about it.
@@ -81,6 +84,26 @@ pub struct Store {
     /// Submits and attempt records on their way to their group-commit batchers.
     submits: batch::Batcher<tasks::InsertTask>,
     attempts: batch::Batcher<deliveries::RecordAttempt>,
+    /// Public task ids from `seq` and back.
+    ids: Arc<TaskIds>,
+}
+
+/// The key that task ids are made with, created on first use. It must never change: every id
+/// handed out so far is made with it.
+async fn task_id_key(writer: &SqlitePool) -> anyhow::Result<[u8; 32]> {
+    let mut fresh = [0u8; 32];
+    rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut fresh);
+    sqlx::query(
+        "INSERT INTO settings (name, value) VALUES ('task_id_key', ?) ON CONFLICT DO NOTHING",
+    )
+    .bind(fresh.as_slice())
+    .execute(writer)
+    .await?;
+    let key: Vec<u8> = sqlx::query_scalar("SELECT value FROM settings WHERE name = 'task_id_key'")
+        .fetch_one(writer)
+        .await?;
+    key.try_into()
+        .map_err(|_| anyhow::anyhow!("the stored task id key is not 32 bytes"))
 }
 
 /// Current time as Unix milliseconds, the unit of every stored time.
@@ -126,6 +149,7 @@ impl Store {
             )
             .await?;
         sqlx::migrate!("./migrations/sqlite").run(&writer).await?;
+        let ids = Arc::new(TaskIds::new(&task_id_key(&writer).await?));
         let reader = SqlitePoolOptions::new()
             .test_before_acquire(false)
             .max_connections(4)
@@ -134,8 +158,9 @@ impl Store {
             .await?;
         Ok(Store {
             options,
-            submits: batch::Batcher::spawn(writer.clone()),
-            attempts: batch::Batcher::spawn(writer.clone()),
+            submits: batch::Batcher::spawn(writer.clone(), tasks::SubmitState::new(ids.clone())),
+            attempts: batch::Batcher::spawn(writer.clone(), ()),
+            ids,
             writer,
             reader,
         })
@@ -188,6 +213,11 @@ impl Store {
             };
         }
         let _ = conn.close().await;
+    }
+
+    /// The public id of the task stored at `seq`.
+    pub fn task_id(&self, seq: i64) -> uuid::Uuid {
+        self.ids.id(seq)
     }
 
     /// Whether the database answers a trivial query.

@@ -1,4 +1,5 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use serde::Serialize;
@@ -7,14 +8,15 @@ use sqlx::{FromRow, Row, SqliteConnection};
 use uuid::Uuid;
 
 use super::batch::to_json;
+use super::ids::{TaskIds, TaskKey};
 use super::{now_ms, LiveKey, Store, StoreError, StoreResult};
 pub use crate::domain::Outcome;
 use crate::domain::TaskStatus;
 
-/// A task as submitted and validated. Its account is the submitting key's.
+/// A task as submitted and validated. Its account is the submitting key's; its id is given
+/// when it is stored.
 #[derive(Clone, Debug)]
 pub struct NewTask {
-    pub id: Uuid,
     pub task_type: &'static str,
     pub prompt: String,
     pub aspect_ratio: String,
@@ -28,7 +30,11 @@ pub struct NewTask {
 /// A task as stored, with the state of its webhook delivery if there is one.
 #[derive(Clone, Debug, FromRow)]
 pub struct TaskRow {
+    /// The public id (filled in from `seq` and `legacy_id` after reading).
+    #[sqlx(skip)]
     pub id: String,
+    pub seq: i64,
+    pub legacy_id: Option<String>,
     pub task_type: String,
     pub status: String,
     pub percentage: i64,
@@ -54,7 +60,12 @@ pub struct TaskRow {
 /// What a worker gets when it claims a task.
 #[derive(Clone, Debug, FromRow)]
 pub struct ClaimedTask {
+    /// Where the task is stored: what every fenced change names.
+    pub seq: i64,
+    /// The public id (filled in after reading).
+    #[sqlx(skip)]
     pub id: String,
+    pub legacy_id: Option<String>,
     pub account_id: String,
     pub task_type: String,
     pub prompt: String,
@@ -64,7 +75,8 @@ pub struct ClaimedTask {
     pub attempts: i64,
 }
 
-const TASK_COLUMNS: &str = "t.id, t.task_type, t.status, t.percentage, t.prompt, t.aspect_ratio,
+const TASK_COLUMNS: &str =
+    "t.seq, t.id AS legacy_id, t.task_type, t.status, t.percentage, t.prompt, t.aspect_ratio,
     t.process_mode, t.seed, t.attempts, t.created_at, t.started_at, t.finished_at,
     t.original_image_url, t.image_urls, t.error, t.webhook_url,
     d.status AS wh_status, d.attempts AS wh_attempts, d.last_status_code AS wh_last_status_code,
@@ -73,8 +85,14 @@ const TASK_COLUMNS: &str = "t.id, t.task_type, t.status, t.percentage, t.prompt,
 /// The presented key's row (when live), then the tasks asked for, each with its delivery.
 const KEY_THEN_TASKS: &str = "SELECT k.id AS key_id, k.account_id AS key_account_id,
         k.last_used_at AS key_last_used_at,";
-const KEY_JOINS: &str = "LEFT JOIN webhook_deliveries d ON d.task_id = t.id
+const KEY_JOINS: &str = "LEFT JOIN webhook_deliveries d ON d.task_seq = t.seq
      WHERE k.key_hash = ?1 AND k.revoked_at IS NULL";
+
+/// The task whose public id is given as parameters `?{seq}` (what it decrypts to, see
+/// `TaskKey`) and `?{legacy}` (the id as text, for tasks stored before ids came from `seq`).
+pub(super) fn by_id(seq: u8, legacy: u8) -> String {
+    format!("((t.seq = ?{seq} AND t.id IS NULL) OR t.id = ?{legacy})")
+}
 
 const ACTIVE: &str = "('starting', 'processing')";
 
@@ -105,15 +123,18 @@ impl Store {
         key_hash: &[u8; 32],
         task_id: &Uuid,
     ) -> StoreResult<Option<(LiveKey, Option<TaskRow>)>> {
+        let TaskKey { seq, legacy } = self.ids.key(task_id);
         let rows = sqlx::query(&format!(
             "{KEY_THEN_TASKS} {TASK_COLUMNS} FROM api_keys k
-             LEFT JOIN tasks t ON t.id = ?2 AND t.account_id = k.account_id {KEY_JOINS}"
+             LEFT JOIN tasks t ON {} AND t.account_id = k.account_id {KEY_JOINS}",
+            by_id(2, 3)
         ))
         .bind(key_hash.as_slice())
-        .bind(task_id.to_string())
+        .bind(seq)
+        .bind(legacy)
         .fetch_all(&self.reader)
         .await?;
-        Ok(key_and_tasks(&rows)?.map(|(key, mut tasks)| (key, tasks.pop())))
+        Ok(key_and_tasks(&rows, &self.ids)?.map(|(key, mut tasks)| (key, tasks.pop())))
     }
 
     /// The key's account's tasks among `ids` (in no particular order), checked in one statement
@@ -123,17 +144,21 @@ impl Store {
         key_hash: &[u8; 32],
         ids: &[Uuid],
     ) -> StoreResult<Option<(LiveKey, Vec<TaskRow>)>> {
-        let ids: Vec<String> = ids.iter().map(Uuid::to_string).collect();
+        let keys: Vec<TaskKey> = ids.iter().map(|id| self.ids.key(id)).collect();
+        let seqs: Vec<i64> = keys.iter().filter_map(|k| k.seq).collect();
+        let legacy: Vec<&str> = keys.iter().map(|k| k.legacy.as_str()).collect();
         let rows = sqlx::query(&format!(
             "{KEY_THEN_TASKS} {TASK_COLUMNS} FROM api_keys k
-             LEFT JOIN tasks t ON t.id IN (SELECT value FROM json_each(?2))
+             LEFT JOIN tasks t ON ((t.seq IN (SELECT value FROM json_each(?2)) AND t.id IS NULL)
+                                   OR t.id IN (SELECT value FROM json_each(?3)))
                               AND t.account_id = k.account_id {KEY_JOINS}"
         ))
         .bind(key_hash.as_slice())
-        .bind(to_json(&ids))
+        .bind(to_json(&seqs))
+        .bind(to_json(&legacy))
         .fetch_all(&self.reader)
         .await?;
-        key_and_tasks(&rows)
+        key_and_tasks(&rows, &self.ids)
     }
 
     /// One of the account's tasks, or None when it does not exist or belongs to someone else.
@@ -142,46 +167,55 @@ impl Store {
         account_id: &str,
         task_id: &Uuid,
     ) -> StoreResult<Option<TaskRow>> {
-        Ok(sqlx::query_as(&format!(
-            "SELECT {TASK_COLUMNS} FROM tasks t LEFT JOIN webhook_deliveries d ON d.task_id = t.id
-             WHERE t.id = ? AND t.account_id = ?"
+        let TaskKey { seq, legacy } = self.ids.key(task_id);
+        let row: Option<TaskRow> = sqlx::query_as(&format!(
+            "SELECT {TASK_COLUMNS} FROM tasks t LEFT JOIN webhook_deliveries d ON d.task_seq = t.seq
+             WHERE {} AND t.account_id = ?3",
+            by_id(1, 2)
         ))
-        .bind(task_id.to_string())
+        .bind(seq)
+        .bind(legacy)
         .bind(account_id)
         .fetch_optional(&self.reader)
-        .await?)
+        .await?;
+        Ok(row.map(|row| row.with_id(&self.ids)))
     }
 
     /// Claim the next pending task (turbo before fast before relax, oldest first) with a lease.
     pub async fn claim_task(&self, owner: &str, lease_ms: i64) -> StoreResult<Option<ClaimedTask>> {
         let now = now_ms();
-        Ok(sqlx::query_as(
+        let claimed: Option<ClaimedTask> = sqlx::query_as(
             "UPDATE tasks SET status = 'starting', attempts = attempts + 1, lease_owner = ?,
                  lease_expires_at = ?, started_at = COALESCE(started_at, ?), percentage = 0
              WHERE seq = (SELECT seq FROM tasks WHERE status = 'pending'
                           ORDER BY priority, seq LIMIT 1)
-             RETURNING id, account_id, task_type, prompt, aspect_ratio, seed, attempts",
+             RETURNING seq, id AS legacy_id, account_id, task_type, prompt, aspect_ratio, seed,
+                 attempts",
         )
         .bind(owner)
         .bind(now + lease_ms)
         .bind(now)
         .fetch_optional(&self.writer)
-        .await?)
+        .await?;
+        Ok(claimed.map(|mut task| {
+            task.id = self.ids.of_row(task.seq, task.legacy_id.as_deref());
+            task
+        }))
     }
 
     /// Move a claimed task to `processing`. False when the claim is no longer ours.
     pub async fn mark_processing(
         &self,
-        id: &str,
+        seq: i64,
         attempt: i64,
         lease_ms: i64,
     ) -> StoreResult<bool> {
         let done = sqlx::query(
             "UPDATE tasks SET status = 'processing', lease_expires_at = ?
-             WHERE id = ? AND attempts = ? AND status = 'starting'",
+             WHERE seq = ? AND attempts = ? AND status = 'starting'",
         )
         .bind(now_ms() + lease_ms)
-        .bind(id)
+        .bind(seq)
         .bind(attempt)
         .execute(&self.writer)
         .await?;
@@ -191,18 +225,18 @@ impl Store {
     /// Renew the lease and record progress. False when the claim is no longer ours.
     pub async fn heartbeat(
         &self,
-        id: &str,
+        seq: i64,
         attempt: i64,
         percentage: i64,
         lease_ms: i64,
     ) -> StoreResult<bool> {
         let done = sqlx::query(&format!(
             "UPDATE tasks SET lease_expires_at = ?, percentage = MAX(percentage, ?)
-             WHERE id = ? AND attempts = ? AND status IN {ACTIVE}"
+             WHERE seq = ? AND attempts = ? AND status IN {ACTIVE}"
         ))
         .bind(now_ms() + lease_ms)
         .bind(percentage.clamp(0, 99))
-        .bind(id)
+        .bind(seq)
         .bind(attempt)
         .execute(&self.writer)
         .await?;
@@ -213,24 +247,24 @@ impl Store {
     /// False (and nothing written) when the claim is no longer ours.
     pub async fn complete_task(
         &self,
-        id: &str,
+        seq: i64,
         attempt: i64,
         outcome: &Outcome,
     ) -> StoreResult<bool> {
         let mut tx = self.writer.begin().await?;
-        let done = complete_in_tx(&mut tx, id, attempt, outcome).await?;
+        let done = complete_in_tx(&mut tx, &self.ids, seq, attempt, outcome).await?;
         tx.commit().await?;
         Ok(done)
     }
 
     /// Give a claimed task back to the queue without counting the attempt (graceful shutdown).
-    pub async fn release_task(&self, id: &str, attempt: i64) -> StoreResult<bool> {
+    pub async fn release_task(&self, seq: i64, attempt: i64) -> StoreResult<bool> {
         let done = sqlx::query(&format!(
             "UPDATE tasks SET status = 'pending', attempts = attempts - 1, lease_owner = NULL,
                  lease_expires_at = NULL, percentage = 0
-             WHERE id = ? AND attempts = ? AND status IN {ACTIVE}"
+             WHERE seq = ? AND attempts = ? AND status IN {ACTIVE}"
         ))
-        .bind(id)
+        .bind(seq)
         .bind(attempt)
         .execute(&self.writer)
         .await?;
@@ -252,8 +286,8 @@ impl Store {
         .execute(&mut *tx)
         .await?
         .rows_affected();
-        let exhausted: Vec<(String, i64)> = sqlx::query_as(&format!(
-            "SELECT id, attempts FROM tasks
+        let exhausted: Vec<(i64, Option<String>, i64)> = sqlx::query_as(&format!(
+            "SELECT seq, id, attempts FROM tasks
              WHERE status IN {ACTIVE} AND lease_expires_at < ? AND attempts >= ? LIMIT 500"
         ))
         .bind(now)
@@ -261,14 +295,14 @@ impl Store {
         .fetch_all(&mut *tx)
         .await?;
         let mut failed = Vec::new();
-        for (id, attempts) in exhausted {
+        for (seq, legacy_id, attempts) in exhausted {
             let outcome = Outcome::Failed {
                 error: format!(
                     "worker lost: the task was interrupted {attempts} times and will not be retried"
                 ),
             };
-            if complete_in_tx(&mut tx, &id, attempts, &outcome).await? {
-                failed.push(id);
+            if complete_in_tx(&mut tx, &self.ids, seq, attempts, &outcome).await? {
+                failed.push(self.ids.of_row(seq, legacy_id.as_deref()));
             }
         }
         tx.commit().await?;
@@ -287,7 +321,10 @@ impl Store {
 
 /// Split the rows of a `KEY_THEN_TASKS` query: no row means the key is not live; a row without a
 /// task id is the key alone (nothing found).
-fn key_and_tasks(rows: &[SqliteRow]) -> StoreResult<Option<(LiveKey, Vec<TaskRow>)>> {
+fn key_and_tasks(
+    rows: &[SqliteRow],
+    ids: &TaskIds,
+) -> StoreResult<Option<(LiveKey, Vec<TaskRow>)>> {
     let Some(first) = rows.first() else {
         return Ok(None);
     };
@@ -298,18 +335,36 @@ fn key_and_tasks(rows: &[SqliteRow]) -> StoreResult<Option<(LiveKey, Vec<TaskRow
     };
     let mut tasks = Vec::with_capacity(rows.len());
     for row in rows {
-        if row.try_get::<Option<String>, _>("id")?.is_some() {
-            tasks.push(TaskRow::from_row(row)?);
+        if row.try_get::<Option<i64>, _>("seq")?.is_some() {
+            tasks.push(TaskRow::from_row(row)?.with_id(ids));
         }
     }
     Ok(Some((key, tasks)))
 }
 
-/// Write the final state of task `id` if attempt `attempt` still holds it, and queue its webhook
+impl TaskRow {
+    fn with_id(mut self, ids: &TaskIds) -> Self {
+        self.id = ids.of_row(self.seq, self.legacy_id.as_deref());
+        self
+    }
+}
+
+/// What ending a task reads back from its row.
+#[derive(FromRow)]
+struct Ended {
+    legacy_id: Option<String>,
+    account_id: String,
+    task_type: String,
+    webhook_url: Option<String>,
+    webhook_secret: Option<String>,
+}
+
+/// Write the final state of task `seq` if attempt `attempt` still holds it, and queue its webhook
 /// in the same transaction. False (and nothing written) when the claim is no longer ours.
 async fn complete_in_tx(
     conn: &mut SqliteConnection,
-    id: &str,
+    ids: &TaskIds,
+    seq: i64,
     attempt: i64,
     outcome: &Outcome,
 ) -> StoreResult<bool> {
@@ -327,11 +382,11 @@ async fn complete_in_tx(
         ),
         Outcome::Failed { error } => (TaskStatus::Failed, None, None, Some(error.clone()), 0),
     };
-    let row: Option<(String, String, Option<String>, Option<String>)> = sqlx::query_as(&format!(
+    let row: Option<Ended> = sqlx::query_as(&format!(
         "UPDATE tasks SET status = ?, percentage = ?, finished_at = ?, original_image_url = ?,
              image_urls = ?, error = ?, lease_owner = NULL, lease_expires_at = NULL
-         WHERE id = ? AND attempts = ? AND status IN {ACTIVE}
-         RETURNING account_id, task_type, webhook_url, webhook_secret"
+         WHERE seq = ? AND attempts = ? AND status IN {ACTIVE}
+         RETURNING id AS legacy_id, account_id, task_type, webhook_url, webhook_secret"
     ))
     .bind(status.as_str())
     .bind(if status == TaskStatus::Finished {
@@ -343,13 +398,21 @@ async fn complete_in_tx(
     .bind(original)
     .bind(urls)
     .bind(error)
-    .bind(id)
+    .bind(seq)
     .bind(attempt)
     .fetch_optional(&mut *conn)
     .await?;
-    let Some((account_id, task_type, webhook_url, webhook_secret)) = row else {
+    let Some(Ended {
+        legacy_id,
+        account_id,
+        task_type,
+        webhook_url,
+        webhook_secret,
+    }) = row
+    else {
         return Ok(false);
     };
+    let id = ids.of_row(seq, legacy_id.as_deref());
     if images > 0 {
         sqlx::query("UPDATE accounts SET total_images = total_images + ? WHERE id = ?")
             .bind(images)
@@ -359,16 +422,17 @@ async fn complete_in_tx(
     }
     if let Some(url) = webhook_url {
         sqlx::query(
-            "INSERT INTO webhook_deliveries (id, task_id, account_id, url, payload, status,
-                 next_attempt_at, created_at, updated_at, webhook_secret)
-             VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
+            "INSERT INTO webhook_deliveries (id, task_seq, task_id, account_id, url, payload,
+                 status, next_attempt_at, created_at, updated_at, webhook_secret)
+             VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
         )
-        // Time-ordered, like task ids, to keep the outbox's index appending.
+        // Time-ordered, like `seq`, to keep the outbox's index appending.
         .bind(format!("msg_{}", Uuid::now_v7().simple()))
-        .bind(id)
+        .bind(seq)
+        .bind(&id)
         .bind(&account_id)
         .bind(url)
-        .bind(outcome.webhook_payload(id, &task_type))
+        .bind(outcome.webhook_payload(&id, &task_type))
         .bind(now)
         .bind(now)
         .bind(now)
@@ -378,8 +442,8 @@ async fn complete_in_tx(
     }
     if webhook_secret.is_some() {
         // It moved to the delivery (claims read it from there); no second copy stays.
-        sqlx::query("UPDATE tasks SET webhook_secret = NULL WHERE id = ?")
-            .bind(id)
+        sqlx::query("UPDATE tasks SET webhook_secret = NULL WHERE seq = ?")
+            .bind(seq)
             .execute(&mut *conn)
             .await?;
     }
@@ -397,8 +461,8 @@ pub(super) struct InsertTask {
 /// What became of a submit.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Submitted {
-    /// Stored durably, in the queue of the key's account.
-    Queued { account_id: String },
+    /// Stored durably, in the queue of the key's account, with this public id.
+    Queued { account_id: String, task_id: Uuid },
     /// Nothing stored: the account has its most tasks queued or running.
     QuotaFull,
     /// Nothing stored: the key is unknown or revoked.
@@ -409,7 +473,7 @@ pub enum Submitted {
 /// conditional on.
 #[derive(Serialize)]
 struct TaskJson<'a> {
-    id: String,
+    seq: i64,
     task_type: &'a str,
     priority: i64,
     prompt: &'a str,
@@ -423,38 +487,64 @@ struct TaskJson<'a> {
     max_active: u32,
 }
 
-/// When the batching task last wrote each key's `last_used_at` (hex key hash to Unix ms), so
-/// that it skips the statement for keys it wrote within `KEY_TOUCH_EVERY_MS`: a round trip to
-/// the writer's thread per batch that would change nothing (skipping it raised the submit rate
-/// at 64 clients by about 12%). Entries older than that are dropped; the statement's own
-/// condition still decides.
-#[derive(Default)]
-pub(super) struct KeysTouched(HashMap<String, i64>);
+/// What the submit batcher keeps: the ids' key, and when it last wrote each key's
+/// `last_used_at` (hex key hash to Unix ms), so that it skips the statement for keys it wrote
+/// within `KEY_TOUCH_EVERY_MS`: a round trip to the writer's thread per batch that would change
+/// nothing (skipping it raised the submit rate at 64 clients by about 12%). Entries older than
+/// that are dropped; the statement's own condition still decides.
+pub(super) struct SubmitState {
+    ids: Arc<TaskIds>,
+    touched: HashMap<String, i64>,
+}
+
+impl SubmitState {
+    pub(super) fn new(ids: Arc<TaskIds>) -> Self {
+        SubmitState {
+            ids,
+            touched: HashMap::new(),
+        }
+    }
+}
 
 impl super::batch::Write for InsertTask {
     /// An error only for a submit whose fate is unknown; see `apply_all`.
     type Output = StoreResult<Submitted>;
-    type State = KeysTouched;
+    type State = SubmitState;
 
-    /// One statement for the whole batch, atomic by itself: it finds each task's account from
-    /// its key (if live), checks the account's quota (counting the batch's own earlier tasks)
-    /// and inserts the tasks that pass, in arrival order. The `MATERIALIZED` batch is read in
-    /// full, counters included, before the first insert fires the triggers that move them.
-    /// Then, outside that statement, the keys' `last_used_at`, and only when a task was turned
-    /// away a query to say why.
+    /// One transaction in two round trips to the writer's thread. The first takes the write
+    /// lock and reads the last `seq` given, so that each task's `seq` (its place in the batch
+    /// after that one), and so its public id, is known before it is inserted; a task turned
+    /// away leaves its `seq` unused, to be given again. The second is one statement for the
+    /// whole batch, then the commit: it finds each task's account from its key (if live),
+    /// checks the account's quota (counting the batch's own earlier tasks) and inserts the tasks
+    /// that pass, in arrival order. The `MATERIALIZED` batch is read in full, counters included,
+    /// before the first insert fires the triggers that move them. Then, after the commit, the
+    /// keys' `last_used_at`, and only when a task was turned away a query to say why.
     fn apply_all<'c>(
         batch: &'c [Self],
         conn: &'c mut SqliteConnection,
-        touched: &'c mut KeysTouched,
+        state: &'c mut SubmitState,
     ) -> BoxFuture<'c, StoreResult<Vec<StoreResult<Submitted>>>> {
         Box::pin(async move {
             let now = now_ms();
+            let last: Result<i64, _> = sqlx::query_scalar(
+                "BEGIN IMMEDIATE;
+                 SELECT max(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'tasks'), 0),
+                            COALESCE((SELECT max(seq) FROM tasks), 0));",
+            )
+            .fetch_one(&mut *conn)
+            .await;
+            let last = match last {
+                Ok(last) => last,
+                Err(e) => return Err(rolled_back(conn, e).await),
+            };
             let rows: Vec<TaskJson> = batch
                 .iter()
-                .map(|w| {
+                .zip(last + 1..)
+                .map(|(w, seq)| {
                     let t = &w.task;
                     TaskJson {
-                        id: t.id.to_string(),
+                        seq,
                         task_type: t.task_type,
                         priority: t.priority,
                         prompt: &t.prompt,
@@ -469,7 +559,7 @@ impl super::batch::Write for InsertTask {
                     }
                 })
                 .collect();
-            let inserted: Vec<(String, String)> = sqlx::query_as(
+            let inserted: Result<Vec<(i64, String)>, _> = sqlx::query_as(
                 "WITH batch AS MATERIALIZED (
                      SELECT v.key AS pos, v.value AS t, k.account_id AS account_id,
                             a.active_tasks AS active,
@@ -479,27 +569,32 @@ impl super::batch::Write for InsertTask {
                                     AND k.revoked_at IS NULL
                      JOIN accounts a ON a.id = k.account_id
                  )
-                 INSERT INTO tasks (id, account_id, task_type, status, priority, prompt,
+                 INSERT INTO tasks (seq, account_id, task_type, status, priority, prompt,
                      aspect_ratio, process_mode, seed, created_at, webhook_url, webhook_secret)
-                 SELECT t->>'id', account_id, t->>'task_type', 'pending', t->>'priority',
+                 SELECT t->>'seq', account_id, t->>'task_type', 'pending', t->>'priority',
                      t->>'prompt', t->>'aspect_ratio', t->>'process_mode', t->>'seed',
                      t->>'created_at', t->>'webhook_url', t->>'webhook_secret'
                  FROM batch WHERE active + nth <= t->>'max_active'
                  ORDER BY pos
-                 RETURNING id, account_id",
+                 RETURNING seq, account_id;
+                 COMMIT;",
             )
             .bind(to_json(&rows))
             .fetch_all(&mut *conn)
-            .await?;
+            .await;
+            let inserted: HashMap<i64, String> = match inserted {
+                Ok(inserted) => inserted.into_iter().collect(),
+                Err(e) => return Err(rolled_back(conn, e).await),
+            };
             // The inserts are committed: from here on no error may fail the batch, or the
             // batcher would apply these writes again.
-            let inserted: HashMap<String, String> = inserted.into_iter().collect();
-            touched.0.retain(|_, at| *at > now - KEY_TOUCH_EVERY_MS);
+            let touched = &mut state.touched;
+            touched.retain(|_, at| *at > now - KEY_TOUCH_EVERY_MS);
             let used: BTreeSet<&str> = rows
                 .iter()
-                .filter(|r| inserted.contains_key(&r.id))
+                .filter(|r| inserted.contains_key(&r.seq))
                 .map(|r| r.key_hash.as_str())
-                .filter(|hash| !touched.0.contains_key(*hash))
+                .filter(|hash| !touched.contains_key(*hash))
                 .collect();
             if !used.is_empty() {
                 let written = sqlx::query(
@@ -513,9 +608,7 @@ impl super::batch::Write for InsertTask {
                 .execute(&mut *conn)
                 .await;
                 match written {
-                    Ok(_) => touched
-                        .0
-                        .extend(used.iter().map(|hash| (hash.to_string(), now))),
+                    Ok(_) => touched.extend(used.iter().map(|hash| (hash.to_string(), now))),
                     Err(e) => tracing::warn!(error = %e, "could not record key use"),
                 }
             }
@@ -524,7 +617,8 @@ impl super::batch::Write for InsertTask {
                     .iter()
                     .map(|r| {
                         Ok(Submitted::Queued {
-                            account_id: inserted[&r.id].clone(),
+                            account_id: inserted[&r.seq].clone(),
+                            task_id: state.ids.id(r.seq),
                         })
                     })
                     .collect());
@@ -532,7 +626,7 @@ impl super::batch::Write for InsertTask {
             // Some were turned away: by their key or by the quota.
             let refused: BTreeSet<&str> = rows
                 .iter()
-                .filter(|r| !inserted.contains_key(&r.id))
+                .filter(|r| !inserted.contains_key(&r.seq))
                 .map(|r| r.key_hash.as_str())
                 .collect();
             let live: Result<Vec<String>, _> = sqlx::query_scalar(
@@ -552,9 +646,10 @@ impl super::batch::Write for InsertTask {
             };
             Ok(rows
                 .iter()
-                .map(|r| match (inserted.get(&r.id), &live) {
+                .map(|r| match (inserted.get(&r.seq), &live) {
                     (Some(account_id), _) => Ok(Submitted::Queued {
                         account_id: account_id.clone(),
+                        task_id: state.ids.id(r.seq),
                     }),
                     (None, Some(live)) if live.contains(&r.key_hash) => Ok(Submitted::QuotaFull),
                     (None, Some(_)) => Ok(Submitted::KeyNotLive),
@@ -565,6 +660,13 @@ impl super::batch::Write for InsertTask {
                 .collect())
         })
     }
+}
+
+/// A statement of a transaction failed: undo whatever it holds (none may be open if `BEGIN`
+/// itself failed; that error is the one to report).
+pub(super) async fn rolled_back(conn: &mut SqliteConnection, e: sqlx::Error) -> StoreError {
+    let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+    e.into()
 }
 
 /// `last_used_at` is written at most this often per key.

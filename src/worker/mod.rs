@@ -84,7 +84,7 @@ impl WorkerContext {
         }
         if !self
             .store
-            .mark_processing(&task.id, task.attempts, self.lease_ms())
+            .mark_processing(task.seq, task.attempts, self.lease_ms())
             .await?
         {
             tracing::warn!("lease lost before processing started");
@@ -96,7 +96,7 @@ impl WorkerContext {
         let heartbeat = tokio::spawn(
             heartbeat(
                 self.clone(),
-                task.id.clone(),
+                task.seq,
                 task.attempts,
                 progress.clone(),
                 lost.clone(),
@@ -117,7 +117,7 @@ impl WorkerContext {
             _ = lost.cancelled() => None,
             _ = hard_stop.cancelled() => {
                 heartbeat.abort();
-                self.store.release_task(&task.id, task.attempts).await?;
+                self.store.release_task(task.seq, task.attempts).await?;
                 tracing::info!("task released for another worker (shutdown)");
                 return Ok(Ran::Released);
             }
@@ -210,7 +210,7 @@ impl WorkerContext {
     ) -> StoreResult<Ran> {
         let written = self
             .store
-            .complete_task(&task.id, task.attempts, outcome)
+            .complete_task(task.seq, task.attempts, outcome)
             .await;
         match written {
             Ok(true) => {
@@ -246,7 +246,7 @@ fn internal_failure(what: &str) -> Outcome {
 /// task turns out to belong to someone else.
 async fn heartbeat(
     ctx: WorkerContext,
-    id: String,
+    seq: i64,
     attempt: i64,
     progress: Progress,
     lost: CancellationToken,
@@ -258,7 +258,7 @@ async fn heartbeat(
         tick.tick().await;
         match ctx
             .store
-            .heartbeat(&id, attempt, progress.get(), ctx.lease_ms())
+            .heartbeat(seq, attempt, progress.get(), ctx.lease_ms())
             .await
         {
             Ok(true) => {}

@@ -49,7 +49,6 @@ impl Idle {
 /// webhook.
 pub fn new_task(mode: &str, priority: i64) -> easel::store::NewTask {
     easel::store::NewTask {
-        id: uuid::Uuid::new_v4(),
         task_type: "imagine",
         prompt: format!("{mode} task"),
         aspect_ratio: "1:1".into(),
@@ -63,6 +62,40 @@ pub fn new_task(mode: &str, priority: i64) -> easel::store::NewTask {
         webhook_url: None,
         webhook_secret: None,
     }
+}
+
+/// Store `task` with `key`, which must be live and under quota; the task's public id.
+pub async fn insert(store: &Store, task: &easel::store::NewTask, key: &[u8; 32]) -> uuid::Uuid {
+    match store.insert_task(task, key, 100).await.unwrap() {
+        easel::store::Submitted::Queued { task_id, .. } => task_id,
+        other => panic!("not queued: {other:?}"),
+    }
+}
+
+/// An empty database as the release before migration `version` left it (every migration below
+/// it applied), for upgrade tests: its data dir, its URL and a connection to fill it through.
+pub async fn database_before(version: i64) -> (TempDir, String, sqlx::SqliteConnection) {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("easel.db").display());
+    let options = url
+        .parse::<sqlx::sqlite::SqliteConnectOptions>()
+        .unwrap()
+        .create_if_missing(true);
+    let mut conn = sqlx::SqliteConnection::connect_with(&options)
+        .await
+        .unwrap();
+    let mut before = sqlx::migrate!("./migrations/sqlite");
+    before.migrations = std::borrow::Cow::Owned(
+        before
+            .migrations
+            .iter()
+            .filter(|m| m.version < version)
+            .cloned()
+            .collect(),
+    );
+    before.run(&mut conn).await.unwrap();
+    (dir, url, conn)
 }
 
 /// A new live key for the account, as the hash that `Store::insert_task` takes.
