@@ -77,25 +77,19 @@ impl TaskIds {
     }
 
     fn permute(&self, bits: u128) -> u128 {
-        let (mut left, mut right) = (
-            (bits >> HALF_BITS) as u64 & HALF_MASK,
-            bits as u64 & HALF_MASK,
-        );
+        let (mut left, mut right) = halves(bits);
         for round in 0..ROUNDS {
             (left, right) = (right, left ^ self.round(round, right));
         }
-        (u128::from(left) << HALF_BITS) | u128::from(right)
+        joined(left, right)
     }
 
     fn unpermute(&self, bits: u128) -> u128 {
-        let (mut left, mut right) = (
-            (bits >> HALF_BITS) as u64 & HALF_MASK,
-            bits as u64 & HALF_MASK,
-        );
+        let (mut left, mut right) = halves(bits);
         for round in (0..ROUNDS).rev() {
             (left, right) = (right ^ self.round(round, left), left);
         }
-        (u128::from(left) << HALF_BITS) | u128::from(right)
+        joined(left, right)
     }
 }
 
@@ -109,6 +103,7 @@ pub struct TaskKey {
 }
 
 impl TaskIds {
+    /// What a lookup of `id` matches on.
     pub fn key(&self, id: &Uuid) -> TaskKey {
         TaskKey {
             seq: self.seq(id),
@@ -124,6 +119,19 @@ impl TaskIds {
             None => self.id(seq).to_string(),
         }
     }
+}
+
+/// The two 61-bit halves of 122 bits, high first.
+fn halves(bits: u128) -> (u64, u64) {
+    (
+        (bits >> HALF_BITS) as u64 & HALF_MASK,
+        bits as u64 & HALF_MASK,
+    )
+}
+
+/// The inverse of `halves`.
+fn joined(left: u64, right: u64) -> u128 {
+    (u128::from(left) << HALF_BITS) | u128::from(right)
 }
 
 /// Place 122 bits around a UUID's version (bits 76..80, value 4) and variant (bits 62..64,
