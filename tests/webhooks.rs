@@ -314,6 +314,70 @@ async fn a_hanging_receiver_does_not_hold_up_deliveries_to_others() {
     assert_eq!(app.fetch(&fast_id).await["webhook"]["status"], "delivered");
 }
 
+/// Claimed deliveries wait in a queue ahead of the senders. Those still waiting at shutdown are
+/// handed back at once; only the one being sent keeps its lease, which is long enough for a
+/// queued delivery to wait out a round of attempts before its own.
+#[tokio::test]
+async fn a_shutdown_hands_back_claimed_deliveries_that_were_not_sent() {
+    let receiver = Receiver::start(vec![Behaviour::Hang(Duration::from_secs(30))]).await;
+    let app = TestApp::spawn_with(|c| {
+        c.webhook_concurrency = 1;
+        c.webhook_timeout = Duration::from_secs(10);
+        c.shutdown_timeout = Duration::from_millis(500);
+    })
+    .await;
+    for i in 0..3 {
+        let id = app
+            .imagine(json!({"prompt": format!("held {i}"), "webhook_url": receiver.url}))
+            .await;
+        app.wait_final(&id, Duration::from_secs(20)).await;
+    }
+    let mut db = sqlx::SqliteConnection::connect(&app.config.database_url())
+        .await
+        .unwrap();
+    let leases = "SELECT lease_until FROM webhook_deliveries
+                  WHERE status = 'pending' AND attempts = 0 ORDER BY id";
+    // One being sent, one claimed into the queue behind it, one left in the database.
+    let started = std::time::Instant::now();
+    let held = loop {
+        let leases: Vec<Option<i64>> = sqlx::query_scalar(leases)
+            .fetch_all(&mut db)
+            .await
+            .unwrap();
+        if receiver.count() == 1 && leases.iter().flatten().count() == 2 {
+            break leases;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "one delivery in flight and one queued: {} sent, leases {leases:?}",
+            receiver.count()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(held.len(), 3);
+    let now = chrono::Utc::now().timestamp_millis();
+    for lease in held.iter().flatten() {
+        assert!(
+            *lease > now + 20_000,
+            "a lease covers a wait for one round of attempts (2 x 10 s + 5 s): {}",
+            lease - now
+        );
+    }
+
+    app.stop().await;
+    let after: Vec<Option<i64>> = sqlx::query_scalar(leases)
+        .fetch_all(&mut db)
+        .await
+        .unwrap();
+    assert_eq!(after.len(), 3, "all three still pending, none attempted");
+    assert_eq!(
+        after.iter().flatten().count(),
+        1,
+        "only the delivery cut off while sending keeps its lease: {after:?}"
+    );
+    assert_eq!(receiver.count(), 1, "nothing was sent after the shutdown began");
+}
+
 /// The single steps, without any background loop: run one task, then send what is due.
 #[tokio::test]
 async fn the_queue_and_the_outbox_can_be_driven_one_step_at_a_time() {

@@ -21,6 +21,8 @@ pub struct DueDelivery {
     pub first_failed_at: Option<i64>,
     pub webhook_secret: Option<String>,
     pub signing_secret: String,
+    /// When the claim's lease runs out; the claim is handed back only while it still holds it.
+    pub lease_until: i64,
 }
 
 /// The result of one attempt and what follows from it.
@@ -74,7 +76,7 @@ impl Store {
                           ORDER BY next_attempt_at LIMIT ?3)
              RETURNING id, task_id, url, payload, attempts, first_failed_at, webhook_secret,
                  (SELECT signing_secret FROM accounts a
-                  WHERE a.id = webhook_deliveries.account_id) AS signing_secret",
+                  WHERE a.id = webhook_deliveries.account_id) AS signing_secret, lease_until",
         )
         .bind(now)
         .bind(now + lease_ms)
@@ -97,6 +99,26 @@ impl Store {
                 record: record.clone(),
             })
             .await
+    }
+
+    /// Hand back claimed deliveries that were not attempted, so that they are due again at once
+    /// instead of when their lease runs out. A delivery claimed again since (its lease ran out)
+    /// is left alone. Returns how many were handed back.
+    pub async fn release_deliveries(&self, claimed: &[DueDelivery]) -> StoreResult<u64> {
+        let leases: Vec<(&str, i64)> = claimed
+            .iter()
+            .map(|d| (d.id.as_str(), d.lease_until))
+            .collect();
+        let done = sqlx::query(
+            "UPDATE webhook_deliveries SET lease_until = NULL
+             FROM (SELECT value->>0 AS id, value->>1 AS lease_until FROM json_each(?)) AS v
+             WHERE webhook_deliveries.id = v.id AND webhook_deliveries.lease_until = v.lease_until
+               AND webhook_deliveries.status = 'pending'",
+        )
+        .bind(super::batch::to_json(&leases))
+        .execute(&self.writer)
+        .await?;
+        Ok(done.rows_affected())
     }
 
     /// When the next delivery that is not in flight becomes due. Walks the due index from its

@@ -1,11 +1,12 @@
 //! The outbox dispatcher: claims due deliveries with a lease, sends them with bounded
-//! concurrency, and records every attempt with the next state. Only claimed deliveries cost a
-//! task; the rest wait in the database, however many there are.
+//! concurrency, and records every attempt with the next state. Only claimed deliveries (at most
+//! three times `webhook_concurrency`) are held in memory; the rest wait in the database, however
+//! many there are.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{mpsc, Mutex, Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -31,8 +32,9 @@ pub struct Dispatcher {
 
 impl Dispatcher {
     /// A claimed delivery is ours for this long; after that another dispatcher may take it.
+    /// Long enough to wait in the queue for one round of attempts, then be sent and recorded.
     fn lease_ms(&self) -> i64 {
-        (self.config.webhook_timeout + Duration::from_secs(5)).as_millis() as i64
+        (2 * self.config.webhook_timeout + Duration::from_secs(5)).as_millis() as i64
     }
 
     /// Send every delivery that is due now (up to `limit`) and wait for them. Returns how many
@@ -56,119 +58,151 @@ impl Dispatcher {
 
     /// Make one attempt and record it. Returns when the retry it scheduled is due, if it did.
     pub async fn attempt(&self, d: DueDelivery) -> Option<i64> {
-        let span = tracing::info_span!("webhook", task_id = %d.task_id, delivery = %d.id,
-            attempt = d.attempts + 1);
+        let span = attempt_span(&d);
         async {
-            let attempted_at = now_ms();
-            let outcome = match signing::decode_secret(&d.signing_secret) {
-                Ok(key) => {
-                    self.client
-                        .send(&DeliveryRequest {
-                            url: &d.url,
-                            body: d.payload.as_bytes(),
-                            msg_id: &d.id,
-                            timestamp: attempted_at / 1000,
-                            signing_key: &key,
-                            secret_header: d.webhook_secret.as_deref(),
-                        })
-                        .await
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "account signing secret is unusable");
-                    super::client::AttemptOutcome {
-                        delivered: false,
-                        status_code: None,
-                        error: Some("the account's signing secret is unusable".into()),
-                        duration: Duration::ZERO,
-                    }
-                }
-            };
-            let attempt_no = d.attempts + 1;
-            // The attempt's end as recorded (start + duration), so the schedule in the
-            // attempt records adds up exactly.
-            let ended = attempted_at + outcome.duration.as_millis() as i64;
-            let first_failed_at = match (outcome.delivered, d.first_failed_at) {
-                (_, Some(t)) => Some(t),
-                (false, None) => Some(ended),
-                (true, None) => None,
-            };
-            let next = if outcome.delivered {
-                None
-            } else {
-                next_attempt_at(
-                    attempt_no,
-                    first_failed_at.unwrap_or(ended),
-                    &self.config.webhook_retry_schedule,
-                )
-            };
-            let record = AttemptRecord {
-                attempted_at,
-                duration_ms: outcome.duration.as_millis() as i64,
-                status_code: outcome.status_code,
-                error: outcome.error.clone(),
-                delivered: outcome.delivered,
-                next_attempt_at: next,
-                first_failed_at,
-            };
-            let recorded = match self.store.record_attempt(&d.id, d.attempts, &record).await {
-                Ok(recorded) => recorded,
-                Err(e) => {
-                    // The lease runs out and the delivery is attempted again: at least once.
-                    tracing::error!(error = %e, "could not record the attempt");
-                    return None;
-                }
-            };
-            if !recorded {
-                tracing::warn!("delivery changed while in flight; attempt not recorded");
-                return None;
-            }
-            let error = outcome.error.as_deref().unwrap_or("");
-            let status = outcome.status_code;
-            if outcome.delivered {
-                tracing::info!(
-                    status,
-                    duration_ms = record.duration_ms,
-                    "webhook delivered"
-                );
-            } else if let Some(next) = next {
-                tracing::warn!(
-                    status,
-                    error,
-                    retry_in_ms = next - ended,
-                    "webhook attempt failed"
-                );
-            } else {
-                tracing::warn!(
-                    status,
-                    error,
-                    "webhook undeliverable; the result stays available through fetch"
-                );
-            }
-            next
+            let record = self.send(&d).await;
+            self.record(&d, record).await
         }
         .instrument(span)
         .await
     }
 
-    /// Deliver until `shutdown`, then give in-flight attempts up to `shutdown_timeout` to end.
-    /// Attempts cut off then are retried when their lease runs out (never lost).
+    /// Send one attempt; what to record of it.
+    async fn send(&self, d: &DueDelivery) -> AttemptRecord {
+        let attempted_at = now_ms();
+        let outcome = match signing::decode_secret(&d.signing_secret) {
+            Ok(key) => {
+                self.client
+                    .send(&DeliveryRequest {
+                        url: &d.url,
+                        body: d.payload.as_bytes(),
+                        msg_id: &d.id,
+                        timestamp: attempted_at / 1000,
+                        signing_key: &key,
+                        secret_header: d.webhook_secret.as_deref(),
+                    })
+                    .await
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "account signing secret is unusable");
+                super::client::AttemptOutcome {
+                    delivered: false,
+                    status_code: None,
+                    error: Some("the account's signing secret is unusable".into()),
+                    duration: Duration::ZERO,
+                }
+            }
+        };
+        let attempt_no = d.attempts + 1;
+        // The attempt's end as recorded (start + duration), so the schedule in the attempt
+        // records adds up exactly.
+        let ended = attempted_at + outcome.duration.as_millis() as i64;
+        let first_failed_at = match (outcome.delivered, d.first_failed_at) {
+            (_, Some(t)) => Some(t),
+            (false, None) => Some(ended),
+            (true, None) => None,
+        };
+        let next = if outcome.delivered {
+            None
+        } else {
+            next_attempt_at(
+                attempt_no,
+                first_failed_at.unwrap_or(ended),
+                &self.config.webhook_retry_schedule,
+            )
+        };
+        AttemptRecord {
+            attempted_at,
+            duration_ms: outcome.duration.as_millis() as i64,
+            status_code: outcome.status_code,
+            error: outcome.error,
+            delivered: outcome.delivered,
+            next_attempt_at: next,
+            first_failed_at,
+        }
+    }
+
+    /// Record an attempt (group-committed with others) and log its outcome. Returns when the
+    /// retry it scheduled is due, if it did.
+    async fn record(&self, d: &DueDelivery, record: AttemptRecord) -> Option<i64> {
+        let recorded = match self.store.record_attempt(&d.id, d.attempts, &record).await {
+            Ok(recorded) => recorded,
+            Err(e) => {
+                // The lease runs out and the delivery is attempted again: at least once.
+                tracing::error!(error = %e, "could not record the attempt");
+                return None;
+            }
+        };
+        if !recorded {
+            tracing::warn!("delivery changed while in flight; attempt not recorded");
+            return None;
+        }
+        let error = record.error.as_deref().unwrap_or("");
+        let status = record.status_code;
+        let ended = record.attempted_at + record.duration_ms;
+        if record.delivered {
+            tracing::info!(
+                status,
+                duration_ms = record.duration_ms,
+                "webhook delivered"
+            );
+        } else if let Some(next) = record.next_attempt_at {
+            tracing::warn!(
+                status,
+                error,
+                retry_in_ms = next - ended,
+                "webhook attempt failed"
+            );
+        } else {
+            tracing::warn!(
+                status,
+                error,
+                "webhook undeliverable; the result stays available through fetch"
+            );
+        }
+        record.next_attempt_at
+    }
+
+    /// Deliver until `shutdown`, then give attempts in flight up to `shutdown_timeout` to end.
+    /// Attempts cut off then are retried when their lease runs out (never lost); claimed
+    /// deliveries not yet sent are handed back at once.
+    ///
+    /// Three stages, so that no delivery waits for a round trip to the store that is not its own:
+    /// this loop claims due deliveries into a queue of `webhook_concurrency` ahead of the senders;
+    /// senders (twice as many as may send at once) each take one from the queue when a sending
+    /// slot is free, send it, free the slot, then wait for its record's group commit.
     pub async fn run(self, wakeup: Arc<Notify>, shutdown: CancellationToken) {
         let concurrency = self.config.webhook_concurrency;
+        let (queue, claimed) = mpsc::channel::<DueDelivery>(concurrency);
+        let claimed = Arc::new(Mutex::new(claimed));
         let slots = Arc::new(Semaphore::new(concurrency));
-        // Under load, slots free one at a time; claiming each alone would cost a writer
-        // transaction per delivery. So claim once a quarter of the slots is free, or once
-        // CLAIM_GATHER has passed since the last claim with fewer free.
-        let batch_free = (concurrency / 4).max(1);
+        // Wakes this loop when the queue has run down to half.
+        let room = Arc::new(Notify::new());
+        // Claim once half the queue is free, or once CLAIM_GATHER has passed since the last
+        // claim with less free: each claim is a writer transaction, so claiming one delivery at
+        // a time as the senders take them would cost one per delivery.
+        let half = (concurrency / 2).max(1);
+        let mut senders = JoinSet::new();
+        for _ in 0..concurrency * 2 {
+            let sender = Sender {
+                dispatcher: self.clone(),
+                claimed: claimed.clone(),
+                slots: slots.clone(),
+                room: room.clone(),
+                wakeup: wakeup.clone(),
+                notify_at: concurrency - half,
+                shutdown: shutdown.clone(),
+            };
+            senders.spawn(sender.run());
+        }
         let mut last_claim = Instant::now() - CLAIM_GATHER;
         // When the next delivery falls due, as last learned, and when that was learned. Trusted
         // for at most `poll_interval`: deliveries may be rescheduled from outside (another node,
         // an operator's SQL). None: maybe now.
         let mut next_due: Option<(i64, Instant)> = None;
-        let mut in_flight = JoinSet::new();
-        loop {
-            while in_flight.try_join_next().is_some() {}
-            let free = slots.available_permits();
-            let gathering = free < batch_free && last_claim.elapsed() < CLAIM_GATHER;
+        while !shutdown.is_cancelled() {
+            let free = queue.capacity();
+            let gathering = free < half && last_claim.elapsed() < CLAIM_GATHER;
             let nothing_due = next_due.is_some_and(|(t, learned)| {
                 t > now_ms() && learned.elapsed() < self.config.poll_interval
             });
@@ -182,16 +216,8 @@ impl Dispatcher {
                     Ok(due) => {
                         let drained = due.len() < free;
                         for delivery in due {
-                            let permit = slots.clone().try_acquire_owned().expect("free slot");
-                            let this = self.clone();
-                            let wakeup = wakeup.clone();
-                            in_flight.spawn(async move {
-                                // A retry it scheduled may be due before the loop would look.
-                                if this.attempt(delivery).await.is_some() {
-                                    wakeup.notify_one();
-                                }
-                                drop(permit);
-                            });
+                            // Room for `free` was there, and only this loop adds to the queue.
+                            queue.try_send(delivery).expect("room in the queue");
                         }
                         next_due = if drained {
                             // Nothing else is due now: find out when something will be.
@@ -210,17 +236,17 @@ impl Dispatcher {
                     }
                 }
             }
-            // Sleep until the next delivery is due and, with few slots free, until the gathering
-            // time is over; a finishing attempt (with few slots free), new work or the polling
-            // interval wakes the loop earlier.
-            let free = slots.available_permits();
+            // Sleep until the next delivery is due and, with little room in the queue, until the
+            // gathering time is over; the queue running down, new work or the polling interval
+            // wakes the loop earlier.
+            let free = queue.capacity();
             let wait = if free == 0 {
                 self.config.poll_interval
             } else {
                 let until_due = next_due.map_or(Duration::ZERO, |(t, _)| {
                     Duration::from_millis((t - now_ms()).max(0) as u64)
                 });
-                let until_gathered = if free < batch_free {
+                let until_gathered = if free < half {
                     CLAIM_GATHER.saturating_sub(last_claim.elapsed())
                 } else {
                     Duration::ZERO
@@ -232,21 +258,99 @@ impl Dispatcher {
             };
             tokio::select! {
                 _ = wakeup.notified() => next_due = None,
+                _ = room.notified(), if free < half => {}
                 _ = tokio::time::sleep(wait) => {}
-                Some(_) = in_flight.join_next(), if free < batch_free => {}
-                _ = shutdown.cancelled() => break,
+                _ = shutdown.cancelled() => {}
             }
         }
+
+        // The senders stop taking from the queue; those sending get the shutdown timeout.
+        drop(queue);
         let drained = tokio::time::timeout(self.config.shutdown_timeout, async {
-            while in_flight.join_next().await.is_some() {}
+            while senders.join_next().await.is_some() {}
         })
         .await;
         if drained.is_err() {
             tracing::warn!(
-                left = in_flight.len(),
+                left = senders.len(),
                 "shutdown timeout reached; unfinished deliveries will be retried after restart"
             );
-            in_flight.shutdown().await;
+            senders.shutdown().await;
         }
+        // What was claimed but never sent goes back now rather than when its lease runs out.
+        let mut unsent = Vec::new();
+        let mut claimed = claimed.lock().await;
+        while let Ok(delivery) = claimed.try_recv() {
+            unsent.push(delivery);
+        }
+        if !unsent.is_empty() {
+            match self.store.release_deliveries(&unsent).await {
+                Ok(released) => {
+                    tracing::info!(released, "handed back claimed deliveries not yet sent")
+                }
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    unsent = unsent.len(),
+                    "could not hand back claimed deliveries; they are sent once their lease runs out"
+                ),
+            }
+        }
+    }
+}
+
+/// The span every log line of one attempt is made in.
+fn attempt_span(d: &DueDelivery) -> tracing::Span {
+    tracing::info_span!("webhook", task_id = %d.task_id, delivery = %d.id,
+        attempt = d.attempts + 1)
+}
+
+/// One of the dispatcher's senders: takes a claimed delivery from the queue when a sending slot
+/// is free, sends it, and waits for its record while another sender uses the slot.
+struct Sender {
+    dispatcher: Dispatcher,
+    claimed: Arc<Mutex<mpsc::Receiver<DueDelivery>>>,
+    slots: Arc<Semaphore>,
+    room: Arc<Notify>,
+    wakeup: Arc<Notify>,
+    /// At or below this many queued, the claim loop is told there is room to claim.
+    notify_at: usize,
+    shutdown: CancellationToken,
+}
+
+impl Sender {
+    async fn run(self) {
+        loop {
+            // A slot first, then a delivery: what leaves the queue is sent at once, so a queued
+            // delivery waits for at most one round of attempts (its lease allows for that).
+            let slot = tokio::select! {
+                biased;
+                _ = self.shutdown.cancelled() => return,
+                slot = self.slots.clone().acquire_owned() => slot.expect("slots never close"),
+            };
+            let delivery = tokio::select! {
+                biased;
+                _ = self.shutdown.cancelled() => return,
+                delivery = self.next() => delivery,
+            };
+            let Some(delivery) = delivery else { return };
+            let d = &self.dispatcher;
+            let span = attempt_span(&delivery);
+            let record = d.send(&delivery).instrument(span.clone()).await;
+            drop(slot);
+            // A retry it scheduled may be due before the claim loop would look.
+            if d.record(&delivery, record).instrument(span).await.is_some() {
+                self.wakeup.notify_one();
+            }
+        }
+    }
+
+    /// The next claimed delivery; None once the claim loop has stopped and the queue is empty.
+    async fn next(&self) -> Option<DueDelivery> {
+        let mut claimed = self.claimed.lock().await;
+        let delivery = claimed.recv().await;
+        if claimed.len() <= self.notify_at {
+            self.room.notify_one();
+        }
+        delivery
     }
 }
