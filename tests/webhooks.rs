@@ -340,10 +340,7 @@ async fn a_shutdown_hands_back_claimed_deliveries_that_were_not_sent() {
     // One being sent, one claimed into the queue behind it, one left in the database.
     let started = std::time::Instant::now();
     let held = loop {
-        let leases: Vec<Option<i64>> = sqlx::query_scalar(leases)
-            .fetch_all(&mut db)
-            .await
-            .unwrap();
+        let leases: Vec<Option<i64>> = sqlx::query_scalar(leases).fetch_all(&mut db).await.unwrap();
         if receiver.count() == 1 && leases.iter().flatten().count() == 2 {
             break leases;
         }
@@ -365,17 +362,18 @@ async fn a_shutdown_hands_back_claimed_deliveries_that_were_not_sent() {
     }
 
     app.stop().await;
-    let after: Vec<Option<i64>> = sqlx::query_scalar(leases)
-        .fetch_all(&mut db)
-        .await
-        .unwrap();
+    let after: Vec<Option<i64>> = sqlx::query_scalar(leases).fetch_all(&mut db).await.unwrap();
     assert_eq!(after.len(), 3, "all three still pending, none attempted");
     assert_eq!(
         after.iter().flatten().count(),
         1,
         "only the delivery cut off while sending keeps its lease: {after:?}"
     );
-    assert_eq!(receiver.count(), 1, "nothing was sent after the shutdown began");
+    assert_eq!(
+        receiver.count(),
+        1,
+        "nothing was sent after the shutdown began"
+    );
 }
 
 /// The single steps, without any background loop: run one task, then send what is due.

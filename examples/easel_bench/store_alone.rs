@@ -5,9 +5,12 @@
 //! these and the bare baselines is what the store costs.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use easel::store::{AttemptRecord, NewTask, Store, Submitted};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 /// Requests per second and latency percentiles of one run.
@@ -101,9 +104,11 @@ pub async fn submits(
 }
 
 /// Drain the `n` due deliveries prefilled in `data` as the dispatcher does, without sending
-/// anything: `concurrency / 4` claimed at once by each of four loops, each claimed delivery's
-/// attempt then recorded as delivered (concurrently, so that the records share group commits).
-/// Returns deliveries per second.
+/// anything: claims of `concurrency` (as many as the dispatcher's queue holds; it claims once half
+/// of it is free, so this is the store's best case), and each claimed delivery's attempt recorded
+/// as delivered by a task of its own (records share group commits), with at most three times
+/// `concurrency` claimed and not yet recorded (the most the dispatcher holds). Returns deliveries
+/// per second.
 pub async fn deliveries(
     data: &Path,
     mode: &str,
@@ -111,43 +116,40 @@ pub async fn deliveries(
     concurrency: usize,
 ) -> anyhow::Result<f64> {
     let (store, stop) = open(data, mode).await?;
-    let claim = (concurrency / 4).max(1) as i64;
+    let claim = concurrency.max(1);
+    let held = Arc::new(Semaphore::new(3 * concurrency));
     let started = Instant::now();
-    let loops: Vec<_> = (0..4)
-        .map(|_| {
+    let mut records = JoinSet::new();
+    loop {
+        let room = held.clone().acquire_many_owned(claim as u32).await?;
+        let due = store.claim_due_deliveries(claim as i64, 60_000).await?;
+        if due.is_empty() {
+            break;
+        }
+        let mut room = room;
+        for d in due {
+            let one = room.split(1).expect("a permit per claimed delivery");
             let store = store.clone();
-            tokio::spawn(async move {
-                let mut recorded = 0;
-                loop {
-                    let due = store.claim_due_deliveries(claim, 60_000).await?;
-                    if due.is_empty() {
-                        return Ok::<_, anyhow::Error>(recorded);
-                    }
-                    let records = due.iter().map(|d| {
-                        let now = easel::store::now_ms();
-                        let record = AttemptRecord {
-                            attempted_at: now,
-                            duration_ms: 0,
-                            status_code: Some(200),
-                            error: None,
-                            delivered: true,
-                            next_attempt_at: None,
-                            first_failed_at: None,
-                        };
-                        let store = store.clone();
-                        async move { store.record_attempt(&d.id, d.attempts, &record).await }
-                    });
-                    for done in futures::future::join_all(records).await {
-                        anyhow::ensure!(done?, "an attempt was not recorded");
-                        recorded += 1;
-                    }
-                }
-            })
-        })
-        .collect();
+            records.spawn(async move {
+                let record = AttemptRecord {
+                    attempted_at: easel::store::now_ms(),
+                    duration_ms: 0,
+                    status_code: Some(200),
+                    error: None,
+                    delivered: true,
+                    next_attempt_at: None,
+                    first_failed_at: None,
+                };
+                let done = store.record_attempt(&d.id, d.attempts, &record).await;
+                drop(one);
+                done
+            });
+        }
+    }
     let mut recorded = 0;
-    for l in loops {
-        recorded += l.await??;
+    while let Some(done) = records.join_next().await {
+        anyhow::ensure!(done??, "an attempt was not recorded");
+        recorded += 1;
     }
     let secs = started.elapsed().as_secs_f64();
     stop.cancel();
