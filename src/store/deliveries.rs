@@ -214,19 +214,57 @@ pub(super) struct RecordAttempt {
     record: AttemptRecord,
 }
 
-/// An attempt record as it travels to SQLite in a batch's JSON array.
+/// An attempt record as it travels to SQLite in a batch's JSON array: as an array, whose
+/// fields SQLite reads by position (`ATTEMPT_ROWS` names them), which costs less than looking
+/// them up by name.
 #[derive(Serialize)]
-struct AttemptJson<'a> {
-    delivery_id: &'a str,
-    claimed_attempts: i64,
-    status: &'static str,
-    attempted_at: i64,
-    duration_ms: i64,
-    status_code: Option<u16>,
-    error: Option<&'a str>,
-    next_attempt_at: Option<i64>,
-    first_failed_at: Option<i64>,
-}
+struct AttemptJson<'a>(
+    &'a str,         // 0: delivery_id
+    i64,             // 1: claimed_attempts
+    &'static str,    // 2: status
+    i64,             // 3: attempted_at
+    i64,             // 4: duration_ms
+    Option<u16>,     // 5: status_code
+    Option<&'a str>, // 6: error
+    Option<i64>,     // 7: next_attempt_at
+    Option<i64>,     // 8: first_failed_at
+);
+
+/// The batch's rows as a table `v`, for both statements of a record batch. Each row's JSON is
+/// taken out of `json_each` once (`raw`) and its fields read once (`v`): read where they are
+/// used instead, `json_each` renders the row again as text for every field, and that was 30% of
+/// the statements' cost (a scratch program on an in-memory copy of the tables: 13.2 against
+/// 8.7 µs per record, batches of 64).
+const ATTEMPT_ROWS: &str =
+    "WITH raw AS MATERIALIZED (SELECT key AS pos, value AS r FROM json_each(?1)),
+     v AS MATERIALIZED (SELECT pos, r->>0 AS delivery_id, r->>1 AS claimed_attempts,
+         r->>2 AS status, r->>3 AS attempted_at, r->>4 AS duration_ms, r->>5 AS status_code,
+         r->>6 AS error, r->>7 AS next_attempt_at, r->>8 AS first_failed_at FROM raw)";
+
+/// One record batch as one query; see `apply_all`.
+static RECORD_BATCH: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "BEGIN IMMEDIATE;
+         {ATTEMPT_ROWS}
+         INSERT INTO webhook_attempts (delivery_id, attempted_at, duration_ms, status_code,
+             error, next_attempt_at)
+         SELECT d.id, v.attempted_at, v.duration_ms, v.status_code, v.error, v.next_attempt_at
+         FROM v JOIN webhook_deliveries AS d ON d.id = v.delivery_id
+             AND d.attempts = v.claimed_attempts AND d.status = 'pending'
+         ORDER BY v.pos;
+         {ATTEMPT_ROWS}
+         UPDATE webhook_deliveries SET status = v.status, attempts = attempts + 1,
+             next_attempt_at = v.next_attempt_at, first_failed_at = v.first_failed_at,
+             lease_until = NULL, last_status_code = v.status_code, last_error = v.error,
+             updated_at = ?2
+         FROM v
+         WHERE webhook_deliveries.id = v.delivery_id
+           AND webhook_deliveries.attempts = v.claimed_attempts
+           AND webhook_deliveries.status = 'pending'
+         RETURNING id;
+         COMMIT;"
+    )
+});
 
 impl super::batch::Write for RecordAttempt {
     type Output = bool;
@@ -255,61 +293,34 @@ impl super::batch::Write for RecordAttempt {
                 .filter(|(_, c)| **c)
                 .map(|(w, _)| {
                     let r = &w.record;
-                    AttemptJson {
-                        delivery_id: &w.delivery_id,
-                        claimed_attempts: w.claimed_attempts,
-                        status: if r.delivered {
+                    AttemptJson(
+                        &w.delivery_id,
+                        w.claimed_attempts,
+                        if r.delivered {
                             "delivered"
                         } else if r.next_attempt_at.is_some() {
                             "pending"
                         } else {
                             "undeliverable"
                         },
-                        attempted_at: r.attempted_at,
-                        duration_ms: r.duration_ms,
-                        status_code: r.status_code,
-                        error: r.error.as_deref(),
-                        next_attempt_at: r.next_attempt_at,
-                        first_failed_at: r.first_failed_at,
-                    }
+                        r.attempted_at,
+                        r.duration_ms,
+                        r.status_code,
+                        r.error.as_deref(),
+                        r.next_attempt_at,
+                        r.first_failed_at,
+                    )
                 })
                 .collect();
             // One round trip to the connection's thread for the whole transaction. The attempt
             // rows go in first, for the deliveries that pass the fence (the attempt count seen at
             // claim: a stale dispatcher changes nothing); the update that follows checks the
             // same fence against the same rows, so both touch the same deliveries.
-            let changed: Result<Vec<String>, _> = sqlx::query_scalar(
-                "BEGIN IMMEDIATE;
-                 INSERT INTO webhook_attempts (delivery_id, attempted_at, duration_ms,
-                     status_code, error, next_attempt_at)
-                 SELECT d.id, v.value->>'attempted_at', v.value->>'duration_ms',
-                     v.value->>'status_code', v.value->>'error', v.value->>'next_attempt_at'
-                 FROM json_each(?1) AS v
-                 JOIN webhook_deliveries AS d ON d.id = v.value->>'delivery_id'
-                     AND d.attempts = v.value->>'claimed_attempts' AND d.status = 'pending'
-                 ORDER BY v.key;
-                 UPDATE webhook_deliveries SET status = v.status, attempts = attempts + 1,
-                     next_attempt_at = v.next_attempt_at, first_failed_at = v.first_failed_at,
-                     lease_until = NULL, last_status_code = v.status_code, last_error = v.error,
-                     updated_at = ?2
-                 FROM (SELECT value->>'delivery_id' AS delivery_id,
-                              value->>'claimed_attempts' AS claimed_attempts,
-                              value->>'status' AS status,
-                              value->>'next_attempt_at' AS next_attempt_at,
-                              value->>'first_failed_at' AS first_failed_at,
-                              value->>'status_code' AS status_code,
-                              value->>'error' AS error
-                       FROM json_each(?1)) AS v
-                 WHERE webhook_deliveries.id = v.delivery_id
-                   AND webhook_deliveries.attempts = v.claimed_attempts
-                   AND webhook_deliveries.status = 'pending'
-                 RETURNING id;
-                 COMMIT;",
-            )
-            .bind(super::batch::to_json(&rows))
-            .bind(now_ms())
-            .fetch_all(&mut *conn)
-            .await;
+            let changed: Result<Vec<String>, _> = sqlx::query_scalar(RECORD_BATCH.as_str())
+                .bind(super::batch::to_json(&rows))
+                .bind(now_ms())
+                .fetch_all(&mut *conn)
+                .await;
             let changed: HashSet<String> = match changed {
                 Ok(changed) => changed.into_iter().collect(),
                 Err(e) => return Err(super::tasks::rolled_back(conn, e).await),
