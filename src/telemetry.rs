@@ -1,5 +1,7 @@
 //! Logs: `tracing` to stderr, as text or JSON lines. `RUST_LOG` overrides the default filter.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
@@ -22,7 +24,12 @@ pub fn init(format: &str) {
             .try_init()
     } else {
         registry
-            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    // Colour codes only for a terminal, not for a file or a log collector.
+                    .with_ansi(std::io::stderr().is_terminal())
+                    .with_writer(std::io::stderr),
+            )
             .try_init()
     };
     // A second init (in tests) keeps the first subscriber.
