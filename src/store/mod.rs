@@ -78,7 +78,9 @@ const WRITER_CHECKPOINT_PAGES: u32 = 16_384;
 /// The handle every role shares. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
-    options: SqliteConnectOptions,
+    /// Shared: the store is cloned for every request (with the server's state) and every
+    /// delivery, and the options are a deep structure of strings and maps.
+    options: Arc<SqliteConnectOptions>,
     writer: SqlitePool,
     reader: SqlitePool,
     /// Submits and attempt records on their way to their group-commit batchers.
@@ -157,7 +159,7 @@ impl Store {
             .connect_with(options.clone().read_only(true))
             .await?;
         Ok(Store {
-            options,
+            options: Arc::new(options),
             submits: batch::Batcher::spawn(writer.clone(), tasks::SubmitState::new(ids.clone())),
             attempts: batch::Batcher::spawn(writer.clone(), ()),
             ids,
