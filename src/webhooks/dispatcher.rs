@@ -264,7 +264,8 @@ impl Dispatcher {
             }
         }
 
-        // The senders stop taking from the queue; those sending get the shutdown timeout.
+        // No more claims. The senders saw the same cancellation and take nothing more from the
+        // queue; those sending get the shutdown timeout.
         drop(queue);
         let drained = tokio::time::timeout(self.config.shutdown_timeout, async {
             while senders.join_next().await.is_some() {}
@@ -325,7 +326,7 @@ impl Sender {
             let slot = tokio::select! {
                 biased;
                 _ = self.shutdown.cancelled() => return,
-                slot = self.slots.clone().acquire_owned() => slot.expect("slots never close"),
+                slot = self.slots.acquire() => slot.expect("slots never close"),
             };
             let delivery = tokio::select! {
                 biased;
