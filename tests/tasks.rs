@@ -422,3 +422,90 @@ async fn upgrading_keeps_every_task_under_the_id_it_was_given_and_gives_no_id_tw
     assert_eq!((row.id, row.seq), (new.to_string(), 4));
     assert!(store.task_for_account("a1", &gone).await.unwrap().is_none());
 }
+
+#[tokio::test]
+async fn submits_sharing_a_transaction_each_get_their_own_answer_and_the_counters_add_up() {
+    use easel::store::Submitted;
+    use sqlx::Connection;
+    let idle = common::Idle::build().await;
+    let store = idle.store().clone();
+    // A second account; a key of the first account that is then revoked.
+    let other = store
+        .ensure_account(
+            "other@example.com",
+            &easel::webhooks::signing::generate_secret(),
+        )
+        .await
+        .unwrap();
+    let other_key = common::key_hash(&store, &other.id).await;
+    let revoked = common::key_hash(&store, &idle.account.id).await;
+    let revoked_id = store.key_owner(&revoked).await.unwrap().unwrap().key_id;
+    assert!(store.revoke_api_key(&revoked_id).await.unwrap());
+
+    // 60 submits at once, so that they share batches: 20 per key, the first account limited to
+    // 7 tasks queued or running.
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..60 {
+        let store = store.clone();
+        let (key, limit) = match i % 3 {
+            0 => (idle.key, 7),
+            1 => (other_key, 1000),
+            _ => (revoked, 1000),
+        };
+        calls.spawn(async move {
+            let task = common::new_task("fast", 1);
+            (i % 3, store.insert_task(&task, &key, limit).await.unwrap())
+        });
+    }
+    let mut queued = [0; 3];
+    let mut ids = std::collections::HashSet::new();
+    while let Some(done) = calls.join_next().await {
+        let (who, submitted) = done.unwrap();
+        match (who, submitted) {
+            (0 | 1, Submitted::Queued { task_id, .. }) => {
+                queued[who] += 1;
+                assert!(ids.insert(task_id), "an id given twice");
+            }
+            (0, Submitted::QuotaFull) => {}
+            (2, Submitted::KeyNotLive) => {}
+            (who, other) => panic!("key {who}: {other:?}"),
+        }
+    }
+    assert_eq!(queued, [7, 20, 0]);
+
+    // Every id given is the task's own, and each account's counter of active tasks is the
+    // number of its tasks queued.
+    for id in &ids {
+        assert!(
+            store
+                .task_for_account(&idle.account.id, id)
+                .await
+                .unwrap()
+                .is_some()
+                || store
+                    .task_for_account(&other.id, id)
+                    .await
+                    .unwrap()
+                    .is_some()
+        );
+    }
+    let url = format!("sqlite://{}", idle.dir.path().join("easel.db").display());
+    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    let counters: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT a.id, a.active_tasks,
+                (SELECT count(*) FROM tasks t WHERE t.account_id = a.id AND t.status = 'pending')
+         FROM accounts a ORDER BY a.id",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(counters.len(), 2);
+    for (account, counter, pending) in counters {
+        let expected = if account == idle.account.id { 7 } else { 20 };
+        assert_eq!(
+            (counter, pending),
+            (expected, expected),
+            "account {account}"
+        );
+    }
+}

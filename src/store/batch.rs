@@ -4,11 +4,10 @@
 //! only after the transaction holding its write has committed. Batches form by themselves: while
 //! one commits, the next writes queue up; nothing waits on a timer.
 //!
-//! A batch is applied with a fixed number of statements however many writes it holds (the
-//! writes travel as one JSON array, see `tasks.rs` and `deliveries.rs`): every statement is a
-//! round trip to the connection's thread, and those round trips, not SQLite, were what limited
-//! the batch rate. Each kind of write makes its batch atomic itself: in one statement where it
-//! can, in a transaction where it cannot.
+//! A batch is applied in a few statements however many writes it holds (many rows per
+//! statement, see `tasks.rs` and `deliveries.rs`): every statement is a round trip to the
+//! connection's thread, and with one per write those round trips, not SQLite, were what limited
+//! the batch rate. Each kind of write makes its batch atomic itself, in one transaction.
 
 use futures::future::BoxFuture;
 use sqlx::sqlite::{SqliteConnection, SqlitePool};
@@ -17,7 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::{StoreError, StoreResult};
 
 /// Most writes applied in one transaction.
-const MAX_BATCH: usize = 256;
+pub(super) const MAX_BATCH: usize = 256;
 /// Writes waiting for a batch; more wait for room (backpressure on the callers).
 const QUEUE: usize = 4096;
 
@@ -115,7 +114,7 @@ fn closed() -> StoreError {
     StoreError::Unavailable(sqlx::Error::PoolClosed)
 }
 
-/// Rows as one JSON text, for `json_each`: how a batch reaches SQLite in one statement.
+/// Rows as one JSON text, for `json_each`: how a list reaches SQLite as one bound value.
 pub(super) fn to_json(value: &impl serde::Serialize) -> String {
     serde_json::to_string(value).expect("batch rows serialize")
 }
