@@ -446,15 +446,24 @@ pub async fn run_retry(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
     server.stop(Duration::from_secs(60)).await?;
 
     let mut lateness_ms: Vec<f64> = Vec::with_capacity(watched);
+    // When the late ones were due (seconds after the first due time), to tell a stall of the
+    // whole process (late ones due together) from a backlog (late ones spread out).
+    let mut late_due_s: Vec<f64> = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for (task_id, at_us) in &arrivals {
         let Some(&due) = schedule.get(task_id) else {
             continue;
         };
         if due < end && seen.insert(task_id.clone()) {
-            lateness_ms.push(*at_us as f64 / 1000.0 - due as f64);
+            let late = *at_us as f64 / 1000.0 - due as f64;
+            lateness_ms.push(late);
+            if late > 1000.0 {
+                late_due_s.push(((due - t0) as f64 / 100.0).round() / 10.0);
+            }
         }
     }
+    late_due_s.sort_by(f64::total_cmp);
+    late_due_s.dedup();
     let missing = watched - lateness_ms.len();
     let early = arrivals
         .iter()
@@ -501,6 +510,7 @@ pub async fn run_retry(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
         "missing": missing,
         "early": early,
         "late_over_1s": late,
+        "late_due_at_s": late_due_s,
         "lateness_ms": {
             "p50": pct(50.0), "p90": pct(90.0), "p99": pct(99.0), "p999": pct(99.9), "max": max,
         },
