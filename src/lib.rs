@@ -80,7 +80,7 @@ impl Application {
         let config = Arc::new(config);
         let outbox_wakeup = Arc::new(Notify::new());
         let content_policy = ContentPolicy::new(&config.blocked_terms);
-        let state = AppState {
+        let state = AppState::new(api::Shared {
             config: config.clone(),
             store: store.clone(),
             destinations,
@@ -88,7 +88,7 @@ impl Application {
             queue_wakeup: Arc::new(Notify::new()),
             outbox_wakeup: outbox_wakeup.clone(),
             shutdown: CancellationToken::new(),
-        };
+        });
         let durable = config.sqlite_synchronous == "full";
         let worker = WorkerContext {
             store: store.clone(),
