@@ -658,3 +658,63 @@ async fn upgrading_moves_each_webhook_secret_from_its_task_to_its_delivery() {
         "the ended task's copy is cleared; the running task keeps its secret until it ends"
     );
 }
+
+#[tokio::test]
+async fn records_sharing_a_batch_each_land_on_their_own_delivery() {
+    use easel::store::AttemptRecord;
+    let idle = common::Idle::build().await;
+    let (store, account) = (idle.store(), &idle.account);
+    for _ in 0..7 {
+        finished_with_webhook(&idle).await;
+    }
+    let due = store.claim_due_deliveries(10, 60_000).await.unwrap();
+    assert_eq!(due.len(), 7);
+    // All at once, so that they share batches (7 records go in chunks of 4, 2 and 1): each
+    // with a status code of its own; the last one fenced off by a stale attempt count.
+    let record = |code: u16| AttemptRecord {
+        attempted_at: easel::store::now_ms(),
+        duration_ms: 3,
+        status_code: Some(code),
+        error: Some(format!("status {code}")),
+        delivered: false,
+        next_attempt_at: Some(easel::store::now_ms() + 60_000),
+        first_failed_at: Some(easel::store::now_ms()),
+    };
+    let records: Vec<AttemptRecord> = (0..7).map(|i| record(500 + i)).collect();
+    let recorded =
+        futures::future::join_all(due.iter().zip(&records).enumerate().map(|(i, (d, r))| {
+            let attempts = if i == 6 { d.attempts + 1 } else { d.attempts };
+            store.record_attempt(&d.id, attempts, r)
+        }))
+        .await;
+    let recorded: Vec<bool> = recorded.into_iter().map(Result::unwrap).collect();
+    assert_eq!(recorded, [true, true, true, true, true, true, false]);
+
+    for (i, d) in due.iter().enumerate() {
+        let task: uuid::Uuid = d.task_id.parse().unwrap();
+        let attempts = store
+            .delivery_attempts(&account.id, &task)
+            .await
+            .unwrap()
+            .unwrap();
+        let codes: Vec<Option<i64>> = attempts.iter().map(|a| a.status_code).collect();
+        let row = store
+            .task_for_account(&account.id, &task)
+            .await
+            .unwrap()
+            .unwrap();
+        if i < 6 {
+            assert_eq!(codes, [Some(500 + i as i64)], "delivery {i}");
+            assert_eq!(row.wh_last_status_code, Some(500 + i as i64));
+            assert_eq!(row.wh_attempts, Some(1));
+            assert_eq!(row.wh_last_error, Some(format!("status {}", 500 + i)));
+        } else {
+            assert!(
+                codes.is_empty(),
+                "the fenced-off record left no attempt: {codes:?}"
+            );
+            assert_eq!((row.wh_attempts, row.wh_last_status_code), (Some(0), None));
+        }
+        assert_eq!(row.wh_status.as_deref(), Some("pending"));
+    }
+}

@@ -1,7 +1,6 @@
 use std::collections::HashSet;
 
 use futures::future::BoxFuture;
-use serde::Serialize;
 use sqlx::{FromRow, SqliteConnection};
 use uuid::Uuid;
 
@@ -214,66 +213,66 @@ pub(super) struct RecordAttempt {
     record: AttemptRecord,
 }
 
-/// An attempt record as it travels to SQLite in a batch's JSON array: as an array, whose
-/// fields SQLite reads by position (`ATTEMPT_ROWS` names them), which costs less than looking
-/// them up by name.
-#[derive(Serialize)]
-struct AttemptJson<'a>(
-    &'a str,         // 0: delivery_id
-    i64,             // 1: claimed_attempts
-    &'static str,    // 2: status
-    i64,             // 3: attempted_at
-    i64,             // 4: duration_ms
-    Option<u16>,     // 5: status_code
-    Option<&'a str>, // 6: error
-    Option<i64>,     // 7: next_attempt_at
-    Option<i64>,     // 8: first_failed_at
-);
+/// Parameters bound per attempt record, in this order: delivery_id, claimed_attempts, status,
+/// attempted_at, duration_ms, status_code, error, next_attempt_at, first_failed_at.
+const RECORD_PARAMS: usize = 9;
 
-/// The batch's rows as a table `v`, for both statements of a record batch. Each row's JSON is
-/// taken out of `json_each` once (`raw`) and its fields read once (`v`): read where they are
-/// used instead, `json_each` renders the row again as text for every field, and that was 30% of
-/// the statements' cost (a scratch program on an in-memory copy of the tables: 13.2 against
-/// 8.7 µs per record, batches of 64).
-const ATTEMPT_ROWS: &str =
-    "WITH raw AS MATERIALIZED (SELECT key AS pos, value AS r FROM json_each(?1)),
-     v AS MATERIALIZED (SELECT pos, r->>0 AS delivery_id, r->>1 AS claimed_attempts,
-         r->>2 AS status, r->>3 AS attempted_at, r->>4 AS duration_ms, r->>5 AS status_code,
-         r->>6 AS error, r->>7 AS next_attempt_at, r->>8 AS first_failed_at FROM raw)";
-
-/// One record batch as one query; see `apply_all`.
-static RECORD_BATCH: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
-        "BEGIN IMMEDIATE;
-         {ATTEMPT_ROWS}
-         INSERT INTO webhook_attempts (delivery_id, attempted_at, duration_ms, status_code,
-             error, next_attempt_at)
-         SELECT d.id, v.attempted_at, v.duration_ms, v.status_code, v.error, v.next_attempt_at
-         FROM v JOIN webhook_deliveries AS d ON d.id = v.delivery_id
-             AND d.attempts = v.claimed_attempts AND d.status = 'pending'
-         ORDER BY v.pos;
-         {ATTEMPT_ROWS}
-         UPDATE webhook_deliveries SET status = v.status, attempts = attempts + 1,
-             next_attempt_at = v.next_attempt_at, first_failed_at = v.first_failed_at,
-             lease_until = NULL, last_status_code = v.status_code, last_error = v.error,
-             updated_at = ?2
-         FROM v
-         WHERE webhook_deliveries.id = v.delivery_id
-           AND webhook_deliveries.attempts = v.claimed_attempts
-           AND webhook_deliveries.status = 'pending'
-         RETURNING id;
-         COMMIT;"
-    )
+/// Record statements for 1, 2, 4, ... 256 attempts (index k: 2^k records): the attempt rows,
+/// then the fenced update of the deliveries, both reading the same numbered parameters as the
+/// table `v`; the last parameter is the time of the update. A batch is recorded in chunks of
+/// these sizes, inside one transaction.
+static RECORD_CHUNKS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+    (0..=super::batch::MAX_BATCH.ilog2())
+        .map(|k| {
+            let n = 1usize << k;
+            let rows: Vec<String> = (0..n)
+                .map(|i| {
+                    let params: Vec<String> = (1..=RECORD_PARAMS)
+                        .map(|p| format!("?{}", i * RECORD_PARAMS + p))
+                        .collect();
+                    format!("({i}, {})", params.join(", "))
+                })
+                .collect();
+            let v = format!(
+                "WITH v(pos, delivery_id, claimed_attempts, status, attempted_at, duration_ms,
+                     status_code, error, next_attempt_at, first_failed_at)
+                 AS (VALUES {})",
+                rows.join(", ")
+            );
+            format!(
+                "{v}
+                 INSERT INTO webhook_attempts (delivery_id, attempted_at, duration_ms, status_code,
+                     error, next_attempt_at)
+                 SELECT d.id, v.attempted_at, v.duration_ms, v.status_code, v.error,
+                     v.next_attempt_at
+                 FROM v JOIN webhook_deliveries AS d ON d.id = v.delivery_id
+                     AND d.attempts = v.claimed_attempts AND d.status = 'pending'
+                 ORDER BY v.pos;
+                 {v}
+                 UPDATE webhook_deliveries SET status = v.status, attempts = attempts + 1,
+                     next_attempt_at = v.next_attempt_at, first_failed_at = v.first_failed_at,
+                     lease_until = NULL, last_status_code = v.status_code, last_error = v.error,
+                     updated_at = ?{now}
+                 FROM v
+                 WHERE webhook_deliveries.id = v.delivery_id
+                   AND webhook_deliveries.attempts = v.claimed_attempts
+                   AND webhook_deliveries.status = 'pending'
+                 RETURNING id;",
+                now = n * RECORD_PARAMS + 1
+            )
+        })
+        .collect()
 });
 
 impl super::batch::Write for RecordAttempt {
     type Output = bool;
     type State = ();
 
-    /// One transaction for the whole batch, sent as one query (BEGIN, the attempt rows, the
-    /// fenced update of the deliveries, COMMIT): one round trip to the writer's thread instead
-    /// of four. Full `bench/run --only webhooks`, two runs each, `sync=full`: 8,583 and 9,111
-    /// deliveries/s before, 9,549 and 9,526 after.
+    /// One transaction for the whole batch: `BEGIN IMMEDIATE`, the records in chunks of bound
+    /// rows (see `RECORD_CHUNKS`; a batch of 40 is 32 + 8), `COMMIT`. Each chunk writes the
+    /// attempt rows for the deliveries that pass the fence (the attempt count seen at claim: a
+    /// stale dispatcher changes nothing), then updates those same deliveries. Until the records
+    /// were bound rows, the batch travelled as one JSON array that SQLite took apart row by row.
     fn apply_all<'c>(
         batch: &'c [Self],
         conn: &'c mut SqliteConnection,
@@ -287,44 +286,51 @@ impl super::batch::Write for RecordAttempt {
                 .iter()
                 .map(|w| seen.insert(w.delivery_id.as_str()))
                 .collect();
-            let rows: Vec<AttemptJson> = batch
+            let rows: Vec<&RecordAttempt> = batch
                 .iter()
                 .zip(&candidate)
                 .filter(|(_, c)| **c)
-                .map(|(w, _)| {
-                    let r = &w.record;
-                    AttemptJson(
-                        &w.delivery_id,
-                        w.claimed_attempts,
-                        if r.delivered {
-                            "delivered"
-                        } else if r.next_attempt_at.is_some() {
-                            "pending"
-                        } else {
-                            "undeliverable"
-                        },
-                        r.attempted_at,
-                        r.duration_ms,
-                        r.status_code,
-                        r.error.as_deref(),
-                        r.next_attempt_at,
-                        r.first_failed_at,
-                    )
-                })
+                .map(|(w, _)| w)
                 .collect();
-            // One round trip to the connection's thread for the whole transaction. The attempt
-            // rows go in first, for the deliveries that pass the fence (the attempt count seen at
-            // claim: a stale dispatcher changes nothing); the update that follows checks the
-            // same fence against the same rows, so both touch the same deliveries.
-            let changed: Result<Vec<String>, _> = sqlx::query_scalar(RECORD_BATCH.as_str())
-                .bind(super::batch::to_json(&rows))
-                .bind(now_ms())
-                .fetch_all(&mut *conn)
-                .await;
-            let changed: HashSet<String> = match changed {
-                Ok(changed) => changed.into_iter().collect(),
-                Err(e) => return Err(super::tasks::rolled_back(conn, e).await),
-            };
+            if let Err(e) = sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await {
+                return Err(super::tasks::rolled_back(conn, e).await);
+            }
+            let now = now_ms();
+            let mut changed: HashSet<String> = HashSet::new();
+            let mut rest = rows.as_slice();
+            while !rest.is_empty() {
+                let k = rest.len().ilog2() as usize;
+                let (chunk, tail) = rest.split_at(1 << k);
+                rest = tail;
+                let mut query = sqlx::query_scalar::<_, String>(&RECORD_CHUNKS[k]);
+                for w in chunk {
+                    let r = &w.record;
+                    let status = if r.delivered {
+                        "delivered"
+                    } else if r.next_attempt_at.is_some() {
+                        "pending"
+                    } else {
+                        "undeliverable"
+                    };
+                    query = query
+                        .bind(w.delivery_id.as_str())
+                        .bind(w.claimed_attempts)
+                        .bind(status)
+                        .bind(r.attempted_at)
+                        .bind(r.duration_ms)
+                        .bind(r.status_code)
+                        .bind(r.error.as_deref())
+                        .bind(r.next_attempt_at)
+                        .bind(r.first_failed_at);
+                }
+                match query.bind(now).fetch_all(&mut *conn).await {
+                    Ok(ids) => changed.extend(ids),
+                    Err(e) => return Err(super::tasks::rolled_back(conn, e).await),
+                }
+            }
+            if let Err(e) = sqlx::query("COMMIT").execute(&mut *conn).await {
+                return Err(super::tasks::rolled_back(conn, e).await);
+            }
             Ok(batch
                 .iter()
                 .zip(&candidate)
