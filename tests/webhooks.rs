@@ -489,6 +489,20 @@ async fn finished_with_webhook(idle: &common::Idle) -> uuid::Uuid {
     task_id
 }
 
+/// The status codes of the task's recorded delivery attempts, oldest first.
+async fn attempt_codes(
+    store: &easel::store::Store,
+    account_id: &str,
+    task: &uuid::Uuid,
+) -> Vec<Option<i64>> {
+    let attempts = store
+        .delivery_attempts(account_id, task)
+        .await
+        .unwrap()
+        .unwrap();
+    attempts.iter().map(|a| a.status_code).collect()
+}
+
 #[tokio::test]
 async fn a_stale_dispatcher_records_nothing_and_one_attempt_wins_a_race() {
     use easel::store::AttemptRecord;
@@ -537,12 +551,7 @@ async fn a_stale_dispatcher_records_nothing_and_one_attempt_wins_a_race() {
         "exactly one of the two is recorded"
     );
 
-    let attempts = store
-        .delivery_attempts(&account.id, &task)
-        .await
-        .unwrap()
-        .unwrap();
-    let codes: Vec<Option<i64>> = attempts.iter().map(|a| a.status_code).collect();
+    let codes = attempt_codes(store, &account.id, &task).await;
     assert_eq!(codes.len(), 2, "one row per recorded attempt: {codes:?}");
     assert_eq!(codes[0], Some(500));
     assert!(codes[1] == Some(502) || codes[1] == Some(503), "{codes:?}");
@@ -692,12 +701,7 @@ async fn records_sharing_a_batch_each_land_on_their_own_delivery() {
 
     for (i, d) in due.iter().enumerate() {
         let task: uuid::Uuid = d.task_id.parse().unwrap();
-        let attempts = store
-            .delivery_attempts(&account.id, &task)
-            .await
-            .unwrap()
-            .unwrap();
-        let codes: Vec<Option<i64>> = attempts.iter().map(|a| a.status_code).collect();
+        let codes = attempt_codes(store, &account.id, &task).await;
         let row = store
             .task_for_account(&account.id, &task)
             .await
