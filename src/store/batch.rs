@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::{StoreError, StoreResult};
 
 /// Most writes applied in one transaction.
-pub(super) const MAX_BATCH: usize = 256;
+const MAX_BATCH: usize = 256;
 /// Writes waiting for a batch; more wait for room (backpressure on the callers).
 const QUEUE: usize = 4096;
 
@@ -114,7 +114,54 @@ fn closed() -> StoreError {
     StoreError::Unavailable(sqlx::Error::PoolClosed)
 }
 
+/// One statement per chunk size a batch is cut into (1, 2, 4, ... `MAX_BATCH` rows; index k
+/// holds the one for 2^k rows), made by `make` from the number of rows. Prepared once each,
+/// they serve batches of any size, and the writer's statement cache holds nine of them.
+pub(super) fn statements_per_chunk(make: impl Fn(usize) -> String) -> Vec<String> {
+    (0..=MAX_BATCH.ilog2()).map(|k| make(1 << k)).collect()
+}
+
+/// `rows` cut into chunks of 2^k rows, largest first (34 rows are 32 + 2), each with its k: the
+/// index of its statement in `statements_per_chunk`.
+pub(super) fn chunks<T>(rows: &[T]) -> impl Iterator<Item = (usize, &[T])> {
+    let mut rest = rows;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let k = rest.len().ilog2() as usize;
+        let (chunk, tail) = rest.split_at(1 << k);
+        rest = tail;
+        Some((k, chunk))
+    })
+}
+
 /// Rows as one JSON text, for `json_each`: how a list reaches SQLite as one bound value.
 pub(super) fn to_json(value: &impl serde::Serialize) -> String {
     serde_json::to_string(value).expect("batch rows serialize")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_are_cut_into_power_of_two_chunks_largest_first() {
+        let sizes = |n: usize| -> Vec<(usize, usize)> {
+            let rows: Vec<usize> = (0..n).collect();
+            let cut: Vec<(usize, usize)> = chunks(&rows).map(|(k, c)| (k, c.len())).collect();
+            // Every row once, in order.
+            let again: Vec<usize> = chunks(&rows).flat_map(|(_, c)| c.to_vec()).collect();
+            assert_eq!(again, rows);
+            cut
+        };
+        assert_eq!(sizes(0), []);
+        assert_eq!(sizes(1), [(0, 1)]);
+        assert_eq!(sizes(7), [(2, 4), (1, 2), (0, 1)]);
+        assert_eq!(sizes(34), [(5, 32), (1, 2)]);
+        assert_eq!(sizes(MAX_BATCH), [(8, 256)]);
+        let statements = statements_per_chunk(|n| n.to_string());
+        assert_eq!(statements.len(), 9);
+        assert_eq!(statements[5], "32");
+    }
 }

@@ -217,51 +217,47 @@ pub(super) struct RecordAttempt {
 /// attempted_at, duration_ms, status_code, error, next_attempt_at, first_failed_at.
 const RECORD_PARAMS: usize = 9;
 
-/// Record statements for 1, 2, 4, ... 256 attempts (index k: 2^k records): the attempt rows,
-/// then the fenced update of the deliveries, both reading the same numbered parameters as the
-/// table `v`; the last parameter is the time of the update. A batch is recorded in chunks of
-/// these sizes, inside one transaction.
+/// Record statements for chunks of 1, 2, 4, ... 256 attempts (see `batch::chunks`): the
+/// attempt rows, then the fenced update of the deliveries, both reading the same numbered
+/// parameters as the table `v`; the last parameter is the time of the update.
 static RECORD_CHUNKS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
-    (0..=super::batch::MAX_BATCH.ilog2())
-        .map(|k| {
-            let n = 1usize << k;
-            let rows: Vec<String> = (0..n)
-                .map(|i| {
-                    let params: Vec<String> = (1..=RECORD_PARAMS)
-                        .map(|p| format!("?{}", i * RECORD_PARAMS + p))
-                        .collect();
-                    format!("({i}, {})", params.join(", "))
-                })
-                .collect();
-            let v = format!(
-                "WITH v(pos, delivery_id, claimed_attempts, status, attempted_at, duration_ms,
-                     status_code, error, next_attempt_at, first_failed_at)
-                 AS (VALUES {})",
-                rows.join(", ")
-            );
-            format!(
-                "{v}
-                 INSERT INTO webhook_attempts (delivery_id, attempted_at, duration_ms, status_code,
-                     error, next_attempt_at)
-                 SELECT d.id, v.attempted_at, v.duration_ms, v.status_code, v.error,
-                     v.next_attempt_at
-                 FROM v JOIN webhook_deliveries AS d ON d.id = v.delivery_id
-                     AND d.attempts = v.claimed_attempts AND d.status = 'pending'
-                 ORDER BY v.pos;
-                 {v}
-                 UPDATE webhook_deliveries SET status = v.status, attempts = attempts + 1,
-                     next_attempt_at = v.next_attempt_at, first_failed_at = v.first_failed_at,
-                     lease_until = NULL, last_status_code = v.status_code, last_error = v.error,
-                     updated_at = ?{now}
-                 FROM v
-                 WHERE webhook_deliveries.id = v.delivery_id
-                   AND webhook_deliveries.attempts = v.claimed_attempts
-                   AND webhook_deliveries.status = 'pending'
-                 RETURNING id;",
-                now = n * RECORD_PARAMS + 1
-            )
-        })
-        .collect()
+    super::batch::statements_per_chunk(|n| {
+        let rows: Vec<String> = (0..n)
+            .map(|i| {
+                let params: Vec<String> = (1..=RECORD_PARAMS)
+                    .map(|p| format!("?{}", i * RECORD_PARAMS + p))
+                    .collect();
+                format!("({i}, {})", params.join(", "))
+            })
+            .collect();
+        let v = format!(
+            "WITH v(pos, delivery_id, claimed_attempts, status, attempted_at, duration_ms,
+                 status_code, error, next_attempt_at, first_failed_at)
+             AS (VALUES {})",
+            rows.join(", ")
+        );
+        format!(
+            "{v}
+             INSERT INTO webhook_attempts (delivery_id, attempted_at, duration_ms, status_code,
+                 error, next_attempt_at)
+             SELECT d.id, v.attempted_at, v.duration_ms, v.status_code, v.error,
+                 v.next_attempt_at
+             FROM v JOIN webhook_deliveries AS d ON d.id = v.delivery_id
+                 AND d.attempts = v.claimed_attempts AND d.status = 'pending'
+             ORDER BY v.pos;
+             {v}
+             UPDATE webhook_deliveries SET status = v.status, attempts = attempts + 1,
+                 next_attempt_at = v.next_attempt_at, first_failed_at = v.first_failed_at,
+                 lease_until = NULL, last_status_code = v.status_code, last_error = v.error,
+                 updated_at = ?{now}
+             FROM v
+             WHERE webhook_deliveries.id = v.delivery_id
+               AND webhook_deliveries.attempts = v.claimed_attempts
+               AND webhook_deliveries.status = 'pending'
+             RETURNING id;",
+            now = n * RECORD_PARAMS + 1
+        )
+    })
 });
 
 impl super::batch::Write for RecordAttempt {
@@ -297,11 +293,7 @@ impl super::batch::Write for RecordAttempt {
             }
             let now = now_ms();
             let mut changed: HashSet<String> = HashSet::new();
-            let mut rest = rows.as_slice();
-            while !rest.is_empty() {
-                let k = rest.len().ilog2() as usize;
-                let (chunk, tail) = rest.split_at(1 << k);
-                rest = tail;
+            for (k, chunk) in super::batch::chunks(&rows) {
                 let mut query = sqlx::query_scalar::<_, String>(&RECORD_CHUNKS[k]);
                 for w in chunk {
                     let r = &w.record;

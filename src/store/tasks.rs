@@ -487,22 +487,19 @@ impl SubmitState {
     }
 }
 
-/// `INSERT` statements for 1, 2, 4, ... 256 tasks (index k: 2^k rows, bound parameters only).
-/// A batch is inserted in chunks of these sizes, so that the writer's statement cache holds
-/// nine statements whatever the batch sizes are.
+/// `INSERT` statements for chunks of 1, 2, 4, ... 256 tasks (see `batch::chunks`), bound
+/// parameters only.
 static INSERT_TASKS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
     // Bound in this order by `apply_all`; a new task is always `pending`.
     let row = "(?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)";
-    (0..=super::batch::MAX_BATCH.ilog2())
-        .map(|k| {
-            format!(
-                "INSERT INTO tasks (seq, account_id, task_type, status, priority, prompt,
-                     aspect_ratio, process_mode, seed, created_at, webhook_url, webhook_secret)
-                 VALUES {}",
-                vec![row; 1 << k].join(", ")
-            )
-        })
-        .collect()
+    super::batch::statements_per_chunk(|n| {
+        format!(
+            "INSERT INTO tasks (seq, account_id, task_type, status, priority, prompt,
+                 aspect_ratio, process_mode, seed, created_at, webhook_url, webhook_secret)
+             VALUES {}",
+            vec![row; n].join(", ")
+        )
+    })
 });
 
 /// A row of a submit batch's first query: a live key (its hash and account) with the account's
@@ -585,11 +582,7 @@ impl super::batch::Write for InsertTask {
                 .zip(&outcomes)
                 .filter_map(|(w, o)| o.as_ref().ok().map(|&(seq, account)| (w, seq, account)))
                 .collect();
-            let mut rest = accepted.as_slice();
-            while !rest.is_empty() {
-                let k = rest.len().ilog2() as usize;
-                let (chunk, tail) = rest.split_at(1 << k);
-                rest = tail;
+            for (k, chunk) in super::batch::chunks(&accepted) {
                 let mut insert = sqlx::query(&INSERT_TASKS[k]);
                 for (w, seq, account) in chunk {
                     let t = &w.task;
