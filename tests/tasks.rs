@@ -509,3 +509,85 @@ async fn submits_sharing_a_transaction_each_get_their_own_answer_and_the_counter
         );
     }
 }
+
+#[tokio::test]
+async fn a_write_that_fails_inside_a_shared_transaction_fails_alone() {
+    use easel::store::Submitted;
+    use sqlx::Connection;
+    let idle = common::Idle::build().await;
+    let store = idle.store().clone();
+    // From another connection, as an operator could: refuse tasks whose prompt is "poison".
+    let url = format!("sqlite://{}", idle.dir.path().join("easel.db").display());
+    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    sqlx::query(
+        "CREATE TRIGGER refuse_poison BEFORE INSERT ON tasks WHEN NEW.prompt = 'poison'
+         BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+
+    // All at once, so that they share the writer's transactions: 60 submits of which every
+    // fifth is refused (never the first of a group, so that a refused one comes after others
+    // that must then be undone with it and written again alone), and 10 new keys of which
+    // every other names no account (a foreign key that cannot hold).
+    let mut submits = tokio::task::JoinSet::new();
+    for i in 0..60 {
+        let store = store.clone();
+        let key = idle.key;
+        submits.spawn(async move {
+            let mut task = common::new_task("fast", 1);
+            let poison = i % 5 == 4;
+            if poison {
+                task.prompt = "poison".into();
+            }
+            (poison, store.insert_task(&task, &key, 1000).await)
+        });
+    }
+    let mut keys = tokio::task::JoinSet::new();
+    for i in 0..10 {
+        let store = store.clone();
+        let account = if i % 2 == 0 {
+            idle.account.id.clone()
+        } else {
+            "no-such-account".to_string()
+        };
+        keys.spawn(async move {
+            let hash = easel::auth::hash_key(&format!("test-key-{i}"));
+            let stored = store
+                .insert_api_key(&account, &format!("k{i}"), "easel_test", &hash)
+                .await;
+            (i % 2 == 0, hash, stored)
+        });
+    }
+
+    let mut queued = std::collections::HashSet::new();
+    let mut refused = 0;
+    while let Some(done) = submits.join_next().await {
+        match done.unwrap() {
+            (false, Ok(Submitted::Queued { task_id, .. })) => assert!(queued.insert(task_id)),
+            (true, Err(_)) => refused += 1,
+            (poison, other) => panic!("poison {poison}: {other:?}"),
+        }
+    }
+    assert_eq!((queued.len(), refused), (48, 12));
+    while let Some(done) = keys.join_next().await {
+        let (good, hash, stored) = done.unwrap();
+        assert_eq!(stored.is_ok(), good, "{stored:?}");
+        assert_eq!(store.key_owner(&hash).await.unwrap().is_some(), good);
+    }
+
+    // What was refused left nothing behind; what was let in is all there, counted once.
+    for id in &queued {
+        let task = store.task_for_account(&idle.account.id, id).await.unwrap();
+        assert_eq!(task.expect("a queued task is stored").prompt, "fast task");
+    }
+    let (tasks, counter): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM tasks), active_tasks FROM accounts WHERE id = ?",
+    )
+    .bind(&idle.account.id)
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!((tasks, counter), (48, 48));
+}

@@ -567,12 +567,12 @@ async fn an_attempt_record_that_fails_part_way_is_undone_whole_and_the_writer_go
     assert_eq!(due.len(), 1);
 
     // From another connection, as an operator could: make the record's second statement (the
-    // update of the delivery) fail once its first (the attempt row) has run.
+    // attempt row) fail once its first (the update of the delivery) has run.
     let db = format!("sqlite://{}", idle.dir.path().join("easel.db").display());
     let mut other = sqlx::SqliteConnection::connect(&db).await.unwrap();
     sqlx::query(
-        "CREATE TRIGGER refuse_delivered BEFORE UPDATE OF status ON webhook_deliveries
-         WHEN NEW.status = 'delivered' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
+        "CREATE TRIGGER refuse_attempt BEFORE INSERT ON webhook_attempts
+         BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
     )
     .execute(&mut other)
     .await
@@ -597,14 +597,21 @@ async fn an_attempt_record_that_fails_part_way_is_undone_whole_and_the_writer_go
             .unwrap()
             .unwrap()
     };
-    assert!(
-        attempts().await.is_empty(),
-        "the attempt row written before the failure is undone with it"
+    assert!(attempts().await.is_empty());
+    let record = store
+        .task_for_account(&account.id, &task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (record.wh_status.as_deref(), record.wh_attempts),
+        (Some("pending"), Some(0)),
+        "the update of the delivery, made before the failure, is undone with it"
     );
 
     // The writer is not left inside the failed transaction: once the cause is gone, the same
-    // record goes through, alone in its own transaction.
-    sqlx::query("DROP TRIGGER refuse_delivered")
+    // record goes through.
+    sqlx::query("DROP TRIGGER refuse_attempt")
         .execute(&mut other)
         .await
         .unwrap();

@@ -75,7 +75,7 @@ impl From<StoreError> for ApiError {
                     retry_after_secs: 5,
                 }
             }
-            StoreError::Other(e) => ApiError::Internal(e.into()),
+            other @ StoreError::Other(_) => ApiError::Internal(other.into()),
         }
     }
 }

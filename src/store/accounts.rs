@@ -1,3 +1,4 @@
+use rusqlite::params;
 use sqlx::FromRow;
 use uuid::Uuid;
 
@@ -65,21 +66,28 @@ impl Store {
 
     /// The account with this email, created (with the given signing secret) if it does not exist.
     pub async fn ensure_account(&self, email: &str, signing_secret: &str) -> StoreResult<Account> {
-        sqlx::query(
-            "INSERT INTO accounts (id, email, signing_secret, created_at) VALUES (?, ?, ?, ?)
-             ON CONFLICT (email) DO NOTHING",
-        )
-        .bind(Uuid::new_v4().to_string())
-        .bind(email)
-        .bind(signing_secret)
-        .bind(now_ms())
-        .execute(&self.writer)
-        .await?;
+        let (email_owned, secret) = (email.to_string(), signing_secret.to_string());
+        self.writer
+            .call(move |conn| {
+                conn.prepare_cached(
+                    "INSERT INTO accounts (id, email, signing_secret, created_at)
+                     VALUES (?, ?, ?, ?) ON CONFLICT (email) DO NOTHING",
+                )?
+                .execute(params![
+                    Uuid::new_v4().to_string(),
+                    email_owned,
+                    secret,
+                    now_ms()
+                ])?;
+                Ok(())
+            })
+            .await?;
+        // Committed before `call` returned, so the readers see it.
         Ok(sqlx::query_as(&format!(
             "SELECT {ACCOUNT_COLUMNS} FROM accounts WHERE email = ?"
         ))
         .bind(email)
-        .fetch_one(&self.writer)
+        .fetch_one(&self.reader)
         .await?)
     }
 
@@ -88,7 +96,7 @@ impl Store {
         Ok(sqlx::query_as(&format!(
             "SELECT {ACCOUNT_COLUMNS} FROM accounts ORDER BY created_at, rowid LIMIT 1"
         ))
-        .fetch_optional(&self.writer)
+        .fetch_optional(&self.reader)
         .await?)
     }
 
@@ -97,17 +105,19 @@ impl Store {
             "SELECT {ACCOUNT_COLUMNS} FROM accounts WHERE email = ?"
         ))
         .bind(email)
-        .fetch_optional(&self.writer)
+        .fetch_optional(&self.reader)
         .await?)
     }
 
     pub async fn set_signing_secret(&self, account_id: &str, secret: &str) -> StoreResult<()> {
-        sqlx::query("UPDATE accounts SET signing_secret = ? WHERE id = ?")
-            .bind(secret)
-            .bind(account_id)
-            .execute(&self.writer)
-            .await?;
-        Ok(())
+        let (account_id, secret) = (account_id.to_string(), secret.to_string());
+        self.writer
+            .call(move |conn| {
+                conn.prepare_cached("UPDATE accounts SET signing_secret = ? WHERE id = ?")?
+                    .execute(params![secret, account_id])?;
+                Ok(())
+            })
+            .await
     }
 
     /// Store a new key's hash. Returns the key's id.
@@ -119,18 +129,31 @@ impl Store {
         key_hash: &[u8],
     ) -> StoreResult<String> {
         let id = Uuid::new_v4().to_string();
-        sqlx::query(
-            "INSERT INTO api_keys (id, account_id, name, prefix, key_hash, created_at)
-             VALUES (?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&id)
-        .bind(account_id)
-        .bind(name)
-        .bind(prefix)
-        .bind(key_hash)
-        .bind(now_ms())
-        .execute(&self.writer)
-        .await?;
+        let row = (
+            id.clone(),
+            account_id.to_string(),
+            name.to_string(),
+            prefix.to_string(),
+            key_hash.to_vec(),
+        );
+        self.writer
+            .call(move |conn| {
+                let (id, account_id, name, prefix, key_hash) = row;
+                conn.prepare_cached(
+                    "INSERT INTO api_keys (id, account_id, name, prefix, key_hash, created_at)
+                     VALUES (?, ?, ?, ?, ?, ?)",
+                )?
+                .execute(params![
+                    id,
+                    account_id,
+                    name,
+                    prefix,
+                    key_hash,
+                    now_ms()
+                ])?;
+                Ok(())
+            })
+            .await?;
         Ok(id)
     }
 
@@ -160,12 +183,14 @@ impl Store {
     }
 
     pub async fn touch_api_key(&self, key_id: &str, at: i64) -> StoreResult<()> {
-        sqlx::query("UPDATE api_keys SET last_used_at = ? WHERE id = ?")
-            .bind(at)
-            .bind(key_id)
-            .execute(&self.writer)
-            .await?;
-        Ok(())
+        let key_id = key_id.to_string();
+        self.writer
+            .call(move |conn| {
+                conn.prepare_cached("UPDATE api_keys SET last_used_at = ? WHERE id = ?")?
+                    .execute(params![at, key_id])?;
+                Ok(())
+            })
+            .await
     }
 
     pub async fn list_api_keys(&self) -> StoreResult<Vec<ApiKeyInfo>> {
@@ -175,18 +200,22 @@ impl Store {
              FROM api_keys k JOIN accounts a ON a.id = k.account_id
              ORDER BY k.created_at, k.rowid",
         )
-        .fetch_all(&self.writer)
+        .fetch_all(&self.reader)
         .await?)
     }
 
     /// Revoke a key by id. Returns whether a live key was revoked.
     pub async fn revoke_api_key(&self, id: &str) -> StoreResult<bool> {
-        let done =
-            sqlx::query("UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL")
-                .bind(now_ms())
-                .bind(id)
-                .execute(&self.writer)
-                .await?;
-        Ok(done.rows_affected() == 1)
+        let id = id.to_string();
+        self.writer
+            .call(move |conn| {
+                let changed = conn
+                    .prepare_cached(
+                        "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
+                    )?
+                    .execute(params![now_ms(), id])?;
+                Ok(changed == 1)
+            })
+            .await
     }
 }

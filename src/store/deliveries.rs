@@ -1,7 +1,5 @@
-use std::collections::HashSet;
-
-use futures::future::BoxFuture;
-use sqlx::{FromRow, SqliteConnection};
+use rusqlite::{params, Connection, OptionalExtension};
+use sqlx::FromRow;
 use uuid::Uuid;
 
 use super::ids::TaskKey;
@@ -9,7 +7,7 @@ use super::tasks::by_id;
 use super::{now_ms, Store, StoreResult};
 
 /// A delivery that is due, with what the dispatcher needs to send it.
-#[derive(Clone, Debug, FromRow)]
+#[derive(Clone, Debug)]
 pub struct DueDelivery {
     pub id: String,
     pub task_id: String,
@@ -65,34 +63,52 @@ impl Store {
         limit: i64,
         lease_ms: i64,
     ) -> StoreResult<Vec<DueDelivery>> {
-        let now = now_ms();
-        // One statement, so claiming costs one round trip however many rows it takes.
-        Ok(sqlx::query_as(
-            "UPDATE webhook_deliveries SET lease_until = ?2
-             WHERE id IN (SELECT id FROM webhook_deliveries
-                          WHERE status = 'pending' AND next_attempt_at <= ?1
-                            AND (lease_until IS NULL OR lease_until <= ?1)
-                          ORDER BY next_attempt_at LIMIT ?3)
-             RETURNING id, task_id, url, payload, attempts, first_failed_at, webhook_secret,
-                 (SELECT signing_secret FROM accounts a
-                  WHERE a.id = webhook_deliveries.account_id) AS signing_secret, lease_until",
-        )
-        .bind(now)
-        .bind(now + lease_ms)
-        .bind(limit)
-        .fetch_all(&self.writer)
-        .await?)
+        self.writer
+            .call(move |conn| {
+                let now = now_ms();
+                // One statement, however many rows it takes.
+                let claimed = conn
+                    .prepare_cached(
+                        "UPDATE webhook_deliveries SET lease_until = ?2
+                         WHERE id IN (SELECT id FROM webhook_deliveries
+                                      WHERE status = 'pending' AND next_attempt_at <= ?1
+                                        AND (lease_until IS NULL OR lease_until <= ?1)
+                                      ORDER BY next_attempt_at LIMIT ?3)
+                         RETURNING id, task_id, url, payload, attempts, first_failed_at,
+                             webhook_secret,
+                             (SELECT signing_secret FROM accounts a
+                              WHERE a.id = webhook_deliveries.account_id),
+                             lease_until",
+                    )?
+                    .query_map(params![now, now + lease_ms, limit], |r| {
+                        Ok(DueDelivery {
+                            id: r.get(0)?,
+                            task_id: r.get(1)?,
+                            url: r.get(2)?,
+                            payload: r.get(3)?,
+                            attempts: r.get(4)?,
+                            first_failed_at: r.get(5)?,
+                            webhook_secret: r.get(6)?,
+                            signing_secret: r.get(7)?,
+                            lease_until: r.get(8)?,
+                        })
+                    })?
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(claimed)
+            })
+            .await
     }
 
     /// Record an attempt and the delivery's next state, fenced by the attempt count seen at claim.
+    /// Concurrent calls share a transaction (see `writer.rs`).
     pub async fn record_attempt(
         &self,
         delivery_id: &str,
         claimed_attempts: i64,
         record: &AttemptRecord,
     ) -> StoreResult<bool> {
-        self.attempts
-            .write(RecordAttempt {
+        self.writer
+            .record(RecordAttempt {
                 delivery_id: delivery_id.to_string(),
                 claimed_attempts,
                 record: record.clone(),
@@ -104,20 +120,23 @@ impl Store {
     /// instead of when their lease runs out. A delivery claimed again since (its lease ran out)
     /// is left alone. Returns how many were handed back.
     pub async fn release_deliveries(&self, claimed: &[DueDelivery]) -> StoreResult<u64> {
-        let leases: Vec<(&str, i64)> = claimed
+        let leases: Vec<(String, i64)> = claimed
             .iter()
-            .map(|d| (d.id.as_str(), d.lease_until))
+            .map(|d| (d.id.clone(), d.lease_until))
             .collect();
-        let done = sqlx::query(
-            "UPDATE webhook_deliveries SET lease_until = NULL
-             FROM (SELECT value->>0 AS id, value->>1 AS lease_until FROM json_each(?)) AS v
-             WHERE webhook_deliveries.id = v.id AND webhook_deliveries.lease_until = v.lease_until
-               AND webhook_deliveries.status = 'pending'",
-        )
-        .bind(super::batch::to_json(&leases))
-        .execute(&self.writer)
-        .await?;
-        Ok(done.rows_affected())
+        self.writer
+            .call(move |conn| {
+                let mut release = conn.prepare_cached(
+                    "UPDATE webhook_deliveries SET lease_until = NULL
+                     WHERE id = ? AND lease_until = ? AND status = 'pending'",
+                )?;
+                let mut released = 0;
+                for (id, lease_until) in &leases {
+                    released += release.execute(params![id, lease_until])? as u64;
+                }
+                Ok(released)
+            })
+            .await
     }
 
     /// When the next delivery that is not in flight becomes due. Walks the due index from its
@@ -169,165 +188,103 @@ impl Store {
     /// Start a fresh delivery schedule for a task's result.
     pub async fn redeliver(&self, account_id: &str, task_id: &Uuid) -> StoreResult<Redelivery> {
         let TaskKey { seq, legacy } = self.ids.key(task_id);
-        let mut tx = self.writer.begin().await?;
-        let task: Option<(i64, String, Option<String>)> = sqlx::query_as(&format!(
-            "SELECT t.seq, t.status, t.webhook_url FROM tasks t WHERE {} AND t.account_id = ?3",
-            by_id(1, 2)
-        ))
-        .bind(seq)
-        .bind(legacy)
-        .bind(account_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let result = match task {
-            None => Redelivery::TaskNotFound,
-            Some((_, _, None)) => Redelivery::NoWebhook,
-            Some((_, status, Some(_))) if status != "finished" && status != "failed" => {
-                Redelivery::NotFinal
-            }
-            Some((seq, _, Some(_))) => {
-                let now = now_ms();
-                sqlx::query(
-                    "UPDATE webhook_deliveries SET status = 'pending', attempts = 0,
-                         next_attempt_at = ?, first_failed_at = NULL, lease_until = NULL,
-                         updated_at = ?
-                     WHERE task_seq = ?",
-                )
-                .bind(now)
-                .bind(now)
-                .bind(seq)
-                .execute(&mut *tx)
-                .await?;
-                Redelivery::Queued
-            }
-        };
-        tx.commit().await?;
-        Ok(result)
+        let account_id = account_id.to_string();
+        self.writer
+            .call(move |conn| {
+                let task: Option<(i64, String, Option<String>)> = conn
+                    .prepare_cached(&format!(
+                        "SELECT t.seq, t.status, t.webhook_url FROM tasks t
+                         WHERE {} AND t.account_id = ?3",
+                        by_id(1, 2)
+                    ))?
+                    .query_row(params![seq, legacy, account_id], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                    })
+                    .optional()?;
+                Ok(match task {
+                    None => Redelivery::TaskNotFound,
+                    Some((_, _, None)) => Redelivery::NoWebhook,
+                    Some((_, status, Some(_))) if status != "finished" && status != "failed" => {
+                        Redelivery::NotFinal
+                    }
+                    Some((seq, _, Some(_))) => {
+                        let now = now_ms();
+                        conn.prepare_cached(
+                            "UPDATE webhook_deliveries SET status = 'pending', attempts = 0,
+                                 next_attempt_at = ?1, first_failed_at = NULL,
+                                 lease_until = NULL, updated_at = ?1
+                             WHERE task_seq = ?2",
+                        )?
+                        .execute(params![now, seq])?;
+                        Redelivery::Queued
+                    }
+                })
+            })
+            .await
     }
 }
 
-/// An attempt's record and the delivery's next state, for the group-commit batcher.
+/// An attempt's record and the delivery's next state, for the writer's group of records.
 pub(super) struct RecordAttempt {
     delivery_id: String,
     claimed_attempts: i64,
     record: AttemptRecord,
 }
 
-/// Parameters bound per attempt record, in this order: delivery_id, claimed_attempts, status,
-/// attempted_at, duration_ms, status_code, error, next_attempt_at, first_failed_at.
-const RECORD_PARAMS: usize = 9;
-
-/// Record statements for chunks of 1, 2, 4, ... 256 attempts (see `batch::chunks`): the
-/// attempt rows, then the fenced update of the deliveries, both reading the same numbered
-/// parameters as the table `v`; the last parameter is the time of the update.
-static RECORD_CHUNKS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
-    super::batch::statements_per_chunk(|n| {
-        let rows: Vec<String> = (0..n)
-            .map(|i| {
-                let params: Vec<String> = (1..=RECORD_PARAMS)
-                    .map(|p| format!("?{}", i * RECORD_PARAMS + p))
-                    .collect();
-                format!("({i}, {})", params.join(", "))
-            })
-            .collect();
-        let v = format!(
-            "WITH v(pos, delivery_id, claimed_attempts, status, attempted_at, duration_ms,
-                 status_code, error, next_attempt_at, first_failed_at)
-             AS (VALUES {})",
-            rows.join(", ")
-        );
-        format!(
-            "{v}
-             INSERT INTO webhook_attempts (delivery_id, attempted_at, duration_ms, status_code,
-                 error, next_attempt_at)
-             SELECT d.id, v.attempted_at, v.duration_ms, v.status_code, v.error,
-                 v.next_attempt_at
-             FROM v JOIN webhook_deliveries AS d ON d.id = v.delivery_id
-                 AND d.attempts = v.claimed_attempts AND d.status = 'pending'
-             ORDER BY v.pos;
-             {v}
-             UPDATE webhook_deliveries SET status = v.status, attempts = attempts + 1,
-                 next_attempt_at = v.next_attempt_at, first_failed_at = v.first_failed_at,
-                 lease_until = NULL, last_status_code = v.status_code, last_error = v.error,
-                 updated_at = ?{now}
-             FROM v
-             WHERE webhook_deliveries.id = v.delivery_id
-               AND webhook_deliveries.attempts = v.claimed_attempts
-               AND webhook_deliveries.status = 'pending'
-             RETURNING id;",
-            now = n * RECORD_PARAMS + 1
-        )
-    })
-});
-
-impl super::batch::Write for RecordAttempt {
-    type Output = bool;
-    type State = ();
-
-    /// One transaction for the whole batch: `BEGIN IMMEDIATE`, the records in chunks of bound
-    /// rows (see `RECORD_CHUNKS`; a batch of 40 is 32 + 8), `COMMIT`. Each chunk writes the
-    /// attempt rows for the deliveries that pass the fence (the attempt count seen at claim: a
-    /// stale dispatcher changes nothing), then updates those same deliveries. Until the records
-    /// were bound rows, the batch travelled as one JSON array that SQLite took apart row by row.
-    fn apply_all<'c>(
-        batch: &'c [Self],
-        conn: &'c mut SqliteConnection,
-        _: &'c mut (),
-    ) -> BoxFuture<'c, StoreResult<Vec<bool>>> {
-        Box::pin(async move {
-            // A delivery is claimed by one attempt at a time; should a batch still hold two
-            // records for one, only the first is a candidate, as if applied one after another.
-            let mut seen = HashSet::new();
-            let candidate: Vec<bool> = batch
-                .iter()
-                .map(|w| seen.insert(w.delivery_id.as_str()))
-                .collect();
-            let rows: Vec<&RecordAttempt> = batch
-                .iter()
-                .zip(&candidate)
-                .filter(|(_, c)| **c)
-                .map(|(w, _)| w)
-                .collect();
-            if let Err(e) = sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await {
-                return Err(super::tasks::rolled_back(conn, e).await);
+/// Record a group of attempts, inside the writer's transaction, one after another: each moves
+/// its delivery to its next state if the delivery still has the attempt count seen at claim (a
+/// stale dispatcher changes nothing), and only then adds the attempt's row. So should a group
+/// hold two records for one delivery, the first is recorded and the second finds the count
+/// moved on. True for each record that was written.
+pub(super) fn apply_records(
+    conn: &Connection,
+    batch: &[RecordAttempt],
+) -> rusqlite::Result<Vec<bool>> {
+    let now = now_ms();
+    let mut update = conn.prepare_cached(
+        "UPDATE webhook_deliveries SET status = ?1, attempts = attempts + 1,
+             next_attempt_at = ?2, first_failed_at = ?3, lease_until = NULL,
+             last_status_code = ?4, last_error = ?5, updated_at = ?6
+         WHERE id = ?7 AND attempts = ?8 AND status = 'pending'",
+    )?;
+    let mut insert = conn.prepare_cached(
+        "INSERT INTO webhook_attempts (delivery_id, attempted_at, duration_ms, status_code,
+             error, next_attempt_at)
+         VALUES (?, ?, ?, ?, ?, ?)",
+    )?;
+    batch
+        .iter()
+        .map(|w| {
+            let r = &w.record;
+            let status = if r.delivered {
+                "delivered"
+            } else if r.next_attempt_at.is_some() {
+                "pending"
+            } else {
+                "undeliverable"
+            };
+            let changed = update.execute(params![
+                status,
+                r.next_attempt_at,
+                r.first_failed_at,
+                r.status_code,
+                r.error,
+                now,
+                w.delivery_id,
+                w.claimed_attempts,
+            ])?;
+            if changed == 0 {
+                return Ok(false);
             }
-            let now = now_ms();
-            let mut changed: HashSet<String> = HashSet::new();
-            for (k, chunk) in super::batch::chunks(&rows) {
-                let mut query = sqlx::query_scalar::<_, String>(&RECORD_CHUNKS[k]);
-                for w in chunk {
-                    let r = &w.record;
-                    let status = if r.delivered {
-                        "delivered"
-                    } else if r.next_attempt_at.is_some() {
-                        "pending"
-                    } else {
-                        "undeliverable"
-                    };
-                    query = query
-                        .bind(w.delivery_id.as_str())
-                        .bind(w.claimed_attempts)
-                        .bind(status)
-                        .bind(r.attempted_at)
-                        .bind(r.duration_ms)
-                        .bind(r.status_code)
-                        .bind(r.error.as_deref())
-                        .bind(r.next_attempt_at)
-                        .bind(r.first_failed_at);
-                }
-                match query.bind(now).fetch_all(&mut *conn).await {
-                    Ok(ids) => changed.extend(ids),
-                    Err(e) => return Err(super::tasks::rolled_back(conn, e).await),
-                }
-            }
-            if let Err(e) = sqlx::query("COMMIT").execute(&mut *conn).await {
-                return Err(super::tasks::rolled_back(conn, e).await);
-            }
-            Ok(batch
-                .iter()
-                .zip(&candidate)
-                .map(|(w, c)| *c && changed.contains(&w.delivery_id))
-                .collect())
+            insert.execute(params![
+                w.delivery_id,
+                r.attempted_at,
+                r.duration_ms,
+                r.status_code,
+                r.error,
+                r.next_attempt_at,
+            ])?;
+            Ok(true)
         })
-    }
+        .collect()
 }

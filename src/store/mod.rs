@@ -6,10 +6,10 @@
 //! task's attempt number or the delivery's lease), so a stale owner cannot overwrite newer state.
 
 mod accounts;
-mod batch;
 mod deliveries;
 mod ids;
 mod tasks;
+mod writer;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -27,37 +27,59 @@ pub use deliveries::{AttemptRecord, AttemptRow, DueDelivery, Redelivery};
 pub use ids::TaskIds;
 pub use tasks::{ClaimedTask, NewTask, Outcome, Submitted, TaskRow, KEY_TOUCH_EVERY_MS};
 
+/// An error from either SQLite driver (reads go through sqlx's pool, writes through the writer's
+/// own connection), shared: one failed commit answers every write that was in it.
+pub type Cause = Arc<dyn std::error::Error + Send + Sync>;
+
 /// What can go wrong in the store, sorted by what the caller should do about it.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum StoreError {
     /// The database cannot be reached or is overloaded right now; try again later.
     #[error("store unavailable: {0}")]
-    Unavailable(sqlx::Error),
+    Unavailable(Cause),
     /// Anything else: a bug or a damaged database.
     #[error("store error: {0}")]
-    Other(sqlx::Error),
+    Other(Cause),
+}
+
+impl StoreError {
+    /// The writer has stopped: the store is closing.
+    fn closed() -> StoreError {
+        StoreError::Unavailable(Arc::new(writer::Failure("the store is closed".into())))
+    }
+
+    /// Sorted by SQLite's primary result code: SQLITE_BUSY (5), SQLITE_LOCKED (6),
+    /// SQLITE_IOERR (10), SQLITE_FULL (13) and SQLITE_CANTOPEN (14) pass; the rest is a fault.
+    fn by_code(code: Option<i32>, cause: Cause) -> StoreError {
+        match code.map(|c| c & 0xff) {
+            Some(5 | 6 | 10 | 13 | 14) => StoreError::Unavailable(cause),
+            _ => StoreError::Other(cause),
+        }
+    }
 }
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
-        let transient = match &e {
-            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => true,
-            sqlx::Error::Database(db) => {
-                // SQLITE_BUSY (5), SQLITE_LOCKED (6), SQLITE_IOERR (10), SQLITE_FULL (13),
-                // SQLITE_CANTOPEN (14), with or without extended codes.
-                let code = db
-                    .code()
-                    .and_then(|c| c.parse::<i64>().ok())
-                    .map(|c| c & 0xff);
-                matches!(code, Some(5 | 6 | 10 | 13 | 14))
+        match &e {
+            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => {
+                StoreError::Unavailable(Arc::new(e))
             }
-            _ => false,
-        };
-        if transient {
-            StoreError::Unavailable(e)
-        } else {
-            StoreError::Other(e)
+            sqlx::Error::Database(db) => {
+                let code = db.code().and_then(|c| c.parse::<i32>().ok());
+                StoreError::by_code(code, Arc::new(e))
+            }
+            _ => StoreError::Other(Arc::new(e)),
         }
+    }
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        let code = match &e {
+            rusqlite::Error::SqliteFailure(failure, _) => Some(failure.extended_code),
+            _ => None,
+        };
+        StoreError::by_code(code, Arc::new(e))
     }
 }
 
@@ -81,37 +103,44 @@ pub struct Store {
     /// Shared: the store is cloned for every request (with the server's state) and every
     /// delivery, and the options are a deep structure of strings and maps.
     options: Arc<SqliteConnectOptions>,
-    writer: SqlitePool,
+    /// Every write, on the writer's thread (`writer.rs`).
+    writer: writer::Writer,
     reader: SqlitePool,
-    /// Submits and attempt records on their way to their group-commit batchers.
-    submits: batch::Batcher<tasks::InsertTask>,
-    attempts: batch::Batcher<deliveries::RecordAttempt>,
     /// Public task ids from `seq` and back.
     ids: Arc<TaskIds>,
 }
 
 /// The key that task ids are made with, created on first use. It must never change: every id
 /// handed out so far is made with it.
-async fn task_id_key(writer: &SqlitePool) -> anyhow::Result<[u8; 32]> {
+async fn task_id_key(conn: &mut SqliteConnection) -> anyhow::Result<[u8; 32]> {
     let mut fresh = [0u8; 32];
     rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut fresh);
     sqlx::query(
         "INSERT INTO settings (name, value) VALUES ('task_id_key', ?) ON CONFLICT DO NOTHING",
     )
     .bind(fresh.as_slice())
-    .execute(writer)
+    .execute(&mut *conn)
     .await?;
     let key: Vec<u8> = sqlx::query_scalar("SELECT value FROM settings WHERE name = 'task_id_key'")
-        .fetch_one(writer)
+        .fetch_one(&mut *conn)
         .await?;
     key.try_into()
         .map_err(|_| anyhow::anyhow!("the stored task id key is not 32 bytes"))
+}
+
+/// A list as one JSON text, for `json_each`: how a list reaches SQLite as one bound value.
+fn to_json(value: &impl serde::Serialize) -> String {
+    serde_json::to_string(value).expect("lists of ids serialize")
 }
 
 /// Current time as Unix milliseconds, the unit of every stored time.
 pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
+
+/// Page cache per connection, in KiB (six connections: the writer, four readers and the
+/// checkpointer): memory stays bounded however many tasks are stored.
+const CACHE_KIB: u32 = 4096;
 
 impl Store {
     /// Open (creating if needed) the database and bring its schema up to date.
@@ -127,31 +156,41 @@ impl Store {
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(5))
             .pragma("temp_store", "memory")
-            // 4 MiB of page cache per connection (five connections): memory stays bounded
-            // however many tasks are stored.
-            .pragma("cache_size", "-4096");
-        if let Some(path) = options.get_filename().parent() {
-            if !path.as_os_str().is_empty() {
-                std::fs::create_dir_all(path)?;
+            .pragma("cache_size", format!("-{CACHE_KIB}"));
+        let path = options.get_filename().to_path_buf();
+        if path.as_os_str() == ":memory:" || url.contains("mode=memory") {
+            anyhow::bail!(
+                "database_url: easel needs a database file, not an in-memory database (the \
+                 writer, the readers and the checkpointer are connections of their own)"
+            );
+        }
+        if let Some(parent) = path.parent() {
+            if !parent.as_os_str().is_empty() {
+                std::fs::create_dir_all(parent)?;
             }
         }
+        // Create and migrate with a connection of its own, closed before the writer starts.
+        let mut setup = SqliteConnection::connect_with(&options).await?;
+        sqlx::migrate!("./migrations/sqlite")
+            .run(&mut setup)
+            .await?;
+        let ids = Arc::new(TaskIds::new(&task_id_key(&mut setup).await?));
+        setup.close().await?;
+
+        // The writer checkpoints itself only when the checkpointer (`run_checkpointer`) falls
+        // far behind or is not running (the CLI, tests that drive the store directly).
+        let writer = writer::Writer::start(
+            &path,
+            &writer::WriterOptions {
+                synchronous_full,
+                autocheckpoint_pages: WRITER_CHECKPOINT_PAGES,
+                cache_kib: CACHE_KIB,
+                busy_timeout_ms: 5000,
+            },
+            tasks::SubmitState::new(ids.clone()),
+        )?;
         // A local file has nothing to test: skip sqlx's ping before every checkout, a round
         // trip to the connection's thread.
-        // The writer checkpoints only when the checkpointer (`run_checkpointer`) falls far
-        // behind or is not running (the CLI, tests that drive the store directly).
-        let writer = SqlitePoolOptions::new()
-            .test_before_acquire(false)
-            .max_connections(1)
-            .min_connections(1)
-            .acquire_timeout(Duration::from_secs(10))
-            .connect_with(
-                options
-                    .clone()
-                    .pragma("wal_autocheckpoint", WRITER_CHECKPOINT_PAGES.to_string()),
-            )
-            .await?;
-        sqlx::migrate!("./migrations/sqlite").run(&writer).await?;
-        let ids = Arc::new(TaskIds::new(&task_id_key(&writer).await?));
         let reader = SqlitePoolOptions::new()
             .test_before_acquire(false)
             .max_connections(4)
@@ -160,10 +199,8 @@ impl Store {
             .await?;
         Ok(Store {
             options: Arc::new(options),
-            submits: batch::Batcher::spawn(writer.clone(), tasks::SubmitState::new(ids.clone())),
-            attempts: batch::Batcher::spawn(writer.clone(), ()),
-            ids,
             writer,
+            ids,
             reader,
         })
     }
@@ -228,7 +265,7 @@ impl Store {
         Ok(())
     }
 
-    /// Close both pools, letting queued statements finish.
+    /// Close the readers, then the writer once it has applied what was queued.
     pub async fn close(&self) {
         self.reader.close().await;
         self.writer.close().await;

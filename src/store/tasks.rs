@@ -1,14 +1,13 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
+use rusqlite::{params, Connection, OptionalExtension};
 use sqlx::sqlite::SqliteRow;
-use sqlx::{FromRow, Row, SqliteConnection};
+use sqlx::{FromRow, Row};
 use uuid::Uuid;
 
-use super::batch::to_json;
 use super::ids::{TaskIds, TaskKey};
-use super::{now_ms, LiveKey, Store, StoreError, StoreResult};
+use super::{now_ms, to_json, LiveKey, Store, StoreResult};
 pub use crate::domain::Outcome;
 use crate::domain::TaskStatus;
 
@@ -57,12 +56,11 @@ pub struct TaskRow {
 }
 
 /// What a worker gets when it claims a task.
-#[derive(Clone, Debug, FromRow)]
+#[derive(Clone, Debug)]
 pub struct ClaimedTask {
     /// Where the task is stored: what every fenced change names.
     pub seq: i64,
-    /// The public id (filled in after reading).
-    #[sqlx(skip)]
+    /// The public id.
     pub id: String,
     pub legacy_id: Option<String>,
     pub account_id: String,
@@ -99,15 +97,15 @@ impl Store {
     /// Store a new task submitted with the key hashed `key_hash`, unless that key is no longer
     /// live or the account already has `max_active` tasks queued or running; both are checked
     /// in the transaction that inserts. Durable when it returns `Queued`. Concurrent calls share
-    /// a transaction (see `batch.rs`).
+    /// a transaction (see `writer.rs`).
     pub async fn insert_task(
         &self,
         task: &NewTask,
         key_hash: &[u8; 32],
         max_active: u32,
     ) -> StoreResult<Submitted> {
-        self.submits
-            .write(InsertTask {
+        self.writer
+            .submit(InsertTask {
                 task: task.clone(),
                 key_hash: *key_hash,
                 max_active,
@@ -182,24 +180,40 @@ impl Store {
 
     /// Claim the next pending task (turbo before fast before relax, oldest first) with a lease.
     pub async fn claim_task(&self, owner: &str, lease_ms: i64) -> StoreResult<Option<ClaimedTask>> {
-        let now = now_ms();
-        let claimed: Option<ClaimedTask> = sqlx::query_as(
-            "UPDATE tasks SET status = 'starting', attempts = attempts + 1, lease_owner = ?,
-                 lease_expires_at = ?, started_at = COALESCE(started_at, ?), percentage = 0
-             WHERE seq = (SELECT seq FROM tasks WHERE status = 'pending'
-                          ORDER BY priority, seq LIMIT 1)
-             RETURNING seq, id AS legacy_id, account_id, task_type, prompt, aspect_ratio, seed,
-                 attempts",
-        )
-        .bind(owner)
-        .bind(now + lease_ms)
-        .bind(now)
-        .fetch_optional(&self.writer)
-        .await?;
-        Ok(claimed.map(|mut task| {
-            task.id = self.ids.of_row(task.seq, task.legacy_id.as_deref());
-            task
-        }))
+        let owner = owner.to_string();
+        let ids = self.ids.clone();
+        self.writer
+            .call(move |conn| {
+                let now = now_ms();
+                let claimed = conn
+                    .prepare_cached(
+                        "UPDATE tasks SET status = 'starting', attempts = attempts + 1,
+                             lease_owner = ?1, lease_expires_at = ?2,
+                             started_at = COALESCE(started_at, ?3), percentage = 0
+                         WHERE seq = (SELECT seq FROM tasks WHERE status = 'pending'
+                                      ORDER BY priority, seq LIMIT 1)
+                         RETURNING seq, id, account_id, task_type, prompt, aspect_ratio, seed,
+                             attempts",
+                    )?
+                    .query_row(params![owner, now + lease_ms, now], |r| {
+                        let seq = r.get(0)?;
+                        let legacy_id: Option<String> = r.get(1)?;
+                        Ok(ClaimedTask {
+                            seq,
+                            id: ids.of_row(seq, legacy_id.as_deref()),
+                            legacy_id,
+                            account_id: r.get(2)?,
+                            task_type: r.get(3)?,
+                            prompt: r.get(4)?,
+                            aspect_ratio: r.get(5)?,
+                            seed: r.get(6)?,
+                            attempts: r.get(7)?,
+                        })
+                    })
+                    .optional()?;
+                Ok(claimed)
+            })
+            .await
     }
 
     /// Move a claimed task to `processing`. False when the claim is no longer ours.
@@ -209,16 +223,17 @@ impl Store {
         attempt: i64,
         lease_ms: i64,
     ) -> StoreResult<bool> {
-        let done = sqlx::query(
-            "UPDATE tasks SET status = 'processing', lease_expires_at = ?
-             WHERE seq = ? AND attempts = ? AND status = 'starting'",
-        )
-        .bind(now_ms() + lease_ms)
-        .bind(seq)
-        .bind(attempt)
-        .execute(&self.writer)
-        .await?;
-        Ok(done.rows_affected() == 1)
+        self.writer
+            .call(move |conn| {
+                let changed = conn
+                    .prepare_cached(
+                        "UPDATE tasks SET status = 'processing', lease_expires_at = ?
+                         WHERE seq = ? AND attempts = ? AND status = 'starting'",
+                    )?
+                    .execute(params![now_ms() + lease_ms, seq, attempt])?;
+                Ok(changed == 1)
+            })
+            .await
     }
 
     /// Renew the lease and record progress. False when the claim is no longer ours.
@@ -229,17 +244,22 @@ impl Store {
         percentage: i64,
         lease_ms: i64,
     ) -> StoreResult<bool> {
-        let done = sqlx::query(&format!(
-            "UPDATE tasks SET lease_expires_at = ?, percentage = MAX(percentage, ?)
-             WHERE seq = ? AND attempts = ? AND status IN {ACTIVE}"
-        ))
-        .bind(now_ms() + lease_ms)
-        .bind(percentage.clamp(0, 99))
-        .bind(seq)
-        .bind(attempt)
-        .execute(&self.writer)
-        .await?;
-        Ok(done.rows_affected() == 1)
+        self.writer
+            .call(move |conn| {
+                let changed = conn
+                    .prepare_cached(&format!(
+                        "UPDATE tasks SET lease_expires_at = ?, percentage = MAX(percentage, ?)
+                         WHERE seq = ? AND attempts = ? AND status IN {ACTIVE}"
+                    ))?
+                    .execute(params![
+                        now_ms() + lease_ms,
+                        percentage.clamp(0, 99),
+                        seq,
+                        attempt
+                    ])?;
+                Ok(changed == 1)
+            })
+            .await
     }
 
     /// Record the final state and, in the same transaction, queue the webhook delivery.
@@ -250,62 +270,69 @@ impl Store {
         attempt: i64,
         outcome: &Outcome,
     ) -> StoreResult<bool> {
-        let mut tx = self.writer.begin().await?;
-        let done = complete_in_tx(&mut tx, &self.ids, seq, attempt, outcome).await?;
-        tx.commit().await?;
-        Ok(done)
+        let ids = self.ids.clone();
+        let outcome = outcome.clone();
+        self.writer
+            .call(move |conn| complete_in_tx(conn, &ids, seq, attempt, &outcome))
+            .await
     }
 
     /// Give a claimed task back to the queue without counting the attempt (graceful shutdown).
     pub async fn release_task(&self, seq: i64, attempt: i64) -> StoreResult<bool> {
-        let done = sqlx::query(&format!(
-            "UPDATE tasks SET status = 'pending', attempts = attempts - 1, lease_owner = NULL,
-                 lease_expires_at = NULL, percentage = 0
-             WHERE seq = ? AND attempts = ? AND status IN {ACTIVE}"
-        ))
-        .bind(seq)
-        .bind(attempt)
-        .execute(&self.writer)
-        .await?;
-        Ok(done.rows_affected() == 1)
+        self.writer
+            .call(move |conn| {
+                let changed = conn
+                    .prepare_cached(&format!(
+                        "UPDATE tasks SET status = 'pending', attempts = attempts - 1,
+                             lease_owner = NULL, lease_expires_at = NULL, percentage = 0
+                         WHERE seq = ? AND attempts = ? AND status IN {ACTIVE}"
+                    ))?
+                    .execute(params![seq, attempt])?;
+                Ok(changed == 1)
+            })
+            .await
     }
 
     /// Tasks whose lease ran out go back to the queue, or fail once they used `max_attempts`.
     /// Returns how many were requeued and the ids of those that failed.
     pub async fn recover_expired(&self, max_attempts: u32) -> StoreResult<(u64, Vec<String>)> {
-        let now = now_ms();
-        let mut tx = self.writer.begin().await?;
-        let requeued = sqlx::query(&format!(
-            "UPDATE tasks SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL,
-                 percentage = 0
-             WHERE status IN {ACTIVE} AND lease_expires_at < ? AND attempts < ?"
-        ))
-        .bind(now)
-        .bind(i64::from(max_attempts))
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        let exhausted: Vec<(i64, Option<String>, i64)> = sqlx::query_as(&format!(
-            "SELECT seq, id, attempts FROM tasks
-             WHERE status IN {ACTIVE} AND lease_expires_at < ? AND attempts >= ? LIMIT 500"
-        ))
-        .bind(now)
-        .bind(i64::from(max_attempts))
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut failed = Vec::new();
-        for (seq, legacy_id, attempts) in exhausted {
-            let outcome = Outcome::Failed {
-                error: format!(
-                    "worker lost: the task was interrupted {attempts} times and will not be retried"
-                ),
-            };
-            if complete_in_tx(&mut tx, &self.ids, seq, attempts, &outcome).await? {
-                failed.push(self.ids.of_row(seq, legacy_id.as_deref()));
-            }
-        }
-        tx.commit().await?;
-        Ok((requeued, failed))
+        let ids = self.ids.clone();
+        self.writer
+            .call(move |conn| {
+                let now = now_ms();
+                let max_attempts = i64::from(max_attempts);
+                let requeued = conn
+                    .prepare_cached(&format!(
+                        "UPDATE tasks SET status = 'pending', lease_owner = NULL,
+                             lease_expires_at = NULL, percentage = 0
+                         WHERE status IN {ACTIVE} AND lease_expires_at < ? AND attempts < ?"
+                    ))?
+                    .execute(params![now, max_attempts])?;
+                let exhausted: Vec<(i64, Option<String>, i64)> = conn
+                    .prepare_cached(&format!(
+                        "SELECT seq, id, attempts FROM tasks
+                         WHERE status IN {ACTIVE} AND lease_expires_at < ? AND attempts >= ?
+                         LIMIT 500"
+                    ))?
+                    .query_map(params![now, max_attempts], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                    })?
+                    .collect::<Result<_, _>>()?;
+                let mut failed = Vec::new();
+                for (seq, legacy_id, attempts) in exhausted {
+                    let outcome = Outcome::Failed {
+                        error: format!(
+                            "worker lost: the task was interrupted {attempts} times and will \
+                             not be retried"
+                        ),
+                    };
+                    if complete_in_tx(conn, &ids, seq, attempts, &outcome)? {
+                        failed.push(ids.of_row(seq, legacy_id.as_deref()));
+                    }
+                }
+                Ok((requeued as u64, failed))
+            })
+            .await
     }
 
     /// Counts of tasks by status, for health and metrics.
@@ -348,20 +375,10 @@ impl TaskRow {
     }
 }
 
-/// What ending a task reads back from its row.
-#[derive(FromRow)]
-struct Ended {
-    legacy_id: Option<String>,
-    account_id: String,
-    task_type: String,
-    webhook_url: Option<String>,
-    webhook_secret: Option<String>,
-}
-
 /// Write the final state of task `seq` if attempt `attempt` still holds it, and queue its webhook
 /// in the same transaction. False (and nothing written) when the claim is no longer ours.
-async fn complete_in_tx(
-    conn: &mut SqliteConnection,
+fn complete_in_tx(
+    conn: &Connection,
     ids: &TaskIds,
     seq: i64,
     attempt: i64,
@@ -374,83 +391,85 @@ async fn complete_in_tx(
             image_urls,
         } => (
             TaskStatus::Finished,
-            Some(original_image_url.clone()),
+            Some(original_image_url.as_str()),
             Some(serde_json::to_string(image_urls).expect("urls serialize")),
             None,
             image_urls.len() as i64,
         ),
-        Outcome::Failed { error } => (TaskStatus::Failed, None, None, Some(error.clone()), 0),
+        Outcome::Failed { error } => (TaskStatus::Failed, None, None, Some(error.as_str()), 0),
     };
-    let row: Option<Ended> = sqlx::query_as(&format!(
-        "UPDATE tasks SET status = ?, percentage = ?, finished_at = ?, original_image_url = ?,
-             image_urls = ?, error = ?, lease_owner = NULL, lease_expires_at = NULL
-         WHERE seq = ? AND attempts = ? AND status IN {ACTIVE}
-         RETURNING id AS legacy_id, account_id, task_type, webhook_url, webhook_secret"
-    ))
-    .bind(status.as_str())
-    .bind(if status == TaskStatus::Finished {
+    let percentage = if status == TaskStatus::Finished {
         100
     } else {
         0
-    })
-    .bind(now)
-    .bind(original)
-    .bind(urls)
-    .bind(error)
-    .bind(seq)
-    .bind(attempt)
-    .fetch_optional(&mut *conn)
-    .await?;
-    let Some(Ended {
-        legacy_id,
-        account_id,
-        task_type,
-        webhook_url,
-        webhook_secret,
-    }) = row
-    else {
+    };
+    // What ending the task reads back from its row.
+    type Ended = (
+        Option<String>,
+        String,
+        String,
+        Option<String>,
+        Option<String>,
+    );
+    let ended: Option<Ended> = conn
+        .prepare_cached(&format!(
+            "UPDATE tasks SET status = ?, percentage = ?, finished_at = ?, original_image_url = ?,
+                 image_urls = ?, error = ?, lease_owner = NULL, lease_expires_at = NULL
+             WHERE seq = ? AND attempts = ? AND status IN {ACTIVE}
+             RETURNING id, account_id, task_type, webhook_url, webhook_secret"
+        ))?
+        .query_row(
+            params![
+                status.as_str(),
+                percentage,
+                now,
+                original,
+                urls,
+                error,
+                seq,
+                attempt
+            ],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )
+        .optional()?;
+    let Some((legacy_id, account_id, task_type, webhook_url, webhook_secret)) = ended else {
         return Ok(false);
     };
     let id = ids.of_row(seq, legacy_id.as_deref());
     if images > 0 {
-        sqlx::query("UPDATE accounts SET total_images = total_images + ? WHERE id = ?")
-            .bind(images)
-            .bind(&account_id)
-            .execute(&mut *conn)
-            .await?;
+        conn.prepare_cached("UPDATE accounts SET total_images = total_images + ? WHERE id = ?")?
+            .execute(params![images, account_id])?;
     }
     if let Some(url) = webhook_url {
-        sqlx::query(
+        conn.prepare_cached(
             "INSERT INTO webhook_deliveries (id, task_seq, task_id, account_id, url, payload,
                  status, next_attempt_at, created_at, updated_at, webhook_secret)
              VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
-        )
-        // Time-ordered, like `seq`, to keep the outbox's index appending.
-        .bind(format!("msg_{}", Uuid::now_v7().simple()))
-        .bind(seq)
-        .bind(&id)
-        .bind(&account_id)
-        .bind(url)
-        .bind(outcome.webhook_payload(&id, &task_type))
-        .bind(now)
-        .bind(now)
-        .bind(now)
-        .bind(&webhook_secret)
-        .execute(&mut *conn)
-        .await?;
+        )?
+        .execute(params![
+            // Time-ordered, like `seq`, to keep the outbox's index appending.
+            format!("msg_{}", Uuid::now_v7().simple()),
+            seq,
+            id,
+            account_id,
+            url,
+            outcome.webhook_payload(&id, &task_type),
+            now,
+            now,
+            now,
+            webhook_secret,
+        ])?;
     }
     if webhook_secret.is_some() {
         // It moved to the delivery (claims read it from there); no second copy stays.
-        sqlx::query("UPDATE tasks SET webhook_secret = NULL WHERE seq = ?")
-            .bind(seq)
-            .execute(&mut *conn)
-            .await?;
+        conn.prepare_cached("UPDATE tasks SET webhook_secret = NULL WHERE seq = ?")?
+            .execute(params![seq])?;
     }
     Ok(true)
 }
 
-/// A submit, for the group-commit batcher: insert unless the account already has `max_active`
-/// tasks queued or running.
+/// A submit, for the writer's group of submits: insert unless the account already has
+/// `max_active` tasks queued or running.
 pub(super) struct InsertTask {
     task: NewTask,
     key_hash: [u8; 32],
@@ -468,11 +487,10 @@ pub enum Submitted {
     KeyNotLive,
 }
 
-/// What the submit batcher keeps: the ids' key, and when it last wrote each key's
-/// `last_used_at` (key hash to Unix ms), so that it skips the statement for keys it wrote
-/// within `KEY_TOUCH_EVERY_MS`: a round trip to the writer's thread per batch that would change
-/// nothing (skipping it raised the submit rate at 64 clients by about 12%). Entries older than
-/// that are dropped; the statement's own condition still decides.
+/// What the writer keeps for submits from one drain to the next: the ids' key, and when it last
+/// wrote each key's `last_used_at` (key hash to Unix ms), so that it skips the statement for keys
+/// it wrote within `KEY_TOUCH_EVERY_MS` (it would change nothing). Entries older than that are
+/// dropped; the statement's own condition still decides.
 pub(super) struct SubmitState {
     ids: Arc<TaskIds>,
     touched: HashMap<[u8; 32], i64>,
@@ -487,183 +505,126 @@ impl SubmitState {
     }
 }
 
-/// `INSERT` statements for chunks of 1, 2, 4, ... 256 tasks (see `batch::chunks`), bound
-/// parameters only.
-static INSERT_TASKS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
-    // Bound in this order by `apply_all`; a new task is always `pending`.
-    let row = "(?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)";
-    super::batch::statements_per_chunk(|n| {
-        format!(
+/// Store a group of submits, inside the writer's transaction. It reads the last `seq` given
+/// and, for the group's keys that are live, their accounts and how many tasks each has queued
+/// or running. The quota is then decided here, in arrival order (the group's own earlier tasks
+/// count), and each task let in gets the next `seq`, so its public id is known before it is
+/// inserted. The accounts' counters of active tasks move by the group's counts, and the keys'
+/// `last_used_at` at most once a minute.
+pub(super) fn apply_submits(
+    conn: &Connection,
+    batch: &[InsertTask],
+    state: &mut SubmitState,
+) -> rusqlite::Result<Vec<Submitted>> {
+    let now = now_ms();
+    let last: i64 = conn
+        .prepare_cached(
+            "SELECT max(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'tasks'), 0),
+                        COALESCE((SELECT max(seq) FROM tasks), 0))",
+        )?
+        .query_row([], |r| r.get(0))?;
+    let mut live: HashMap<[u8; 32], String> = HashMap::new();
+    let mut active: HashMap<String, (i64, i64)> = HashMap::new();
+    {
+        let mut key = conn.prepare_cached(
+            "SELECT k.account_id, a.active_tasks
+             FROM api_keys k JOIN accounts a ON a.id = k.account_id
+             WHERE k.key_hash = ? AND k.revoked_at IS NULL",
+        )?;
+        let hashes: BTreeSet<&[u8; 32]> = batch.iter().map(|w| &w.key_hash).collect();
+        for hash in hashes {
+            let found = key
+                .query_row([hash.as_slice()], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+                })
+                .optional()?;
+            if let Some((account, n)) = found {
+                active.entry(account.clone()).or_insert((n, 0));
+                live.insert(*hash, account);
+            }
+        }
+    }
+    // The quota, in arrival order; the group's own earlier tasks count.
+    let mut next_seq = last;
+    let outcomes: Vec<Result<(i64, &str), Submitted>> = batch
+        .iter()
+        .map(|w| {
+            let Some(account) = live.get(&w.key_hash) else {
+                return Err(Submitted::KeyNotLive);
+            };
+            let (before, added) = active.get_mut(account).expect("a live key's account");
+            if *before + *added >= i64::from(w.max_active) {
+                return Err(Submitted::QuotaFull);
+            }
+            *added += 1;
+            next_seq += 1;
+            Ok((next_seq, account.as_str()))
+        })
+        .collect();
+    {
+        let mut insert = conn.prepare_cached(
             "INSERT INTO tasks (seq, account_id, task_type, status, priority, prompt,
                  aspect_ratio, process_mode, seed, created_at, webhook_url, webhook_secret)
-             VALUES {}",
-            vec![row; n].join(", ")
-        )
-    })
-});
-
-/// A row of a submit batch's first query: a live key (its hash and account) with the account's
-/// count of active tasks, or (no key) the last `seq` given.
-type KeyOrLastSeq = (Option<Vec<u8>>, Option<String>, i64);
-
-impl super::batch::Write for InsertTask {
-    type Output = Submitted;
-    type State = SubmitState;
-
-    /// One transaction. The first round trip to the writer's thread takes the write lock and
-    /// reads the last `seq` given and, for the batch's keys that are live, their accounts and
-    /// how many tasks each has queued or running. The quota is then decided here, in arrival
-    /// order, and each task let in gets the next `seq` (so its public id is known before it is
-    /// inserted). The tasks go in with plain bound `INSERT`s (in chunks, see `INSERT_TASKS`);
-    /// the accounts' counters of active tasks move by the batch's counts in the same
-    /// transaction. Then, after the commit, the keys' `last_used_at`.
-    ///
-    /// Bound `INSERT`s cost a quarter of what one statement reading the whole batch from JSON
-    /// did (callgrind, batches of 34: about 33,000 instructions per task against 136,000,
-    /// a per-row trigger for the counter included in the latter).
-    fn apply_all<'c>(
-        batch: &'c [Self],
-        conn: &'c mut SqliteConnection,
-        state: &'c mut SubmitState,
-    ) -> BoxFuture<'c, StoreResult<Vec<Submitted>>> {
-        Box::pin(async move {
-            let now = now_ms();
-            let keys: BTreeSet<&[u8; 32]> = batch.iter().map(|w| &w.key_hash).collect();
-            let keys: Vec<String> = keys.into_iter().map(hex::encode).collect();
-            // The first row is the last `seq` (no key); then one row per live key.
-            let found: Result<Vec<KeyOrLastSeq>, _> = sqlx::query_as(
-                "BEGIN IMMEDIATE;
-                 SELECT NULL, NULL,
-                     max(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'tasks'), 0),
-                         COALESCE((SELECT max(seq) FROM tasks), 0));
-                 SELECT k.key_hash, k.account_id, a.active_tasks
-                 FROM api_keys k JOIN accounts a ON a.id = k.account_id
-                 WHERE k.key_hash IN (SELECT unhex(value) FROM json_each(?))
-                   AND k.revoked_at IS NULL;",
-            )
-            .bind(to_json(&keys))
-            .fetch_all(&mut *conn)
-            .await;
-            let found = match found {
-                Ok(found) => found,
-                Err(e) => return Err(rolled_back(conn, e).await),
+             VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)",
+        )?;
+        for (w, outcome) in batch.iter().zip(&outcomes) {
+            let Ok((seq, account)) = outcome else {
+                continue;
             };
-            let mut last = 0;
-            let mut live: HashMap<[u8; 32], String> = HashMap::new();
-            let mut active: HashMap<String, (i64, i64)> = HashMap::new();
-            for (key, account, n) in found {
-                match (key.and_then(|k| <[u8; 32]>::try_from(k).ok()), account) {
-                    (Some(key), Some(account)) => {
-                        active.insert(account.clone(), (n, 0));
-                        live.insert(key, account);
-                    }
-                    _ => last = n,
-                }
-            }
-            // The quota, in arrival order; the batch's own earlier tasks count.
-            let mut next_seq = last;
-            let outcomes: Vec<Result<(i64, &str), Submitted>> = batch
-                .iter()
-                .map(|w| {
-                    let Some(account) = live.get(&w.key_hash) else {
-                        return Err(Submitted::KeyNotLive);
-                    };
-                    let (before, added) = active.get_mut(account).expect("a live key's account");
-                    if *before + *added >= i64::from(w.max_active) {
-                        return Err(Submitted::QuotaFull);
-                    }
-                    *added += 1;
-                    next_seq += 1;
-                    Ok((next_seq, account.as_str()))
-                })
-                .collect();
-            let accepted: Vec<(&InsertTask, i64, &str)> = batch
-                .iter()
-                .zip(&outcomes)
-                .filter_map(|(w, o)| o.as_ref().ok().map(|&(seq, account)| (w, seq, account)))
-                .collect();
-            for (k, chunk) in super::batch::chunks(&accepted) {
-                let mut insert = sqlx::query(&INSERT_TASKS[k]);
-                for (w, seq, account) in chunk {
-                    let t = &w.task;
-                    insert = insert
-                        .bind(seq)
-                        .bind(*account)
-                        .bind(t.task_type)
-                        .bind(t.priority)
-                        .bind(t.prompt.as_str())
-                        .bind(t.aspect_ratio.as_str())
-                        .bind(t.process_mode)
-                        .bind(t.seed)
-                        .bind(now)
-                        .bind(t.webhook_url.as_deref())
-                        .bind(t.webhook_secret.as_deref());
-                }
-                if let Err(e) = insert.execute(&mut *conn).await {
-                    return Err(rolled_back(conn, e).await);
-                }
-            }
-            let counts: Vec<(&str, i64)> = active
-                .iter()
-                .filter(|(_, (_, added))| *added > 0)
-                .map(|(account, (_, added))| (account.as_str(), *added))
-                .collect();
-            let committed = sqlx::query(
-                "UPDATE accounts SET active_tasks = active_tasks + (c.value->>1)
-                 FROM json_each(?) AS c WHERE accounts.id = c.value->>0;
-                 COMMIT;",
-            )
-            .bind(to_json(&counts))
-            .execute(&mut *conn)
-            .await;
-            if let Err(e) = committed {
-                return Err(rolled_back(conn, e).await);
-            }
-            // The inserts are committed: from here on no error may fail the batch, or the
-            // batcher would apply these writes again.
-            let touched = &mut state.touched;
-            touched.retain(|_, at| *at > now - KEY_TOUCH_EVERY_MS);
-            let used: BTreeSet<&[u8; 32]> = accepted
-                .iter()
-                .map(|(w, _, _)| &w.key_hash)
-                .filter(|hash| !touched.contains_key(*hash))
-                .collect();
-            if !used.is_empty() {
-                let hex: Vec<String> = used.iter().map(hex::encode).collect();
-                let written = sqlx::query(
-                    "UPDATE api_keys SET last_used_at = ?1
-                     WHERE key_hash IN (SELECT unhex(value) FROM json_each(?2))
-                       AND (last_used_at IS NULL OR last_used_at <= ?1 - ?3)",
-                )
-                .bind(now)
-                .bind(to_json(&hex))
-                .bind(KEY_TOUCH_EVERY_MS)
-                .execute(&mut *conn)
-                .await;
-                match written {
-                    Ok(_) => touched.extend(used.into_iter().map(|hash| (*hash, now))),
-                    Err(e) => tracing::warn!(error = %e, "could not record key use"),
-                }
-            }
-            Ok(outcomes
-                .into_iter()
-                .map(|o| match o {
-                    Ok((seq, account)) => Submitted::Queued {
-                        account_id: account.to_string(),
-                        task_id: state.ids.id(seq),
-                    },
-                    Err(refused) => refused,
-                })
-                .collect())
-        })
+            let t = &w.task;
+            insert.execute(params![
+                seq,
+                account,
+                t.task_type,
+                t.priority,
+                t.prompt,
+                t.aspect_ratio,
+                t.process_mode,
+                t.seed,
+                now,
+                t.webhook_url,
+                t.webhook_secret,
+            ])?;
+        }
     }
-}
-
-/// A statement of a transaction failed: undo whatever it holds (none may be open if `BEGIN`
-/// itself failed; that error is the one to report).
-pub(super) async fn rolled_back(conn: &mut SqliteConnection, e: sqlx::Error) -> StoreError {
-    let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-    e.into()
+    {
+        let mut count = conn
+            .prepare_cached("UPDATE accounts SET active_tasks = active_tasks + ? WHERE id = ?")?;
+        for (account, (_, added)) in &active {
+            if *added > 0 {
+                count.execute(params![added, account])?;
+            }
+        }
+    }
+    let touched = &mut state.touched;
+    touched.retain(|_, at| *at > now - KEY_TOUCH_EVERY_MS);
+    let used: BTreeSet<&[u8; 32]> = batch
+        .iter()
+        .zip(&outcomes)
+        .filter(|(_, outcome)| outcome.is_ok())
+        .map(|(w, _)| &w.key_hash)
+        .filter(|hash| !touched.contains_key(*hash))
+        .collect();
+    if !used.is_empty() {
+        let mut touch = conn.prepare_cached(
+            "UPDATE api_keys SET last_used_at = ?1
+             WHERE key_hash = ?2 AND (last_used_at IS NULL OR last_used_at <= ?1 - ?3)",
+        )?;
+        for hash in used {
+            touch.execute(params![now, hash.as_slice(), KEY_TOUCH_EVERY_MS])?;
+            touched.insert(*hash, now);
+        }
+    }
+    Ok(outcomes
+        .into_iter()
+        .map(|outcome| match outcome {
+            Ok((seq, account)) => Submitted::Queued {
+                account_id: account.to_string(),
+                task_id: state.ids.id(seq),
+            },
+            Err(refused) => refused,
+        })
+        .collect())
 }
 
 /// `last_used_at` is written at most this often per key.

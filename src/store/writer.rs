@@ -1,0 +1,378 @@
+//! The writer: the one connection that writes, on an OS thread of its own.
+//!
+//! Every write in the process goes through it, so writers queue here instead of fighting over
+//! SQLite's lock. The thread takes whatever is queued (up to `MAX_DRAIN` jobs) and applies it in
+//! **one** transaction, then answers each caller once that transaction has committed: one commit,
+//! and with `synchronous = full` one fsync, covers every write that was waiting, whatever its
+//! kind (group commit). While a drain commits, the next one queues up; nothing waits on a timer.
+//!
+//! Inside the transaction each part runs in a savepoint of its own: the submits together, the
+//! webhook attempt records together, and each other write alone. A part that fails is rolled
+//! back alone and its callers get its error; the others commit. Should a group of submits or
+//! records fail as a whole, each of its writes is tried again alone, so one bad row cannot fail
+//! the rest. If SQLite abandons the transaction itself (an I/O error, a full disk), nothing of
+//! the drain was written and every caller in it gets the error.
+//!
+//! Why a thread of our own rather than a pooled async connection: the async SQLite driver runs
+//! each connection on a thread of its own and every statement is a round trip between threads.
+//! A batch of submits took three such round trips; on 2 busy cores each hand-off can wait for a
+//! time slice, and those waits, not SQLite or the fsync, set the batch rate. Here a batch costs
+//! one hand-off in (waking this thread, if it sleeps) and one answer out per caller.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::Arc;
+
+use rusqlite::{Connection, OpenFlags};
+use tokio::sync::{mpsc, oneshot};
+
+use super::deliveries::RecordAttempt;
+use super::tasks::{InsertTask, SubmitState, Submitted};
+use super::{StoreError, StoreResult};
+
+/// Most jobs applied in one transaction.
+const MAX_DRAIN: usize = 512;
+/// Jobs waiting for the writer; more wait for room (backpressure on the callers).
+const QUEUE: usize = 4096;
+/// Prepared statements the writer keeps (the submit and record statements, claims, the rest).
+const STATEMENT_CACHE: usize = 64;
+
+/// A write that answers itself once the transaction it ran in has ended: the closure runs the
+/// statements and returns whether they succeeded, and how to answer (given the commit's error,
+/// if the commit failed).
+type Call = Box<dyn FnOnce(&Connection) -> (bool, Answer) + Send>;
+type Answer = Box<dyn FnOnce(Option<&StoreError>) + Send>;
+
+enum Job {
+    Submit(InsertTask, oneshot::Sender<StoreResult<Submitted>>),
+    Record(RecordAttempt, oneshot::Sender<StoreResult<bool>>),
+    Call(Call),
+    /// Finish what was queued before, close the connection, then answer.
+    Close(oneshot::Sender<()>),
+}
+
+/// How the writer's connection is opened.
+pub(super) struct WriterOptions {
+    pub synchronous_full: bool,
+    /// WAL pages past which the writer checkpoints itself (the checkpointer normally does).
+    pub autocheckpoint_pages: u32,
+    pub cache_kib: u32,
+    pub busy_timeout_ms: u32,
+}
+
+/// The queue in front of the writer's thread. Cheap to clone.
+#[derive(Clone)]
+pub(super) struct Writer {
+    queue: mpsc::Sender<Job>,
+}
+
+impl Writer {
+    /// Open the write connection on `path` (which must exist, with its schema) and start the
+    /// thread. It stops at `close`, or when every `Writer` clone is gone.
+    pub(super) fn start(
+        path: &Path,
+        options: &WriterOptions,
+        submits: SubmitState,
+    ) -> anyhow::Result<Writer> {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.execute_batch(&format!(
+            "PRAGMA journal_mode = WAL;
+             PRAGMA synchronous = {};
+             PRAGMA foreign_keys = ON;
+             PRAGMA busy_timeout = {};
+             PRAGMA temp_store = MEMORY;
+             PRAGMA cache_size = -{};
+             PRAGMA wal_autocheckpoint = {};",
+            if options.synchronous_full {
+                "FULL"
+            } else {
+                "NORMAL"
+            },
+            options.busy_timeout_ms,
+            options.cache_kib,
+            options.autocheckpoint_pages,
+        ))?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        let (queue, jobs) = mpsc::channel(QUEUE);
+        std::thread::Builder::new()
+            .name("easel-writer".into())
+            .spawn(move || run(conn, jobs, submits))?;
+        Ok(Writer { queue })
+    }
+
+    /// Run `write` in the next transaction; returns its result once that has committed. On an
+    /// error the statements `write` ran are rolled back (and nothing else is).
+    pub(super) async fn call<T, F>(&self, write: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let call: Call = Box::new(move |conn| {
+            let result = write(conn);
+            let ok = result.is_ok();
+            let answer: Answer = Box::new(move |commit: Option<&StoreError>| {
+                let _ = reply.send(match commit {
+                    None => result,
+                    Some(e) => Err(e.clone()),
+                });
+            });
+            (ok, answer)
+        });
+        self.send(Job::Call(call)).await?;
+        answer.await.map_err(|_| StoreError::closed())?
+    }
+
+    /// Store a submit in the next transaction, with the others queued beside it.
+    pub(super) async fn submit(&self, write: InsertTask) -> StoreResult<Submitted> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Job::Submit(write, reply)).await?;
+        answer.await.map_err(|_| StoreError::closed())?
+    }
+
+    /// Record a webhook attempt in the next transaction, with the others queued beside it.
+    pub(super) async fn record(&self, write: RecordAttempt) -> StoreResult<bool> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Job::Record(write, reply)).await?;
+        answer.await.map_err(|_| StoreError::closed())?
+    }
+
+    /// Apply what is queued, close the connection (which checkpoints the WAL), and stop.
+    pub(super) async fn close(&self) {
+        let (done, closed) = oneshot::channel();
+        if self.queue.send(Job::Close(done)).await.is_ok() {
+            let _ = closed.await;
+        }
+    }
+
+    async fn send(&self, job: Job) -> StoreResult<()> {
+        self.queue.send(job).await.map_err(|_| StoreError::closed())
+    }
+}
+
+fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>, mut submits: SubmitState) {
+    let mut drain = Vec::with_capacity(MAX_DRAIN);
+    while let Some(job) = jobs.blocking_recv() {
+        drain.push(job);
+        while drain.len() < MAX_DRAIN {
+            match jobs.try_recv() {
+                Ok(job) => drain.push(job),
+                Err(_) => break,
+            }
+        }
+        let close = match drain.iter().position(|j| matches!(j, Job::Close(_))) {
+            // What was queued after the close is dropped: its callers hear that the store closed.
+            Some(at) => match drain.drain(at..).next() {
+                Some(Job::Close(done)) => Some(done),
+                _ => unreachable!("a close job at that place"),
+            },
+            None => None,
+        };
+        let jobs_now = std::mem::take(&mut drain);
+        let applied = catch_unwind(AssertUnwindSafe(|| {
+            if !jobs_now.is_empty() {
+                apply(&conn, jobs_now, &mut submits);
+            }
+        }));
+        if applied.is_err() {
+            // A bug in a write. Its callers and those beside it in the drain have lost their
+            // answer channels (they hear that the store closed); the writer goes on.
+            tracing::error!("a write panicked; its transaction was rolled back");
+            if !conn.is_autocommit() {
+                let _ = exec(&conn, "ROLLBACK");
+            }
+        }
+        if let Some(done) = close {
+            drop(conn);
+            let _ = done.send(());
+            return;
+        }
+    }
+}
+
+/// What to send once the transaction has ended.
+enum Reply {
+    Submit(
+        oneshot::Sender<StoreResult<Submitted>>,
+        StoreResult<Submitted>,
+    ),
+    Record(oneshot::Sender<StoreResult<bool>>, StoreResult<bool>),
+    Call(Answer),
+}
+
+impl Reply {
+    /// Answer; `lost` is the error every write of the transaction gets when it did not commit.
+    fn send(self, lost: Option<&StoreError>) {
+        match self {
+            Reply::Submit(reply, result) => {
+                let _ = reply.send(lost.map_or(result, |e| Err(e.clone())));
+            }
+            Reply::Record(reply, result) => {
+                let _ = reply.send(lost.map_or(result, |e| Err(e.clone())));
+            }
+            Reply::Call(answer) => answer(lost),
+        }
+    }
+}
+
+/// Apply one drain in one transaction and answer every job in it.
+fn apply(conn: &Connection, jobs: Vec<Job>, submits: &mut SubmitState) {
+    let mut submit_jobs = Vec::new();
+    let mut record_jobs = Vec::new();
+    let mut calls = Vec::new();
+    for job in jobs {
+        match job {
+            Job::Submit(write, reply) => submit_jobs.push((write, reply)),
+            Job::Record(write, reply) => record_jobs.push((write, reply)),
+            Job::Call(call) => calls.push(call),
+            Job::Close(_) => unreachable!("taken out before"),
+        }
+    }
+    let mut replies = Vec::with_capacity(submit_jobs.len() + record_jobs.len() + calls.len());
+    if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
+        let e = StoreError::from(e);
+        fail_all(submit_jobs, record_jobs, calls, &e);
+        return;
+    }
+
+    if !submit_jobs.is_empty() {
+        let (writes, senders): (Vec<InsertTask>, Vec<_>) = submit_jobs.into_iter().unzip();
+        let results = group(conn, &writes, |conn, writes| {
+            super::tasks::apply_submits(conn, writes, submits)
+        });
+        replies.extend(
+            senders
+                .into_iter()
+                .zip(results)
+                .map(|(s, r)| Reply::Submit(s, r)),
+        );
+    }
+    if !record_jobs.is_empty() {
+        let (writes, senders): (Vec<RecordAttempt>, Vec<_>) = record_jobs.into_iter().unzip();
+        let results = group(conn, &writes, super::deliveries::apply_records);
+        replies.extend(
+            senders
+                .into_iter()
+                .zip(results)
+                .map(|(s, r)| Reply::Record(s, r)),
+        );
+    }
+    for call in calls {
+        // A call that cannot run (the transaction is gone) is dropped unrun, which tells its
+        // caller that the store is unavailable.
+        if let Some(answer) = in_savepoint(conn, call) {
+            replies.push(Reply::Call(answer));
+        }
+    }
+
+    // SQLite rolls a transaction back by itself after some errors (I/O, a full disk): then
+    // nothing of this drain was written, including the parts that went well before.
+    let lost = if conn.is_autocommit() {
+        Some(lost())
+    } else {
+        match exec(conn, "COMMIT") {
+            Ok(()) => None,
+            Err(e) => {
+                let _ = exec(conn, "ROLLBACK");
+                Some(StoreError::from(e))
+            }
+        }
+    };
+    for reply in replies {
+        reply.send(lost.as_ref());
+    }
+}
+
+/// Run `part` in a savepoint of the open transaction: released when it says it succeeded,
+/// rolled back otherwise. None, and `part` is not run, when there is no open transaction (SQLite
+/// abandoned it after an error): a savepoint would then open a transaction of its own, and its
+/// release would commit the part alone.
+fn in_savepoint<T>(conn: &Connection, part: impl FnOnce(&Connection) -> (bool, T)) -> Option<T> {
+    if conn.is_autocommit() || exec(conn, "SAVEPOINT part").is_err() {
+        return None;
+    }
+    let (ok, value) = part(conn);
+    if !conn.is_autocommit() {
+        if !ok {
+            let _ = exec(conn, "ROLLBACK TO part");
+        }
+        let _ = exec(conn, "RELEASE part");
+    }
+    Some(value)
+}
+
+/// Run a statement that takes no parameters and returns no rows, prepared once.
+fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(drop)
+}
+
+/// Apply a group of writes of one kind together, in a savepoint; if the group fails as a whole,
+/// each write alone, in a savepoint of its own. One result per write.
+fn group<W, O>(
+    conn: &Connection,
+    writes: &[W],
+    mut apply_all: impl FnMut(&Connection, &[W]) -> rusqlite::Result<Vec<O>>,
+) -> Vec<StoreResult<O>> {
+    if writes.len() > 1 {
+        let together = in_savepoint(conn, |conn| match apply_all(conn, writes) {
+            Ok(outputs) => (true, Some(outputs)),
+            Err(_) => (false, None),
+        });
+        match together {
+            Some(Some(outputs)) => return outputs.into_iter().map(Ok).collect(),
+            None => return writes.iter().map(|_| Err(lost())).collect(),
+            // The group failed: each write alone, so that one bad write fails only itself.
+            Some(None) => {}
+        }
+    }
+    writes
+        .iter()
+        .map(|write| {
+            in_savepoint(conn, |conn| {
+                match apply_all(conn, std::slice::from_ref(write)) {
+                    Ok(mut outputs) => (true, Ok(outputs.pop().expect("one output"))),
+                    Err(e) => (false, Err(StoreError::from(e))),
+                }
+            })
+            .unwrap_or_else(|| Err(lost()))
+        })
+        .collect()
+}
+
+/// The error of every write in a transaction that SQLite abandoned.
+fn lost() -> StoreError {
+    StoreError::Unavailable(Arc::new(Failure(
+        "the transaction was rolled back by the database".into(),
+    )))
+}
+
+fn fail_all(
+    submits: Vec<(InsertTask, oneshot::Sender<StoreResult<Submitted>>)>,
+    records: Vec<(RecordAttempt, oneshot::Sender<StoreResult<bool>>)>,
+    calls: Vec<Call>,
+    e: &StoreError,
+) {
+    for (_, reply) in submits {
+        let _ = reply.send(Err(e.clone()));
+    }
+    for (_, reply) in records {
+        let _ = reply.send(Err(e.clone()));
+    }
+    // Dropping a call drops its reply channel: its caller hears that the store is unavailable.
+    drop(calls);
+}
+
+/// An error described in words (a commit that failed for many callers, a closed store).
+#[derive(Debug)]
+pub(super) struct Failure(pub String);
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Failure {}
