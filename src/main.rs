@@ -138,7 +138,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
-    easel::telemetry::init(&config.log_format);
+    let _logs = easel::telemetry::init(&config.log_format);
     let app = Application::build(config).await?;
     if let Some(key) = app.first_key() {
         println!("easel: created the first account ({FIRST_ACCOUNT_EMAIL}) and its API key.");
