@@ -2,6 +2,7 @@ use rusqlite::params;
 use sqlx::FromRow;
 use uuid::Uuid;
 
+use super::writer::Durability;
 use super::{now_ms, Store, StoreResult};
 
 /// An account, as authentication resolves it.
@@ -68,7 +69,7 @@ impl Store {
     pub async fn ensure_account(&self, email: &str, signing_secret: &str) -> StoreResult<Account> {
         let (email_owned, secret) = (email.to_string(), signing_secret.to_string());
         self.writer
-            .call(move |conn| {
+            .call(Durability::Synced, move |conn| {
                 conn.prepare_cached(
                     "INSERT INTO accounts (id, email, signing_secret, created_at)
                      VALUES (?, ?, ?, ?) ON CONFLICT (email) DO NOTHING",
@@ -112,7 +113,7 @@ impl Store {
     pub async fn set_signing_secret(&self, account_id: &str, secret: &str) -> StoreResult<()> {
         let (account_id, secret) = (account_id.to_string(), secret.to_string());
         self.writer
-            .call(move |conn| {
+            .call(Durability::Synced, move |conn| {
                 conn.prepare_cached("UPDATE accounts SET signing_secret = ? WHERE id = ?")?
                     .execute(params![secret, account_id])?;
                 Ok(())
@@ -137,7 +138,7 @@ impl Store {
             key_hash.to_vec(),
         );
         self.writer
-            .call(move |conn| {
+            .call(Durability::Synced, move |conn| {
                 let (id, account_id, name, prefix, key_hash) = row;
                 conn.prepare_cached(
                     "INSERT INTO api_keys (id, account_id, name, prefix, key_hash, created_at)
@@ -185,7 +186,7 @@ impl Store {
     pub async fn touch_api_key(&self, key_id: &str, at: i64) -> StoreResult<()> {
         let key_id = key_id.to_string();
         self.writer
-            .call(move |conn| {
+            .call(Durability::Committed, move |conn| {
                 conn.prepare_cached("UPDATE api_keys SET last_used_at = ? WHERE id = ?")?
                     .execute(params![at, key_id])?;
                 Ok(())
@@ -208,7 +209,7 @@ impl Store {
     pub async fn revoke_api_key(&self, id: &str) -> StoreResult<bool> {
         let id = id.to_string();
         self.writer
-            .call(move |conn| {
+            .call(Durability::Synced, move |conn| {
                 let changed = conn
                     .prepare_cached(
                         "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",

@@ -4,6 +4,7 @@ use uuid::Uuid;
 
 use super::ids::TaskKey;
 use super::tasks::by_id;
+use super::writer::Durability;
 use super::{now_ms, Store, StoreResult};
 
 /// A delivery that is due, with what the dispatcher needs to send it.
@@ -64,7 +65,7 @@ impl Store {
         lease_ms: i64,
     ) -> StoreResult<Vec<DueDelivery>> {
         self.writer
-            .call(move |conn| {
+            .call(Durability::Committed, move |conn| {
                 let now = now_ms();
                 // One statement, however many rows it takes.
                 let claimed = conn
@@ -125,7 +126,7 @@ impl Store {
             .map(|d| (d.id.clone(), d.lease_until))
             .collect();
         self.writer
-            .call(move |conn| {
+            .call(Durability::Committed, move |conn| {
                 let mut release = conn.prepare_cached(
                     "UPDATE webhook_deliveries SET lease_until = NULL
                      WHERE id = ? AND lease_until = ? AND status = 'pending'",
@@ -190,7 +191,7 @@ impl Store {
         let TaskKey { seq, legacy } = self.ids.key(task_id);
         let account_id = account_id.to_string();
         self.writer
-            .call(move |conn| {
+            .call(Durability::Synced, move |conn| {
                 let task: Option<(i64, String, Option<String>)> = conn
                     .prepare_cached(&format!(
                         "SELECT t.seq, t.status, t.webhook_url FROM tasks t

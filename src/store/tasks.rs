@@ -7,6 +7,7 @@ use sqlx::{FromRow, Row};
 use uuid::Uuid;
 
 use super::ids::{TaskIds, TaskKey};
+use super::writer::Durability;
 use super::{now_ms, to_json, LiveKey, Store, StoreResult};
 pub use crate::domain::Outcome;
 use crate::domain::TaskStatus;
@@ -183,7 +184,7 @@ impl Store {
         let owner = owner.to_string();
         let ids = self.ids.clone();
         self.writer
-            .call(move |conn| {
+            .call(Durability::Committed, move |conn| {
                 let now = now_ms();
                 let claimed = conn
                     .prepare_cached(
@@ -224,7 +225,7 @@ impl Store {
         lease_ms: i64,
     ) -> StoreResult<bool> {
         self.writer
-            .call(move |conn| {
+            .call(Durability::Committed, move |conn| {
                 let changed = conn
                     .prepare_cached(
                         "UPDATE tasks SET status = 'processing', lease_expires_at = ?
@@ -245,7 +246,7 @@ impl Store {
         lease_ms: i64,
     ) -> StoreResult<bool> {
         self.writer
-            .call(move |conn| {
+            .call(Durability::Committed, move |conn| {
                 let changed = conn
                     .prepare_cached(&format!(
                         "UPDATE tasks SET lease_expires_at = ?, percentage = MAX(percentage, ?)
@@ -273,14 +274,16 @@ impl Store {
         let ids = self.ids.clone();
         let outcome = outcome.clone();
         self.writer
-            .call(move |conn| complete_in_tx(conn, &ids, seq, attempt, &outcome))
+            .call(Durability::Synced, move |conn| {
+                complete_in_tx(conn, &ids, seq, attempt, &outcome)
+            })
             .await
     }
 
     /// Give a claimed task back to the queue without counting the attempt (graceful shutdown).
     pub async fn release_task(&self, seq: i64, attempt: i64) -> StoreResult<bool> {
         self.writer
-            .call(move |conn| {
+            .call(Durability::Committed, move |conn| {
                 let changed = conn
                     .prepare_cached(&format!(
                         "UPDATE tasks SET status = 'pending', attempts = attempts - 1,
@@ -298,7 +301,7 @@ impl Store {
     pub async fn recover_expired(&self, max_attempts: u32) -> StoreResult<(u64, Vec<String>)> {
         let ids = self.ids.clone();
         self.writer
-            .call(move |conn| {
+            .call(Durability::Synced, move |conn| {
                 let now = now_ms();
                 let max_attempts = i64::from(max_attempts);
                 let requeued = conn

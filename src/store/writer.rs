@@ -13,6 +13,15 @@
 //! the rest. If SQLite abandons the transaction itself (an I/O error, a full disk), nothing of
 //! the drain was written and every caller in it gets the error.
 //!
+//! With `sqlite_synchronous = full`, a drain is fsynced when it commits only if one of its writes
+//! needs it ([`Durability`]): what a client was told (a submit accepted, a key, a redelivery) and
+//! what later steps act on (a task's final state, which its webhook announces). Claims, attempt
+//! records and heartbeats commit without an fsync of their own: they are visible at once and
+//! become durable with the next fsync (the next such drain, or the next checkpoint). A power loss
+//! can forget the last of them, which only makes easel do that work again: a forgotten claim
+//! returns its task or delivery to the queue, a forgotten attempt is made again (deliveries are
+//! at least once). A crash of the process alone forgets nothing: a commit is in the WAL file.
+//!
 //! Why a thread of our own rather than a pooled async connection: the async SQLite driver runs
 //! each connection on a thread of its own and every statement is a round trip between threads.
 //! A batch of submits took three such round trips; on 2 busy cores each hand-off can wait for a
@@ -43,10 +52,20 @@ const STATEMENT_CACHE: usize = 64;
 type Call = Box<dyn FnOnce(&Connection) -> (bool, Answer) + Send>;
 type Answer = Box<dyn FnOnce(Option<&StoreError>) + Send>;
 
+/// Whether a write must be fsynced before its caller hears of it (with `synchronous = full`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Durability {
+    /// Fsynced when it commits: a client was told of it, or later steps act on it.
+    Synced,
+    /// Committed, and fsynced with the next write that is (or the next checkpoint): a write that a
+    /// power loss can only make easel do again (claims, attempt records, heartbeats).
+    Committed,
+}
+
 enum Job {
     Submit(InsertTask, oneshot::Sender<StoreResult<Submitted>>),
     Record(RecordAttempt, oneshot::Sender<StoreResult<bool>>),
-    Call(Call),
+    Call(Call, Durability),
     /// Finish what was queued before, close the connection, then answer.
     Close(oneshot::Sender<()>),
 }
@@ -58,6 +77,17 @@ pub(super) struct WriterOptions {
     pub autocheckpoint_pages: u32,
     pub cache_kib: u32,
     pub busy_timeout_ms: u32,
+}
+
+impl Job {
+    fn durability(&self) -> Durability {
+        match self {
+            Job::Submit(..) => Durability::Synced,
+            Job::Record(..) => Durability::Committed,
+            Job::Call(_, durability) => *durability,
+            Job::Close(_) => Durability::Committed,
+        }
+    }
 }
 
 /// The queue in front of the writer's thread. Cheap to clone.
@@ -97,15 +127,20 @@ impl Writer {
         ))?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let (queue, jobs) = mpsc::channel(QUEUE);
+        let sync = Sync {
+            full: options.synchronous_full,
+            now_full: options.synchronous_full,
+        };
         std::thread::Builder::new()
             .name("easel-writer".into())
-            .spawn(move || run(conn, jobs, submits))?;
+            .spawn(move || run(conn, jobs, submits, sync))?;
         Ok(Writer { queue })
     }
 
-    /// Run `write` in the next transaction; returns its result once that has committed. On an
-    /// error the statements `write` ran are rolled back (and nothing else is).
-    pub(super) async fn call<T, F>(&self, write: F) -> StoreResult<T>
+    /// Run `write` in the next transaction; returns its result once that has committed (and,
+    /// with `Durability::Synced`, been fsynced). On an error the statements `write` ran are
+    /// rolled back (and nothing else is).
+    pub(super) async fn call<T, F>(&self, durability: Durability, write: F) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
@@ -122,7 +157,7 @@ impl Writer {
             });
             (ok, answer)
         });
-        self.send(Job::Call(call)).await?;
+        self.send(Job::Call(call, durability)).await?;
         answer.await.map_err(|_| StoreError::closed())?
     }
 
@@ -153,7 +188,35 @@ impl Writer {
     }
 }
 
-fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>, mut submits: SubmitState) {
+/// The writer's `synchronous` setting: what it is configured to (`full`: fsync what needs it) and
+/// what the connection is set to now.
+struct Sync {
+    full: bool,
+    now_full: bool,
+}
+
+impl Sync {
+    /// Set the connection to fsync this drain's commit or not.
+    fn set(&mut self, conn: &Connection, jobs: &[Job]) {
+        let full = self.full && jobs.iter().any(|j| j.durability() == Durability::Synced);
+        if full != self.now_full {
+            let pragma = if full {
+                "PRAGMA synchronous = FULL"
+            } else {
+                "PRAGMA synchronous = NORMAL"
+            };
+            match conn.execute_batch(pragma) {
+                Ok(()) => self.now_full = full,
+                // Left as it was: at worst this drain is fsynced when it need not be, or not
+                // fsynced when it should (then the next synced drain makes it durable); the
+                // error is the connection's and shows again in the statements that follow.
+                Err(e) => tracing::warn!(error = %e, "could not change the writer's synchronous"),
+            }
+        }
+    }
+}
+
+fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>, mut submits: SubmitState, mut sync: Sync) {
     let mut drain = Vec::with_capacity(MAX_DRAIN);
     while let Some(job) = jobs.blocking_recv() {
         drain.push(job);
@@ -174,6 +237,7 @@ fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>, mut submits: SubmitState
         let jobs_now = std::mem::take(&mut drain);
         let applied = catch_unwind(AssertUnwindSafe(|| {
             if !jobs_now.is_empty() {
+                sync.set(&conn, &jobs_now);
                 apply(&conn, jobs_now, &mut submits);
             }
         }));
@@ -227,7 +291,7 @@ fn apply(conn: &Connection, jobs: Vec<Job>, submits: &mut SubmitState) {
         match job {
             Job::Submit(write, reply) => submit_jobs.push((write, reply)),
             Job::Record(write, reply) => record_jobs.push((write, reply)),
-            Job::Call(call) => calls.push(call),
+            Job::Call(call, _) => calls.push(call),
             Job::Close(_) => unreachable!("taken out before"),
         }
     }
@@ -376,3 +440,48 @@ impl std::fmt::Display for Failure {
 }
 
 impl std::error::Error for Failure {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn synchronous(conn: &Connection) -> i64 {
+        conn.query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .expect("pragma")
+    }
+
+    fn call(durability: Durability) -> Job {
+        Job::Call(Box::new(|_| (true, Box::new(|_| {}))), durability)
+    }
+
+    /// With `synchronous = full`, a drain is fsynced only when one of its writes needs it; with
+    /// `normal`, never. (SQLite: 2 is FULL, 1 is NORMAL.)
+    #[test]
+    fn a_drain_is_fsynced_only_when_a_write_in_it_needs_it() {
+        let dir = tempfile::tempdir().expect("dir");
+        let conn = Connection::open(dir.path().join("t.db")).expect("open");
+        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL")
+            .expect("pragmas");
+        let mut sync = Sync {
+            full: true,
+            now_full: true,
+        };
+        let committed = [call(Durability::Committed), call(Durability::Committed)];
+        sync.set(&conn, &committed);
+        assert_eq!(synchronous(&conn), 1);
+        let mixed = [call(Durability::Committed), call(Durability::Synced)];
+        sync.set(&conn, &mixed);
+        assert_eq!(synchronous(&conn), 2);
+        sync.set(&conn, &committed);
+        assert_eq!(synchronous(&conn), 1);
+
+        conn.execute_batch("PRAGMA synchronous = NORMAL")
+            .expect("pragma");
+        let mut normal = Sync {
+            full: false,
+            now_full: false,
+        };
+        normal.set(&conn, &mixed);
+        assert_eq!(synchronous(&conn), 1);
+    }
+}
