@@ -151,7 +151,7 @@ async fn a_task_whose_process_is_killed_mid_generation_still_finishes_once() {
 async fn a_webhook_in_flight_when_the_process_is_killed_is_delivered_after_restart() {
     let receiver = Receiver::start(vec![Behaviour::Hang(Duration::from_secs(30))]).await;
     let dir = tempfile::tempdir().unwrap();
-    let easel = Easel::start(dir.path(), &[("EASEL_WEBHOOK_TIMEOUT", "10s")]);
+    let easel = Easel::start(dir.path(), &[("EASEL_WEBHOOK_TIMEOUT", "5s")]);
     let key = easel.first_key.clone().unwrap();
     let (_, body) = easel
         .post(
@@ -169,7 +169,7 @@ async fn a_webhook_in_flight_when_the_process_is_killed_is_delivered_after_resta
     easel.kill9();
     receiver.set(vec![Behaviour::Status(200)]);
 
-    // The claim's lease (2 x timeout + 5 s: 25 s) must run out before the restart takes it over.
+    // The claim's lease (3 x timeout + 5 s: 20 s) must run out before the restart takes it over.
     let easel = Easel::start(dir.path(), &[("EASEL_WEBHOOK_TIMEOUT", "1s")]);
     let record = wait_for(Duration::from_secs(40), || async {
         let t = easel.fetch(&key, &id).await;

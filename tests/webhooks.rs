@@ -316,7 +316,7 @@ async fn a_hanging_receiver_does_not_hold_up_deliveries_to_others() {
 
 /// Claimed deliveries wait in a queue ahead of the senders. Those still waiting at shutdown are
 /// handed back at once; only the one being sent keeps its lease, which is long enough for a
-/// queued delivery to wait out a round of attempts before its own.
+/// queued delivery to wait out two rounds of attempts before its own.
 #[tokio::test]
 async fn a_shutdown_hands_back_claimed_deliveries_that_were_not_sent() {
     let receiver = Receiver::start(vec![Behaviour::Hang(Duration::from_secs(30))]).await;
@@ -326,7 +326,7 @@ async fn a_shutdown_hands_back_claimed_deliveries_that_were_not_sent() {
         c.shutdown_timeout = Duration::from_millis(500);
     })
     .await;
-    for i in 0..3 {
+    for i in 0..4 {
         let id = app
             .imagine(json!({"prompt": format!("held {i}"), "webhook_url": receiver.url}))
             .await;
@@ -337,33 +337,38 @@ async fn a_shutdown_hands_back_claimed_deliveries_that_were_not_sent() {
         .unwrap();
     let leases = "SELECT lease_until FROM webhook_deliveries
                   WHERE status = 'pending' AND attempts = 0 ORDER BY id";
-    // One being sent, one claimed into the queue behind it, one left in the database.
+    // One being sent, two claimed into the queue behind it (two rounds of one), one left in
+    // the database.
     let started = std::time::Instant::now();
     let held = loop {
         let leases: Vec<Option<i64>> = sqlx::query_scalar(leases).fetch_all(&mut db).await.unwrap();
-        if receiver.count() == 1 && leases.iter().flatten().count() == 2 {
+        if receiver.count() == 1 && leases.iter().flatten().count() == 3 {
             break leases;
         }
         assert!(
             started.elapsed() < Duration::from_secs(10),
-            "one delivery in flight and one queued: {} sent, leases {leases:?}",
+            "one delivery in flight and two queued: {} sent, leases {leases:?}",
             receiver.count()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    assert_eq!(held.len(), 3);
+    assert_eq!(held.len(), 4);
+    // Held no longer than the queue allows: the fourth waits unclaimed.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let still: Vec<Option<i64>> = sqlx::query_scalar(leases).fetch_all(&mut db).await.unwrap();
+    assert_eq!(still.iter().flatten().count(), 3, "{still:?}");
     let now = chrono::Utc::now().timestamp_millis();
     for lease in held.iter().flatten() {
         assert!(
-            *lease > now + 20_000,
-            "a lease covers a wait for one round of attempts (2 x 10 s + 5 s): {}",
+            *lease > now + 30_000,
+            "a lease covers a wait for two rounds of attempts (3 x 10 s + 5 s): {}",
             lease - now
         );
     }
 
     app.stop().await;
     let after: Vec<Option<i64>> = sqlx::query_scalar(leases).fetch_all(&mut db).await.unwrap();
-    assert_eq!(after.len(), 3, "all three still pending, none attempted");
+    assert_eq!(after.len(), 4, "all four still pending, none attempted");
     assert_eq!(
         after.iter().flatten().count(),
         1,
