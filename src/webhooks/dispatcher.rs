@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, Mutex, Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use super::client::{DeliveryRequest, WebhookClient};
 use super::{next_attempt_at, signing};
@@ -67,13 +66,8 @@ impl Dispatcher {
 
     /// Make one attempt and record it. Returns when the retry it scheduled is due, if it did.
     pub async fn attempt(&self, d: DueDelivery) -> Option<i64> {
-        let span = attempt_span(&d);
-        async {
-            let record = self.send(&d).await;
-            self.record(&d, record).await
-        }
-        .instrument(span)
-        .await
+        let record = self.send(&d).await;
+        self.record(&d, record).await
     }
 
     /// Send one attempt; what to record of it.
@@ -93,7 +87,8 @@ impl Dispatcher {
                     .await
             }
             Err(e) => {
-                tracing::error!(error = %e, "account signing secret is unusable");
+                tracing::error!(task_id = d.task_id, delivery = d.id, error = %e,
+                    "account signing secret is unusable");
                 super::client::AttemptOutcome {
                     delivered: false,
                     status_code: None,
@@ -133,30 +128,47 @@ impl Dispatcher {
 
     /// Record an attempt (group-committed with others) and log its outcome. Returns when the
     /// retry it scheduled is due, if it did.
+    ///
+    /// Every attempt is a row of `webhook_attempts` (served by the API), so a delivery logs only
+    /// at `debug`; failures log at `warn`. The lines name the task, the delivery and the attempt
+    /// themselves: a span per attempt cost its three fields' formatting on every delivery.
     async fn record(&self, d: &DueDelivery, record: AttemptRecord) -> Option<i64> {
+        let attempt = d.attempts + 1;
         let recorded = match self.store.record_attempt(&d.id, d.attempts, &record).await {
             Ok(recorded) => recorded,
             Err(e) => {
                 // The lease runs out and the delivery is attempted again: at least once.
-                tracing::error!(error = %e, "could not record the attempt");
+                tracing::error!(task_id = d.task_id, delivery = d.id, attempt, error = %e,
+                    "could not record the webhook attempt");
                 return None;
             }
         };
         if !recorded {
-            tracing::warn!("delivery changed while in flight; attempt not recorded");
+            tracing::warn!(
+                task_id = d.task_id,
+                delivery = d.id,
+                attempt,
+                "webhook delivery changed while in flight; attempt not recorded"
+            );
             return None;
         }
         let error = record.error.as_deref().unwrap_or("");
         let status = record.status_code;
         let ended = record.attempted_at + record.duration_ms;
         if record.delivered {
-            tracing::info!(
+            tracing::debug!(
+                task_id = d.task_id,
+                delivery = d.id,
+                attempt,
                 status,
                 duration_ms = record.duration_ms,
                 "webhook delivered"
             );
         } else if let Some(next) = record.next_attempt_at {
             tracing::warn!(
+                task_id = d.task_id,
+                delivery = d.id,
+                attempt,
                 status,
                 error,
                 retry_in_ms = next - ended,
@@ -164,6 +176,9 @@ impl Dispatcher {
             );
         } else {
             tracing::warn!(
+                task_id = d.task_id,
+                delivery = d.id,
+                attempt,
                 status,
                 error,
                 "webhook undeliverable; the result stays available through fetch"
@@ -309,12 +324,6 @@ impl Dispatcher {
     }
 }
 
-/// The span every log line of one attempt is made in.
-fn attempt_span(d: &DueDelivery) -> tracing::Span {
-    tracing::info_span!("webhook", task_id = %d.task_id, delivery = %d.id,
-        attempt = d.attempts + 1)
-}
-
 /// One of the dispatcher's senders: takes a claimed delivery from the queue when a sending slot
 /// is free, sends it, and waits for its record while another sender uses the slot.
 struct Sender {
@@ -345,11 +354,10 @@ impl Sender {
             };
             let Some(delivery) = delivery else { return };
             let d = &self.dispatcher;
-            let span = attempt_span(&delivery);
-            let record = d.send(&delivery).instrument(span.clone()).await;
+            let record = d.send(&delivery).await;
             drop(slot);
             // A retry it scheduled may be due before the claim loop would look.
-            if d.record(&delivery, record).instrument(span).await.is_some() {
+            if d.record(&delivery, record).await.is_some() {
                 self.wakeup.notify_one();
             }
         }
