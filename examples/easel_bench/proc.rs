@@ -55,9 +55,14 @@ impl Server {
                 cmd.env_remove(k);
             }
         }
-        // Settings come only from here: no easel.toml is read from the scratch directory.
+        // Settings come only from here: no easel.toml is read from the scratch directory. Logs
+        // are easel's default (`info`: a line per request and per delivery), as served, into the
+        // log file; only `EASEL_BENCH_RUST_LOG` changes that, for experiments.
         cmd.env("EASEL_CONFIG", dir.join("no-such-easel.toml"));
-        cmd.env("RUST_LOG", "warn");
+        cmd.env_remove("RUST_LOG");
+        if let Ok(filter) = std::env::var("EASEL_BENCH_RUST_LOG") {
+            cmd.env("RUST_LOG", filter);
+        }
         for (k, v) in env {
             cmd.env(k, v);
         }
