@@ -124,24 +124,23 @@ pub fn router(state: AppState) -> Router {
         ))
         .service(files);
 
-    let api = Router::new()
-        .route("/imagine", post(tasks::imagine))
-        .route("/fetch", post(tasks::fetch))
-        .route("/fetch-many", post(tasks::fetch_many))
-        .route("/tasks/{task_id}", get(tasks::get_task))
-        .route("/tasks/{task_id}/redeliver", post(tasks::redeliver))
+    // Full paths rather than a router nested under `/api/v1`: a nested router rewrites every
+    // request's URI to strip its prefix (a parse and an allocation per request).
+    Router::new()
+        .route("/api/v1/imagine", post(tasks::imagine))
+        .route("/api/v1/fetch", post(tasks::fetch))
+        .route("/api/v1/fetch-many", post(tasks::fetch_many))
+        .route("/api/v1/tasks/{task_id}", get(tasks::get_task))
+        .route("/api/v1/tasks/{task_id}/redeliver", post(tasks::redeliver))
         .route(
-            "/tasks/{task_id}/webhook-attempts",
+            "/api/v1/tasks/{task_id}/webhook-attempts",
             get(tasks::webhook_attempts),
         )
-        .route("/account", get(account::get_account))
+        .route("/api/v1/account", get(account::get_account))
         .route(
-            "/openapi.json",
+            "/api/v1/openapi.json",
             get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
-        );
-
-    Router::new()
-        .nest("/api/v1", api)
+        )
         .route("/healthz", get(health::alive))
         .route("/readyz", get(health::ready))
         .nest_service("/files", files)

@@ -21,12 +21,18 @@ pub const WEBHOOK_SECRET_MAX_CHARS: usize = 256;
 /// Most ids in one `fetch-many`.
 pub const FETCH_MANY_MAX: usize = 20;
 
+/// The answer to a submit.
+#[derive(serde::Serialize)]
+pub struct Accepted {
+    task_id: Uuid,
+}
+
 /// `POST /api/v1/imagine`: validate, store durably, wake a worker, answer with the id.
 pub async fn imagine(
     State(state): State<AppState>,
     key: PresentedKey,
     body: Result<JsonObject, ApiError>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Accepted>, ApiError> {
     let task = match body.and_then(|body| validate_imagine(&state, &body)) {
         Ok(task) => task,
         Err(e) => {
@@ -60,7 +66,7 @@ pub async fn imagine(
     // The request's own line ("request done", in a span that carries the task id) says it was
     // accepted; a second line per submit at `info` cost about as much as the first.
     tracing::debug!(mode = task.process_mode, "task accepted");
-    Ok(Json(json!({ "task_id": id })))
+    Ok(Json(Accepted { task_id: id }))
 }
 
 /// An `imagine` body as the task to store, or the first thing wrong with it.
