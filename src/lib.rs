@@ -189,7 +189,7 @@ impl Application {
             trigger.cancel();
         });
 
-        let app = api::router(self.state.clone());
+        let app = api::app(self.state.clone());
         let limits = server::ConnectionLimits {
             max_connections: config.max_connections,
             header_timeout: config.header_timeout,

@@ -12,8 +12,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::Router;
+use std::convert::Infallible;
+
+use axum::body::{Body, Bytes, HttpBody};
+use axum::http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
@@ -23,7 +25,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-use tower::ServiceExt;
+use tower::{BoxError, Service, ServiceExt};
 
 /// How long a keep-alive connection may sit idle between requests.
 pub const KEEP_ALIVE_IDLE: Duration = Duration::from_secs(60);
@@ -41,12 +43,17 @@ pub struct ConnectionLimits {
 }
 
 /// Serve `app` on `listener` until `shutdown`, then close connections gracefully.
-pub async fn serve(
+pub async fn serve<S, B>(
     listener: TcpListener,
-    app: Router,
+    app: S,
     limits: ConnectionLimits,
     shutdown: CancellationToken,
-) {
+) where
+    S: Service<Request<Body>, Response = Response<B>, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: HttpBody<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()
