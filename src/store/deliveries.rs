@@ -1,3 +1,5 @@
+use std::collections::HashMap;
+
 use rusqlite::{params, Connection, OptionalExtension};
 use sqlx::FromRow;
 use uuid::Uuid;
@@ -67,22 +69,20 @@ impl Store {
         self.writer
             .call(Durability::Committed, move |conn| {
                 let now = now_ms();
-                // One statement, however many rows it takes.
-                let claimed = conn
+                // One statement, however many rows it takes. Rows are picked and updated by
+                // rowid: by `id` each would cost a search of the key's index first.
+                let mut claimed: Vec<(DueDelivery, String)> = conn
                     .prepare_cached(
                         "UPDATE webhook_deliveries SET lease_until = ?2
-                         WHERE id IN (SELECT id FROM webhook_deliveries
-                                      WHERE status = 'pending' AND next_attempt_at <= ?1
-                                        AND (lease_until IS NULL OR lease_until <= ?1)
-                                      ORDER BY next_attempt_at LIMIT ?3)
+                         WHERE rowid IN (SELECT rowid FROM webhook_deliveries
+                                         WHERE status = 'pending' AND next_attempt_at <= ?1
+                                           AND (lease_until IS NULL OR lease_until <= ?1)
+                                         ORDER BY next_attempt_at LIMIT ?3)
                          RETURNING id, task_id, url, payload, attempts, first_failed_at,
-                             webhook_secret,
-                             (SELECT signing_secret FROM accounts a
-                              WHERE a.id = webhook_deliveries.account_id),
-                             lease_until",
+                             webhook_secret, lease_until, account_id",
                     )?
                     .query_map(params![now, now + lease_ms, limit], |r| {
-                        Ok(DueDelivery {
+                        let delivery = DueDelivery {
                             id: r.get(0)?,
                             task_id: r.get(1)?,
                             url: r.get(2)?,
@@ -90,12 +90,24 @@ impl Store {
                             attempts: r.get(4)?,
                             first_failed_at: r.get(5)?,
                             webhook_secret: r.get(6)?,
-                            signing_secret: r.get(7)?,
-                            lease_until: r.get(8)?,
-                        })
+                            lease_until: r.get(7)?,
+                            signing_secret: String::new(),
+                        };
+                        Ok((delivery, r.get(8)?))
                     })?
-                    .collect::<Result<Vec<_>, _>>()?;
-                Ok(claimed)
+                    .collect::<Result<_, _>>()?;
+                // The accounts' signing secrets, once per account rather than once per row.
+                let mut secret =
+                    conn.prepare_cached("SELECT signing_secret FROM accounts WHERE id = ?")?;
+                let mut secrets: HashMap<String, String> = HashMap::new();
+                for (delivery, account) in &mut claimed {
+                    if !secrets.contains_key(account.as_str()) {
+                        let found: String = secret.query_row([account.as_str()], |r| r.get(0))?;
+                        secrets.insert(account.clone(), found);
+                    }
+                    delivery.signing_secret = secrets[account.as_str()].clone();
+                }
+                Ok(claimed.into_iter().map(|(delivery, _)| delivery).collect())
             })
             .await
     }
