@@ -24,6 +24,10 @@ const DEFAULT_FILTER: &str = "info,sqlx=warn,hyper=warn,reqwest=warn";
 
 /// Lines buffered before a `write`.
 const WRITE_BUFFER: usize = 64 * 1024;
+/// Lines that may wait for the log thread; loggers wait beyond that. The channel is allocated
+/// whole at the start: tracing-appender's default of 128,000 lines took about 4 MiB. With the
+/// thread writing every `WRITE_PAUSE`, 40,000 lines a second queue about 200 at a time.
+const QUEUED_LINES: usize = 16_384;
 /// How long the log thread rests after each write; see `Paced`.
 const WRITE_PAUSE: Duration = Duration::from_millis(5);
 
@@ -56,6 +60,7 @@ pub fn init(format: &str) -> WorkerGuard {
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
     let (writer, guard) = NonBlockingBuilder::default()
         .lossy(false)
+        .buffered_lines_limit(QUEUED_LINES)
         .thread_name("easel-logs")
         .finish(Paced {
             out: std::io::BufWriter::with_capacity(WRITE_BUFFER, std::io::stderr()),
