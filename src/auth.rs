@@ -12,7 +12,7 @@ use base64::Engine;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-use crate::api::{ApiError, AppState};
+use crate::api::{access, ApiError, AppState};
 use crate::store::{now_ms, Account, KeyOwner, LiveKey, Store, KEY_TOUCH_EVERY_MS};
 
 const KEY_PREFIX: &str = "easel_";
@@ -106,7 +106,7 @@ impl FromRequestParts<AppState> for Caller {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let owner = look_up(state, &presented_key(parts)?).await?;
         touch(state, &owner.key_id, owner.last_used_at);
-        tracing::Span::current().record("account", owner.account.id.as_str());
+        access::note_account(&owner.account.id);
         Ok(Caller(owner.account))
     }
 }
@@ -121,14 +121,14 @@ impl PresentedKey {
     /// Check the key against the store; 401 when it is not live.
     pub async fn confirm(&self, state: &AppState) -> Result<(), ApiError> {
         let owner = look_up(state, &self.0).await?;
-        tracing::Span::current().record("account", owner.account.id.as_str());
+        access::note_account(&owner.account.id);
         Ok(())
     }
 
     /// The statement that did the work found the key live: note whose it is and its use.
     pub fn used(&self, state: &AppState, key: &LiveKey) {
         touch(state, &key.key_id, key.last_used_at);
-        tracing::Span::current().record("account", key.account_id.as_str());
+        access::note_account(&key.account_id);
     }
 }
 

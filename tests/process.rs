@@ -216,3 +216,83 @@ async fn sigterm_stops_taking_work_and_exits_in_bounded_time() {
     let easel = Easel::start(dir.path(), &env);
     assert_eq!(easel.fetch(&key, &id).await["status"], "finished");
 }
+
+/// Every request leaves one line in the log when it ends, with what it learned on its way: its
+/// request id, the account it acted for, the task it was about, its status and its latency.
+#[tokio::test]
+async fn every_request_leaves_one_access_line_with_what_it_learned() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("easel.log");
+    let mut easel = Easel::start_with(
+        dir.path(),
+        &[("RUST_LOG", "info")],
+        std::fs::File::create(&log).unwrap().into(),
+    );
+    let key = easel.first_key.clone().unwrap();
+    let submit = easel
+        .http
+        .post(format!("{}/api/v1/imagine", easel.base))
+        .header("Authorization", &key)
+        .header("x-request-id", "submit-1")
+        .json(&json!({"prompt": "a line in the log"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(submit.status(), 200);
+    let task_id = submit.json::<serde_json::Value>().await.unwrap()["task_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let unknown = "0b6f3c7e-1d2b-4c3a-8f00-000000000000";
+    let (status, _) = easel
+        .post(&key, "/api/v1/fetch", json!({ "task_id": unknown }))
+        .await;
+    assert_eq!(status, 404);
+    let refused = easel
+        .http
+        .get(format!("{}/api/v1/account", easel.base))
+        .header("Authorization", "easel_not-a-live-key-but-well-formed00")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+
+    // A graceful stop writes the lines still waiting.
+    easel.terminate();
+    easel.child.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("request done"))
+        .collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    let submitted = lines
+        .iter()
+        .find(|l| l.contains("request_id=\"submit-1\""))
+        .expect("the submit's line, under the caller's request id");
+    for field in [
+        "method=POST".to_string(),
+        "path=/api/v1/imagine".to_string(),
+        "account=\"".to_string(),
+        format!("task_id={task_id}"),
+        "status=200".to_string(),
+        "latency_ms=".to_string(),
+    ] {
+        assert!(submitted.contains(&field), "{field} in {submitted}");
+    }
+    let fetched = lines
+        .iter()
+        .find(|l| l.contains("path=/api/v1/fetch"))
+        .unwrap();
+    assert!(fetched.contains(&format!("task_id={unknown}")), "{fetched}");
+    assert!(fetched.contains("status=404") && fetched.contains("account=\""));
+    let refused = lines
+        .iter()
+        .find(|l| l.contains("path=/api/v1/account"))
+        .unwrap();
+    assert!(
+        !refused.contains("account="),
+        "no account for a dead key: {refused}"
+    );
+    assert!(!text.contains(&key), "the key itself is never logged");
+}

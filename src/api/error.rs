@@ -69,7 +69,8 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Unavailable(e) => {
-                tracing::warn!(error = %e, "store unavailable");
+                let (request_id, account, task_id) = super::access::context();
+                tracing::warn!(error = %e, request_id, account, task_id, "store unavailable");
                 ApiError::Unavailable {
                     msg: "the task store is unavailable; try again shortly".into(),
                     retry_after_secs: 5,
@@ -86,8 +87,14 @@ impl IntoResponse for ApiError {
         let body = match &self {
             ApiError::Unauthorized => json!({}),
             ApiError::Internal(e) => {
-                // The span of the request (and of the task, where there is one) adds context.
-                tracing::error!(error = format!("{e:#}"), "unexpected fault");
+                let (request_id, account, task_id) = super::access::context();
+                tracing::error!(
+                    error = format!("{e:#}"),
+                    request_id,
+                    account,
+                    task_id,
+                    "unexpected fault"
+                );
                 json!({"errors": [{"msg": "internal error", "code": code}]})
             }
             other => json!({"errors": [{"msg": other.to_string(), "code": code}]}),

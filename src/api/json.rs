@@ -108,7 +108,7 @@ impl FromRequestParts<AppState> for TaskIdPath {
             .await
             .map_err(|_| not_uuid())?;
         let id = Uuid::try_parse(&raw).map_err(|_| not_uuid())?;
-        tracing::Span::current().record("task_id", tracing::field::display(id));
+        super::access::note_task(id);
         Ok(TaskIdPath(id))
     }
 }

@@ -1,5 +1,6 @@
 //! The HTTP API: routes, shared state, request tracing, and the error shape.
 
+pub mod access;
 mod account;
 mod error;
 mod health;
@@ -9,7 +10,6 @@ mod tasks;
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::DefaultBodyLimit;
@@ -24,8 +24,6 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::services::ServeDir;
 use tower_http::set_header::SetResponseHeaderLayer;
-use tower_http::trace::TraceLayer;
-use tracing::Span;
 
 pub use error::ApiError;
 pub use record::rfc3339;
@@ -93,8 +91,6 @@ pub struct Shared {
     pub shutdown: CancellationToken,
 }
 
-const REQUEST_ID: &str = "x-request-id";
-
 /// The OpenAPI 3 document of this API, served at `/api/v1/openapi.json`.
 pub const OPENAPI: &str = include_str!("openapi.json");
 
@@ -114,8 +110,8 @@ pub const ROUTES: &[(&str, &str)] = &[
 ];
 
 /// The whole HTTP surface: the API under `/api/v1`, health checks, and the image files, inside
-/// the layers every request goes through (request id, the request's span and log line, panics
-/// caught, the body limit).
+/// the layers every request goes through (request id, the access log line, panics caught, the
+/// body limit).
 ///
 /// The layers wrap the router once, from outside, rather than each route through
 /// `Router::layer`: a route's service is cloned for every request, and with the layers inside
@@ -134,32 +130,7 @@ pub fn app(
     tower::ServiceBuilder::new()
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .layer(PropagateRequestIdLayer::x_request_id())
-        .layer(
-            TraceLayer::new_for_http()
-                .make_span_with(|req: &Request<_>| {
-                    let request_id = req
-                        .headers()
-                        .get(REQUEST_ID)
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or("");
-                    tracing::info_span!(
-                        "request",
-                        method = %req.method(),
-                        path = %req.uri().path(),
-                        request_id,
-                        account = tracing::field::Empty,
-                        task_id = tracing::field::Empty,
-                    )
-                })
-                .on_request(())
-                .on_response(|res: &Response<_>, latency: Duration, _span: &Span| {
-                    tracing::info!(
-                        status = res.status().as_u16(),
-                        latency_ms = latency.as_secs_f64() * 1000.0,
-                        "request done"
-                    );
-                }),
-        )
+        .layer(access::AccessLogLayer)
         .layer(CatchPanicLayer::custom(|_| {
             ApiError::Internal(anyhow::anyhow!("handler panicked")).into_response()
         }))

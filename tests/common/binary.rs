@@ -41,10 +41,15 @@ pub fn command(dir: &Path, extra_env: &[(&str, &str)]) -> Command {
 
 impl Easel {
     pub fn start(dir: &Path, extra_env: &[(&str, &str)]) -> Easel {
+        Easel::start_with(dir, extra_env, Stdio::inherit())
+    }
+
+    /// As `start`, with easel's stderr (its logs) going to `stderr`.
+    pub fn start_with(dir: &Path, extra_env: &[(&str, &str)], stderr: Stdio) -> Easel {
         let mut child = command(dir, extra_env)
             .arg("serve")
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
