@@ -564,31 +564,36 @@ pub(super) fn apply_submits(
             Ok((next_seq, account.as_str()))
         })
         .collect();
-    {
-        let mut insert = conn.prepare_cached(
-            "INSERT INTO tasks (seq, account_id, task_type, status, priority, prompt,
-                 aspect_ratio, process_mode, seed, created_at, webhook_url, webhook_secret)
-             VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)",
-        )?;
-        for (w, outcome) in batch.iter().zip(&outcomes) {
-            let Ok((seq, account)) = outcome else {
-                continue;
-            };
-            let t = &w.task;
-            insert.execute(params![
-                seq,
+    // Several rows per statement: an `INSERT` sets up its cursors and, for the AUTOINCREMENT
+    // key, writes `sqlite_sequence` once per statement, not once per row.
+    let rows: Vec<(&NewTask, i64, &str)> = batch
+        .iter()
+        .zip(&outcomes)
+        .filter_map(|(w, o)| {
+            o.as_ref()
+                .ok()
+                .map(|&(seq, account)| (&w.task, seq, account))
+        })
+        .collect();
+    for (k, chunk) in chunks(&rows) {
+        let mut insert = conn.prepare_cached(&INSERT_TASKS[k])?;
+        let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 11);
+        for (t, seq, account) in chunk {
+            values.extend_from_slice(&[
+                seq as &dyn rusqlite::ToSql,
                 account,
-                t.task_type,
-                t.priority,
-                t.prompt,
-                t.aspect_ratio,
-                t.process_mode,
-                t.seed,
-                now,
-                t.webhook_url,
-                t.webhook_secret,
-            ])?;
+                &t.task_type,
+                &t.priority,
+                &t.prompt,
+                &t.aspect_ratio,
+                &t.process_mode,
+                &t.seed,
+                &now,
+                &t.webhook_url,
+                &t.webhook_secret,
+            ]);
         }
+        insert.execute(rusqlite::params_from_iter(values))?;
     }
     {
         let mut count = conn
@@ -630,5 +635,62 @@ pub(super) fn apply_submits(
         .collect())
 }
 
+/// Most tasks one `INSERT` statement takes; a group is cut into chunks of 1, 2, 4, ... of them
+/// (`chunks`), so the writer's statement cache holds one statement per chunk size.
+const INSERT_CHUNK_MAX: usize = 64;
+
+/// The `INSERT` for 2^k tasks at index k, bound parameters only, in `apply_submits`' order.
+static INSERT_TASKS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+    let row = "(?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)";
+    (0..=INSERT_CHUNK_MAX.ilog2())
+        .map(|k| {
+            format!(
+                "INSERT INTO tasks (seq, account_id, task_type, status, priority, prompt,
+                     aspect_ratio, process_mode, seed, created_at, webhook_url, webhook_secret)
+                 VALUES {}",
+                vec![row; 1 << k].join(", ")
+            )
+        })
+        .collect()
+});
+
+/// `rows` cut into chunks of 2^k rows (at most `INSERT_CHUNK_MAX`), largest first: 34 rows are
+/// 32 + 2. Each comes with its k.
+fn chunks<T>(rows: &[T]) -> impl Iterator<Item = (usize, &[T])> {
+    let mut rest = rows;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let k = (rest.len().ilog2() as usize).min(INSERT_CHUNK_MAX.ilog2() as usize);
+        let (chunk, tail) = rest.split_at(1 << k);
+        rest = tail;
+        Some((k, chunk))
+    })
+}
+
 /// `last_used_at` is written at most this often per key.
 pub const KEY_TOUCH_EVERY_MS: i64 = 60_000;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_are_cut_into_power_of_two_chunks_largest_first_at_most_64() {
+        let sizes = |n: usize| -> Vec<(usize, usize)> {
+            let rows: Vec<usize> = (0..n).collect();
+            // Every row once, in order.
+            let again: Vec<usize> = chunks(&rows).flat_map(|(_, c)| c.to_vec()).collect();
+            assert_eq!(again, rows);
+            chunks(&rows).map(|(k, c)| (k, c.len())).collect()
+        };
+        assert_eq!(sizes(0), []);
+        assert_eq!(sizes(1), [(0, 1)]);
+        assert_eq!(sizes(7), [(2, 4), (1, 2), (0, 1)]);
+        assert_eq!(sizes(34), [(5, 32), (1, 2)]);
+        assert_eq!(sizes(200), [(6, 64), (6, 64), (6, 64), (3, 8)]);
+        assert_eq!(INSERT_TASKS.len(), 7);
+        assert_eq!(INSERT_TASKS[2].matches("'pending'").count(), 4);
+    }
+}
