@@ -1,13 +1,13 @@
 use std::collections::HashMap;
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension, ToSql};
 use sqlx::FromRow;
 use uuid::Uuid;
 
 use super::ids::TaskKey;
 use super::tasks::by_id;
 use super::writer::Durability;
-use super::{now_ms, Store, StoreResult};
+use super::{chunks, now_ms, Store, StoreResult};
 
 /// A delivery that is due, with what the dispatcher needs to send it.
 #[derive(Clone, Debug)]
@@ -244,11 +244,12 @@ pub(super) struct RecordAttempt {
     record: AttemptRecord,
 }
 
-/// Record a group of attempts, inside the writer's transaction, one after another: each moves
-/// its delivery to its next state if the delivery still has the attempt count seen at claim (a
-/// stale dispatcher changes nothing), and only then adds the attempt's row. So should a group
-/// hold two records for one delivery, the first is recorded and the second finds the count
-/// moved on. True for each record that was written.
+/// Record a group of attempts, inside the writer's transaction. Each moves its delivery to its
+/// next state if the delivery still has the attempt count seen at claim (a stale dispatcher
+/// changes nothing), one after another: so should a group hold two records for one delivery,
+/// the first is recorded and the second finds the count moved on. Then the attempt rows of the
+/// records that passed go in together, in chunks (an `INSERT` writes the AUTOINCREMENT counter
+/// once per statement). True for each record that was written.
 pub(super) fn apply_records(
     conn: &Connection,
     batch: &[RecordAttempt],
@@ -260,12 +261,7 @@ pub(super) fn apply_records(
              last_status_code = ?4, last_error = ?5, updated_at = ?6
          WHERE id = ?7 AND attempts = ?8 AND status = 'pending'",
     )?;
-    let mut insert = conn.prepare_cached(
-        "INSERT INTO webhook_attempts (delivery_id, attempted_at, duration_ms, status_code,
-             error, next_attempt_at)
-         VALUES (?, ?, ?, ?, ?, ?)",
-    )?;
-    batch
+    let written: Vec<bool> = batch
         .iter()
         .map(|w| {
             let r = &w.record;
@@ -286,18 +282,47 @@ pub(super) fn apply_records(
                 w.delivery_id,
                 w.claimed_attempts,
             ])?;
-            if changed == 0 {
-                return Ok(false);
-            }
-            insert.execute(params![
-                w.delivery_id,
-                r.attempted_at,
-                r.duration_ms,
-                r.status_code,
-                r.error,
-                r.next_attempt_at,
-            ])?;
-            Ok(true)
+            Ok(changed == 1)
+        })
+        .collect::<rusqlite::Result<_>>()?;
+    let rows: Vec<&RecordAttempt> = batch
+        .iter()
+        .zip(&written)
+        .filter(|(_, w)| **w)
+        .map(|(r, _)| r)
+        .collect();
+    for (k, chunk) in chunks(&rows, INSERT_CHUNK_MAX) {
+        let mut insert = conn.prepare_cached(&INSERT_ATTEMPTS[k])?;
+        let mut values: Vec<&dyn ToSql> = Vec::with_capacity(chunk.len() * 6);
+        for w in chunk {
+            let r = &w.record;
+            values.extend_from_slice(&[
+                &w.delivery_id as &dyn ToSql,
+                &r.attempted_at,
+                &r.duration_ms,
+                &r.status_code,
+                &r.error,
+                &r.next_attempt_at,
+            ]);
+        }
+        insert.execute(rusqlite::params_from_iter(values))?;
+    }
+    Ok(written)
+}
+
+/// Most attempt rows one `INSERT` takes (in chunks of 1, 2, 4, ... of them, see `store::chunks`).
+const INSERT_CHUNK_MAX: usize = 64;
+
+/// The `INSERT` of 2^k attempt rows at index k, in `apply_records`' order.
+static INSERT_ATTEMPTS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+    (0..=INSERT_CHUNK_MAX.ilog2())
+        .map(|k| {
+            format!(
+                "INSERT INTO webhook_attempts (delivery_id, attempted_at, duration_ms,
+                     status_code, error, next_attempt_at)
+                 VALUES {}",
+                vec!["(?, ?, ?, ?, ?, ?)"; 1 << k].join(", ")
+            )
         })
         .collect()
-}
+});

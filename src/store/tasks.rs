@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::ids::{TaskIds, TaskKey};
 use super::writer::Durability;
-use super::{now_ms, to_json, LiveKey, Store, StoreResult};
+use super::{chunks, now_ms, to_json, LiveKey, Store, StoreResult};
 pub use crate::domain::Outcome;
 use crate::domain::TaskStatus;
 
@@ -575,7 +575,7 @@ pub(super) fn apply_submits(
                 .map(|&(seq, account)| (&w.task, seq, account))
         })
         .collect();
-    for (k, chunk) in chunks(&rows) {
+    for (k, chunk) in chunks(&rows, INSERT_CHUNK_MAX) {
         let mut insert = conn.prepare_cached(&INSERT_TASKS[k])?;
         let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 11);
         for (t, seq, account) in chunk {
@@ -636,7 +636,7 @@ pub(super) fn apply_submits(
 }
 
 /// Most tasks one `INSERT` statement takes; a group is cut into chunks of 1, 2, 4, ... of them
-/// (`chunks`), so the writer's statement cache holds one statement per chunk size.
+/// (`store::chunks`), so the writer's statement cache holds one statement per chunk size.
 const INSERT_CHUNK_MAX: usize = 64;
 
 /// The `INSERT` for 2^k tasks at index k, bound parameters only, in `apply_submits`' order.
@@ -654,21 +654,6 @@ static INSERT_TASKS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new
         .collect()
 });
 
-/// `rows` cut into chunks of 2^k rows (at most `INSERT_CHUNK_MAX`), largest first: 34 rows are
-/// 32 + 2. Each comes with its k.
-fn chunks<T>(rows: &[T]) -> impl Iterator<Item = (usize, &[T])> {
-    let mut rest = rows;
-    std::iter::from_fn(move || {
-        if rest.is_empty() {
-            return None;
-        }
-        let k = (rest.len().ilog2() as usize).min(INSERT_CHUNK_MAX.ilog2() as usize);
-        let (chunk, tail) = rest.split_at(1 << k);
-        rest = tail;
-        Some((k, chunk))
-    })
-}
-
 /// `last_used_at` is written at most this often per key.
 pub const KEY_TOUCH_EVERY_MS: i64 = 60_000;
 
@@ -677,19 +662,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn groups_are_cut_into_power_of_two_chunks_largest_first_at_most_64() {
-        let sizes = |n: usize| -> Vec<(usize, usize)> {
-            let rows: Vec<usize> = (0..n).collect();
-            // Every row once, in order.
-            let again: Vec<usize> = chunks(&rows).flat_map(|(_, c)| c.to_vec()).collect();
-            assert_eq!(again, rows);
-            chunks(&rows).map(|(k, c)| (k, c.len())).collect()
-        };
-        assert_eq!(sizes(0), []);
-        assert_eq!(sizes(1), [(0, 1)]);
-        assert_eq!(sizes(7), [(2, 4), (1, 2), (0, 1)]);
-        assert_eq!(sizes(34), [(5, 32), (1, 2)]);
-        assert_eq!(sizes(200), [(6, 64), (6, 64), (6, 64), (3, 8)]);
+    fn there_is_an_insert_per_chunk_size() {
         assert_eq!(INSERT_TASKS.len(), 7);
         assert_eq!(INSERT_TASKS[2].matches("'pending'").count(), 4);
     }
