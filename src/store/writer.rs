@@ -196,23 +196,18 @@ struct Sync {
 }
 
 impl Sync {
-    /// Set the connection to fsync this drain's commit or not.
-    fn set(&mut self, conn: &Connection, jobs: &[Job]) {
+    /// Set the connection to fsync the commit of a drain holding `jobs`, or not.
+    fn set(&mut self, conn: &Connection, jobs: &[Job]) -> rusqlite::Result<()> {
         let full = self.full && jobs.iter().any(|j| j.durability() == Durability::Synced);
         if full != self.now_full {
-            let pragma = if full {
+            conn.execute_batch(if full {
                 "PRAGMA synchronous = FULL"
             } else {
                 "PRAGMA synchronous = NORMAL"
-            };
-            match conn.execute_batch(pragma) {
-                Ok(()) => self.now_full = full,
-                // Left as it was: at worst this drain is fsynced when it need not be, or not
-                // fsynced when it should (then the next synced drain makes it durable); the
-                // error is the connection's and shows again in the statements that follow.
-                Err(e) => tracing::warn!(error = %e, "could not change the writer's synchronous"),
-            }
+            })?;
+            self.now_full = full;
         }
+        Ok(())
     }
 }
 
@@ -237,8 +232,7 @@ fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>, mut submits: SubmitState
         let jobs_now = std::mem::take(&mut drain);
         let applied = catch_unwind(AssertUnwindSafe(|| {
             if !jobs_now.is_empty() {
-                sync.set(&conn, &jobs_now);
-                apply(&conn, jobs_now, &mut submits);
+                apply(&conn, jobs_now, &mut submits, &mut sync);
             }
         }));
         if applied.is_err() {
@@ -283,7 +277,11 @@ impl Reply {
 }
 
 /// Apply one drain in one transaction and answer every job in it.
-fn apply(conn: &Connection, jobs: Vec<Job>, submits: &mut SubmitState) {
+fn apply(conn: &Connection, jobs: Vec<Job>, submits: &mut SubmitState, sync: &mut Sync) {
+    // A drain that cannot be made as durable as its writes need is not applied at all.
+    let begun = sync
+        .set(conn, &jobs)
+        .and_then(|()| exec(conn, "BEGIN IMMEDIATE"));
     let mut submit_jobs = Vec::new();
     let mut record_jobs = Vec::new();
     let mut calls = Vec::new();
@@ -296,7 +294,7 @@ fn apply(conn: &Connection, jobs: Vec<Job>, submits: &mut SubmitState) {
         }
     }
     let mut replies = Vec::with_capacity(submit_jobs.len() + record_jobs.len() + calls.len());
-    if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
+    if let Err(e) = begun {
         let e = StoreError::from(e);
         fail_all(submit_jobs, record_jobs, calls, &e);
         return;
@@ -467,12 +465,12 @@ mod tests {
             now_full: true,
         };
         let committed = [call(Durability::Committed), call(Durability::Committed)];
-        sync.set(&conn, &committed);
+        sync.set(&conn, &committed).expect("set");
         assert_eq!(synchronous(&conn), 1);
         let mixed = [call(Durability::Committed), call(Durability::Synced)];
-        sync.set(&conn, &mixed);
+        sync.set(&conn, &mixed).expect("set");
         assert_eq!(synchronous(&conn), 2);
-        sync.set(&conn, &committed);
+        sync.set(&conn, &committed).expect("set");
         assert_eq!(synchronous(&conn), 1);
 
         conn.execute_batch("PRAGMA synchronous = NORMAL")
@@ -481,7 +479,7 @@ mod tests {
             full: false,
             now_full: false,
         };
-        normal.set(&conn, &mixed);
+        normal.set(&conn, &mixed).expect("set");
         assert_eq!(synchronous(&conn), 1);
     }
 }
