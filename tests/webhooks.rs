@@ -62,9 +62,14 @@ async fn a_finished_task_is_delivered_with_exact_payload_headers_and_signature()
         "a different secret does not verify"
     );
 
-    // The record shows the delivery.
-    let record = app.fetch(&id).await;
-    assert_eq!(record["webhook"]["status"], "delivered");
+    // The record shows the delivery once its attempt is recorded, which follows the receiver's
+    // answer (attempt records are group-committed, up to 1 ms apart).
+    let record = wait_for(Duration::from_secs(5), || async {
+        let record = app.fetch(&id).await;
+        (record["webhook"]["status"] == "delivered").then_some(record)
+    })
+    .await
+    .expect("the attempt is recorded as delivered");
     assert_eq!(record["webhook"]["attempts"], 1);
     assert_eq!(record["webhook"]["last_status_code"], 200);
     assert!(record["webhook"].get("next_attempt_at").is_none());

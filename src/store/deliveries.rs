@@ -239,9 +239,9 @@ impl Store {
 
 /// An attempt's record and the delivery's next state, for the writer's group of records.
 pub(super) struct RecordAttempt {
-    delivery_id: String,
-    claimed_attempts: i64,
-    record: AttemptRecord,
+    pub(super) delivery_id: String,
+    pub(super) claimed_attempts: i64,
+    pub(super) record: AttemptRecord,
 }
 
 /// Record a group of attempts, inside the writer's transaction. Each moves its delivery to its
