@@ -686,6 +686,64 @@ async fn upgrading_moves_each_webhook_secret_from_its_task_to_its_delivery() {
 }
 
 #[tokio::test]
+async fn upgrading_moves_each_payload_to_a_table_of_its_own_and_sends_it_unchanged() {
+    // A database as the release before migration 0006 left it: two pending deliveries with
+    // their payloads in their rows, one of them already attempted once.
+    let (_dir, url, mut conn) = common::database_before(6).await;
+    sqlx::query(
+        r#"INSERT INTO accounts (id, email, signing_secret, created_at)
+         VALUES ('a1', 'a@example.com', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', 0);
+         INSERT INTO tasks (seq, account_id, task_type, status, priority, prompt, aspect_ratio,
+             process_mode, seed, created_at, finished_at, webhook_url)
+         VALUES (1, 'a1', 'imagine', 'finished', 1, 'p', '1:1', 'fast', 1, 0, 5,
+                 'http://127.0.0.1:9/h'),
+                (2, 'a1', 'imagine', 'failed', 1, 'p', '1:1', 'fast', 1, 0, 5,
+                 'http://127.0.0.1:9/h');
+         INSERT INTO webhook_deliveries (id, task_seq, task_id, account_id, url, payload, status,
+             attempts, next_attempt_at, first_failed_at, created_at, updated_at)
+         VALUES ('msg_1', 1, 't-1', 'a1', 'http://127.0.0.1:9/h', '{"task_id":"t-1","n":1}',
+                 'pending', 0, 0, NULL, 5, 5),
+                ('msg_2', 2, 't-2', 'a1', 'http://127.0.0.1:9/h', '{"task_id":"t-2","n":2}',
+                 'pending', 1, 0, 4, 5, 5);
+         INSERT INTO webhook_attempts (delivery_id, attempted_at, duration_ms, error,
+             next_attempt_at)
+         VALUES ('msg_2', 4, 1, 'HTTP 503', 0);"#,
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    conn.close().await.unwrap();
+
+    let store = easel::store::Store::open(&url, false).await.unwrap();
+    let mut due = store.claim_due_deliveries(10, 60_000).await.unwrap();
+    due.sort_by(|a, b| a.id.cmp(&b.id));
+    let claimed: Vec<(&str, &str, i64)> = due
+        .iter()
+        .map(|d| (d.id.as_str(), d.payload.as_str(), d.attempts))
+        .collect();
+    assert_eq!(
+        claimed,
+        vec![
+            ("msg_1", r#"{"task_id":"t-1","n":1}"#, 0),
+            ("msg_2", r#"{"task_id":"t-2","n":2}"#, 1),
+        ]
+    );
+    store.close().await;
+    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    let columns: Vec<String> =
+        sqlx::query_scalar("SELECT name FROM pragma_table_info('webhook_deliveries')")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+    assert!(!columns.iter().any(|c| c == "payload"), "{columns:?}");
+    let attempts: i64 = sqlx::query_scalar("SELECT count(*) FROM webhook_attempts")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(attempts, 1, "the earlier attempt is kept");
+}
+
+#[tokio::test]
 async fn records_sharing_a_batch_each_land_on_their_own_delivery() {
     use easel::store::AttemptRecord;
     let idle = common::Idle::build().await;

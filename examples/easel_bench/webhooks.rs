@@ -174,9 +174,9 @@ pub async fn prefill(
         .await?;
         let payload = outcome.webhook_payload(&id, "imagine");
         sqlx::query(
-            "INSERT INTO webhook_deliveries (id, task_seq, task_id, account_id, url, payload,
+            "INSERT INTO webhook_deliveries (id, task_seq, task_id, account_id, url,
                  status, attempts, next_attempt_at, first_failed_at, created_at, updated_at)
-             VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)",
+             VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)",
         )
         // Time-ordered, as easel makes them (store/tasks.rs).
         .bind(format!("msg_{}", Uuid::now_v7().simple()))
@@ -184,7 +184,6 @@ pub async fn prefill(
         .bind(&id)
         .bind(&account.id)
         .bind(hook_url)
-        .bind(&payload)
         .bind(attempts)
         .bind(next_attempt_at)
         .bind(first_failed_at)
@@ -192,6 +191,11 @@ pub async fn prefill(
         .bind(created + 900)
         .execute(&mut *tx)
         .await?;
+        sqlx::query("INSERT INTO webhook_payloads (task_seq, payload) VALUES (?, ?)")
+            .bind(seq)
+            .bind(&payload)
+            .execute(&mut *tx)
+            .await?;
         payloads.push(payload);
     }
     tx.commit().await?;

@@ -71,43 +71,48 @@ impl Store {
                 let now = now_ms();
                 // One statement, however many rows it takes. Rows are picked and updated by
                 // rowid: by `id` each would cost a search of the key's index first.
-                let mut claimed: Vec<(DueDelivery, String)> = conn
+                let mut claimed: Vec<(DueDelivery, String, i64)> = conn
                     .prepare_cached(
                         "UPDATE webhook_deliveries SET lease_until = ?2
                          WHERE rowid IN (SELECT rowid FROM webhook_deliveries
                                          WHERE status = 'pending' AND next_attempt_at <= ?1
                                            AND (lease_until IS NULL OR lease_until <= ?1)
                                          ORDER BY next_attempt_at LIMIT ?3)
-                         RETURNING id, task_id, url, payload, attempts, first_failed_at,
-                             webhook_secret, lease_until, account_id",
+                         RETURNING id, task_id, url, attempts, first_failed_at,
+                             webhook_secret, lease_until, account_id, task_seq",
                     )?
                     .query_map(params![now, now + lease_ms, limit], |r| {
                         let delivery = DueDelivery {
                             id: r.get(0)?,
                             task_id: r.get(1)?,
                             url: r.get(2)?,
-                            payload: r.get(3)?,
-                            attempts: r.get(4)?,
-                            first_failed_at: r.get(5)?,
-                            webhook_secret: r.get(6)?,
-                            lease_until: r.get(7)?,
+                            attempts: r.get(3)?,
+                            first_failed_at: r.get(4)?,
+                            webhook_secret: r.get(5)?,
+                            lease_until: r.get(6)?,
+                            payload: String::new(),
                             signing_secret: String::new(),
                         };
-                        Ok((delivery, r.get(8)?))
+                        Ok((delivery, r.get(7)?, r.get(8)?))
                     })?
                     .collect::<Result<_, _>>()?;
-                // The accounts' signing secrets, once per account rather than once per row.
+                // The payloads, which live apart from the rows that every attempt rewrites
+                // (migration 0006), by their task's `seq`; and the accounts' signing secrets,
+                // once per account rather than once per row.
+                let mut payload =
+                    conn.prepare_cached("SELECT payload FROM webhook_payloads WHERE task_seq = ?")?;
                 let mut secret =
                     conn.prepare_cached("SELECT signing_secret FROM accounts WHERE id = ?")?;
                 let mut secrets: HashMap<String, String> = HashMap::new();
-                for (delivery, account) in &mut claimed {
+                for (delivery, account, task_seq) in &mut claimed {
+                    delivery.payload = payload.query_row([*task_seq], |r| r.get(0))?;
                     if !secrets.contains_key(account.as_str()) {
                         let found: String = secret.query_row([account.as_str()], |r| r.get(0))?;
                         secrets.insert(account.clone(), found);
                     }
                     delivery.signing_secret = secrets[account.as_str()].clone();
                 }
-                Ok(claimed.into_iter().map(|(delivery, _)| delivery).collect())
+                Ok(claimed.into_iter().map(|(delivery, ..)| delivery).collect())
             })
             .await
     }

@@ -445,9 +445,9 @@ fn complete_in_tx(
     }
     if let Some(url) = webhook_url {
         conn.prepare_cached(
-            "INSERT INTO webhook_deliveries (id, task_seq, task_id, account_id, url, payload,
+            "INSERT INTO webhook_deliveries (id, task_seq, task_id, account_id, url,
                  status, next_attempt_at, created_at, updated_at, webhook_secret)
-             VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
+             VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
         )?
         .execute(params![
             // Time-ordered, like `seq`, to keep the outbox's index appending.
@@ -456,12 +456,14 @@ fn complete_in_tx(
             id,
             account_id,
             url,
-            outcome.webhook_payload(&id, &task_type),
             now,
             now,
             now,
             webhook_secret,
         ])?;
+        // Apart from the delivery's row, which every attempt writes again (migration 0006).
+        conn.prepare_cached("INSERT INTO webhook_payloads (task_seq, payload) VALUES (?, ?)")?
+            .execute(params![seq, outcome.webhook_payload(&id, &task_type)])?;
     }
     if webhook_secret.is_some() {
         // It moved to the delivery (claims read it from there); no second copy stays.
