@@ -4,7 +4,9 @@
 //! SQLite's lock. The thread takes whatever is queued (up to `MAX_DRAIN` jobs) and applies it in
 //! **one** transaction, then answers each caller once that transaction has committed: one commit,
 //! and with `synchronous = full` one fsync, covers every write that was waiting, whatever its
-//! kind (group commit). While a drain commits, the next one queues up; nothing waits on a timer.
+//! kind (group commit). While a drain commits, the next one queues up. Only a drain made of
+//! webhook attempt records alone waits a little for more (`gather_records`); any other write
+//! wakes the thread and ends that wait.
 //!
 //! Inside the transaction each part runs in a savepoint of its own: the submits together, the
 //! webhook attempt records together, and each other write alone. A part that fails is rolled
@@ -100,6 +102,9 @@ impl Job {
 #[derive(Clone)]
 pub(super) struct Writer {
     queue: mpsc::Sender<Job>,
+    /// The writer's thread, unparked by every write but an attempt record, so that a drain of
+    /// records waiting for more (`gather_records`) goes at once.
+    thread: std::thread::Thread,
 }
 
 impl Writer {
@@ -137,10 +142,12 @@ impl Writer {
             full: options.synchronous_full,
             now_full: options.synchronous_full,
         };
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("easel-writer".into())
-            .spawn(move || run(conn, jobs, submits, sync))?;
-        Ok(Writer { queue })
+            .spawn(move || run(conn, jobs, submits, sync))?
+            .thread()
+            .clone();
+        Ok(Writer { queue, thread })
     }
 
     /// Run `write` in the next transaction; returns its result once that has committed (and,
@@ -185,12 +192,22 @@ impl Writer {
     pub(super) async fn close(&self) {
         let (done, closed) = oneshot::channel();
         if self.queue.send(Job::Close(done)).await.is_ok() {
+            self.thread.unpark();
             let _ = closed.await;
         }
     }
 
     async fn send(&self, job: Job) -> StoreResult<()> {
-        self.queue.send(job).await.map_err(|_| StoreError::closed())
+        let wake = !matches!(job, Job::Record(..));
+        self.queue
+            .send(job)
+            .await
+            .map_err(|_| StoreError::closed())?;
+        if wake {
+            // Cheap unless the thread is parked in `gather_records` (an atomic swap otherwise).
+            self.thread.unpark();
+        }
+        Ok(())
     }
 }
 
@@ -266,12 +283,13 @@ fn take_queued(jobs: &mut mpsc::Receiver<Job>, drain: &mut Vec<Job>) {
 /// A drain of webhook attempt records alone waits up to `GATHER_MAX` for more (until it holds
 /// `GATHER_RECORDS`), looking every `GATHER_STEP`: records answer no client and need no fsync,
 /// and a commit costs about as much for one as for dozens (it writes the pages they share: the
-/// deliveries' rows, the due index, the attempts and their index). Any other job ends the wait.
+/// deliveries' rows, the due index, the attempts and their index). Any other job ends the wait:
+/// its sender unparks this thread (`Writer::send`), so it is taken at once, not at the next look.
 fn gather_records(jobs: &mut mpsc::Receiver<Job>, drain: &mut Vec<Job>) {
     let only_records = |drain: &[Job]| drain.iter().all(|j| matches!(j, Job::Record(..)));
     let started = std::time::Instant::now();
     while drain.len() < GATHER_RECORDS && only_records(drain) && started.elapsed() < GATHER_MAX {
-        std::thread::sleep(GATHER_STEP);
+        std::thread::park_timeout(GATHER_STEP);
         take_queued(jobs, drain);
     }
 }
