@@ -541,6 +541,42 @@ mod tests {
         assert_eq!(drain.len(), 1);
     }
 
+    /// A drain whose `synchronous` cannot be set is not applied: its callers get the error and
+    /// the setting is left as it was. (SQLite refuses to change it inside a transaction.)
+    #[test]
+    fn a_drain_that_cannot_be_made_durable_enough_is_refused() {
+        let dir = tempfile::tempdir().expect("dir");
+        let conn = Connection::open(dir.path().join("t.db")).expect("open");
+        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; BEGIN")
+            .expect("pragmas");
+        let mut sync = Sync {
+            full: true,
+            now_full: false,
+        };
+        let synced = [call(Durability::Synced)];
+        assert!(sync.set(&conn, &synced).is_err());
+        assert!(!sync.now_full, "the setting is not taken as changed");
+        assert_eq!(synchronous(&conn), 1);
+
+        let (reply, mut answer) = oneshot::channel();
+        let (write, _) = match record() {
+            Job::Record(write, reply) => (write, reply),
+            _ => unreachable!(),
+        };
+        let jobs = vec![Job::Record(write, reply), call(Durability::Synced)];
+        let mut submits = SubmitState::new(Arc::new(crate::store::TaskIds::new(&[7; 32])));
+        apply(&conn, jobs, &mut submits, &mut sync);
+        let answered = answer.try_recv().expect("answered at once");
+        let error = answered.expect_err("the record is refused, not written");
+        // The setting's own error, not the `BEGIN` that would fail after it in this transaction.
+        assert!(
+            error
+                .to_string()
+                .contains("Safety level may not be changed"),
+            "{error}"
+        );
+    }
+
     /// With `synchronous = full`, a drain is fsynced only when one of its writes needs it; with
     /// `normal`, never. (SQLite: 2 is FULL, 1 is NORMAL.)
     #[test]
