@@ -53,7 +53,7 @@ pub fn well_formed(key: &str) -> bool {
 }
 
 /// Create a key for an account and return its secret.
-pub async fn create_key(store: &Store, account_id: &str, name: &str) -> anyhow::Result<String> {
+pub async fn create_key(store: &dyn Store, account_id: &str, name: &str) -> anyhow::Result<String> {
     let key = generate_key();
     store
         .insert_api_key(account_id, name, &key.prefix, &key.hash)

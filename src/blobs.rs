@@ -30,14 +30,18 @@ impl Blobs {
         format!("{task_id}/{}", hex::encode(token))
     }
 
-    /// Write `bytes` at `key` (atomically: a reader never sees half a file) and return its URL.
-    pub async fn put(&self, key: &str, bytes: Vec<u8>) -> std::io::Result<String> {
+    /// Write `bytes` at `key` (atomically: a reader never sees half a file).
+    pub async fn put(&self, key: &str, bytes: Vec<u8>) -> std::io::Result<()> {
         let path = self.root.join(key);
         let durable = self.durable;
         tokio::task::spawn_blocking(move || write_atomic(&path, &bytes, durable))
             .await
-            .map_err(std::io::Error::other)??;
-        Ok(format!("{}/{key}", self.base_url))
+            .map_err(std::io::Error::other)?
+    }
+
+    /// The address a client fetches `key` at.
+    pub fn url(&self, key: &str) -> String {
+        format!("{}/{key}", self.base_url)
     }
 
     /// Remove a folder written by an attempt whose result was discarded.

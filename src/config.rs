@@ -22,8 +22,18 @@ pub struct Config {
     /// Base URL that clients use to reach this server; image URLs are built from it.
     /// Default: `http://{listen}` (with the port actually bound).
     pub public_url: Option<String>,
-    /// Database URL. Default: `sqlite://{data_dir}/easel.db`.
+    /// Database URL: `sqlite://PATH` or a plain path (SQLite), or `postgres://...` /
+    /// `postgresql://...` (PostgreSQL, for several nodes). Default: `sqlite://{data_dir}/easel.db`.
+    /// A password in it is never logged.
     pub database_url: Option<String>,
+    /// Most connections this node opens to PostgreSQL (unused with SQLite). Every node's pool
+    /// counts against the server's own `max_connections`.
+    pub database_max_connections: u32,
+    /// The roles this node runs: any of `api` (the HTTP API and image files), `worker` (claims
+    /// and generates tasks) and `dispatcher` (sends webhooks). All three by default. In the
+    /// environment: a comma-separated list.
+    #[serde(deserialize_with = "string_list::deserialize")]
+    pub roles: Vec<String>,
     /// SQLite `synchronous` pragma: `full` (fsync on every commit, the default) or `normal`
     /// (survives a crash of the process, may lose the last commits on power loss).
     pub sqlite_synchronous: String,
@@ -95,6 +105,8 @@ impl Default for Config {
             data_dir: PathBuf::from("./data"),
             public_url: None,
             database_url: None,
+            database_max_connections: 16,
+            roles: vec!["api".into(), "worker".into(), "dispatcher".into()],
             sqlite_synchronous: "full".into(),
             workers: 2,
             image_size: 1024,
@@ -140,6 +152,8 @@ pub struct Overrides {
     pub database_url: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workers: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roles: Option<Vec<String>>,
 }
 
 impl Config {
@@ -201,6 +215,21 @@ impl Config {
         if !matches!(self.log_format.as_str(), "text" | "json") {
             bail!("configuration: log_format must be `text` or `json`");
         }
+        if let Some(url) = &self.database_url {
+            crate::store::Backend::from_url(url)?;
+        }
+        if self.database_max_connections < 2 {
+            bail!("configuration: database_max_connections must be at least 2");
+        }
+        if self.roles.is_empty() {
+            bail!("configuration: roles must name at least one of api, worker, dispatcher");
+        }
+        if let Some(role) = self.roles.iter().find(|r| !Role::ALL.contains(&r.as_str())) {
+            bail!(
+                "configuration: roles: `{role}` is not a role; the roles are api, worker and \
+                 dispatcher"
+            );
+        }
         if let Some(url) = &self.public_url {
             let parsed = url::Url::parse(url)
                 .map_err(|e| anyhow::anyhow!("configuration: public_url: {e}"))?;
@@ -211,12 +240,27 @@ impl Config {
         Ok(())
     }
 
+    /// Whether this node runs `role` (one of [`Role::ALL`]).
+    pub fn runs(&self, role: &str) -> bool {
+        self.roles.iter().any(|r| r == role)
+    }
+
     /// The database URL in force.
     pub fn database_url(&self) -> String {
         self.database_url
             .clone()
             .unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("easel.db").display()))
     }
+}
+
+/// The roles a node can run.
+pub struct Role;
+
+impl Role {
+    pub const API: &'static str = "api";
+    pub const WORKER: &'static str = "worker";
+    pub const DISPATCHER: &'static str = "dispatcher";
+    pub const ALL: [&'static str; 3] = [Role::API, Role::WORKER, Role::DISPATCHER];
 }
 
 /// Durations as human-readable strings (`10s`, `1m 30s`, `250ms`), or plain integers as seconds.

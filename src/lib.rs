@@ -22,15 +22,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::AppState;
 use crate::blobs::Blobs;
-use crate::config::Config;
+use crate::config::{Config, Role};
 use crate::domain::ContentPolicy;
 use crate::generate::Procedural;
-use crate::store::Store;
+use crate::store::{SharedStore, Store};
 use crate::webhooks::client::WebhookClient;
 use crate::webhooks::dispatcher::Dispatcher;
 use crate::webhooks::ssrf::DestinationPolicy;
@@ -53,9 +52,8 @@ impl Application {
     pub async fn build(config: Config) -> anyhow::Result<Application> {
         config.validate()?;
         std::fs::create_dir_all(&config.data_dir)?;
-        let store =
-            Store::open(&config.database_url(), config.sqlite_synchronous == "full").await?;
-        let first_key = bootstrap_first_account(&store).await?;
+        let store = store::open(&config).await?;
+        let first_key = bootstrap_first_account(store.as_ref()).await?;
 
         let listener = TcpListener::bind(config.listen)
             .await
@@ -78,27 +76,25 @@ impl Application {
             );
         }
         let config = Arc::new(config);
-        let outbox_wakeup = Arc::new(Notify::new());
         let content_policy = ContentPolicy::new(&config.blocked_terms);
+        let durable = config.sqlite_synchronous == "full";
+        let blobs = Blobs::new(config.data_dir.join("files"), &public_url, durable);
         let state = AppState::new(api::Shared {
             config: config.clone(),
             store: store.clone(),
+            blobs: blobs.clone(),
             destinations,
             content_policy: content_policy.clone(),
-            queue_wakeup: Arc::new(Notify::new()),
-            outbox_wakeup: outbox_wakeup.clone(),
             shutdown: CancellationToken::new(),
         });
-        let durable = config.sqlite_synchronous == "full";
         let worker = WorkerContext {
             store: store.clone(),
-            blobs: Blobs::new(config.data_dir.join("files"), &public_url, durable),
+            blobs,
             generator: Arc::new(Procedural {
                 min_duration: config.procedural_min_duration,
             }),
             policy: content_policy,
             config: config.clone(),
-            outbox_wakeup,
             generating: Arc::new(tokio::sync::Semaphore::new(config.workers.max(1))),
             owner: format!(
                 "{}-{}",
@@ -142,7 +138,7 @@ impl Application {
         self.first_key.as_deref()
     }
 
-    pub fn store(&self) -> &Store {
+    pub fn store(&self) -> &SharedStore {
         &self.state.store
     }
 
@@ -167,20 +163,21 @@ impl Application {
         let config = self.state.config.clone();
         let store = self.state.store.clone();
 
-        let workers = tokio::spawn(worker::run_pool(
-            self.worker.clone(),
-            self.state.queue_wakeup.clone(),
-            shutdown.clone(),
-        ));
-        let dispatcher = tokio::spawn(
-            self.dispatcher
-                .clone()
-                .run(self.state.outbox_wakeup.clone(), shutdown.clone()),
+        let workers = config
+            .runs(Role::WORKER)
+            .then(|| tokio::spawn(worker::run_pool(self.worker.clone(), shutdown.clone())));
+        let dispatcher = config
+            .runs(Role::DISPATCHER)
+            .then(|| tokio::spawn(self.dispatcher.clone().run(shutdown.clone())));
+        tracing::info!(
+            store = store.kind(),
+            roles = %config.roles.join(","),
+            "roles started"
         );
-        let checkpointer = {
+        let background = {
             let store = store.clone();
             let stop = shutdown.clone();
-            tokio::spawn(async move { store.run_checkpointer(stop).await })
+            tokio::spawn(async move { store.run_background(stop).await })
         };
         let trigger = shutdown.clone();
         tokio::spawn(async move {
@@ -200,8 +197,9 @@ impl Application {
         shutdown.cancelled().await;
         let grace = config.shutdown_timeout + std::time::Duration::from_secs(1);
         let finished = tokio::time::timeout(grace, async {
-            let _ = workers.await;
-            let _ = dispatcher.await;
+            for role in [workers, dispatcher].into_iter().flatten() {
+                let _ = role.await;
+            }
         })
         .await;
         if finished.is_err() {
@@ -209,7 +207,7 @@ impl Application {
         }
         // The server loop closes idle connections at once and waits briefly for busy ones.
         let _ = server.await;
-        let _ = checkpointer.await;
+        let _ = background.await;
         store.close().await;
         tracing::info!("stopped");
         Ok(())
@@ -217,12 +215,17 @@ impl Application {
 }
 
 /// On the first start with an empty store, create the first account and an API key for it.
-async fn bootstrap_first_account(store: &Store) -> anyhow::Result<Option<String>> {
+/// Of nodes starting together on an empty store, only the one whose insert made the account
+/// creates (and prints) the key.
+async fn bootstrap_first_account(store: &dyn Store) -> anyhow::Result<Option<String>> {
     if store.account_count().await? > 0 {
         return Ok(None);
     }
-    let account = store
-        .ensure_account(FIRST_ACCOUNT_EMAIL, &webhooks::signing::generate_secret())
+    let created = store
+        .create_account(FIRST_ACCOUNT_EMAIL, &webhooks::signing::generate_secret())
         .await?;
-    Ok(Some(auth::create_key(store, &account.id, "initial").await?))
+    match created {
+        Some(account) => Ok(Some(auth::create_key(store, &account.id, "initial").await?)),
+        None => Ok(None),
+    }
 }

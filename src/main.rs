@@ -1,4 +1,5 @@
-//! The `easel` command: `serve` runs the service; `keys` and `signing-secret` manage access.
+//! The `easel` command: `serve` runs the service; `migrate` brings the database's schema up to
+//! date; `keys` and `signing-secret` manage access.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -7,7 +8,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use easel::config::{Config, Overrides};
-use easel::store::Store;
+use easel::store::{SharedStore, Store};
 use easel::{auth, webhooks, Application, FIRST_ACCOUNT_EMAIL};
 
 #[derive(Parser)]
@@ -43,7 +44,14 @@ enum Command {
         /// Tasks generated at once (EASEL_WORKERS).
         #[arg(long, value_name = "N")]
         workers: Option<usize>,
+        /// The roles this node runs, any of api, worker and dispatcher, comma-separated
+        /// (EASEL_ROLES; default: all three).
+        #[arg(long, value_name = "ROLES", value_delimiter = ',')]
+        role: Option<Vec<String>>,
     },
+    /// Create the database if needed and apply its migrations, then exit. `serve` does the same
+    /// at start; this is for operators who migrate before rolling out a new version.
+    Migrate,
     /// Manage API keys.
     Keys {
         #[command(subcommand)]
@@ -111,21 +119,29 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         listen,
         public_url,
         workers,
+        role,
     } = &cli.command
     {
         overrides.listen = *listen;
         overrides.public_url = public_url.clone();
         overrides.workers = *workers;
+        overrides.roles = role.clone();
     }
     let config = Config::load(cli.config, &overrides)?;
 
     match cli.command {
         Command::Serve { .. } => serve(config).await,
+        Command::Migrate => {
+            create_data_dir(&config)?;
+            easel::store::migrate(&config).await?;
+            println!("easel: the database is up to date");
+            Ok(())
+        }
         Command::Keys { command } => keys(config, command).await,
         Command::BenchBaseline { .. } => unreachable!("handled before the settings are read"),
         Command::SigningSecret { account, rotate } => {
             let store = open_store(&config).await?;
-            let account = account_or_first(&store, account.as_deref()).await?;
+            let account = account_or_first(store.as_ref(), account.as_deref()).await?;
             let mut secret = account.signing_secret;
             if rotate {
                 secret = webhooks::signing::generate_secret();
@@ -206,14 +222,18 @@ async fn shutdown_signal() {
     }
 }
 
-async fn open_store(config: &Config) -> anyhow::Result<Store> {
+fn create_data_dir(config: &Config) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)
-        .with_context(|| format!("creating {}", config.data_dir.display()))?;
-    Store::open(&config.database_url(), true).await
+        .with_context(|| format!("creating {}", config.data_dir.display()))
+}
+
+async fn open_store(config: &Config) -> anyhow::Result<SharedStore> {
+    create_data_dir(config)?;
+    easel::store::open(config).await
 }
 
 async fn account_or_first(
-    store: &Store,
+    store: &dyn Store,
     email: Option<&str>,
 ) -> anyhow::Result<easel::store::Account> {
     match email {
@@ -250,7 +270,10 @@ async fn keys(config: Config, command: KeysCommand) -> anyhow::Result<()> {
                     }
                 },
             };
-            println!("{}", auth::create_key(&store, &account.id, &name).await?);
+            println!(
+                "{}",
+                auth::create_key(store.as_ref(), &account.id, &name).await?
+            );
         }
         KeysCommand::List => {
             let fmt = |t: Option<i64>| t.map(easel::api::rfc3339).unwrap_or_else(|| "-".into());

@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::TestApp;
-use easel::store::{Outcome, Submitted};
+use easel::store::{Ending, Outcome, Submitted};
 use serde_json::json;
 
 #[tokio::test]
@@ -195,7 +195,7 @@ async fn the_queue_serves_turbo_then_fast_then_relax_first_come_first_served() {
     let mut ids = Vec::new();
     for (mode, priority) in order {
         let t = common::new_task(mode, priority);
-        match store.insert_task(&t, &key, 100).await.unwrap() {
+        match store.submit(&t, &key, 100).await.unwrap() {
             Submitted::Queued {
                 account_id,
                 task_id,
@@ -218,7 +218,7 @@ async fn the_queue_serves_turbo_then_fast_then_relax_first_come_first_served() {
 async fn a_stale_worker_cannot_overwrite_a_newer_attempt_and_lost_tasks_fail_after_max_attempts() {
     let idle = common::Idle::build().await;
     let (store, account, key) = (idle.store(), &idle.account, idle.key);
-    let task_id = common::insert(store, &common::new_task("fast", 1), &key).await;
+    let task_id = common::insert(store.as_ref(), &common::new_task("fast", 1), &key).await;
     let id = task_id.to_string();
 
     // Attempt 1 claims with a lease that runs out at once.
@@ -229,19 +229,20 @@ async fn a_stale_worker_cannot_overwrite_a_newer_attempt_and_lost_tasks_fail_aft
     let second = store.claim_task("w2", 60_000).await.unwrap().unwrap();
     assert_eq!((second.id.as_str(), second.attempts), (id.as_str(), 2));
     let seq = second.seq;
-    let stale = Outcome::Failed {
+    let ending = |outcome: Outcome| Ending::new(outcome, &id, "imagine", &|k| k.to_string());
+    let stale = ending(Outcome::Failed {
         error: "stale".into(),
-    };
+    });
     assert!(!store.heartbeat(seq, 1, 50, 60_000).await.unwrap());
     assert!(
         !store.complete_task(seq, 1, &stale).await.unwrap(),
         "fenced"
     );
     assert!(store.mark_processing(seq, 2, 60_000).await.unwrap());
-    let done = Outcome::Finished {
-        original_image_url: "u".into(),
-        image_urls: vec!["a".into(); 4],
-    };
+    let done = ending(Outcome::Finished {
+        grid_key: "u".into(),
+        image_keys: vec!["a".into(); 4],
+    });
     assert!(store.complete_task(seq, 2, &done).await.unwrap());
     assert!(
         !store.complete_task(seq, 2, &stale).await.unwrap(),
@@ -255,7 +256,7 @@ async fn a_stale_worker_cannot_overwrite_a_newer_attempt_and_lost_tasks_fail_aft
     assert_eq!(row.status, "finished");
 
     // A task that keeps losing its worker fails after max_attempts with a clear error.
-    let doomed = common::insert(store, &common::new_task("fast", 1), &key).await;
+    let doomed = common::insert(store.as_ref(), &common::new_task("fast", 1), &key).await;
     for attempt in 1..=3 {
         let t = store.claim_task("w", -1).await.unwrap().unwrap();
         assert_eq!(t.attempts, attempt);
@@ -343,7 +344,8 @@ async fn the_checkpointer_copies_committed_pages_into_the_database_file() {
 
 #[tokio::test]
 async fn upgrading_keeps_every_task_under_the_id_it_was_given_and_gives_no_id_twice() {
-    use easel::store::{Redelivery, Store};
+    use easel::store::sqlite::SqliteStore;
+    use easel::store::{Outbox, Redelivery, Store, TaskQueue};
     // A database as the release before migration 0004 left it, with tasks keyed by random ids:
     // one finished, with its delivery and one attempt; one queued; and the newest, deleted.
     let (_dir, url, mut conn) = common::database_before(4).await;
@@ -374,14 +376,14 @@ async fn upgrading_keeps_every_task_under_the_id_it_was_given_and_gives_no_id_tw
     .unwrap();
     drop(conn);
 
-    let store = Store::open(&url, false).await.unwrap();
+    let store = SqliteStore::open(&url, false).await.unwrap();
     // The finished task, its delivery and its attempts, all under its own id.
     let row = store.task_for_account("a1", &done).await.unwrap().unwrap();
     assert_eq!(
         (row.id.as_str(), row.status.as_str()),
         (&*done.to_string(), "finished")
     );
-    assert_eq!(row.wh_status.as_deref(), Some("delivered"));
+    assert_eq!(row.webhook.unwrap().status, "delivered");
     let attempts = store.delivery_attempts("a1", &done).await.unwrap().unwrap();
     assert_eq!(attempts.len(), 1);
     assert_eq!(attempts[0].status_code, Some(200));
@@ -392,7 +394,12 @@ async fn upgrading_keeps_every_task_under_the_id_it_was_given_and_gives_no_id_tw
     // The queued one runs to its end under its own id, and its webhook says so.
     let claimed = store.claim_task("w", 60_000).await.unwrap().unwrap();
     assert_eq!(claimed.id, queued.to_string());
-    let failed = Outcome::Failed { error: "no".into() };
+    let failed = Ending::new(
+        Outcome::Failed { error: "no".into() },
+        &claimed.id,
+        "imagine",
+        &|k| k.to_string(),
+    );
     assert!(store
         .complete_task(claimed.seq, claimed.attempts, &failed)
         .await
@@ -417,9 +424,9 @@ async fn upgrading_keeps_every_task_under_the_id_it_was_given_and_gives_no_id_tw
     assert_eq!(new, store.task_id(4));
     assert_eq!(new.get_version_num(), 4);
     store.close().await;
-    let store = Store::open(&url, false).await.unwrap();
+    let store = SqliteStore::open(&url, false).await.unwrap();
     let row = store.task_for_account("a1", &new).await.unwrap().unwrap();
-    assert_eq!((row.id, row.seq), (new.to_string(), 4));
+    assert_eq!(row.id, new.to_string());
     assert!(store.task_for_account("a1", &gone).await.unwrap().is_none());
 }
 
@@ -437,8 +444,8 @@ async fn submits_sharing_a_transaction_each_get_their_own_answer_and_the_counter
         )
         .await
         .unwrap();
-    let other_key = common::key_hash(&store, &other.id).await;
-    let revoked = common::key_hash(&store, &idle.account.id).await;
+    let other_key = common::key_hash(store.as_ref(), &other.id).await;
+    let revoked = common::key_hash(store.as_ref(), &idle.account.id).await;
     let revoked_id = store.key_owner(&revoked).await.unwrap().unwrap().key_id;
     assert!(store.revoke_api_key(&revoked_id).await.unwrap());
 
@@ -454,7 +461,7 @@ async fn submits_sharing_a_transaction_each_get_their_own_answer_and_the_counter
         };
         calls.spawn(async move {
             let task = common::new_task("fast", 1);
-            (i % 3, store.insert_task(&task, &key, limit).await.unwrap())
+            (i % 3, store.submit(&task, &key, limit).await.unwrap())
         });
     }
     let mut queued = [0; 3];
@@ -541,7 +548,7 @@ async fn a_write_that_fails_inside_a_shared_transaction_fails_alone() {
             if poison {
                 task.prompt = "poison".into();
             }
-            (poison, store.insert_task(&task, &key, 1000).await)
+            (poison, store.submit(&task, &key, 1000).await)
         });
     }
     let mut keys = tokio::task::JoinSet::new();

@@ -3,6 +3,8 @@
 
 mod common;
 
+use easel::store::sqlite::SqliteStore;
+use easel::store::{Outbox, Store};
 use std::time::Duration;
 
 use common::receiver::{Behaviour, Receiver};
@@ -405,8 +407,8 @@ async fn the_queue_and_the_outbox_can_be_driven_one_step_at_a_time() {
         webhook_url: Some(receiver.url.clone()),
         webhook_secret: None,
     };
-    let key = common::key_hash(app.store(), &account.id).await;
-    let task_id = match app.store().insert_task(&task, &key, 10).await.unwrap() {
+    let key = common::key_hash(app.store().as_ref(), &account.id).await;
+    let task_id = match app.store().submit(&task, &key, 10).await.unwrap() {
         easel::store::Submitted::Queued {
             account_id,
             task_id,
@@ -485,13 +487,18 @@ async fn finished_with_webhook(idle: &common::Idle) -> uuid::Uuid {
         webhook_url: Some("http://127.0.0.1:9/hook".into()),
         ..common::new_task("fast", 1)
     };
-    let task_id = common::insert(store, &task, &idle.key).await;
+    let task_id = common::insert(store.as_ref(), &task, &idle.key).await;
     let claimed = store.claim_task("w", 60_000).await.unwrap().unwrap();
     assert_eq!(claimed.id, task_id.to_string());
-    let done = easel::store::Outcome::Finished {
-        original_image_url: "g".into(),
-        image_urls: vec!["i".into(); 4],
-    };
+    let done = easel::store::Ending::new(
+        easel::store::Outcome::Finished {
+            grid_key: "g".into(),
+            image_keys: vec!["i".into(); 4],
+        },
+        &claimed.id,
+        "imagine",
+        &|k| k.to_string(),
+    );
     assert!(store
         .complete_task(claimed.seq, claimed.attempts, &done)
         .await
@@ -501,7 +508,7 @@ async fn finished_with_webhook(idle: &common::Idle) -> uuid::Uuid {
 
 /// The status codes of the task's recorded delivery attempts, oldest first.
 async fn attempt_codes(
-    store: &easel::store::Store,
+    store: &dyn easel::store::Store,
     account_id: &str,
     task: &uuid::Uuid,
 ) -> Vec<Option<i64>> {
@@ -561,7 +568,7 @@ async fn a_stale_dispatcher_records_nothing_and_one_attempt_wins_a_race() {
         "exactly one of the two is recorded"
     );
 
-    let codes = attempt_codes(store, &account.id, &task).await;
+    let codes = attempt_codes(store.as_ref(), &account.id, &task).await;
     assert_eq!(codes.len(), 2, "one row per recorded attempt: {codes:?}");
     assert_eq!(codes[0], Some(500));
     assert!(codes[1] == Some(502) || codes[1] == Some(503), "{codes:?}");
@@ -614,8 +621,8 @@ async fn an_attempt_record_that_fails_part_way_is_undone_whole_and_the_writer_go
         .unwrap()
         .unwrap();
     assert_eq!(
-        (record.wh_status.as_deref(), record.wh_attempts),
-        (Some("pending"), Some(0)),
+        record.webhook.map(|w| (w.status, w.attempts)),
+        Some(("pending".to_string(), 0)),
         "the update of the delivery, made before the failure, is undone with it"
     );
 
@@ -638,7 +645,7 @@ async fn an_attempt_record_that_fails_part_way_is_undone_whole_and_the_writer_go
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(record.wh_status.as_deref(), Some("delivered"));
+    assert_eq!(record.webhook.unwrap().status, "delivered");
 }
 
 #[tokio::test]
@@ -664,7 +671,7 @@ async fn upgrading_moves_each_webhook_secret_from_its_task_to_its_delivery() {
     .unwrap();
     conn.close().await.unwrap();
 
-    let store = easel::store::Store::open(&url, false).await.unwrap();
+    let store = SqliteStore::open(&url, false).await.unwrap();
     let due = store.claim_due_deliveries(10, 60_000).await.unwrap();
     assert_eq!(due.len(), 1);
     assert_eq!(due[0].webhook_secret.as_deref(), Some("ended-secret"));
@@ -714,7 +721,7 @@ async fn upgrading_moves_each_payload_to_a_table_of_its_own_and_sends_it_unchang
     .unwrap();
     conn.close().await.unwrap();
 
-    let store = easel::store::Store::open(&url, false).await.unwrap();
+    let store = SqliteStore::open(&url, false).await.unwrap();
     let mut due = store.claim_due_deliveries(10, 60_000).await.unwrap();
     due.sort_by(|a, b| a.id.cmp(&b.id));
     let claimed: Vec<(&str, &str, i64)> = due
@@ -776,24 +783,26 @@ async fn records_sharing_a_batch_each_land_on_their_own_delivery() {
 
     for (i, d) in due.iter().enumerate() {
         let task: uuid::Uuid = d.task_id.parse().unwrap();
-        let codes = attempt_codes(store, &account.id, &task).await;
+        let codes = attempt_codes(store.as_ref(), &account.id, &task).await;
         let row = store
             .task_for_account(&account.id, &task)
             .await
             .unwrap()
+            .unwrap()
+            .webhook
             .unwrap();
         if i < 6 {
             assert_eq!(codes, [Some(500 + i as i64)], "delivery {i}");
-            assert_eq!(row.wh_last_status_code, Some(500 + i as i64));
-            assert_eq!(row.wh_attempts, Some(1));
-            assert_eq!(row.wh_last_error, Some(format!("status {}", 500 + i)));
+            assert_eq!(row.last_status_code, Some(500 + i as i64));
+            assert_eq!(row.attempts, 1);
+            assert_eq!(row.last_error, Some(format!("status {}", 500 + i)));
         } else {
             assert!(
                 codes.is_empty(),
                 "the fenced-off record left no attempt: {codes:?}"
             );
-            assert_eq!((row.wh_attempts, row.wh_last_status_code), (Some(0), None));
+            assert_eq!((row.attempts, row.last_status_code), (0, None));
         }
-        assert_eq!(row.wh_status.as_deref(), Some("pending"));
+        assert_eq!(row.status, "pending");
     }
 }

@@ -184,11 +184,13 @@ pub async fn open_db(db: &Path, read_only: bool) -> anyhow::Result<SqlitePool> {
 /// find them. Returns the store, the account and the database file's path.
 async fn open_store_with_account(
     data: &Path,
-) -> anyhow::Result<(easel::store::Store, easel::store::Account, PathBuf)> {
+) -> anyhow::Result<(easel::store::SharedStore, easel::store::Account, PathBuf)> {
     std::fs::create_dir_all(data)?;
     let db_path = data.join("easel.db");
-    let store =
-        easel::store::Store::open(&format!("sqlite://{}", db_path.display()), false).await?;
+    let store: easel::store::SharedStore = std::sync::Arc::new(
+        easel::store::sqlite::SqliteStore::open(&format!("sqlite://{}", db_path.display()), false)
+            .await?,
+    );
     let account = store
         .ensure_account(
             easel::FIRST_ACCOUNT_EMAIL,

@@ -32,7 +32,7 @@ const SAMPLE_IDS: usize = 20_000;
 /// key.
 async fn build_store(data: &Path, n: usize, ids: &Path) -> anyhow::Result<String> {
     let (store, account, db_path) = crate::open_store_with_account(data).await?;
-    let key = easel::auth::create_key(&store, &account.id, "bench").await?;
+    let key = easel::auth::create_key(store.as_ref(), &account.id, "bench").await?;
 
     let mut conn = open_conn(&db_path).await?;
     sqlx::query("PRAGMA cache_size = -524288")

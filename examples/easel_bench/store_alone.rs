@@ -8,7 +8,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use easel::store::{AttemptRecord, NewTask, Store, Submitted};
+use easel::store::sqlite::SqliteStore;
+use easel::store::{AttemptRecord, NewTask, SharedStore, Submitted};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -21,15 +22,15 @@ pub struct Rates {
 }
 
 /// Open the store in `data` as `easel serve` does: its sync mode, its checkpointer running.
-async fn open(data: &Path, mode: &str) -> anyhow::Result<(Store, CancellationToken)> {
+async fn open(data: &Path, mode: &str) -> anyhow::Result<(SharedStore, CancellationToken)> {
     std::fs::create_dir_all(data)?;
     let url = format!("sqlite://{}", data.join("easel.db").display());
-    let store = Store::open(&url, mode == "full").await?;
+    let store: SharedStore = Arc::new(SqliteStore::open(&url, mode == "full").await?);
     let stop = CancellationToken::new();
     tokio::spawn({
         let store = store.clone();
         let stop = stop.clone();
-        async move { store.run_checkpointer(stop).await }
+        async move { store.run_background(stop).await }
     });
     Ok((store, stop))
 }
@@ -50,7 +51,7 @@ pub async fn submits(
             &easel::webhooks::signing::generate_secret(),
         )
         .await?;
-    let key = easel::auth::create_key(&store, &account.id, "bench").await?;
+    let key = easel::auth::create_key(store.as_ref(), &account.id, "bench").await?;
     let key_hash = easel::auth::hash_key(&key);
     let started = Instant::now();
     let measure_from = started + Duration::from_secs(warmup);
@@ -75,7 +76,7 @@ pub async fn submits(
                         webhook_url: None,
                         webhook_secret: None,
                     };
-                    let done = store.insert_task(&task, &key_hash, u32::MAX).await?;
+                    let done = store.submit(&task, &key_hash, u32::MAX).await?;
                     anyhow::ensure!(
                         matches!(done, Submitted::Queued { .. }),
                         "the store refused a submit: {done:?}"

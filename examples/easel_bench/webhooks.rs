@@ -137,26 +137,22 @@ pub async fn prefill(
         let seq = i as i64 + 1;
         let id = store.task_id(seq).to_string();
         let folder = format!("{id}/{}", Uuid::new_v4().simple());
-        let base = "http://127.0.0.1:8080/files";
         let outcome = Outcome::Finished {
-            original_image_url: format!("{base}/{folder}/grid.png"),
-            image_urls: (0..4).map(|v| format!("{base}/{folder}/{v}.png")).collect(),
+            grid_key: format!("{folder}/grid.png"),
+            image_keys: (0..4).map(|v| format!("{folder}/{v}.png")).collect(),
         };
         let (original, urls) = match &outcome {
             Outcome::Finished {
-                original_image_url,
-                image_urls,
-            } => (
-                original_image_url.clone(),
-                serde_json::to_string(image_urls)?,
-            ),
+                grid_key,
+                image_keys,
+            } => (grid_key.clone(), serde_json::to_string(image_keys)?),
             Outcome::Failed { .. } => unreachable!(),
         };
         let created = now - 10_000 + (i as i64 % 1000);
         sqlx::query(
             "INSERT INTO tasks (seq, account_id, task_type, status, priority, prompt, aspect_ratio,
                  process_mode, seed, percentage, attempts, created_at, started_at, finished_at,
-                 original_image_url, image_urls, webhook_url)
+                 grid_key, image_keys, webhook_url)
              VALUES (?, ?, 'imagine', 'finished', 1, ?, '1:1', 'fast', ?, 100, 1,
                      ?, ?, ?, ?, ?, ?)",
         )
@@ -172,7 +168,8 @@ pub async fn prefill(
         .bind(hook_url)
         .execute(&mut *tx)
         .await?;
-        let payload = outcome.webhook_payload(&id, "imagine");
+        let url = |key: &str| format!("http://127.0.0.1:8080/files/{key}");
+        let payload = outcome.webhook_payload(&id, "imagine", &url);
         sqlx::query(
             "INSERT INTO webhook_deliveries (id, task_seq, task_id, account_id, url,
                  status, attempts, next_attempt_at, first_failed_at, created_at, updated_at)

@@ -17,7 +17,6 @@ use axum::http::{header, HeaderValue, Request, Response};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::Router;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tower::{BoxError, Service};
 use tower_http::catch_panic::CatchPanicLayer;
@@ -51,9 +50,10 @@ mod tests {
     }
 }
 
+use crate::blobs::Blobs;
 use crate::config::Config;
 use crate::domain::ContentPolicy;
-use crate::store::Store;
+use crate::store::SharedStore;
 use crate::webhooks::ssrf::DestinationPolicy;
 
 /// What every handler can reach. Behind one `Arc`: axum clones the state for every request
@@ -80,13 +80,11 @@ impl std::ops::Deref for AppState {
 /// The state's contents.
 pub struct Shared {
     pub config: Arc<Config>,
-    pub store: Store,
+    pub store: SharedStore,
+    /// Where images are kept; their URLs are made from their keys when a record is written out.
+    pub blobs: Blobs,
     pub destinations: DestinationPolicy,
     pub content_policy: ContentPolicy,
-    /// Woken when a task is queued.
-    pub queue_wakeup: Arc<Notify>,
-    /// Woken when a webhook delivery is queued.
-    pub outbox_wakeup: Arc<Notify>,
     /// Cancelled when the process starts shutting down.
     pub shutdown: CancellationToken,
 }
@@ -152,9 +150,18 @@ fn router(state: AppState) -> Router {
         ))
         .service(files);
 
+    let health = Router::new()
+        .route("/healthz", get(health::alive))
+        .route("/readyz", get(health::ready));
+    if !state.config.runs(crate::config::Role::API) {
+        // A worker or dispatcher node answers its health checks and nothing else.
+        return health
+            .fallback(|| async { ApiError::RouteNotFound })
+            .with_state(state);
+    }
     // Full paths rather than a router nested under `/api/v1`: a nested router rewrites every
     // request's URI to strip its prefix (a parse and an allocation per request).
-    Router::new()
+    health
         .route("/api/v1/imagine", post(tasks::imagine))
         .route("/api/v1/fetch", post(tasks::fetch))
         .route("/api/v1/fetch-many", post(tasks::fetch_many))
@@ -169,8 +176,6 @@ fn router(state: AppState) -> Router {
             "/api/v1/openapi.json",
             get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
         )
-        .route("/healthz", get(health::alive))
-        .route("/readyz", get(health::ready))
         .nest_service("/files", files)
         .fallback(|| async { ApiError::RouteNotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })

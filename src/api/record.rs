@@ -2,7 +2,8 @@
 
 use serde::Serialize;
 
-use crate::store::TaskRow;
+use crate::blobs::Blobs;
+use crate::store::Task;
 
 #[derive(Serialize)]
 pub struct TaskRecord<'a> {
@@ -20,7 +21,7 @@ pub struct TaskRecord<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     finished_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    original_image_url: Option<&'a str>,
+    original_image_url: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     image_urls: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -50,39 +51,35 @@ pub fn rfc3339(ms: i64) -> String {
 }
 
 impl<'a> TaskRecord<'a> {
-    pub fn from_row(row: &'a TaskRow) -> TaskRecord<'a> {
-        let webhook = row.webhook_url.as_deref().map(|url| {
-            let status = row.wh_status.as_deref().unwrap_or("pending");
-            WebhookState {
-                url,
-                status,
-                attempts: row.wh_attempts.unwrap_or(0),
-                last_status_code: row.wh_last_status_code,
-                last_error: row.wh_last_error.as_deref(),
-                next_attempt_at: row
-                    .wh_next_attempt_at
-                    .filter(|_| status == "pending")
-                    .map(rfc3339),
-            }
+    /// The record of `task`, with its images' URLs made by `blobs`.
+    pub fn new(task: &'a Task, blobs: &Blobs) -> TaskRecord<'a> {
+        let webhook = task.webhook.as_ref().map(|w| WebhookState {
+            url: &w.url,
+            status: &w.status,
+            attempts: w.attempts,
+            last_status_code: w.last_status_code,
+            last_error: w.last_error.as_deref(),
+            next_attempt_at: w
+                .next_attempt_at
+                .filter(|_| w.status == "pending")
+                .map(rfc3339),
         });
         TaskRecord {
-            task_id: &row.id,
-            task_type: &row.task_type,
-            status: &row.status,
-            percentage: row.percentage.to_string(),
-            prompt: &row.prompt,
-            aspect_ratio: &row.aspect_ratio,
-            process_mode: &row.process_mode,
-            seed: row.seed,
-            created_at: rfc3339(row.created_at),
-            started_at: row.started_at.map(rfc3339),
-            finished_at: row.finished_at.map(rfc3339),
-            original_image_url: row.original_image_url.as_deref(),
-            image_urls: row
-                .image_urls
-                .as_deref()
-                .and_then(|u| serde_json::from_str(u).ok()),
-            error: row.error.as_deref(),
+            task_id: &task.id,
+            task_type: &task.task_type,
+            status: &task.status,
+            percentage: task.percentage.to_string(),
+            prompt: &task.prompt,
+            aspect_ratio: &task.aspect_ratio,
+            process_mode: &task.process_mode,
+            seed: task.seed,
+            created_at: rfc3339(task.created_at),
+            started_at: task.started_at.map(rfc3339),
+            finished_at: task.finished_at.map(rfc3339),
+            original_image_url: task.grid_key.as_deref().map(|k| blobs.url(k)),
+            image_urls: (!task.image_keys.is_empty())
+                .then(|| task.image_keys.iter().map(|k| blobs.url(k)).collect()),
+            error: task.error.as_deref(),
             webhook,
         }
     }

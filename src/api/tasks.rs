@@ -42,7 +42,7 @@ pub async fn imagine(
         }
     };
     let limit = state.config.max_pending_per_account;
-    let id = match state.store.insert_task(&task, &key.0, limit).await? {
+    let id = match state.store.submit(&task, &key.0, limit).await? {
         Submitted::Queued {
             account_id,
             task_id,
@@ -61,7 +61,6 @@ pub async fn imagine(
             })
         }
     };
-    state.queue_wakeup.notify_one();
     // The request's own line ("request done", with the task id) says it was accepted; a second
     // line per submit at `info` cost about as much as the first.
     tracing::debug!(mode = task.process_mode, "task accepted");
@@ -177,7 +176,7 @@ async fn one_record(
         .ok_or(ApiError::Unauthorized)?;
     key.used(state, &live);
     let row = row.ok_or(ApiError::TaskNotFound)?;
-    Ok(Json(json!(TaskRecord::from_row(&row))))
+    Ok(Json(json!(TaskRecord::new(&row, &state.blobs))))
 }
 
 /// `POST /api/v1/fetch-many`: up to 20 records in the order asked; unknown ids are left out.
@@ -203,7 +202,7 @@ pub async fn fetch_many(
     let tasks: Vec<Value> = ids
         .iter()
         .filter_map(|id| by_id.get(id.to_string().as_str()).copied())
-        .map(|row| json!(TaskRecord::from_row(row)))
+        .map(|row| json!(TaskRecord::new(row, &state.blobs)))
         .collect();
     Ok(Json(json!({ "tasks": tasks })))
 }
@@ -252,7 +251,6 @@ pub async fn redeliver(
             })
         }
     }
-    state.outbox_wakeup.notify_one();
     let row = state
         .store
         .task_for_account(&account.id, &id)
@@ -260,7 +258,7 @@ pub async fn redeliver(
         .ok_or(ApiError::TaskNotFound)?;
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!(TaskRecord::from_row(&row))),
+        Json(json!(TaskRecord::new(&row, &state.blobs))),
     ))
 }
 

@@ -1,34 +1,34 @@
-//! Durable state: accounts, API keys, tasks (the queue) and the webhook outbox.
+//! Durable state: accounts, API keys, tasks (the queue) and the webhook outbox, behind one
+//! interface ([`Store`]) with two implementations: SQLite ([`sqlite`], the embedded default, one
+//! node) and PostgreSQL ([`postgres`], shared by many nodes). [`open`] picks one by the
+//! database URL's scheme.
 //!
-//! SQLite in WAL mode. Writes go through one dedicated connection, so writers queue inside the
-//! process instead of fighting over the database lock; reads use a separate pool and never wait
-//! for writers. Every statement that a worker or dispatcher issues after a claim is fenced (by the
-//! task's attempt number or the delivery's lease), so a stale owner cannot overwrite newer state.
+//! Whatever the database, the same rules hold: a submit checks the key and the account's quota in
+//! the transaction that inserts; a claim takes a lease; every change a worker or dispatcher makes
+//! after its claim is fenced (by the task's attempt number or the delivery's attempt count), so a
+//! stale owner cannot overwrite newer state; a task's webhook delivery is queued in the
+//! transaction that writes its final state (the outbox). The rules that can be stated without SQL
+//! live in [`model`], once; the SQL lives in each implementation.
 
-mod accounts;
-mod deliveries;
 mod ids;
-mod tasks;
-mod writer;
+mod model;
+pub mod postgres;
+mod rows;
+pub mod sqlite;
 
-use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
 
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteSynchronous,
-};
-use sqlx::Connection;
+use async_trait::async_trait;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
-pub use accounts::{Account, ApiKeyInfo, KeyOwner, LiveKey};
-pub use deliveries::{AttemptRecord, AttemptRow, DueDelivery, Redelivery};
 pub use ids::TaskIds;
-pub use tasks::{ClaimedTask, NewTask, Outcome, Submitted, TaskRow, KEY_TOUCH_EVERY_MS};
+pub use model::*;
 
-/// An error from either SQLite driver (reads go through sqlx's pool, writes through the writer's
-/// own connection), shared: one failed commit answers every write that was in it.
+use crate::config::Config;
+
+/// An error from a database driver, shared: one failed commit answers every write that was in it.
 pub type Cause = Arc<dyn std::error::Error + Send + Sync>;
 
 /// What can go wrong in the store, sorted by what the caller should do about it.
@@ -43,95 +43,302 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// The writer has stopped: the store is closing.
-    fn closed() -> StoreError {
-        StoreError::Unavailable(Arc::new(writer::Failure("the store is closed".into())))
-    }
-
-    /// Sorted by SQLite's primary result code: SQLITE_BUSY (5), SQLITE_LOCKED (6),
-    /// SQLITE_IOERR (10), SQLITE_FULL (13) and SQLITE_CANTOPEN (14) pass; the rest is a fault.
-    fn by_code(code: Option<i32>, cause: Cause) -> StoreError {
-        match code.map(|c| c & 0xff) {
-            Some(5 | 6 | 10 | 13 | 14) => StoreError::Unavailable(cause),
-            _ => StoreError::Other(cause),
-        }
+    pub(crate) fn unavailable(what: &str) -> StoreError {
+        StoreError::Unavailable(Arc::new(Failure(what.to_string())))
     }
 }
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
         match &e {
-            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => {
-                StoreError::Unavailable(Arc::new(e))
-            }
+            sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::WorkerCrashed => StoreError::Unavailable(Arc::new(e)),
             sqlx::Error::Database(db) => {
-                let code = db.code().and_then(|c| c.parse::<i32>().ok());
-                StoreError::by_code(code, Arc::new(e))
+                let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+                if db
+                    .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                    .is_some()
+                {
+                    postgres::sorted(&code, Arc::new(e))
+                } else {
+                    sqlite::sorted(&code, Arc::new(e))
+                }
             }
             _ => StoreError::Other(Arc::new(e)),
         }
     }
 }
 
-impl From<rusqlite::Error> for StoreError {
-    fn from(e: rusqlite::Error) -> Self {
-        let code = match &e {
-            rusqlite::Error::SqliteFailure(failure, _) => Some(failure.extended_code),
-            _ => None,
-        };
-        StoreError::by_code(code, Arc::new(e))
-    }
-}
+/// A store failure that no driver reported.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Failure(pub String);
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
-/// How often `run_checkpointer` checkpoints while there are writes. The more often, the less
-/// each checkpoint copies and the shorter the writer's stalls behind it (its fsyncs wait on the
-/// checkpoint's): in `bench/run --only submit` at 64 clients, `sync=full`, p99 was 23 ms with
-/// checkpoints every second, 15 ms every 100 ms, 12 ms every 50 ms, 8.7 to 10.8 ms every 20 ms
-/// (five runs) and 7.7 to 8.6 ms every 10 ms (two runs), while throughput fell from 23,400
-/// submits/s to 19,400 to 19,700.
-const CHECKPOINT_EVERY: Duration = Duration::from_millis(10);
-/// How often it looks while the database is idle (the last checkpoint found nothing new).
-const CHECKPOINT_IDLE: Duration = Duration::from_millis(500);
-/// WAL pages (4 KiB) past which the writer checkpoints itself: 64 MiB.
-const WRITER_CHECKPOINT_PAGES: u32 = 16_384;
+/// The queue: submit, read, claim with a lease, heartbeat, end fenced by attempt.
+#[async_trait]
+pub trait TaskQueue: Send + Sync {
+    /// Store a new task submitted with the key hashed `key_hash`, unless that key is no longer
+    /// live or the account already has `max_active` tasks queued or running; both are checked in
+    /// the transaction that inserts. Durable when it returns `Queued`, and idle workers on every
+    /// node are woken.
+    async fn submit(
+        &self,
+        task: &NewTask,
+        key_hash: &[u8; 32],
+        max_active: u32,
+    ) -> StoreResult<Submitted>;
 
-/// The handle every role shares. Cheap to clone.
-#[derive(Clone)]
-pub struct Store {
-    /// Shared: the store is cloned for every request (with the server's state) and every
-    /// delivery, and the options are a deep structure of strings and maps.
-    options: Arc<SqliteConnectOptions>,
-    /// Every write, on the writer's thread (`writer.rs`).
-    writer: writer::Writer,
-    reader: SqlitePool,
-    /// Public task ids from `seq` and back.
-    ids: Arc<TaskIds>,
+    /// The task `task_id` if it is the key's account's, checked in one statement with the key
+    /// itself: None when the key is not live, else the key and the task if found.
+    async fn task_for_key(
+        &self,
+        key_hash: &[u8; 32],
+        task_id: &Uuid,
+    ) -> StoreResult<Option<(LiveKey, Option<Task>)>>;
+
+    /// The key's account's tasks among `ids` (in no particular order), checked in one statement
+    /// with the key itself: None when the key is not live.
+    async fn tasks_for_key(
+        &self,
+        key_hash: &[u8; 32],
+        ids: &[Uuid],
+    ) -> StoreResult<Option<(LiveKey, Vec<Task>)>>;
+
+    /// One of the account's tasks, or None when it does not exist or belongs to someone else.
+    async fn task_for_account(&self, account_id: &str, task_id: &Uuid)
+        -> StoreResult<Option<Task>>;
+
+    /// Claim the next pending task (turbo before fast before relax, oldest first) with a lease
+    /// of `lease_ms`, in one statement.
+    async fn claim_task(&self, owner: &str, lease_ms: i64) -> StoreResult<Option<ClaimedTask>>;
+
+    /// Move a claimed task to `processing`. False when the claim is no longer ours.
+    async fn mark_processing(&self, seq: i64, attempt: i64, lease_ms: i64) -> StoreResult<bool>;
+
+    /// Renew the lease and record progress. False when the claim is no longer ours.
+    async fn heartbeat(
+        &self,
+        seq: i64,
+        attempt: i64,
+        percentage: i64,
+        lease_ms: i64,
+    ) -> StoreResult<bool>;
+
+    /// Record the final state and, in the same transaction, queue the webhook delivery (when
+    /// the task has a webhook). False, and nothing written, when the claim is no longer ours.
+    async fn complete_task(&self, seq: i64, attempt: i64, ending: &Ending) -> StoreResult<bool>;
+
+    /// Give a claimed task back to the queue without counting the attempt (graceful shutdown).
+    async fn release_task(&self, seq: i64, attempt: i64) -> StoreResult<bool>;
+
+    /// Tasks whose lease ran out go back to the queue, or fail once they used `max_attempts`.
+    /// Returns how many were requeued and the ids of those that failed.
+    async fn recover_expired(&self, max_attempts: u32) -> StoreResult<(u64, Vec<String>)>;
+
+    /// Counts of tasks by status.
+    async fn task_counts(&self) -> StoreResult<Vec<(String, i64)>>;
 }
 
-/// The key that task ids are made with, created on first use. It must never change: every id
-/// handed out so far is made with it.
-async fn task_id_key(conn: &mut SqliteConnection) -> anyhow::Result<[u8; 32]> {
-    let mut fresh = [0u8; 32];
-    rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut fresh);
-    sqlx::query(
-        "INSERT INTO settings (name, value) VALUES ('task_id_key', ?) ON CONFLICT DO NOTHING",
-    )
-    .bind(fresh.as_slice())
-    .execute(&mut *conn)
-    .await?;
-    let key: Vec<u8> = sqlx::query_scalar("SELECT value FROM settings WHERE name = 'task_id_key'")
-        .fetch_one(&mut *conn)
-        .await?;
-    key.try_into()
-        .map_err(|_| anyhow::anyhow!("the stored task id key is not 32 bytes"))
+/// The webhook outbox: claim due deliveries with a lease, record attempts fenced by the attempt
+/// count seen at claim, redeliver.
+#[async_trait]
+pub trait Outbox: Send + Sync {
+    /// Claim up to `limit` due deliveries for `lease_ms`. A delivery whose dispatcher died is
+    /// claimed again once its lease runs out, so nothing is lost (it may be sent twice).
+    async fn claim_due_deliveries(
+        &self,
+        limit: i64,
+        lease_ms: i64,
+    ) -> StoreResult<Vec<DueDelivery>>;
+
+    /// Record an attempt and the delivery's next state, fenced by the attempt count seen at
+    /// claim. False when a newer claim has moved the delivery on.
+    async fn record_attempt(
+        &self,
+        delivery_id: &str,
+        claimed_attempts: i64,
+        record: &AttemptRecord,
+    ) -> StoreResult<bool>;
+
+    /// Hand back claimed deliveries that were not attempted, so that they are due again at once
+    /// instead of when their lease runs out. A delivery claimed again since is left alone.
+    /// Returns how many were handed back.
+    async fn release_deliveries(&self, claimed: &[DueDelivery]) -> StoreResult<u64>;
+
+    /// When the next delivery that is not in flight becomes due.
+    async fn next_delivery_due(&self) -> StoreResult<Option<i64>>;
+
+    /// Every recorded attempt to deliver the task's result, oldest first; None when the task is
+    /// not the account's.
+    async fn delivery_attempts(
+        &self,
+        account_id: &str,
+        task_id: &Uuid,
+    ) -> StoreResult<Option<Vec<AttemptRow>>>;
+
+    /// Start a fresh delivery schedule for a task's result (see [`Redelivery::decide`]).
+    async fn redeliver(&self, account_id: &str, task_id: &Uuid) -> StoreResult<Redelivery>;
+}
+
+/// Accounts and their API keys (stored only as hashes).
+#[async_trait]
+pub trait Accounts: Send + Sync {
+    async fn account_count(&self) -> StoreResult<i64>;
+    /// Create an account with this email and signing secret; None (and nothing changed) when
+    /// the email has one already. Of nodes racing to create the same account, one gets it.
+    async fn create_account(
+        &self,
+        email: &str,
+        signing_secret: &str,
+    ) -> StoreResult<Option<Account>>;
+    /// The account with this email, created (with the given signing secret) if it does not exist.
+    async fn ensure_account(&self, email: &str, signing_secret: &str) -> StoreResult<Account> {
+        if let Some(created) = self.create_account(email, signing_secret).await? {
+            return Ok(created);
+        }
+        self.account_by_email(email).await?.ok_or_else(|| {
+            StoreError::Other(Arc::new(Failure(format!("account {email} vanished"))))
+        })
+    }
+    /// The oldest account, if any.
+    async fn first_account(&self) -> StoreResult<Option<Account>>;
+    async fn account_by_email(&self, email: &str) -> StoreResult<Option<Account>>;
+    async fn set_signing_secret(&self, account_id: &str, secret: &str) -> StoreResult<()>;
+    /// Store a new key's hash. Returns the key's id.
+    async fn insert_api_key(
+        &self,
+        account_id: &str,
+        name: &str,
+        prefix: &str,
+        key_hash: &[u8],
+    ) -> StoreResult<String>;
+    /// The owner of a live (not revoked) key with this hash.
+    async fn key_owner(&self, key_hash: &[u8]) -> StoreResult<Option<KeyOwner>>;
+    async fn touch_api_key(&self, key_id: &str, at: i64) -> StoreResult<()>;
+    async fn list_api_keys(&self) -> StoreResult<Vec<ApiKeyInfo>>;
+    /// Revoke a key by id: refused from the next request on, on every node. Returns whether a
+    /// live key was revoked.
+    async fn revoke_api_key(&self, id: &str) -> StoreResult<bool>;
+}
+
+/// Everything easel needs from its store. The API, the workers and the dispatcher hold an
+/// `Arc<dyn Store>` and never learn which database is behind it.
+#[async_trait]
+pub trait Store: TaskQueue + Outbox + Accounts {
+    /// `sqlite` or `postgres`, for logs.
+    fn kind(&self) -> &'static str;
+
+    /// The public id of the task stored at `seq`.
+    fn task_id(&self, seq: i64) -> Uuid;
+
+    /// Woken when work may be waiting: a task queued or requeued, a delivery queued or due
+    /// again, on this node or (PostgreSQL) on any node.
+    fn wakeups(&self) -> &Wakeups;
+
+    /// Whether the database answers a trivial query.
+    async fn ping(&self) -> StoreResult<()>;
+
+    /// The store's own background work until `stop`: SQLite's checkpoints, PostgreSQL's
+    /// listener for other nodes' wake-ups.
+    async fn run_background(&self, stop: CancellationToken);
+
+    /// Finish what is queued and close the connections.
+    async fn close(&self);
+}
+
+/// The wake-ups of idle workers and dispatchers. Polling stays the fallback: a wake-up that is
+/// lost (a listener reconnecting) only delays work until the next poll.
+#[derive(Default)]
+pub struct Wakeups {
+    /// A task was queued or requeued.
+    pub queue: Notify,
+    /// A webhook delivery was queued or made due again.
+    pub outbox: Notify,
+}
+
+/// The handle every role shares.
+pub type SharedStore = Arc<dyn Store>;
+
+/// The schemes `database_url` accepts, for the error that names them.
+const SCHEMES: &str = "sqlite://PATH (or a plain path), postgres:// or postgresql://";
+
+/// Which database a URL names.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite(String),
+    Postgres(String),
+}
+
+impl Backend {
+    /// Sort `url` by its scheme: `sqlite:` or a plain path selects SQLite, `postgres:` or
+    /// `postgresql:` PostgreSQL; any other scheme is refused.
+    pub fn from_url(url: &str) -> anyhow::Result<Backend> {
+        let url = url.trim();
+        if url.is_empty() {
+            anyhow::bail!("configuration: database_url is empty; it accepts {SCHEMES}");
+        }
+        let scheme = url
+            .split_once(':')
+            .map(|(s, _)| s.to_ascii_lowercase())
+            .filter(|s| {
+                // `C:\data\easel.db` is a path, not a scheme.
+                s.len() > 1
+                    && s.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+            });
+        match scheme.as_deref() {
+            None => Ok(Backend::Sqlite(format!("sqlite://{url}"))),
+            Some("sqlite") => Ok(Backend::Sqlite(url.to_string())),
+            Some("postgres" | "postgresql") => Ok(Backend::Postgres(url.to_string())),
+            Some(other) => anyhow::bail!(
+                "configuration: database_url has the scheme `{other}:`, which easel does not \
+                 know; it accepts {SCHEMES}"
+            ),
+        }
+    }
+}
+
+/// `url` with any password replaced by `***`, for logs and errors.
+pub fn redact(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Open the store that `config.database_url()` names, creating and migrating its schema.
+pub async fn open(config: &Config) -> anyhow::Result<SharedStore> {
+    match Backend::from_url(&config.database_url())? {
+        Backend::Sqlite(url) => Ok(Arc::new(
+            sqlite::SqliteStore::open(&url, config.sqlite_synchronous == "full").await?,
+        )),
+        Backend::Postgres(url) => Ok(Arc::new(
+            postgres::PgStore::open(&url, &postgres::PgOptions::from_config(config)).await?,
+        )),
+    }
+}
+
+/// Bring the schema of the store that `config` names up to date, and nothing else (`easel
+/// migrate`).
+pub async fn migrate(config: &Config) -> anyhow::Result<()> {
+    match Backend::from_url(&config.database_url())? {
+        Backend::Sqlite(url) => sqlite::SqliteStore::migrate(&url).await,
+        Backend::Postgres(url) => postgres::PgStore::migrate(&url).await,
+    }
 }
 
 /// `rows` cut into chunks of 2^k rows (at most `largest`, a power of two), largest first: 34 rows
 /// are 32 + 2. Each comes with its k, so that a statement per chunk size, prepared once, serves
 /// groups of any size.
-fn chunks<T>(rows: &[T], largest: usize) -> impl Iterator<Item = (usize, &[T])> {
+pub(crate) fn chunks<T>(rows: &[T], largest: usize) -> impl Iterator<Item = (usize, &[T])> {
     let mut rest = rows;
     std::iter::from_fn(move || {
         if rest.is_empty() {
@@ -144,148 +351,16 @@ fn chunks<T>(rows: &[T], largest: usize) -> impl Iterator<Item = (usize, &[T])> 
     })
 }
 
-/// A list as one JSON text, for `json_each`: how a list reaches SQLite as one bound value.
-fn to_json(value: &impl serde::Serialize) -> String {
-    serde_json::to_string(value).expect("lists of ids serialize")
-}
-
 /// Current time as Unix milliseconds, the unit of every stored time.
 pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
-/// Page cache per connection, in KiB (six connections: the writer, four readers and the
-/// checkpointer): memory stays bounded however many tasks are stored.
-const CACHE_KIB: u32 = 4096;
-
-impl Store {
-    /// Open (creating if needed) the database and bring its schema up to date.
-    pub async fn open(url: &str, synchronous_full: bool) -> anyhow::Result<Store> {
-        let options = SqliteConnectOptions::from_str(url)?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(if synchronous_full {
-                SqliteSynchronous::Full
-            } else {
-                SqliteSynchronous::Normal
-            })
-            .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(5))
-            .pragma("temp_store", "memory")
-            .pragma("cache_size", format!("-{CACHE_KIB}"));
-        let path = options.get_filename().to_path_buf();
-        if path.as_os_str() == ":memory:" || url.contains("mode=memory") {
-            anyhow::bail!(
-                "database_url: easel needs a database file, not an in-memory database (the \
-                 writer, the readers and the checkpointer are connections of their own)"
-            );
-        }
-        if let Some(parent) = path.parent() {
-            if !parent.as_os_str().is_empty() {
-                std::fs::create_dir_all(parent)?;
-            }
-        }
-        // Create and migrate with a connection of its own, closed before the writer starts.
-        let mut setup = SqliteConnection::connect_with(&options).await?;
-        sqlx::migrate!("./migrations/sqlite")
-            .run(&mut setup)
-            .await?;
-        let ids = Arc::new(TaskIds::new(&task_id_key(&mut setup).await?));
-        setup.close().await?;
-
-        // The writer checkpoints itself only when the checkpointer (`run_checkpointer`) falls
-        // far behind or is not running (the CLI, tests that drive the store directly).
-        let writer = writer::Writer::start(
-            &path,
-            &writer::WriterOptions {
-                synchronous_full,
-                autocheckpoint_pages: WRITER_CHECKPOINT_PAGES,
-                cache_kib: CACHE_KIB,
-                busy_timeout_ms: 5000,
-            },
-            tasks::SubmitState::new(ids.clone()),
-        )?;
-        // A local file has nothing to test: skip sqlx's ping before every checkout, a round
-        // trip to the connection's thread.
-        let reader = SqlitePoolOptions::new()
-            .test_before_acquire(false)
-            .max_connections(4)
-            .acquire_timeout(Duration::from_secs(10))
-            .connect_with(options.clone().read_only(true))
-            .await?;
-        Ok(Store {
-            options: Arc::new(options),
-            writer,
-            ids,
-            reader,
-        })
-    }
-
-    /// Copy committed pages from the write-ahead log back into the database file every
-    /// `CHECKPOINT_EVERY` (`CHECKPOINT_IDLE` while nothing is written), on a connection of its
-    /// own, until `stop`. Left to the writer (SQLite's default, every 1,000 pages), a checkpoint
-    /// runs inside whichever commit crosses the threshold, and every submit in that batch waits
-    /// for it; here it runs beside the writer (a `PASSIVE` checkpoint never blocks it).
-    pub async fn run_checkpointer(&self, stop: CancellationToken) {
-        let mut conn = loop {
-            match SqliteConnection::connect_with(&self.options).await {
-                Ok(conn) => break conn,
-                Err(e) => {
-                    tracing::warn!(error = %e, "checkpointer cannot open the database");
-                    tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                        _ = stop.cancelled() => return,
-                    }
-                }
-            }
-        };
-        let mut wait = CHECKPOINT_EVERY;
-        let mut last_log = -1;
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
-                _ = stop.cancelled() => break,
-            }
-            // (busy, frames in the WAL, frames copied back): nothing new when the WAL is
-            // unchanged since last time and fully copied.
-            let done: Result<(i64, i64, i64), _> = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
-                .fetch_one(&mut conn)
-                .await;
-            wait = match done {
-                Ok((_, log, copied)) => {
-                    let idle = log == last_log && copied == log;
-                    last_log = log;
-                    if idle {
-                        CHECKPOINT_IDLE
-                    } else {
-                        CHECKPOINT_EVERY
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "checkpoint failed; the writer will checkpoint later");
-                    CHECKPOINT_IDLE
-                }
-            };
-        }
-        let _ = conn.close().await;
-    }
-
-    /// The public id of the task stored at `seq`.
-    pub fn task_id(&self, seq: i64) -> uuid::Uuid {
-        self.ids.id(seq)
-    }
-
-    /// Whether the database answers a trivial query.
-    pub async fn ping(&self) -> StoreResult<()> {
-        sqlx::query("SELECT 1").execute(&self.reader).await?;
-        Ok(())
-    }
-
-    /// Close the readers, then the writer once it has applied what was queued.
-    pub async fn close(&self) {
-        self.reader.close().await;
-        self.writer.close().await;
-    }
+/// A fresh key for task ids, for a store that has none yet.
+pub(crate) fn fresh_id_key() -> [u8; 32] {
+    let mut fresh = [0u8; 32];
+    rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut fresh);
+    fresh
 }
 
 #[cfg(test)]
@@ -309,5 +384,40 @@ mod tests {
         assert_eq!(sizes(34, 64), [(5, 32), (1, 2)]);
         assert_eq!(sizes(200, 64), [(6, 64), (6, 64), (6, 64), (3, 8)]);
         assert_eq!(sizes(20, 8), [(3, 8), (3, 8), (2, 4)]);
+    }
+
+    #[test]
+    fn the_url_scheme_picks_the_store() {
+        assert_eq!(
+            Backend::from_url("data/easel.db").unwrap(),
+            Backend::Sqlite("sqlite://data/easel.db".into())
+        );
+        assert_eq!(
+            Backend::from_url("sqlite:///var/easel.db").unwrap(),
+            Backend::Sqlite("sqlite:///var/easel.db".into())
+        );
+        assert!(matches!(
+            Backend::from_url("postgres://u@h/db").unwrap(),
+            Backend::Postgres(_)
+        ));
+        assert!(matches!(
+            Backend::from_url("postgresql://u@h/db").unwrap(),
+            Backend::Postgres(_)
+        ));
+        let refused = Backend::from_url("mysql://root@h/db")
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("database_url"), "{refused}");
+        assert!(refused.contains("postgres://"), "{refused}");
+        assert!(Backend::from_url("").is_err());
+    }
+
+    #[test]
+    fn passwords_never_reach_logs() {
+        assert_eq!(
+            redact("postgres://easel:hunter2@db:5432/easel"),
+            "postgres://easel:***@db:5432/easel"
+        );
+        assert_eq!(redact("postgres://db/easel"), "postgres://db/easel");
     }
 }

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::client::{DeliveryRequest, WebhookClient};
 use super::{next_attempt_at, signing};
 use crate::config::Config;
-use crate::store::{now_ms, AttemptRecord, DueDelivery, Store, StoreResult};
+use crate::store::{now_ms, AttemptRecord, DueDelivery, SharedStore, StoreResult};
 
 fn poll_ms(config: &Config) -> i64 {
     config.poll_interval.as_millis() as i64
@@ -31,7 +31,7 @@ const QUEUE_ROUNDS: usize = 2;
 
 #[derive(Clone)]
 pub struct Dispatcher {
-    pub store: Store,
+    pub store: SharedStore,
     pub client: WebhookClient,
     pub config: Arc<Config>,
 }
@@ -195,7 +195,10 @@ impl Dispatcher {
     /// this loop claims due deliveries into a queue of `QUEUE_ROUNDS` rounds ahead of the senders;
     /// senders (twice as many as may send at once) each take one from the queue when a sending
     /// slot is free, send it, free the slot, then wait for its record's group commit.
-    pub async fn run(self, wakeup: Arc<Notify>, shutdown: CancellationToken) {
+    pub async fn run(self, shutdown: CancellationToken) {
+        let store = self.store.clone();
+        // Woken by the store when a delivery is queued or made due again, on any node.
+        let wakeup = &store.wakeups().outbox;
         let concurrency = self.config.webhook_concurrency;
         let capacity = concurrency * QUEUE_ROUNDS;
         let (queue, claimed) = mpsc::channel::<DueDelivery>(capacity);
@@ -214,7 +217,6 @@ impl Dispatcher {
                 claimed: claimed.clone(),
                 slots: slots.clone(),
                 room: room.clone(),
-                wakeup: wakeup.clone(),
                 notify_at: capacity - claim_at,
                 shutdown: shutdown.clone(),
             };
@@ -331,7 +333,6 @@ struct Sender {
     claimed: Arc<Mutex<mpsc::Receiver<DueDelivery>>>,
     slots: Arc<Semaphore>,
     room: Arc<Notify>,
-    wakeup: Arc<Notify>,
     /// At or below this many queued, the claim loop is told there is room to claim.
     notify_at: usize,
     shutdown: CancellationToken,
@@ -358,7 +359,7 @@ impl Sender {
             drop(slot);
             // A retry it scheduled may be due before the claim loop would look.
             if d.record(&delivery, record).await.is_some() {
-                self.wakeup.notify_one();
+                d.store.wakeups().outbox.notify_one();
             }
         }
     }

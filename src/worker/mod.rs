@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -22,18 +22,16 @@ use crate::config::Config;
 use crate::domain::{AspectRatio, ContentPolicy, Outcome};
 use crate::generate::raster::dimensions;
 use crate::generate::{GenerateJob, Generator, Progress, Rendered};
-use crate::store::{ClaimedTask, Store, StoreResult};
+use crate::store::{ClaimedTask, Ending, SharedStore, StoreResult};
 
 /// Everything a worker needs. Cheap to clone.
 #[derive(Clone)]
 pub struct WorkerContext {
-    pub store: Store,
+    pub store: SharedStore,
     pub blobs: Blobs,
     pub generator: Arc<dyn Generator>,
     pub policy: ContentPolicy,
     pub config: Arc<Config>,
-    /// Woken when a webhook delivery is queued.
-    pub outbox_wakeup: Arc<Notify>,
     /// Identifies this process in leases (diagnostics only).
     pub owner: String,
     /// One permit per task that may generate at once (`workers`).
@@ -165,38 +163,29 @@ impl WorkerContext {
         let folder = Blobs::new_folder(&task.id);
         // Written side by side, so that their fsyncs overlap.
         let Rendered { images, grid } = rendered;
+        let image_keys: Vec<String> = (0..images.len())
+            .map(|i| format!("{folder}/{i}.png"))
+            .collect();
+        let grid_key = format!("{folder}/grid.png");
         let writes = images
             .into_iter()
-            .chain([grid])
-            .enumerate()
-            .map(|(i, bytes)| {
-                let name = if i == 4 {
-                    "grid.png".to_string()
-                } else {
-                    format!("{i}.png")
-                };
-                let key = format!("{folder}/{name}");
-                async move { self.blobs.put(&key, bytes).await }
-            });
+            .zip(&image_keys)
+            .chain([(grid, &grid_key)])
+            .map(|(bytes, key)| self.blobs.put(key, bytes));
         // Durable only once their folder is synced too (a file's fsync does not persist its name).
         let stored = async {
-            let urls = futures::future::try_join_all(writes).await?;
-            self.blobs.sync_folder(&folder).await?;
-            Ok::<_, std::io::Error>(urls)
+            futures::future::try_join_all(writes).await?;
+            self.blobs.sync_folder(&folder).await
         };
-        let mut urls = match stored.await {
-            Ok(urls) => urls,
-            Err(e) => {
-                tracing::error!(error = %e, "could not store the images");
-                self.blobs.remove_folder(&folder).await;
-                return (internal_failure("could not store the images"), None);
-            }
-        };
-        let original_image_url = urls.pop().expect("grid url");
+        if let Err(e) = stored.await {
+            tracing::error!(error = %e, "could not store the images");
+            self.blobs.remove_folder(&folder).await;
+            return (internal_failure("could not store the images"), None);
+        }
         (
             Outcome::Finished {
-                original_image_url,
-                image_urls: urls,
+                grid_key,
+                image_keys,
             },
             Some(folder),
         )
@@ -208,13 +197,14 @@ impl WorkerContext {
         outcome: &Outcome,
         folder: Option<String>,
     ) -> StoreResult<Ran> {
+        let url = |key: &str| self.blobs.url(key);
+        let ending = Ending::new(outcome.clone(), &task.id, &task.task_type, &url);
         let written = self
             .store
-            .complete_task(task.seq, task.attempts, outcome)
+            .complete_task(task.seq, task.attempts, &ending)
             .await;
         match written {
             Ok(true) => {
-                self.outbox_wakeup.notify_one();
                 self.blobs
                     .remove_stale_attempts(&task.id, folder.as_deref())
                     .await;
@@ -273,24 +263,19 @@ async fn heartbeat(
 
 /// Run `workers` worker loops and the lease reaper until `shutdown`; then let running tasks finish
 /// for up to `shutdown_timeout`, after which they are released to the queue.
-pub async fn run_pool(ctx: WorkerContext, queue_wakeup: Arc<Notify>, shutdown: CancellationToken) {
+pub async fn run_pool(ctx: WorkerContext, shutdown: CancellationToken) {
     let hard_stop = CancellationToken::new();
     let mut set = JoinSet::new();
     for i in 0..ctx.config.workers * 2 {
         let ctx = ctx.clone();
-        let wakeup = queue_wakeup.clone();
         let shutdown = shutdown.clone();
         let hard_stop = hard_stop.clone();
         set.spawn(
-            async move { worker_loop(ctx, wakeup, shutdown, hard_stop).await }
+            async move { worker_loop(ctx, shutdown, hard_stop).await }
                 .instrument(tracing::info_span!("worker", worker = i)),
         );
     }
-    set.spawn(reaper_loop(
-        ctx.clone(),
-        queue_wakeup.clone(),
-        shutdown.clone(),
-    ));
+    set.spawn(reaper_loop(ctx.clone(), shutdown.clone()));
 
     shutdown.cancelled().await;
     let drained = tokio::time::timeout(ctx.config.shutdown_timeout, async {
@@ -306,7 +291,6 @@ pub async fn run_pool(ctx: WorkerContext, queue_wakeup: Arc<Notify>, shutdown: C
 
 async fn worker_loop(
     ctx: WorkerContext,
-    wakeup: Arc<Notify>,
     shutdown: CancellationToken,
     hard_stop: CancellationToken,
 ) {
@@ -321,7 +305,7 @@ async fn worker_loop(
         };
         if idle {
             tokio::select! {
-                _ = wakeup.notified() => {}
+                _ = ctx.store.wakeups().queue.notified() => {}
                 _ = tokio::time::sleep(ctx.config.poll_interval) => {}
                 _ = shutdown.cancelled() => {}
             }
@@ -329,7 +313,7 @@ async fn worker_loop(
     }
 }
 
-async fn reaper_loop(ctx: WorkerContext, queue_wakeup: Arc<Notify>, shutdown: CancellationToken) {
+async fn reaper_loop(ctx: WorkerContext, shutdown: CancellationToken) {
     let every = ctx
         .config
         .poll_interval
@@ -342,14 +326,9 @@ async fn reaper_loop(ctx: WorkerContext, queue_wakeup: Arc<Notify>, shutdown: Ca
                     ctx.blobs.remove_stale_attempts(id, None).await;
                 }
                 let failed = failed.len();
+                // The store wakes idle workers and the dispatcher itself.
                 if requeued > 0 || failed > 0 {
                     tracing::warn!(requeued, failed, "recovered tasks whose worker was lost");
-                }
-                if requeued > 0 {
-                    queue_wakeup.notify_waiters();
-                }
-                if failed > 0 {
-                    ctx.outbox_wakeup.notify_one();
                 }
             }
             Err(e) => tracing::error!(error = %e, "lease reaper could not reach the store"),

@@ -13,7 +13,7 @@ use tempfile::TempDir;
 use tokio::sync::oneshot;
 
 use easel::config::Config;
-use easel::store::Store;
+use easel::store::SharedStore;
 use easel::Application;
 
 /// An easel built but not started: no server, worker or dispatcher runs, so the test drives each
@@ -21,7 +21,7 @@ use easel::Application;
 pub struct Idle {
     pub app: Application,
     pub account: easel::store::Account,
-    /// As `Store::insert_task` takes it.
+    /// As `Store::submit` takes it.
     pub key: [u8; 32],
     pub dir: TempDir,
 }
@@ -31,7 +31,7 @@ impl Idle {
         let dir = tempfile::tempdir().unwrap();
         let app = Application::build(test_config(dir.path())).await.unwrap();
         let account = app.store().first_account().await.unwrap().unwrap();
-        let key = key_hash(app.store(), &account.id).await;
+        let key = key_hash(app.store().as_ref(), &account.id).await;
         Idle {
             app,
             account,
@@ -40,12 +40,12 @@ impl Idle {
         }
     }
 
-    pub fn store(&self) -> &Store {
+    pub fn store(&self) -> &SharedStore {
         self.app.store()
     }
 }
 
-/// A task as `Store::insert_task` takes it: `mode` (turbo, fast or relax) at `priority`, no
+/// A task as `Store::submit` takes it: `mode` (turbo, fast or relax) at `priority`, no
 /// webhook.
 pub fn new_task(mode: &str, priority: i64) -> easel::store::NewTask {
     easel::store::NewTask {
@@ -65,8 +65,12 @@ pub fn new_task(mode: &str, priority: i64) -> easel::store::NewTask {
 }
 
 /// Store `task` with `key`, which must be live and under quota; the task's public id.
-pub async fn insert(store: &Store, task: &easel::store::NewTask, key: &[u8; 32]) -> uuid::Uuid {
-    match store.insert_task(task, key, 100).await.unwrap() {
+pub async fn insert(
+    store: &dyn easel::store::Store,
+    task: &easel::store::NewTask,
+    key: &[u8; 32],
+) -> uuid::Uuid {
+    match store.submit(task, key, 100).await.unwrap() {
         easel::store::Submitted::Queued { task_id, .. } => task_id,
         other => panic!("not queued: {other:?}"),
     }
@@ -98,8 +102,8 @@ pub async fn database_before(version: i64) -> (TempDir, String, sqlx::SqliteConn
     (dir, url, conn)
 }
 
-/// A new live key for the account, as the hash that `Store::insert_task` takes.
-pub async fn key_hash(store: &Store, account_id: &str) -> [u8; 32] {
+/// A new live key for the account, as the hash that `Store::submit` takes.
+pub async fn key_hash(store: &dyn easel::store::Store, account_id: &str) -> [u8; 32] {
     let secret = easel::auth::create_key(store, account_id, "test")
         .await
         .expect("key created");
@@ -120,16 +124,66 @@ pub struct TestApp {
     pub base: String,
     pub key: String,
     pub http: reqwest::Client,
-    pub store: Store,
+    pub store: SharedStore,
     pub config: Config,
     pub dir: TempDir,
     stop: Option<oneshot::Sender<()>>,
     handle: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
 
+/// The PostgreSQL database the tests may make schemas in (`EASEL_TEST_POSTGRES`, set by
+/// `scripts/test.sh`), or None when there is none. Under CI there must be one.
+pub fn postgres() -> Option<String> {
+    match std::env::var("EASEL_TEST_POSTGRES") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("CI=true but EASEL_TEST_POSTGRES is not set: the PostgreSQL tests may not be skipped")
+        }
+        _ => None,
+    }
+}
+
+/// Whether this run of the integration suite is against PostgreSQL (`EASEL_TEST_STORE=postgres`)
+/// rather than SQLite.
+pub fn on_postgres() -> bool {
+    std::env::var("EASEL_TEST_STORE").is_ok_and(|v| v == "postgres")
+}
+
+/// A database URL of its own for one test: a fresh schema in the tests' PostgreSQL database,
+/// which the URL's connections use as their `search_path`.
+pub fn fresh_postgres_url(base: &str) -> String {
+    let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+    let create = format!("CREATE SCHEMA {schema}");
+    let admin = base.to_string();
+    // A thread of its own: callers may or may not be inside a runtime.
+    std::thread::spawn(move || {
+        use sqlx::Connection;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
+            sqlx::query(&create).execute(&mut conn).await.unwrap();
+            conn.close().await.unwrap();
+        })
+    })
+    .join()
+    .unwrap();
+    let sep = if base.contains('?') { '&' } else { '?' };
+    format!("{base}{sep}options=-c%20search_path%3D{schema}")
+}
+
 /// Settings for fast tests: small images, short leases and schedules, local webhooks allowed.
+/// The store is SQLite in `dir`, or with `EASEL_TEST_STORE=postgres` a fresh PostgreSQL schema.
 pub fn test_config(dir: &std::path::Path) -> Config {
+    let database_url = on_postgres().then(|| {
+        let base = postgres().expect("EASEL_TEST_STORE=postgres needs EASEL_TEST_POSTGRES");
+        fresh_postgres_url(&base)
+    });
     Config {
+        database_url,
+        database_max_connections: 6,
         listen: "127.0.0.1:0".parse().unwrap(),
         data_dir: dir.to_path_buf(),
         image_size: 128,
@@ -171,7 +225,7 @@ impl TestApp {
         let key = match app.first_key() {
             Some(k) => k.to_string(),
             None => easel::auth::create_key(
-                &store,
+                store.as_ref(),
                 &store.first_account().await.unwrap().unwrap().id,
                 "test",
             )
@@ -274,7 +328,7 @@ impl TestApp {
             .ensure_account(email, &easel::webhooks::signing::generate_secret())
             .await
             .unwrap();
-        easel::auth::create_key(&self.store, &account.id, "other")
+        easel::auth::create_key(self.store.as_ref(), &account.id, "other")
             .await
             .unwrap()
     }

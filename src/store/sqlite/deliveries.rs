@@ -1,67 +1,20 @@
 use std::collections::HashMap;
 
+use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension, ToSql};
-use sqlx::FromRow;
 use uuid::Uuid;
 
-use super::ids::TaskKey;
+use super::super::ids::TaskKey;
 use super::tasks::by_id;
 use super::writer::Durability;
-use super::{chunks, now_ms, Store, StoreResult};
+use super::SqliteStore;
+use crate::store::{
+    chunks, now_ms, AttemptRecord, AttemptRow, DueDelivery, Outbox, Redelivery, StoreResult,
+};
 
-/// A delivery that is due, with what the dispatcher needs to send it.
-#[derive(Clone, Debug)]
-pub struct DueDelivery {
-    pub id: String,
-    pub task_id: String,
-    pub url: String,
-    pub payload: String,
-    /// Attempts made so far in the current schedule; the record of this attempt is fenced by it.
-    pub attempts: i64,
-    pub first_failed_at: Option<i64>,
-    pub webhook_secret: Option<String>,
-    pub signing_secret: String,
-    /// When the claim's lease runs out; the claim is handed back only while it still holds it.
-    pub lease_until: i64,
-}
-
-/// The result of one attempt and what follows from it.
-#[derive(Clone, Debug)]
-pub struct AttemptRecord {
-    pub attempted_at: i64,
-    pub duration_ms: i64,
-    pub status_code: Option<u16>,
-    pub error: Option<String>,
-    pub delivered: bool,
-    /// When the next attempt is due; None with `delivered == false` means undeliverable.
-    pub next_attempt_at: Option<i64>,
-    /// When the initial attempt of this schedule failed.
-    pub first_failed_at: Option<i64>,
-}
-
-/// One recorded attempt, as the API lists it.
-#[derive(Clone, Debug, FromRow)]
-pub struct AttemptRow {
-    pub attempted_at: i64,
-    pub duration_ms: i64,
-    pub status_code: Option<i64>,
-    pub error: Option<String>,
-    pub next_attempt_at: Option<i64>,
-}
-
-/// What `redeliver` found.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Redelivery {
-    Queued,
-    TaskNotFound,
-    NotFinal,
-    NoWebhook,
-}
-
-impl Store {
-    /// Claim up to `limit` due deliveries for `lease_ms`. A delivery whose dispatcher died is
-    /// claimed again once its lease runs out, so nothing is lost (it may be sent twice).
-    pub async fn claim_due_deliveries(
+#[async_trait]
+impl Outbox for SqliteStore {
+    async fn claim_due_deliveries(
         &self,
         limit: i64,
         lease_ms: i64,
@@ -117,9 +70,7 @@ impl Store {
             .await
     }
 
-    /// Record an attempt and the delivery's next state, fenced by the attempt count seen at claim.
-    /// Concurrent calls share a transaction (see `writer.rs`).
-    pub async fn record_attempt(
+    async fn record_attempt(
         &self,
         delivery_id: &str,
         claimed_attempts: i64,
@@ -134,10 +85,7 @@ impl Store {
             .await
     }
 
-    /// Hand back claimed deliveries that were not attempted, so that they are due again at once
-    /// instead of when their lease runs out. A delivery claimed again since (its lease ran out)
-    /// is left alone. Returns how many were handed back.
-    pub async fn release_deliveries(&self, claimed: &[DueDelivery]) -> StoreResult<u64> {
+    async fn release_deliveries(&self, claimed: &[DueDelivery]) -> StoreResult<u64> {
         let leases: Vec<(String, i64)> = claimed
             .iter()
             .map(|d| (d.id.clone(), d.lease_until))
@@ -157,10 +105,7 @@ impl Store {
             .await
     }
 
-    /// When the next delivery that is not in flight becomes due. Walks the due index from its
-    /// start, skipping only deliveries whose lease is still running (at most the dispatchers'
-    /// concurrency), so it stays cheap however large the outbox grows.
-    pub async fn next_delivery_due(&self) -> StoreResult<Option<i64>> {
+    async fn next_delivery_due(&self) -> StoreResult<Option<i64>> {
         Ok(sqlx::query_scalar(
             "SELECT next_attempt_at FROM webhook_deliveries
              WHERE status = 'pending' AND (lease_until IS NULL OR lease_until <= ?)
@@ -171,9 +116,7 @@ impl Store {
         .await?)
     }
 
-    /// Every recorded attempt to deliver the task's result, oldest first; None when the task is
-    /// not the account's.
-    pub async fn delivery_attempts(
+    async fn delivery_attempts(
         &self,
         account_id: &str,
         task_id: &Uuid,
@@ -203,11 +146,11 @@ impl Store {
         ))
     }
 
-    /// Start a fresh delivery schedule for a task's result.
-    pub async fn redeliver(&self, account_id: &str, task_id: &Uuid) -> StoreResult<Redelivery> {
+    async fn redeliver(&self, account_id: &str, task_id: &Uuid) -> StoreResult<Redelivery> {
         let TaskKey { seq, legacy } = self.ids.key(task_id);
         let account_id = account_id.to_string();
-        self.writer
+        let decided = self
+            .writer
             .call(Durability::Synced, move |conn| {
                 let task: Option<(i64, String, Option<String>)> = conn
                     .prepare_cached(&format!(
@@ -219,26 +162,27 @@ impl Store {
                         Ok((r.get(0)?, r.get(1)?, r.get(2)?))
                     })
                     .optional()?;
-                Ok(match task {
-                    None => Redelivery::TaskNotFound,
-                    Some((_, _, None)) => Redelivery::NoWebhook,
-                    Some((_, status, Some(_))) if status != "finished" && status != "failed" => {
-                        Redelivery::NotFinal
-                    }
-                    Some((seq, _, Some(_))) => {
-                        let now = now_ms();
-                        conn.prepare_cached(
-                            "UPDATE webhook_deliveries SET status = 'pending', attempts = 0,
-                                 next_attempt_at = ?1, first_failed_at = NULL,
-                                 lease_until = NULL, updated_at = ?1
-                             WHERE task_seq = ?2",
-                        )?
-                        .execute(params![now, seq])?;
-                        Redelivery::Queued
-                    }
-                })
+                let Some((seq, status, webhook_url)) = task else {
+                    return Ok(Redelivery::TaskNotFound);
+                };
+                let decided = Redelivery::decide(&status, webhook_url.is_some());
+                if decided == Redelivery::Queued {
+                    let now = now_ms();
+                    conn.prepare_cached(
+                        "UPDATE webhook_deliveries SET status = 'pending', attempts = 0,
+                             next_attempt_at = ?1, first_failed_at = NULL,
+                             lease_until = NULL, updated_at = ?1
+                         WHERE task_seq = ?2",
+                    )?
+                    .execute(params![now, seq])?;
+                }
+                Ok(decided)
             })
-            .await
+            .await?;
+        if decided == Redelivery::Queued {
+            self.wakeups.outbox.notify_one();
+        }
+        Ok(decided)
     }
 }
 
@@ -270,15 +214,8 @@ pub(super) fn apply_records(
         .iter()
         .map(|w| {
             let r = &w.record;
-            let status = if r.delivered {
-                "delivered"
-            } else if r.next_attempt_at.is_some() {
-                "pending"
-            } else {
-                "undeliverable"
-            };
             let changed = update.execute(params![
-                status,
+                r.delivery_status(),
                 r.next_attempt_at,
                 r.first_failed_at,
                 r.status_code,

@@ -1,82 +1,24 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
-use sqlx::sqlite::SqliteRow;
-use sqlx::{FromRow, Row};
 use uuid::Uuid;
 
-use super::ids::{TaskIds, TaskKey};
+use super::super::ids::TaskKey;
 use super::writer::Durability;
-use super::{chunks, now_ms, to_json, LiveKey, Store, StoreResult};
-pub use crate::domain::Outcome;
+use super::{to_json, SqliteStore};
 use crate::domain::TaskStatus;
-
-/// A task as submitted and validated. Its account is the submitting key's; its id is given
-/// when it is stored.
-#[derive(Clone, Debug)]
-pub struct NewTask {
-    pub task_type: &'static str,
-    pub prompt: String,
-    pub aspect_ratio: String,
-    pub process_mode: &'static str,
-    pub priority: i64,
-    pub seed: i64,
-    pub webhook_url: Option<String>,
-    pub webhook_secret: Option<String>,
-}
-
-/// A task as stored, with the state of its webhook delivery if there is one.
-#[derive(Clone, Debug, FromRow)]
-pub struct TaskRow {
-    /// The public id (filled in from `seq` and `legacy_id` after reading).
-    #[sqlx(skip)]
-    pub id: String,
-    pub seq: i64,
-    pub legacy_id: Option<String>,
-    pub task_type: String,
-    pub status: String,
-    pub percentage: i64,
-    pub prompt: String,
-    pub aspect_ratio: String,
-    pub process_mode: String,
-    pub seed: i64,
-    pub attempts: i64,
-    pub created_at: i64,
-    pub started_at: Option<i64>,
-    pub finished_at: Option<i64>,
-    pub original_image_url: Option<String>,
-    pub image_urls: Option<String>,
-    pub error: Option<String>,
-    pub webhook_url: Option<String>,
-    pub wh_status: Option<String>,
-    pub wh_attempts: Option<i64>,
-    pub wh_last_status_code: Option<i64>,
-    pub wh_last_error: Option<String>,
-    pub wh_next_attempt_at: Option<i64>,
-}
-
-/// What a worker gets when it claims a task.
-#[derive(Clone, Debug)]
-pub struct ClaimedTask {
-    /// Where the task is stored: what every fenced change names.
-    pub seq: i64,
-    /// The public id.
-    pub id: String,
-    pub legacy_id: Option<String>,
-    pub account_id: String,
-    pub task_type: String,
-    pub prompt: String,
-    pub aspect_ratio: String,
-    pub seed: i64,
-    /// The attempt number this claim holds; every later change is fenced by it.
-    pub attempts: i64,
-}
+use crate::store::rows::{key_and_tasks, TaskRow};
+use crate::store::{
+    chunks, now_ms, worker_lost, ClaimedTask, Ending, LiveKey, NewTask, Outcome, Quota,
+    StoreResult, Submitted, Task, TaskIds, TaskQueue, KEY_TOUCH_EVERY_MS, RUNNING,
+};
 
 const TASK_COLUMNS: &str =
     "t.seq, t.id AS legacy_id, t.task_type, t.status, t.percentage, t.prompt, t.aspect_ratio,
     t.process_mode, t.seed, t.attempts, t.created_at, t.started_at, t.finished_at,
-    t.original_image_url, t.image_urls, t.error, t.webhook_url,
+    t.grid_key, t.image_keys, t.error, t.webhook_url,
     d.status AS wh_status, d.attempts AS wh_attempts, d.last_status_code AS wh_last_status_code,
     d.last_error AS wh_last_error, d.next_attempt_at AS wh_next_attempt_at";
 
@@ -92,35 +34,36 @@ pub(super) fn by_id(seq: u8, legacy: u8) -> String {
     format!("((t.seq = ?{seq} AND t.id IS NULL) OR t.id = ?{legacy})")
 }
 
-const ACTIVE: &str = "('starting', 'processing')";
+const ACTIVE: &str = RUNNING;
 
-impl Store {
-    /// Store a new task submitted with the key hashed `key_hash`, unless that key is no longer
-    /// live or the account already has `max_active` tasks queued or running; both are checked
-    /// in the transaction that inserts. Durable when it returns `Queued`. Concurrent calls share
-    /// a transaction (see `writer.rs`).
-    pub async fn insert_task(
+#[async_trait]
+impl TaskQueue for SqliteStore {
+    /// Concurrent calls share a transaction (see `writer.rs`).
+    async fn submit(
         &self,
         task: &NewTask,
         key_hash: &[u8; 32],
         max_active: u32,
     ) -> StoreResult<Submitted> {
-        self.writer
+        let submitted = self
+            .writer
             .submit(InsertTask {
                 task: task.clone(),
                 key_hash: *key_hash,
                 max_active,
             })
-            .await
+            .await?;
+        if matches!(submitted, Submitted::Queued { .. }) {
+            self.wakeups.queue.notify_one();
+        }
+        Ok(submitted)
     }
 
-    /// The task `task_id` if it is the key's account's, checked in one statement with the key
-    /// itself: None when the key is not live, else the key and the task if found.
-    pub async fn task_for_key(
+    async fn task_for_key(
         &self,
         key_hash: &[u8; 32],
         task_id: &Uuid,
-    ) -> StoreResult<Option<(LiveKey, Option<TaskRow>)>> {
+    ) -> StoreResult<Option<(LiveKey, Option<Task>)>> {
         let TaskKey { seq, legacy } = self.ids.key(task_id);
         let rows = sqlx::query(&format!(
             "{KEY_THEN_TASKS} {TASK_COLUMNS} FROM api_keys k
@@ -135,13 +78,11 @@ impl Store {
         Ok(key_and_tasks(&rows, &self.ids)?.map(|(key, mut tasks)| (key, tasks.pop())))
     }
 
-    /// The key's account's tasks among `ids` (in no particular order), checked in one statement
-    /// with the key itself: None when the key is not live.
-    pub async fn tasks_for_key(
+    async fn tasks_for_key(
         &self,
         key_hash: &[u8; 32],
         ids: &[Uuid],
-    ) -> StoreResult<Option<(LiveKey, Vec<TaskRow>)>> {
+    ) -> StoreResult<Option<(LiveKey, Vec<Task>)>> {
         let keys: Vec<TaskKey> = ids.iter().map(|id| self.ids.key(id)).collect();
         let seqs: Vec<i64> = keys.iter().filter_map(|k| k.seq).collect();
         let legacy: Vec<&str> = keys.iter().map(|k| k.legacy.as_str()).collect();
@@ -159,12 +100,11 @@ impl Store {
         key_and_tasks(&rows, &self.ids)
     }
 
-    /// One of the account's tasks, or None when it does not exist or belongs to someone else.
-    pub async fn task_for_account(
+    async fn task_for_account(
         &self,
         account_id: &str,
         task_id: &Uuid,
-    ) -> StoreResult<Option<TaskRow>> {
+    ) -> StoreResult<Option<Task>> {
         let TaskKey { seq, legacy } = self.ids.key(task_id);
         let row: Option<TaskRow> = sqlx::query_as(&format!(
             "SELECT {TASK_COLUMNS} FROM tasks t LEFT JOIN webhook_deliveries d ON d.task_seq = t.seq
@@ -176,11 +116,10 @@ impl Store {
         .bind(account_id)
         .fetch_optional(&self.reader)
         .await?;
-        Ok(row.map(|row| row.with_id(&self.ids)))
+        Ok(row.map(|row| row.into_task(&self.ids)))
     }
 
-    /// Claim the next pending task (turbo before fast before relax, oldest first) with a lease.
-    pub async fn claim_task(&self, owner: &str, lease_ms: i64) -> StoreResult<Option<ClaimedTask>> {
+    async fn claim_task(&self, owner: &str, lease_ms: i64) -> StoreResult<Option<ClaimedTask>> {
         let owner = owner.to_string();
         let ids = self.ids.clone();
         self.writer
@@ -202,7 +141,6 @@ impl Store {
                         Ok(ClaimedTask {
                             seq,
                             id: ids.of_row(seq, legacy_id.as_deref()),
-                            legacy_id,
                             account_id: r.get(2)?,
                             task_type: r.get(3)?,
                             prompt: r.get(4)?,
@@ -217,13 +155,7 @@ impl Store {
             .await
     }
 
-    /// Move a claimed task to `processing`. False when the claim is no longer ours.
-    pub async fn mark_processing(
-        &self,
-        seq: i64,
-        attempt: i64,
-        lease_ms: i64,
-    ) -> StoreResult<bool> {
+    async fn mark_processing(&self, seq: i64, attempt: i64, lease_ms: i64) -> StoreResult<bool> {
         self.writer
             .call(Durability::Committed, move |conn| {
                 let changed = conn
@@ -237,8 +169,7 @@ impl Store {
             .await
     }
 
-    /// Renew the lease and record progress. False when the claim is no longer ours.
-    pub async fn heartbeat(
+    async fn heartbeat(
         &self,
         seq: i64,
         attempt: i64,
@@ -263,26 +194,24 @@ impl Store {
             .await
     }
 
-    /// Record the final state and, in the same transaction, queue the webhook delivery.
-    /// False (and nothing written) when the claim is no longer ours.
-    pub async fn complete_task(
-        &self,
-        seq: i64,
-        attempt: i64,
-        outcome: &Outcome,
-    ) -> StoreResult<bool> {
+    async fn complete_task(&self, seq: i64, attempt: i64, ending: &Ending) -> StoreResult<bool> {
+        let ending = ending.clone();
         let ids = self.ids.clone();
-        let outcome = outcome.clone();
-        self.writer
+        let queued = self
+            .writer
             .call(Durability::Synced, move |conn| {
-                complete_in_tx(conn, &ids, seq, attempt, &outcome)
+                complete_in_tx(conn, &ids, seq, attempt, &ending)
             })
-            .await
+            .await?;
+        if queued == Some(true) {
+            self.wakeups.outbox.notify_one();
+        }
+        Ok(queued.is_some())
     }
 
-    /// Give a claimed task back to the queue without counting the attempt (graceful shutdown).
-    pub async fn release_task(&self, seq: i64, attempt: i64) -> StoreResult<bool> {
-        self.writer
+    async fn release_task(&self, seq: i64, attempt: i64) -> StoreResult<bool> {
+        let released = self
+            .writer
             .call(Durability::Committed, move |conn| {
                 let changed = conn
                     .prepare_cached(&format!(
@@ -293,14 +222,17 @@ impl Store {
                     .execute(params![seq, attempt])?;
                 Ok(changed == 1)
             })
-            .await
+            .await?;
+        if released {
+            self.wakeups.queue.notify_one();
+        }
+        Ok(released)
     }
 
-    /// Tasks whose lease ran out go back to the queue, or fail once they used `max_attempts`.
-    /// Returns how many were requeued and the ids of those that failed.
-    pub async fn recover_expired(&self, max_attempts: u32) -> StoreResult<(u64, Vec<String>)> {
+    async fn recover_expired(&self, max_attempts: u32) -> StoreResult<(u64, Vec<String>)> {
         let ids = self.ids.clone();
-        self.writer
+        let (requeued, failed, queued) = self
+            .writer
             .call(Durability::Synced, move |conn| {
                 let now = now_ms();
                 let max_attempts = i64::from(max_attempts);
@@ -311,35 +243,39 @@ impl Store {
                          WHERE status IN {ACTIVE} AND lease_expires_at < ? AND attempts < ?"
                     ))?
                     .execute(params![now, max_attempts])?;
-                let exhausted: Vec<(i64, Option<String>, i64)> = conn
+                let exhausted: Vec<(i64, Option<String>, String, i64)> = conn
                     .prepare_cached(&format!(
-                        "SELECT seq, id, attempts FROM tasks
+                        "SELECT seq, id, task_type, attempts FROM tasks
                          WHERE status IN {ACTIVE} AND lease_expires_at < ? AND attempts >= ?
                          LIMIT 500"
                     ))?
                     .query_map(params![now, max_attempts], |r| {
-                        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
                     })?
                     .collect::<Result<_, _>>()?;
                 let mut failed = Vec::new();
-                for (seq, legacy_id, attempts) in exhausted {
-                    let outcome = Outcome::Failed {
-                        error: format!(
-                            "worker lost: the task was interrupted {attempts} times and will \
-                             not be retried"
-                        ),
-                    };
-                    if complete_in_tx(conn, &ids, seq, attempts, &outcome)? {
-                        failed.push(ids.of_row(seq, legacy_id.as_deref()));
+                let mut queued = false;
+                for (seq, legacy_id, task_type, attempts) in exhausted {
+                    let id = ids.of_row(seq, legacy_id.as_deref());
+                    let ending = worker_lost(&id, &task_type, attempts);
+                    if let Some(delivery) = complete_in_tx(conn, &ids, seq, attempts, &ending)? {
+                        queued |= delivery;
+                        failed.push(id);
                     }
                 }
-                Ok((requeued as u64, failed))
+                Ok((requeued as u64, failed, queued))
             })
-            .await
+            .await?;
+        if requeued > 0 {
+            self.wakeups.queue.notify_waiters();
+        }
+        if queued {
+            self.wakeups.outbox.notify_one();
+        }
+        Ok((requeued, failed))
     }
 
-    /// Counts of tasks by status, for health and metrics.
-    pub async fn task_counts(&self) -> StoreResult<Vec<(String, i64)>> {
+    async fn task_counts(&self) -> StoreResult<Vec<(String, i64)>> {
         Ok(
             sqlx::query_as("SELECT status, COUNT(*) FROM tasks GROUP BY status ORDER BY status")
                 .fetch_all(&self.reader)
@@ -348,129 +284,94 @@ impl Store {
     }
 }
 
-/// Split the rows of a `KEY_THEN_TASKS` query: no row means the key is not live; a row without a
-/// task id is the key alone (nothing found).
-fn key_and_tasks(
-    rows: &[SqliteRow],
-    ids: &TaskIds,
-) -> StoreResult<Option<(LiveKey, Vec<TaskRow>)>> {
-    let Some(first) = rows.first() else {
-        return Ok(None);
-    };
-    let key = LiveKey {
-        key_id: first.try_get("key_id")?,
-        account_id: first.try_get("key_account_id")?,
-        last_used_at: first.try_get("key_last_used_at")?,
-    };
-    let mut tasks = Vec::with_capacity(rows.len());
-    for row in rows {
-        if row.try_get::<Option<i64>, _>("seq")?.is_some() {
-            tasks.push(TaskRow::from_row(row)?.with_id(ids));
-        }
-    }
-    Ok(Some((key, tasks)))
-}
-
-impl TaskRow {
-    fn with_id(mut self, ids: &TaskIds) -> Self {
-        self.id = ids.of_row(self.seq, self.legacy_id.as_deref());
-        self
-    }
-}
-
 /// Write the final state of task `seq` if attempt `attempt` still holds it, and queue its webhook
-/// in the same transaction. False (and nothing written) when the claim is no longer ours.
+/// in the same transaction. None (and nothing written) when the claim is no longer ours, else
+/// whether a delivery was queued.
 fn complete_in_tx(
     conn: &Connection,
     ids: &TaskIds,
     seq: i64,
     attempt: i64,
-    outcome: &Outcome,
-) -> StoreResult<bool> {
+    ending: &Ending,
+) -> StoreResult<Option<bool>> {
     let now = now_ms();
-    let (status, original, urls, error, images) = match outcome {
+    let (status, grid, keys, error) = match &ending.outcome {
         Outcome::Finished {
-            original_image_url,
-            image_urls,
+            grid_key,
+            image_keys,
         } => (
             TaskStatus::Finished,
-            Some(original_image_url.as_str()),
-            Some(serde_json::to_string(image_urls).expect("urls serialize")),
+            Some(grid_key.as_str()),
+            Some(serde_json::to_string(image_keys).expect("keys serialize")),
             None,
-            image_urls.len() as i64,
         ),
-        Outcome::Failed { error } => (TaskStatus::Failed, None, None, Some(error.as_str()), 0),
+        Outcome::Failed { error } => (TaskStatus::Failed, None, None, Some(error.as_str())),
     };
     let percentage = if status == TaskStatus::Finished {
         100
     } else {
         0
     };
-    // What ending the task reads back from its row.
-    type Ended = (
-        Option<String>,
-        String,
-        String,
-        Option<String>,
-        Option<String>,
-    );
+    type Ended = (String, Option<String>, Option<String>, Option<String>);
     let ended: Option<Ended> = conn
         .prepare_cached(&format!(
-            "UPDATE tasks SET status = ?, percentage = ?, finished_at = ?, original_image_url = ?,
-                 image_urls = ?, error = ?, lease_owner = NULL, lease_expires_at = NULL
+            "UPDATE tasks SET status = ?, percentage = ?, finished_at = ?, grid_key = ?,
+                 image_keys = ?, error = ?, lease_owner = NULL, lease_expires_at = NULL
              WHERE seq = ? AND attempts = ? AND status IN {ACTIVE}
-             RETURNING id, account_id, task_type, webhook_url, webhook_secret"
+             RETURNING account_id, webhook_url, webhook_secret, id"
         ))?
         .query_row(
             params![
                 status.as_str(),
                 percentage,
                 now,
-                original,
-                urls,
+                grid,
+                keys,
                 error,
                 seq,
                 attempt
             ],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
         )
         .optional()?;
-    let Some((legacy_id, account_id, task_type, webhook_url, webhook_secret)) = ended else {
-        return Ok(false);
+    let Some((account_id, webhook_url, webhook_secret, legacy_id)) = ended else {
+        return Ok(None);
     };
-    let id = ids.of_row(seq, legacy_id.as_deref());
+    let images = ending.images();
     if images > 0 {
         conn.prepare_cached("UPDATE accounts SET total_images = total_images + ? WHERE id = ?")?
             .execute(params![images, account_id])?;
     }
-    if let Some(url) = webhook_url {
-        conn.prepare_cached(
-            "INSERT INTO webhook_deliveries (id, task_seq, task_id, account_id, url,
-                 status, next_attempt_at, created_at, updated_at, webhook_secret)
-             VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
-        )?
-        .execute(params![
-            // Time-ordered, like `seq`, to keep the outbox's index appending.
-            format!("msg_{}", Uuid::now_v7().simple()),
-            seq,
-            id,
-            account_id,
-            url,
-            now,
-            now,
-            now,
-            webhook_secret,
-        ])?;
-        // Apart from the delivery's row, which every attempt writes again (migration 0006).
-        conn.prepare_cached("INSERT INTO webhook_payloads (task_seq, payload) VALUES (?, ?)")?
-            .execute(params![seq, outcome.webhook_payload(&id, &task_type)])?;
-    }
+    let Some(url) = webhook_url else {
+        return Ok(Some(false));
+    };
+    let task_id = ids.of_row(seq, legacy_id.as_deref());
+    conn.prepare_cached(
+        "INSERT INTO webhook_deliveries (id, task_seq, task_id, account_id, url,
+             status, next_attempt_at, created_at, updated_at, webhook_secret)
+         VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
+    )?
+    .execute(params![
+        // Time-ordered, like `seq`, to keep the outbox's index appending.
+        format!("msg_{}", Uuid::now_v7().simple()),
+        seq,
+        task_id,
+        account_id,
+        url,
+        now,
+        now,
+        now,
+        webhook_secret,
+    ])?;
+    // Apart from the delivery's row, which every attempt writes again (migration 0006).
+    conn.prepare_cached("INSERT INTO webhook_payloads (task_seq, payload) VALUES (?, ?)")?
+        .execute(params![seq, ending.payload])?;
     if webhook_secret.is_some() {
         // It moved to the delivery (claims read it from there); no second copy stays.
         conn.prepare_cached("UPDATE tasks SET webhook_secret = NULL WHERE seq = ?")?
             .execute(params![seq])?;
     }
-    Ok(true)
+    Ok(Some(true))
 }
 
 /// A submit, for the writer's group of submits: insert unless the account already has
@@ -479,17 +380,6 @@ pub(super) struct InsertTask {
     task: NewTask,
     key_hash: [u8; 32],
     max_active: u32,
-}
-
-/// What became of a submit.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Submitted {
-    /// Stored durably, in the queue of the key's account, with this public id.
-    Queued { account_id: String, task_id: Uuid },
-    /// Nothing stored: the account has its most tasks queued or running.
-    QuotaFull,
-    /// Nothing stored: the key is unknown or revoked.
-    KeyNotLive,
 }
 
 /// What the writer keeps for submits from one drain to the next: the ids' key, and when it last
@@ -529,7 +419,7 @@ pub(super) fn apply_submits(
         )?
         .query_row([], |r| r.get(0))?;
     let mut live: HashMap<[u8; 32], String> = HashMap::new();
-    let mut active: HashMap<String, (i64, i64)> = HashMap::new();
+    let mut quota = Quota::default();
     {
         let mut key = conn.prepare_cached(
             "SELECT k.account_id, a.active_tasks
@@ -544,7 +434,7 @@ pub(super) fn apply_submits(
                 })
                 .optional()?;
             if let Some((account, n)) = found {
-                active.entry(account.clone()).or_insert((n, 0));
+                quota.set(&account, n);
                 live.insert(*hash, account);
             }
         }
@@ -557,11 +447,9 @@ pub(super) fn apply_submits(
             let Some(account) = live.get(&w.key_hash) else {
                 return Err(Submitted::KeyNotLive);
             };
-            let (before, added) = active.get_mut(account).expect("a live key's account");
-            if *before + *added >= i64::from(w.max_active) {
+            if !quota.admit(account, w.max_active) {
                 return Err(Submitted::QuotaFull);
             }
-            *added += 1;
             next_seq += 1;
             Ok((next_seq, account.as_str()))
         })
@@ -600,10 +488,8 @@ pub(super) fn apply_submits(
     {
         let mut count = conn
             .prepare_cached("UPDATE accounts SET active_tasks = active_tasks + ? WHERE id = ?")?;
-        for (account, (_, added)) in &active {
-            if *added > 0 {
-                count.execute(params![added, account])?;
-            }
+        for (account, added) in quota.added() {
+            count.execute(params![added, account])?;
         }
     }
     let touched = &mut state.touched;
@@ -655,9 +541,6 @@ static INSERT_TASKS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new
         })
         .collect()
 });
-
-/// `last_used_at` is written at most this often per key.
-pub const KEY_TOUCH_EVERY_MS: i64 = 60_000;
 
 #[cfg(test)]
 mod tests {

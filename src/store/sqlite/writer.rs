@@ -38,8 +38,8 @@ use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{mpsc, oneshot};
 
 use super::deliveries::RecordAttempt;
-use super::tasks::{InsertTask, SubmitState, Submitted};
-use super::{StoreError, StoreResult};
+use super::tasks::{InsertTask, SubmitState};
+use crate::store::{Failure, StoreError, StoreResult, Submitted};
 
 /// Most jobs applied in one transaction.
 const MAX_DRAIN: usize = 512;
@@ -171,21 +171,21 @@ impl Writer {
             (ok, answer)
         });
         self.send(Job::Call(call, durability)).await?;
-        answer.await.map_err(|_| StoreError::closed())?
+        answer.await.map_err(|_| super::closed())?
     }
 
     /// Store a submit in the next transaction, with the others queued beside it.
     pub(super) async fn submit(&self, write: InsertTask) -> StoreResult<Submitted> {
         let (reply, answer) = oneshot::channel();
         self.send(Job::Submit(write, reply)).await?;
-        answer.await.map_err(|_| StoreError::closed())?
+        answer.await.map_err(|_| super::closed())?
     }
 
     /// Record a webhook attempt in the next transaction, with the others queued beside it.
     pub(super) async fn record(&self, write: RecordAttempt) -> StoreResult<bool> {
         let (reply, answer) = oneshot::channel();
         self.send(Job::Record(write, reply)).await?;
-        answer.await.map_err(|_| StoreError::closed())?
+        answer.await.map_err(|_| super::closed())?
     }
 
     /// Apply what is queued, close the connection (which checkpoints the WAL), and stop.
@@ -199,10 +199,7 @@ impl Writer {
 
     async fn send(&self, job: Job) -> StoreResult<()> {
         let wake = !matches!(job, Job::Record(..));
-        self.queue
-            .send(job)
-            .await
-            .map_err(|_| StoreError::closed())?;
+        self.queue.send(job).await.map_err(|_| super::closed())?;
         if wake {
             // Cheap unless the thread is parked in `gather_records` (an atomic swap otherwise).
             self.thread.unpark();
@@ -469,18 +466,6 @@ fn fail_all(
     // Dropping a call drops its reply channel: its caller hears that the store is unavailable.
     drop(calls);
 }
-
-/// An error described in words (a commit that failed for many callers, a closed store).
-#[derive(Debug)]
-pub(super) struct Failure(pub String);
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Failure {}
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,308 @@
+//! The values that cross the store interface, in domain words, and the rules about them that
+//! must not differ between the stores: the quota, what an attempt's record makes of its delivery,
+//! when a task's webhook may be sent again.
+
+use uuid::Uuid;
+
+pub use crate::domain::Outcome;
+use crate::domain::TaskStatus;
+
+/// A task as submitted and validated. Its account is the submitting key's; its id is given
+/// when it is stored.
+#[derive(Clone, Debug)]
+pub struct NewTask {
+    pub task_type: &'static str,
+    pub prompt: String,
+    pub aspect_ratio: String,
+    pub process_mode: &'static str,
+    pub priority: i64,
+    pub seed: i64,
+    pub webhook_url: Option<String>,
+    pub webhook_secret: Option<String>,
+}
+
+/// What became of a submit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Submitted {
+    /// Stored durably, in the queue of the key's account, with this public id.
+    Queued { account_id: String, task_id: Uuid },
+    /// Nothing stored: the account has its most tasks queued or running.
+    QuotaFull,
+    /// Nothing stored: the key is unknown or revoked.
+    KeyNotLive,
+}
+
+/// A task as stored, with the state of its webhook delivery if it has a webhook.
+#[derive(Clone, Debug)]
+pub struct Task {
+    /// The public id.
+    pub id: String,
+    pub task_type: String,
+    pub status: String,
+    pub percentage: i64,
+    pub prompt: String,
+    pub aspect_ratio: String,
+    pub process_mode: String,
+    pub seed: i64,
+    pub attempts: i64,
+    pub created_at: i64,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+    /// Blob keys of the grid and of the single images, once finished.
+    pub grid_key: Option<String>,
+    pub image_keys: Vec<String>,
+    pub error: Option<String>,
+    pub webhook: Option<WebhookState>,
+}
+
+/// Where a task's webhook delivery stands.
+#[derive(Clone, Debug)]
+pub struct WebhookState {
+    pub url: String,
+    /// `pending` (also before the task ends), `delivered` or `undeliverable`.
+    pub status: String,
+    pub attempts: i64,
+    pub last_status_code: Option<i64>,
+    pub last_error: Option<String>,
+    pub next_attempt_at: Option<i64>,
+}
+
+/// How a claimed task ends: its outcome, and the exact body of its webhook, made above the store
+/// (image URLs come from the blob store) so that both stores queue the same bytes.
+#[derive(Clone, Debug)]
+pub struct Ending {
+    pub outcome: Outcome,
+    pub payload: String,
+}
+
+impl Ending {
+    pub fn new(
+        outcome: Outcome,
+        task_id: &str,
+        task_type: &str,
+        url: &dyn Fn(&str) -> String,
+    ) -> Ending {
+        let payload = outcome.webhook_payload(task_id, task_type, url);
+        Ending { outcome, payload }
+    }
+
+    /// How many images the task made (counted into the account's total).
+    pub fn images(&self) -> i64 {
+        match &self.outcome {
+            Outcome::Finished { image_keys, .. } => image_keys.len() as i64,
+            Outcome::Failed { .. } => 0,
+        }
+    }
+}
+
+/// What a worker gets when it claims a task.
+#[derive(Clone, Debug)]
+pub struct ClaimedTask {
+    /// Where the task is stored: what every fenced change names.
+    pub seq: i64,
+    /// The public id.
+    pub id: String,
+    pub account_id: String,
+    pub task_type: String,
+    pub prompt: String,
+    pub aspect_ratio: String,
+    pub seed: i64,
+    /// The attempt number this claim holds; every later change is fenced by it.
+    pub attempts: i64,
+}
+
+/// A delivery that is due, with what the dispatcher needs to send it.
+#[derive(Clone, Debug)]
+pub struct DueDelivery {
+    pub id: String,
+    pub task_id: String,
+    pub url: String,
+    pub payload: String,
+    /// Attempts made so far in the current schedule; the record of this attempt is fenced by it.
+    pub attempts: i64,
+    pub first_failed_at: Option<i64>,
+    pub webhook_secret: Option<String>,
+    pub signing_secret: String,
+    /// When the claim's lease runs out; the claim is handed back only while it still holds it.
+    pub lease_until: i64,
+}
+
+/// The result of one attempt and what follows from it.
+#[derive(Clone, Debug)]
+pub struct AttemptRecord {
+    pub attempted_at: i64,
+    pub duration_ms: i64,
+    pub status_code: Option<u16>,
+    pub error: Option<String>,
+    pub delivered: bool,
+    /// When the next attempt is due; None with `delivered == false` means undeliverable.
+    pub next_attempt_at: Option<i64>,
+    /// When the initial attempt of this schedule failed.
+    pub first_failed_at: Option<i64>,
+}
+
+impl AttemptRecord {
+    /// The delivery's status once this attempt is recorded.
+    pub fn delivery_status(&self) -> &'static str {
+        if self.delivered {
+            "delivered"
+        } else if self.next_attempt_at.is_some() {
+            "pending"
+        } else {
+            "undeliverable"
+        }
+    }
+}
+
+/// One recorded attempt, as the API lists it.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct AttemptRow {
+    pub attempted_at: i64,
+    pub duration_ms: i64,
+    pub status_code: Option<i64>,
+    pub error: Option<String>,
+    pub next_attempt_at: Option<i64>,
+}
+
+/// What `redeliver` found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Redelivery {
+    Queued,
+    TaskNotFound,
+    NotFinal,
+    NoWebhook,
+}
+
+impl Redelivery {
+    /// Whether a task in `status`, with a webhook or not, may have its result sent again; `Queued`
+    /// when it may.
+    pub fn decide(status: &str, has_webhook: bool) -> Redelivery {
+        if !has_webhook {
+            Redelivery::NoWebhook
+        } else if status.parse::<TaskStatus>().is_ok_and(|s| s.is_final()) {
+            Redelivery::Queued
+        } else {
+            Redelivery::NotFinal
+        }
+    }
+}
+
+/// An account, as authentication resolves it.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct Account {
+    pub id: String,
+    pub email: String,
+    pub plan: String,
+    pub credits: Option<i64>,
+    pub total_images: i64,
+    pub signing_secret: String,
+}
+
+/// An API key as listed: never the key itself.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct ApiKeyInfo {
+    pub id: String,
+    pub account_email: String,
+    pub name: String,
+    pub prefix: String,
+    pub created_at: i64,
+    pub last_used_at: Option<i64>,
+    pub revoked_at: Option<i64>,
+}
+
+/// A live key, as a statement that checked it in passing found it.
+#[derive(Clone, Debug)]
+pub struct LiveKey {
+    pub key_id: String,
+    pub account_id: String,
+    pub last_used_at: Option<i64>,
+}
+
+/// The account and key that an API key hash resolves to.
+#[derive(Clone, Debug)]
+pub struct KeyOwner {
+    pub key_id: String,
+    pub last_used_at: Option<i64>,
+    pub account: Account,
+}
+
+/// `last_used_at` is written at most this often per key.
+pub const KEY_TOUCH_EVERY_MS: i64 = 60_000;
+
+/// The statuses of a task that a worker holds.
+pub(crate) const RUNNING: &str = "('starting', 'processing')";
+
+/// The per-account quota over a group of submits, decided in arrival order: each account's
+/// tasks queued or running before the group, plus those the group has let in so far.
+#[derive(Default)]
+pub(crate) struct Quota {
+    active: std::collections::HashMap<String, (i64, i64)>,
+}
+
+impl Quota {
+    /// Note how many tasks `account` had queued or running when the group began.
+    pub(crate) fn set(&mut self, account: &str, active: i64) {
+        self.active
+            .entry(account.to_string())
+            .or_insert((active, 0));
+    }
+
+    /// Let one more task of `account` in, unless that would pass `max_active`.
+    pub(crate) fn admit(&mut self, account: &str, max_active: u32) -> bool {
+        let Some((before, added)) = self.active.get_mut(account) else {
+            return false;
+        };
+        if *before + *added >= i64::from(max_active) {
+            return false;
+        }
+        *added += 1;
+        true
+    }
+
+    /// The accounts whose count moved, and by how much.
+    pub(crate) fn added(&self) -> impl Iterator<Item = (&str, i64)> {
+        self.active
+            .iter()
+            .filter(|(_, (_, added))| *added > 0)
+            .map(|(account, (_, added))| (account.as_str(), *added))
+    }
+}
+
+/// The failure recorded for a task whose workers were lost `attempts` times.
+pub(crate) fn worker_lost(task_id: &str, task_type: &str, attempts: i64) -> Ending {
+    let outcome = Outcome::Failed {
+        error: format!(
+            "worker lost: the task was interrupted {attempts} times and will not be retried"
+        ),
+    };
+    // A failure names no image, so no URL is ever made.
+    Ending::new(outcome, task_id, task_type, &|key| key.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_quota_counts_the_groups_own_earlier_tasks() {
+        let mut quota = Quota::default();
+        quota.set("a", 1);
+        quota.set("b", 0);
+        assert!(quota.admit("a", 3));
+        assert!(quota.admit("b", 3));
+        assert!(quota.admit("a", 3));
+        assert!(!quota.admit("a", 3), "1 before and 2 in the group make 3");
+        assert!(!quota.admit("unknown", 3));
+        let mut added: Vec<_> = quota.added().collect();
+        added.sort();
+        assert_eq!(added, [("a", 2), ("b", 1)]);
+    }
+
+    #[test]
+    fn only_a_final_task_with_a_webhook_is_redelivered() {
+        assert_eq!(Redelivery::decide("finished", true), Redelivery::Queued);
+        assert_eq!(Redelivery::decide("failed", true), Redelivery::Queued);
+        assert_eq!(Redelivery::decide("processing", true), Redelivery::NotFinal);
+        assert_eq!(Redelivery::decide("finished", false), Redelivery::NoWebhook);
+    }
+}

@@ -1,0 +1,274 @@
+//! Submits, grouped: concurrent submits on one node share a transaction and a multi-row insert,
+//! as on SQLite. A few drainers take turns at the queue, so that one group is collected while
+//! the group before it commits.
+//!
+//! The quota holds across nodes because each group locks the rows of the accounts it submits
+//! for (`FOR UPDATE`, in id order, so that two groups never wait on each other in a cycle) before
+//! it reads their counts of active tasks, and moves those counts before it commits.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use sqlx::PgPool;
+use tokio::sync::{mpsc, oneshot, Mutex};
+use tokio_util::sync::CancellationToken;
+
+use super::QUEUE_CHANNEL;
+use crate::store::{
+    now_ms, NewTask, Quota, StoreError, StoreResult, Submitted, TaskIds, KEY_TOUCH_EVERY_MS,
+};
+
+/// Most submits one transaction takes.
+const MAX_GROUP: usize = 256;
+/// Groups in flight at once (each holds a connection while it commits).
+const DRAINERS: usize = 4;
+/// Submits that may wait for a drainer; past it, callers wait to queue.
+const QUEUE: usize = 4096;
+
+struct Job {
+    task: NewTask,
+    key_hash: [u8; 32],
+    max_active: u32,
+    reply: oneshot::Sender<StoreResult<Submitted>>,
+}
+
+pub(super) struct Submitter {
+    queue: mpsc::Sender<Job>,
+    stop: CancellationToken,
+}
+
+impl Submitter {
+    pub(super) fn start(pool: PgPool, ids: Arc<TaskIds>) -> Submitter {
+        let (queue, jobs) = mpsc::channel(QUEUE);
+        let jobs = Arc::new(Mutex::new(jobs));
+        let stop = CancellationToken::new();
+        for _ in 0..DRAINERS {
+            tokio::spawn(drain(pool.clone(), ids.clone(), jobs.clone(), stop.clone()));
+        }
+        Submitter { queue, stop }
+    }
+
+    pub(super) async fn submit(
+        &self,
+        task: &NewTask,
+        key_hash: &[u8; 32],
+        max_active: u32,
+    ) -> StoreResult<Submitted> {
+        let (reply, answer) = oneshot::channel();
+        let job = Job {
+            task: task.clone(),
+            key_hash: *key_hash,
+            max_active,
+            reply,
+        };
+        let closed = || StoreError::unavailable("the store is closed");
+        self.queue.send(job).await.map_err(|_| closed())?;
+        answer.await.map_err(|_| closed())?
+    }
+
+    /// Stop taking groups; a group already taken commits (or fails) and answers first.
+    pub(super) async fn close(&self) {
+        self.stop.cancel();
+    }
+}
+
+async fn drain(
+    pool: PgPool,
+    ids: Arc<TaskIds>,
+    jobs: Arc<Mutex<mpsc::Receiver<Job>>>,
+    stop: CancellationToken,
+) {
+    loop {
+        let group = {
+            let mut jobs = jobs.lock().await;
+            let first = tokio::select! {
+                first = jobs.recv() => first,
+                _ = stop.cancelled() => None,
+            };
+            let Some(first) = first else { return };
+            let mut group = vec![first];
+            while group.len() < MAX_GROUP {
+                match jobs.try_recv() {
+                    Ok(job) => group.push(job),
+                    Err(_) => break,
+                }
+            }
+            group
+        };
+        match apply(&pool, &ids, &group).await {
+            Ok(outcomes) => answer(group, outcomes.into_iter().map(Ok)),
+            // A fault in one row must not fail the others: try each alone.
+            Err(StoreError::Other(_)) if group.len() > 1 => {
+                for job in group {
+                    let alone = apply(&pool, &ids, std::slice::from_ref(&job))
+                        .await
+                        .map(|mut o| o.remove(0));
+                    let _ = job.reply.send(alone);
+                }
+            }
+            Err(e) => {
+                let n = group.len();
+                answer(group, std::iter::repeat_n(Err(e), n))
+            }
+        }
+    }
+}
+
+fn answer(group: Vec<Job>, outcomes: impl Iterator<Item = StoreResult<Submitted>>) {
+    for (job, outcome) in group.into_iter().zip(outcomes) {
+        let _ = job.reply.send(outcome);
+    }
+}
+
+/// Store a group of submits in one transaction: the live keys' accounts locked and their counts
+/// read, the quota decided in arrival order, a `seq` drawn for each task let in (so its public id
+/// is known), one multi-row insert, the counts moved, the keys' `last_used_at` at most once a
+/// minute, and a notification for idle workers on every node.
+async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<Submitted>> {
+    let now = now_ms();
+    let mut tx = pool.begin().await?;
+    let hashes: Vec<Vec<u8>> = group
+        .iter()
+        .map(|j| j.key_hash)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .map(|h| h.to_vec())
+        .collect();
+    let live: Vec<(Vec<u8>, String, i64)> = sqlx::query_as(
+        "SELECT k.key_hash, k.account_id, a.active_tasks
+         FROM api_keys k JOIN accounts a ON a.id = k.account_id
+         WHERE k.key_hash = ANY($1) AND k.revoked_at IS NULL
+         ORDER BY a.id
+         FOR UPDATE OF a",
+    )
+    .bind(&hashes)
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut quota = Quota::default();
+    let mut accounts: HashMap<Vec<u8>, String> = HashMap::new();
+    for (hash, account, active) in live {
+        quota.set(&account, active);
+        accounts.insert(hash, account);
+    }
+    let decided: Vec<Result<&str, Submitted>> = group
+        .iter()
+        .map(|job| {
+            let Some(account) = accounts.get(job.key_hash.as_slice()) else {
+                return Err(Submitted::KeyNotLive);
+            };
+            if !quota.admit(account, job.max_active) {
+                return Err(Submitted::QuotaFull);
+            }
+            Ok(account.as_str())
+        })
+        .collect();
+    let admitted = decided.iter().filter(|d| d.is_ok()).count();
+    if admitted == 0 {
+        tx.rollback().await?;
+        return Ok(decided.into_iter().map(|d| d.unwrap_err()).collect());
+    }
+    let mut seqs: Vec<i64> =
+        sqlx::query_scalar("SELECT nextval('task_seq') FROM generate_series(1, $1)")
+            .bind(admitted as i64)
+            .fetch_all(&mut *tx)
+            .await?;
+    seqs.sort_unstable();
+
+    let mut rows = Rows::default();
+    let mut next = seqs.iter();
+    let mut outcomes = Vec::with_capacity(group.len());
+    for (job, decided) in group.iter().zip(decided) {
+        match decided {
+            Ok(account) => {
+                let seq = *next.next().expect("a seq per task let in");
+                rows.push(seq, account, &job.task);
+                outcomes.push(Submitted::Queued {
+                    account_id: account.to_string(),
+                    task_id: ids.id(seq),
+                });
+            }
+            Err(refused) => outcomes.push(refused),
+        }
+    }
+    sqlx::query(
+        "INSERT INTO tasks (seq, account_id, task_type, status, priority, prompt, aspect_ratio,
+             process_mode, seed, created_at, webhook_url, webhook_secret)
+         SELECT seq, account_id, task_type, 'pending', priority, prompt, aspect_ratio,
+             process_mode, seed, $9, webhook_url, webhook_secret
+         FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],
+                     $7::text[], $8::bigint[], $10::text[], $11::text[])
+              AS t(seq, account_id, task_type, priority, prompt, aspect_ratio, process_mode,
+                   seed, webhook_url, webhook_secret)",
+    )
+    .bind(&rows.seq)
+    .bind(&rows.account_id)
+    .bind(&rows.task_type)
+    .bind(&rows.priority)
+    .bind(&rows.prompt)
+    .bind(&rows.aspect_ratio)
+    .bind(&rows.process_mode)
+    .bind(&rows.seed)
+    .bind(now)
+    .bind(&rows.webhook_url)
+    .bind(&rows.webhook_secret)
+    .execute(&mut *tx)
+    .await?;
+    let (moved, by): (Vec<String>, Vec<i64>) = quota
+        .added()
+        .map(|(account, n)| (account.to_string(), n))
+        .unzip();
+    sqlx::query(
+        "UPDATE accounts SET active_tasks = active_tasks + d.n
+         FROM UNNEST($1::text[], $2::bigint[]) AS d(id, n) WHERE accounts.id = d.id",
+    )
+    .bind(&moved)
+    .bind(&by)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "UPDATE api_keys SET last_used_at = $1
+         WHERE key_hash = ANY($2) AND revoked_at IS NULL
+           AND (last_used_at IS NULL OR last_used_at <= $1 - $3)",
+    )
+    .bind(now)
+    .bind(&hashes)
+    .bind(KEY_TOUCH_EVERY_MS)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("SELECT pg_notify($1, '')")
+        .bind(QUEUE_CHANNEL)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(outcomes)
+}
+
+/// The tasks of a group as columns, for one `INSERT ... SELECT FROM UNNEST`.
+#[derive(Default)]
+struct Rows {
+    seq: Vec<i64>,
+    account_id: Vec<String>,
+    task_type: Vec<String>,
+    priority: Vec<i64>,
+    prompt: Vec<String>,
+    aspect_ratio: Vec<String>,
+    process_mode: Vec<String>,
+    seed: Vec<i64>,
+    webhook_url: Vec<Option<String>>,
+    webhook_secret: Vec<Option<String>>,
+}
+
+impl Rows {
+    fn push(&mut self, seq: i64, account: &str, task: &NewTask) {
+        self.seq.push(seq);
+        self.account_id.push(account.to_string());
+        self.task_type.push(task.task_type.to_string());
+        self.priority.push(task.priority);
+        self.prompt.push(task.prompt.clone());
+        self.aspect_ratio.push(task.aspect_ratio.clone());
+        self.process_mode.push(task.process_mode.to_string());
+        self.seed.push(task.seed);
+        self.webhook_url.push(task.webhook_url.clone());
+        self.webhook_secret.push(task.webhook_secret.clone());
+    }
+}

@@ -1,0 +1,338 @@
+//! The queue on PostgreSQL.
+
+use async_trait::async_trait;
+use sqlx::{Postgres, Transaction};
+use uuid::Uuid;
+
+use super::{PgStore, OUTBOX_CHANNEL, QUEUE_CHANNEL};
+use crate::domain::TaskStatus;
+use crate::store::rows::{key_and_tasks, TaskRow};
+use crate::store::{
+    now_ms, worker_lost, ClaimedTask, Ending, LiveKey, NewTask, Outcome, StoreResult, Submitted,
+    Task, TaskQueue, RUNNING,
+};
+
+/// The columns of a task and its delivery, named and typed as `TaskRow` decodes them (the
+/// image keys as JSON text, as SQLite keeps them). PostgreSQL has no tasks from before ids came
+/// from `seq`, so no legacy id.
+const TASK_COLUMNS: &str = "t.seq, NULL::text AS legacy_id, t.task_type, t.status, t.percentage,
+    t.prompt, t.aspect_ratio, t.process_mode, t.seed, t.attempts, t.created_at, t.started_at,
+    t.finished_at, t.grid_key, array_to_json(t.image_keys)::text AS image_keys, t.error,
+    t.webhook_url, d.status AS wh_status, d.attempts AS wh_attempts,
+    d.last_status_code AS wh_last_status_code, d.last_error AS wh_last_error,
+    d.next_attempt_at AS wh_next_attempt_at";
+
+/// The presented key (when live), then the tasks asked for (`$2`, an array of `seq`s) that are
+/// its account's, each with its delivery.
+const KEY_THEN_TASKS: &str = "SELECT k.id AS key_id, k.account_id AS key_account_id,
+        k.last_used_at AS key_last_used_at,";
+
+impl PgStore {
+    /// The `seq` an id leads to; 0 (no task) for an id that no `seq` could have made.
+    fn seq_of(&self, id: &Uuid) -> i64 {
+        self.ids.seq(id).unwrap_or(0)
+    }
+}
+
+#[async_trait]
+impl TaskQueue for PgStore {
+    async fn submit(
+        &self,
+        task: &NewTask,
+        key_hash: &[u8; 32],
+        max_active: u32,
+    ) -> StoreResult<Submitted> {
+        let submitted = self.submits.submit(task, key_hash, max_active).await?;
+        if matches!(submitted, Submitted::Queued { .. }) {
+            // This node's workers need not wait for the notification's round trip.
+            self.wakeups.queue.notify_one();
+        }
+        Ok(submitted)
+    }
+
+    async fn task_for_key(
+        &self,
+        key_hash: &[u8; 32],
+        task_id: &Uuid,
+    ) -> StoreResult<Option<(LiveKey, Option<Task>)>> {
+        let found = self.tasks_for_key(key_hash, &[*task_id]).await?;
+        Ok(found.map(|(key, mut tasks)| (key, tasks.pop())))
+    }
+
+    async fn tasks_for_key(
+        &self,
+        key_hash: &[u8; 32],
+        ids: &[Uuid],
+    ) -> StoreResult<Option<(LiveKey, Vec<Task>)>> {
+        let seqs: Vec<i64> = ids.iter().map(|id| self.seq_of(id)).collect();
+        let rows = sqlx::query(&format!(
+            "{KEY_THEN_TASKS} {TASK_COLUMNS} FROM api_keys k
+             LEFT JOIN tasks t ON t.seq = ANY($2) AND t.account_id = k.account_id
+             LEFT JOIN webhook_deliveries d ON d.task_seq = t.seq
+             WHERE k.key_hash = $1 AND k.revoked_at IS NULL"
+        ))
+        .bind(key_hash.as_slice())
+        .bind(&seqs)
+        .fetch_all(&self.pool)
+        .await?;
+        key_and_tasks(&rows, &self.ids)
+    }
+
+    async fn task_for_account(
+        &self,
+        account_id: &str,
+        task_id: &Uuid,
+    ) -> StoreResult<Option<Task>> {
+        let row: Option<TaskRow> = sqlx::query_as(&format!(
+            "SELECT {TASK_COLUMNS} FROM tasks t LEFT JOIN webhook_deliveries d ON d.task_seq = t.seq
+             WHERE t.seq = $1 AND t.account_id = $2"
+        ))
+        .bind(self.seq_of(task_id))
+        .bind(account_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|row| row.into_task(&self.ids)))
+    }
+
+    async fn claim_task(&self, owner: &str, lease_ms: i64) -> StoreResult<Option<ClaimedTask>> {
+        let now = now_ms();
+        let claimed: Option<(i64, String, String, String, String, i64, i64)> = sqlx::query_as(
+            "UPDATE tasks SET status = 'starting', attempts = attempts + 1,
+                 lease_owner = $1, lease_expires_at = $2,
+                 started_at = COALESCE(started_at, $3), percentage = 0
+             WHERE seq = (SELECT seq FROM tasks WHERE status = 'pending'
+                          ORDER BY priority, seq LIMIT 1 FOR UPDATE SKIP LOCKED)
+             RETURNING seq, account_id, task_type, prompt, aspect_ratio, seed, attempts",
+        )
+        .bind(owner)
+        .bind(now + lease_ms)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(claimed.map(
+            |(seq, account_id, task_type, prompt, aspect_ratio, seed, attempts)| ClaimedTask {
+                seq,
+                id: self.ids.id(seq).to_string(),
+                account_id,
+                task_type,
+                prompt,
+                aspect_ratio,
+                seed,
+                attempts,
+            },
+        ))
+    }
+
+    async fn mark_processing(&self, seq: i64, attempt: i64, lease_ms: i64) -> StoreResult<bool> {
+        let changed = sqlx::query(
+            "UPDATE tasks SET status = 'processing', lease_expires_at = $1
+             WHERE seq = $2 AND attempts = $3 AND status = 'starting'",
+        )
+        .bind(now_ms() + lease_ms)
+        .bind(seq)
+        .bind(attempt)
+        .execute(&self.pool)
+        .await?;
+        Ok(changed.rows_affected() == 1)
+    }
+
+    async fn heartbeat(
+        &self,
+        seq: i64,
+        attempt: i64,
+        percentage: i64,
+        lease_ms: i64,
+    ) -> StoreResult<bool> {
+        let changed = sqlx::query(&format!(
+            "UPDATE tasks SET lease_expires_at = $1, percentage = GREATEST(percentage, $2)
+             WHERE seq = $3 AND attempts = $4 AND status IN {RUNNING}"
+        ))
+        .bind(now_ms() + lease_ms)
+        .bind(percentage.clamp(0, 99))
+        .bind(seq)
+        .bind(attempt)
+        .execute(&self.pool)
+        .await?;
+        Ok(changed.rows_affected() == 1)
+    }
+
+    async fn complete_task(&self, seq: i64, attempt: i64, ending: &Ending) -> StoreResult<bool> {
+        let mut tx = self.pool.begin().await?;
+        let written =
+            complete_in_tx(&mut tx, &self.ids.id(seq).to_string(), seq, attempt, ending).await?;
+        tx.commit().await?;
+        if written == Some(true) {
+            self.wakeups.outbox.notify_one();
+        }
+        Ok(written.is_some())
+    }
+
+    async fn release_task(&self, seq: i64, attempt: i64) -> StoreResult<bool> {
+        let mut tx = self.pool.begin().await?;
+        let changed = sqlx::query(&format!(
+            "UPDATE tasks SET status = 'pending', attempts = attempts - 1,
+                 lease_owner = NULL, lease_expires_at = NULL, percentage = 0
+             WHERE seq = $1 AND attempts = $2 AND status IN {RUNNING}"
+        ))
+        .bind(seq)
+        .bind(attempt)
+        .execute(&mut *tx)
+        .await?;
+        let released = changed.rows_affected() == 1;
+        if released {
+            notify(&mut tx, QUEUE_CHANNEL).await?;
+        }
+        tx.commit().await?;
+        Ok(released)
+    }
+
+    async fn recover_expired(&self, max_attempts: u32) -> StoreResult<(u64, Vec<String>)> {
+        let now = now_ms();
+        let max_attempts = i64::from(max_attempts);
+        let mut tx = self.pool.begin().await?;
+        let requeued = sqlx::query(&format!(
+            "UPDATE tasks SET status = 'pending', lease_owner = NULL,
+                 lease_expires_at = NULL, percentage = 0
+             WHERE status IN {RUNNING} AND lease_expires_at < $1 AND attempts < $2"
+        ))
+        .bind(now)
+        .bind(max_attempts)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if requeued > 0 {
+            notify(&mut tx, QUEUE_CHANNEL).await?;
+        }
+        // Another node's reaper may be at the same rows: each takes those the other has not.
+        let exhausted: Vec<(i64, String, i64)> = sqlx::query_as(&format!(
+            "SELECT seq, task_type, attempts FROM tasks
+             WHERE status IN {RUNNING} AND lease_expires_at < $1 AND attempts >= $2
+             LIMIT 500 FOR UPDATE SKIP LOCKED"
+        ))
+        .bind(now)
+        .bind(max_attempts)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut failed = Vec::new();
+        let mut queued = false;
+        for (seq, task_type, attempts) in exhausted {
+            let id = self.ids.id(seq).to_string();
+            let ending = worker_lost(&id, &task_type, attempts);
+            if let Some(delivery) = complete_in_tx(&mut tx, &id, seq, attempts, &ending).await? {
+                queued |= delivery;
+                failed.push(id);
+            }
+        }
+        tx.commit().await?;
+        if requeued > 0 {
+            self.wakeups.queue.notify_waiters();
+        }
+        if queued {
+            self.wakeups.outbox.notify_one();
+        }
+        Ok((requeued, failed))
+    }
+
+    async fn task_counts(&self) -> StoreResult<Vec<(String, i64)>> {
+        Ok(
+            sqlx::query_as("SELECT status, COUNT(*) FROM tasks GROUP BY status ORDER BY status")
+                .fetch_all(&self.pool)
+                .await?,
+        )
+    }
+}
+
+/// Notify `channel` when the transaction commits.
+pub(super) async fn notify(tx: &mut Transaction<'_, Postgres>, channel: &str) -> StoreResult<()> {
+    sqlx::query("SELECT pg_notify($1, '')")
+        .bind(channel)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// Write the final state of task `seq` if attempt `attempt` still holds it, and queue its
+/// webhook in the same transaction. None (and nothing written) when the claim is no longer ours,
+/// else whether a delivery was queued.
+async fn complete_in_tx(
+    tx: &mut Transaction<'_, Postgres>,
+    task_id: &str,
+    seq: i64,
+    attempt: i64,
+    ending: &Ending,
+) -> StoreResult<Option<bool>> {
+    let now = now_ms();
+    let (status, grid, keys, error) = match &ending.outcome {
+        Outcome::Finished {
+            grid_key,
+            image_keys,
+        } => (
+            TaskStatus::Finished,
+            Some(grid_key.as_str()),
+            Some(image_keys.as_slice()),
+            None,
+        ),
+        Outcome::Failed { error } => (TaskStatus::Failed, None, None, Some(error.as_str())),
+    };
+    let percentage = if status == TaskStatus::Finished {
+        100
+    } else {
+        0
+    };
+    // The old secret is read under the row's lock, then cleared: it moves to the delivery (claims
+    // read it from there) and no second copy stays.
+    let ended: Option<(String, Option<String>, Option<String>)> = sqlx::query_as(&format!(
+        "UPDATE tasks t SET status = $1, percentage = $2, finished_at = $3, grid_key = $4,
+             image_keys = $5, error = $6, lease_owner = NULL, lease_expires_at = NULL,
+             webhook_secret = NULL
+         FROM (SELECT seq, webhook_secret FROM tasks WHERE seq = $7 FOR UPDATE) old
+         WHERE t.seq = old.seq AND t.attempts = $8 AND t.status IN {RUNNING}
+         RETURNING t.account_id, t.webhook_url, old.webhook_secret"
+    ))
+    .bind(status.as_str())
+    .bind(percentage)
+    .bind(now)
+    .bind(grid)
+    .bind(keys)
+    .bind(error)
+    .bind(seq)
+    .bind(attempt)
+    .fetch_optional(&mut **tx)
+    .await?;
+    let Some((account_id, webhook_url, webhook_secret)) = ended else {
+        return Ok(None);
+    };
+    sqlx::query(
+        "UPDATE accounts SET active_tasks = active_tasks - 1, total_images = total_images + $1
+         WHERE id = $2",
+    )
+    .bind(ending.images())
+    .bind(&account_id)
+    .execute(&mut **tx)
+    .await?;
+    let Some(url) = webhook_url else {
+        return Ok(Some(false));
+    };
+    sqlx::query(
+        "INSERT INTO webhook_deliveries (id, task_seq, task_id, account_id, url,
+             status, next_attempt_at, created_at, updated_at, webhook_secret)
+         VALUES ($1, $2, $3, $4, $5, 'pending', $6, $6, $6, $7)",
+    )
+    // Time-ordered, like `seq`, to keep the outbox's index appending.
+    .bind(format!("msg_{}", Uuid::now_v7().simple()))
+    .bind(seq)
+    .bind(task_id)
+    .bind(&account_id)
+    .bind(&url)
+    .bind(now)
+    .bind(&webhook_secret)
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query("INSERT INTO webhook_payloads (task_seq, payload) VALUES ($1, $2)")
+        .bind(seq)
+        .bind(&ending.payload)
+        .execute(&mut **tx)
+        .await?;
+    notify(tx, OUTBOX_CHANNEL).await?;
+    Ok(Some(true))
+}

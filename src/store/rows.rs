@@ -1,0 +1,131 @@
+//! Rows as both databases' reads select them, decoded the same way: the columns are named and
+//! typed alike in both schemas (times and counts `BIGINT`/`INTEGER`, image keys as JSON text).
+
+use sqlx::{ColumnIndex, Database, Decode, FromRow, Row, Type};
+
+use super::{Account, KeyOwner, LiveKey, StoreResult, Task, TaskIds, WebhookState};
+
+/// A task's row, with its delivery's, as the reads select it.
+#[derive(FromRow)]
+pub(crate) struct TaskRow {
+    seq: i64,
+    legacy_id: Option<String>,
+    task_type: String,
+    status: String,
+    percentage: i64,
+    prompt: String,
+    aspect_ratio: String,
+    process_mode: String,
+    seed: i64,
+    attempts: i64,
+    created_at: i64,
+    started_at: Option<i64>,
+    finished_at: Option<i64>,
+    grid_key: Option<String>,
+    image_keys: Option<String>,
+    error: Option<String>,
+    webhook_url: Option<String>,
+    wh_status: Option<String>,
+    wh_attempts: Option<i64>,
+    wh_last_status_code: Option<i64>,
+    wh_last_error: Option<String>,
+    wh_next_attempt_at: Option<i64>,
+}
+
+impl TaskRow {
+    pub(crate) fn into_task(self, ids: &TaskIds) -> Task {
+        let webhook = self.webhook_url.map(|url| WebhookState {
+            url,
+            status: self.wh_status.unwrap_or_else(|| "pending".into()),
+            attempts: self.wh_attempts.unwrap_or(0),
+            last_status_code: self.wh_last_status_code,
+            last_error: self.wh_last_error,
+            next_attempt_at: self.wh_next_attempt_at,
+        });
+        Task {
+            id: ids.of_row(self.seq, self.legacy_id.as_deref()),
+            task_type: self.task_type,
+            status: self.status,
+            percentage: self.percentage,
+            prompt: self.prompt,
+            aspect_ratio: self.aspect_ratio,
+            process_mode: self.process_mode,
+            seed: self.seed,
+            attempts: self.attempts,
+            created_at: self.created_at,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            grid_key: self.grid_key,
+            image_keys: self
+                .image_keys
+                .as_deref()
+                .and_then(|keys| serde_json::from_str(keys).ok())
+                .unwrap_or_default(),
+            error: self.error,
+            webhook,
+        }
+    }
+}
+
+/// Split the rows of a query that selects the presented key (`key_id`, `key_account_id`,
+/// `key_last_used_at`) left-joined to the tasks asked for: no row means the key is not live; a row
+/// without a task (`seq` null) is the key alone.
+pub(crate) fn key_and_tasks<'r, R>(
+    rows: &'r [R],
+    ids: &TaskIds,
+) -> StoreResult<Option<(LiveKey, Vec<Task>)>>
+where
+    R: Row,
+    TaskRow: FromRow<'r, R>,
+    &'static str: ColumnIndex<R>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+    Option<i64>: Decode<'r, R::Database> + Type<R::Database>,
+    R::Database: Database,
+{
+    let Some(first) = rows.first() else {
+        return Ok(None);
+    };
+    let key = LiveKey {
+        key_id: first.try_get("key_id")?,
+        account_id: first.try_get("key_account_id")?,
+        last_used_at: first.try_get("key_last_used_at")?,
+    };
+    let mut tasks = Vec::with_capacity(rows.len());
+    for row in rows {
+        if row.try_get::<Option<i64>, _>("seq")?.is_some() {
+            tasks.push(TaskRow::from_row(row)?.into_task(ids));
+        }
+    }
+    Ok(Some((key, tasks)))
+}
+
+/// A live key with its account, as authentication selects it.
+#[derive(FromRow)]
+pub(crate) struct KeyOwnerRow {
+    key_id: String,
+    last_used_at: Option<i64>,
+    id: String,
+    email: String,
+    plan: String,
+    credits: Option<i64>,
+    total_images: i64,
+    signing_secret: String,
+}
+
+impl KeyOwnerRow {
+    pub(crate) fn into_owner(self) -> KeyOwner {
+        KeyOwner {
+            key_id: self.key_id,
+            last_used_at: self.last_used_at,
+            account: Account {
+                id: self.id,
+                email: self.email,
+                plan: self.plan,
+                credits: self.credits,
+                total_images: self.total_images,
+                signing_secret: self.signing_secret,
+            },
+        }
+    }
+}

@@ -1,0 +1,680 @@
+//! The store conformance suite: every rule easel relies on, checked through the `Store`
+//! interface alone, against both implementations. Each case below runs twice, as
+//! `sqlite::<case>` on a fresh database file and `postgres::<case>` on a fresh schema of the
+//! tests' PostgreSQL database (`EASEL_TEST_POSTGRES`; required when `CI=true`).
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use easel::store::sqlite::SqliteStore;
+use easel::store::{AttemptRecord, Ending, NewTask, Outcome, Redelivery, SharedStore, Submitted};
+
+/// A store for one case, with whatever must live as long as it.
+struct Fixture {
+    store: SharedStore,
+    _dir: Option<tempfile::TempDir>,
+}
+
+async fn sqlite_store() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("easel.db").display());
+    Fixture {
+        store: Arc::new(SqliteStore::open(&url, false).await.unwrap()),
+        _dir: Some(dir),
+    }
+}
+
+/// A store on a fresh schema; None (the case passes without running) when there is no
+/// PostgreSQL outside CI, which `scripts/test.sh` reports in one line.
+async fn postgres_store() -> Option<Fixture> {
+    let url = common::fresh_postgres_url(&common::postgres()?);
+    Some(Fixture {
+        store: open_postgres(&url).await,
+        _dir: None,
+    })
+}
+
+async fn open_postgres(url: &str) -> SharedStore {
+    let options = easel::store::postgres::PgOptions {
+        max_connections: 6,
+        acquire_timeout: Duration::from_secs(5),
+    };
+    Arc::new(
+        easel::store::postgres::PgStore::open(url, &options)
+            .await
+            .unwrap(),
+    )
+}
+
+macro_rules! conformance {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let f = super::sqlite_store().await;
+                    super::$case(&f.store).await;
+                    f.store.close().await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let Some(f) = super::postgres_store().await else { return };
+                    super::$case(&f.store).await;
+                    f.store.close().await;
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    submits_check_the_key_and_the_quota_in_the_transaction_that_inserts,
+    claims_take_turbo_then_fast_then_relax_oldest_first_and_never_one_task_twice,
+    every_change_after_a_claim_is_fenced_by_its_attempt,
+    lost_tasks_are_requeued_then_fail_after_max_attempts_with_their_webhook,
+    the_outbox_row_is_written_with_the_final_state_and_its_attempts_are_fenced,
+    redelivery_needs_a_final_task_with_a_webhook_of_the_callers_own,
+    accounts_are_created_once_and_keys_are_refused_from_their_revocation_on,
+    reads_show_only_the_keys_own_tasks_with_their_delivery_state,
+    submits_and_endings_wake_idle_workers_and_the_dispatcher,
+);
+
+fn task(mode: &str, webhook: Option<&str>) -> NewTask {
+    NewTask {
+        webhook_url: webhook.map(String::from),
+        webhook_secret: webhook.map(|_| "shh".to_string()),
+        ..common::new_task(mode, easel_priority(mode))
+    }
+}
+
+fn easel_priority(mode: &str) -> i64 {
+    match mode {
+        "turbo" => 0,
+        "fast" => 1,
+        _ => 2,
+    }
+}
+
+/// The account created first, and a live key of it.
+async fn account_and_key(store: &SharedStore, email: &str) -> (String, [u8; 32]) {
+    let account = store.ensure_account(email, "whsec_c2VjcmV0").await.unwrap();
+    let key = common::key_hash(store.as_ref(), &account.id).await;
+    (account.id, key)
+}
+
+async fn queued(store: &SharedStore, t: &NewTask, key: &[u8; 32]) -> uuid::Uuid {
+    match store.submit(t, key, 1000).await.unwrap() {
+        Submitted::Queued { task_id, .. } => task_id,
+        other => panic!("not queued: {other:?}"),
+    }
+}
+
+fn finished(id: &str) -> Ending {
+    Ending::new(
+        Outcome::Finished {
+            grid_key: format!("{id}/f/grid.png"),
+            image_keys: (0..4).map(|i| format!("{id}/f/{i}.png")).collect(),
+        },
+        id,
+        "imagine",
+        &|key| format!("https://img.example/{key}"),
+    )
+}
+
+fn failed(id: &str, why: &str) -> Ending {
+    Ending::new(
+        Outcome::Failed { error: why.into() },
+        id,
+        "imagine",
+        &|key| key.to_string(),
+    )
+}
+
+async fn submits_check_the_key_and_the_quota_in_the_transaction_that_inserts(s: &SharedStore) {
+    let (_, key) = account_and_key(s, "a@example.com").await;
+    let (other_id, other) = account_and_key(s, "b@example.com").await;
+    // 30 submits at once for an account limited to 7; another account beside it, unlimited.
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..30 {
+        let s = s.clone();
+        let (key, limit) = if i % 2 == 0 { (key, 7) } else { (other, 1000) };
+        calls.spawn(async move { (i % 2, s.submit(&task("fast", None), &key, limit).await) });
+    }
+    let mut counts = [(0, 0); 2];
+    let mut ids = HashSet::new();
+    while let Some(done) = calls.join_next().await {
+        let (who, submitted) = done.unwrap();
+        match submitted.unwrap() {
+            Submitted::Queued {
+                task_id,
+                account_id,
+            } => {
+                assert!(ids.insert(task_id), "an id given twice");
+                assert_eq!(task_id.get_version_num(), 4);
+                if who == 1 {
+                    assert_eq!(account_id, other_id);
+                }
+                counts[who].0 += 1;
+            }
+            Submitted::QuotaFull => counts[who].1 += 1,
+            Submitted::KeyNotLive => panic!("the keys are live"),
+        }
+    }
+    assert_eq!(counts, [(7, 8), (15, 0)]);
+    // Unknown and revoked keys store nothing.
+    assert_eq!(
+        s.submit(&task("fast", None), &[9u8; 32], 1000)
+            .await
+            .unwrap(),
+        Submitted::KeyNotLive
+    );
+    let owner = s.key_owner(&other).await.unwrap().unwrap();
+    assert!(s.revoke_api_key(&owner.key_id).await.unwrap());
+    assert_eq!(
+        s.submit(&task("fast", None), &other, 1000).await.unwrap(),
+        Submitted::KeyNotLive
+    );
+    let counts: i64 = s.task_counts().await.unwrap().iter().map(|(_, n)| n).sum();
+    assert_eq!(counts, 22);
+    // A task's end frees its place in the quota.
+    assert_eq!(
+        s.submit(&task("fast", None), &key, 7).await.unwrap(),
+        Submitted::QuotaFull
+    );
+    loop {
+        let t = s.claim_task("w", 60_000).await.unwrap().unwrap();
+        if t.account_id != other_id {
+            assert!(s
+                .complete_task(t.seq, t.attempts, &failed(&t.id, "x"))
+                .await
+                .unwrap());
+            break;
+        }
+    }
+    let freed = s.submit(&task("fast", None), &key, 7).await.unwrap();
+    assert!(matches!(freed, Submitted::Queued { .. }), "{freed:?}");
+}
+
+async fn claims_take_turbo_then_fast_then_relax_oldest_first_and_never_one_task_twice(
+    s: &SharedStore,
+) {
+    let (_, key) = account_and_key(s, "a@example.com").await;
+    let mut ids = Vec::new();
+    for mode in ["relax", "fast", "relax", "turbo", "fast"] {
+        ids.push(queued(s, &task(mode, None), &key).await.to_string());
+    }
+    let mut order = Vec::new();
+    while let Some(t) = s.claim_task("w", 60_000).await.unwrap() {
+        assert_eq!(t.attempts, 1);
+        order.push(t.id);
+    }
+    assert_eq!(order, [&*ids[3], &ids[1], &ids[4], &ids[0], &ids[2]]);
+
+    // Eight claimers at once over 40 tasks: each task claimed exactly once.
+    for _ in 0..40 {
+        queued(s, &task("fast", None), &key).await;
+    }
+    let mut claimers = tokio::task::JoinSet::new();
+    for w in 0..8 {
+        let s = s.clone();
+        claimers.spawn(async move {
+            let mut got = Vec::new();
+            while let Some(t) = s.claim_task(&format!("w{w}"), 60_000).await.unwrap() {
+                got.push(t.id);
+            }
+            got
+        });
+    }
+    let mut all = Vec::new();
+    while let Some(got) = claimers.join_next().await {
+        all.extend(got.unwrap());
+    }
+    let distinct: HashSet<_> = all.iter().collect();
+    assert_eq!((all.len(), distinct.len()), (40, 40));
+}
+
+async fn every_change_after_a_claim_is_fenced_by_its_attempt(s: &SharedStore) {
+    let (account, key) = account_and_key(s, "a@example.com").await;
+    let id = queued(s, &task("fast", None), &key).await;
+    let first = s.claim_task("w1", -1).await.unwrap().unwrap();
+    assert_eq!((first.id.clone(), first.attempts), (id.to_string(), 1));
+    assert_eq!(s.recover_expired(3).await.unwrap(), (1, vec![]));
+    let second = s.claim_task("w2", 60_000).await.unwrap().unwrap();
+    assert_eq!(second.attempts, 2);
+    let seq = second.seq;
+    // The first worker, back from the dead, changes nothing.
+    assert!(!s.mark_processing(seq, 1, 60_000).await.unwrap());
+    assert!(!s.heartbeat(seq, 1, 50, 60_000).await.unwrap());
+    assert!(!s
+        .complete_task(seq, 1, &failed(&first.id, "stale"))
+        .await
+        .unwrap());
+    assert!(!s.release_task(seq, 1).await.unwrap());
+    // The second goes on.
+    assert!(s.mark_processing(seq, 2, 60_000).await.unwrap());
+    assert!(s.heartbeat(seq, 2, 40, 60_000).await.unwrap());
+    assert!(s.heartbeat(seq, 2, 30, 60_000).await.unwrap());
+    let running = s.task_for_account(&account, &id).await.unwrap().unwrap();
+    assert_eq!(
+        (running.status.as_str(), running.percentage),
+        ("processing", 40)
+    );
+    assert!(s
+        .complete_task(seq, 2, &finished(&second.id))
+        .await
+        .unwrap());
+    assert!(
+        !s.complete_task(seq, 2, &failed(&second.id, "again"))
+            .await
+            .unwrap(),
+        "a final state is final"
+    );
+    let done = s.task_for_account(&account, &id).await.unwrap().unwrap();
+    assert_eq!(done.status, "finished");
+    assert_eq!(done.percentage, 100);
+    assert_eq!(done.attempts, 2);
+    assert_eq!(done.grid_key.as_deref(), Some(&*format!("{id}/f/grid.png")));
+    assert_eq!(done.image_keys.len(), 4);
+    assert!(done.finished_at >= done.started_at);
+    assert_eq!(
+        s.account_by_email("a@example.com")
+            .await
+            .unwrap()
+            .unwrap()
+            .total_images,
+        4
+    );
+
+    // Released at shutdown: back in the queue, the attempt not counted.
+    let id2 = queued(s, &task("fast", None), &key).await;
+    let t = s.claim_task("w", 60_000).await.unwrap().unwrap();
+    assert!(s.release_task(t.seq, t.attempts).await.unwrap());
+    let again = s.claim_task("w", 60_000).await.unwrap().unwrap();
+    assert_eq!((again.id, again.attempts), (id2.to_string(), 1));
+}
+
+async fn lost_tasks_are_requeued_then_fail_after_max_attempts_with_their_webhook(s: &SharedStore) {
+    let (account, key) = account_and_key(s, "a@example.com").await;
+    let id = queued(s, &task("fast", Some("https://hooks.example/x")), &key).await;
+    for attempt in 1..=3 {
+        let t = s.claim_task("w", -1).await.unwrap().unwrap();
+        assert_eq!(t.attempts, attempt);
+        let (requeued, failed) = s.recover_expired(3).await.unwrap();
+        if attempt < 3 {
+            assert_eq!((requeued, failed.len()), (1, 0));
+        } else {
+            assert_eq!((requeued, failed), (0, vec![id.to_string()]));
+        }
+    }
+    let row = s.task_for_account(&account, &id).await.unwrap().unwrap();
+    assert_eq!(row.status, "failed");
+    assert!(row
+        .error
+        .as_deref()
+        .unwrap()
+        .contains("interrupted 3 times"));
+    let due = s.claim_due_deliveries(10, 60_000).await.unwrap();
+    assert_eq!(due.len(), 1);
+    let payload: serde_json::Value = serde_json::from_str(&due[0].payload).unwrap();
+    assert_eq!(payload["status"], "failed");
+    assert_eq!(payload["task_id"], id.to_string());
+    assert!(s.claim_task("w", 60_000).await.unwrap().is_none());
+}
+
+async fn the_outbox_row_is_written_with_the_final_state_and_its_attempts_are_fenced(
+    s: &SharedStore,
+) {
+    let (account, key) = account_and_key(s, "a@example.com").await;
+    let id = queued(s, &task("fast", Some("https://hooks.example/x")), &key).await;
+    let silent = queued(s, &task("fast", None), &key).await;
+    assert!(s.claim_due_deliveries(10, 60_000).await.unwrap().is_empty());
+    let mut endings = Vec::new();
+    while let Some(t) = s.claim_task("w", 60_000).await.unwrap() {
+        let ending = finished(&t.id);
+        assert!(s.complete_task(t.seq, t.attempts, &ending).await.unwrap());
+        endings.push((t.id, ending));
+    }
+    assert_eq!(endings.len(), 2);
+    let ending = &endings
+        .iter()
+        .find(|(t, _)| *t == id.to_string())
+        .unwrap()
+        .1;
+
+    // Only the task with a webhook has a delivery, with the payload byte for byte.
+    let due = s.claim_due_deliveries(10, 60_000).await.unwrap();
+    assert_eq!(due.len(), 1);
+    let d = &due[0];
+    assert_eq!(d.task_id, id.to_string());
+    assert_eq!(d.payload, ending.payload);
+    assert_eq!(d.url, "https://hooks.example/x");
+    assert_eq!(d.webhook_secret.as_deref(), Some("shh"));
+    assert_eq!(d.signing_secret, "whsec_c2VjcmV0");
+    assert_eq!(d.attempts, 0);
+    assert!(d.id.starts_with("msg_"));
+    // Leased: not claimed again while the lease runs.
+    assert!(s.claim_due_deliveries(10, 60_000).await.unwrap().is_empty());
+    assert!(s.next_delivery_due().await.unwrap().is_none());
+
+    // A failed attempt schedules a retry; a second record of the same claim is fenced off.
+    let now = easel::store::now_ms();
+    let failure = AttemptRecord {
+        attempted_at: now,
+        duration_ms: 12,
+        status_code: Some(503),
+        error: Some("HTTP 503".into()),
+        delivered: false,
+        next_attempt_at: Some(now - 1),
+        first_failed_at: Some(now),
+    };
+    assert!(s.record_attempt(&d.id, d.attempts, &failure).await.unwrap());
+    assert!(!s.record_attempt(&d.id, d.attempts, &failure).await.unwrap());
+    assert!(s.next_delivery_due().await.unwrap().is_some());
+    let row = s.task_for_account(&account, &id).await.unwrap().unwrap();
+    let hook = row.webhook.unwrap();
+    assert_eq!((hook.status.as_str(), hook.attempts), ("pending", 1));
+    assert_eq!(hook.last_status_code, Some(503));
+
+    // Claimed again, handed back unsent, claimed again at once, then delivered.
+    let retry = s.claim_due_deliveries(10, 60_000).await.unwrap();
+    assert_eq!((retry.len(), retry[0].attempts), (1, 1));
+    assert_eq!(retry[0].first_failed_at, Some(now));
+    assert_eq!(s.release_deliveries(&retry).await.unwrap(), 1);
+    let retry = s.claim_due_deliveries(10, 60_000).await.unwrap();
+    assert_eq!(retry.len(), 1);
+    let delivered = AttemptRecord {
+        status_code: Some(200),
+        error: None,
+        delivered: true,
+        next_attempt_at: None,
+        ..failure.clone()
+    };
+    assert!(s.record_attempt(&retry[0].id, 1, &delivered).await.unwrap());
+    let attempts = s.delivery_attempts(&account, &id).await.unwrap().unwrap();
+    let codes: Vec<_> = attempts.iter().map(|a| a.status_code).collect();
+    assert_eq!(codes, [Some(503), Some(200)]);
+    assert_eq!(attempts[0].duration_ms, 12);
+    let hook = s
+        .task_for_account(&account, &id)
+        .await
+        .unwrap()
+        .unwrap()
+        .webhook
+        .unwrap();
+    assert_eq!((hook.status.as_str(), hook.attempts), ("delivered", 2));
+    assert!(s.claim_due_deliveries(10, 60_000).await.unwrap().is_empty());
+    assert!(s
+        .delivery_attempts(&account, &silent)
+        .await
+        .unwrap()
+        .unwrap()
+        .is_empty());
+
+    // The last retry failing makes it undeliverable.
+    assert_eq!(
+        s.redeliver(&account, &id).await.unwrap(),
+        Redelivery::Queued
+    );
+    let again = s.claim_due_deliveries(10, 60_000).await.unwrap();
+    assert_eq!(again[0].attempts, 0, "a fresh schedule");
+    let last = AttemptRecord {
+        next_attempt_at: None,
+        ..failure
+    };
+    assert!(s.record_attempt(&again[0].id, 0, &last).await.unwrap());
+    let hook = s
+        .task_for_account(&account, &id)
+        .await
+        .unwrap()
+        .unwrap()
+        .webhook
+        .unwrap();
+    assert_eq!(hook.status, "undeliverable");
+}
+
+async fn redelivery_needs_a_final_task_with_a_webhook_of_the_callers_own(s: &SharedStore) {
+    let (account, key) = account_and_key(s, "a@example.com").await;
+    let (other, _) = account_and_key(s, "b@example.com").await;
+    let hooked = queued(s, &task("fast", Some("https://hooks.example/x")), &key).await;
+    assert_eq!(
+        s.redeliver(&account, &hooked).await.unwrap(),
+        Redelivery::NotFinal
+    );
+    let plain = queued(s, &task("fast", None), &key).await;
+    while let Some(t) = s.claim_task("w", 60_000).await.unwrap() {
+        assert!(s
+            .complete_task(t.seq, t.attempts, &failed(&t.id, "no"))
+            .await
+            .unwrap());
+    }
+    assert_eq!(
+        s.redeliver(&account, &plain).await.unwrap(),
+        Redelivery::NoWebhook
+    );
+    assert_eq!(
+        s.redeliver(&other, &hooked).await.unwrap(),
+        Redelivery::TaskNotFound
+    );
+    assert_eq!(
+        s.redeliver(&account, &uuid::Uuid::new_v4()).await.unwrap(),
+        Redelivery::TaskNotFound
+    );
+    assert!(s
+        .delivery_attempts(&other, &hooked)
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(
+        s.redeliver(&account, &hooked).await.unwrap(),
+        Redelivery::Queued
+    );
+}
+
+async fn accounts_are_created_once_and_keys_are_refused_from_their_revocation_on(s: &SharedStore) {
+    assert_eq!(s.account_count().await.unwrap(), 0);
+    assert!(s.first_account().await.unwrap().is_none());
+    let a = s
+        .create_account("a@example.com", "whsec_a")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(s
+        .create_account("a@example.com", "whsec_x")
+        .await
+        .unwrap()
+        .is_none());
+    let again = s.ensure_account("a@example.com", "whsec_y").await.unwrap();
+    assert_eq!(
+        (again.id.as_str(), again.signing_secret.as_str()),
+        (&*a.id, "whsec_a")
+    );
+    s.ensure_account("b@example.com", "whsec_b").await.unwrap();
+    assert_eq!(s.account_count().await.unwrap(), 2);
+    assert_eq!(s.first_account().await.unwrap().unwrap().id, a.id);
+    s.set_signing_secret(&a.id, "whsec_new").await.unwrap();
+    assert_eq!(
+        s.account_by_email("a@example.com")
+            .await
+            .unwrap()
+            .unwrap()
+            .signing_secret,
+        "whsec_new"
+    );
+    assert!(s
+        .account_by_email("nobody@example.com")
+        .await
+        .unwrap()
+        .is_none());
+
+    let key_id = s
+        .insert_api_key(&a.id, "laptop", "easel_abc", &[7u8; 32])
+        .await
+        .unwrap();
+    let owner = s.key_owner(&[7u8; 32]).await.unwrap().unwrap();
+    assert_eq!(
+        (owner.key_id.as_str(), owner.account.id.as_str()),
+        (&*key_id, &*a.id)
+    );
+    assert_eq!(owner.last_used_at, None);
+    s.touch_api_key(&key_id, 1234).await.unwrap();
+    let keys = s.list_api_keys().await.unwrap();
+    assert_eq!(keys.len(), 1);
+    assert_eq!(
+        (
+            keys[0].name.as_str(),
+            keys[0].prefix.as_str(),
+            keys[0].last_used_at
+        ),
+        ("laptop", "easel_abc", Some(1234))
+    );
+    assert_eq!(keys[0].account_email, "a@example.com");
+    assert!(s.revoke_api_key(&key_id).await.unwrap());
+    assert!(!s.revoke_api_key(&key_id).await.unwrap(), "revoked once");
+    assert!(s.key_owner(&[7u8; 32]).await.unwrap().is_none());
+    assert!(s
+        .task_for_key(&[7u8; 32], &uuid::Uuid::new_v4())
+        .await
+        .unwrap()
+        .is_none());
+    assert!(s.list_api_keys().await.unwrap()[0].revoked_at.is_some());
+}
+
+async fn reads_show_only_the_keys_own_tasks_with_their_delivery_state(s: &SharedStore) {
+    let (_, key) = account_and_key(s, "a@example.com").await;
+    let (_, other) = account_and_key(s, "b@example.com").await;
+    let mine = queued(s, &task("turbo", Some("https://hooks.example/x")), &key).await;
+    let theirs = queued(s, &task("fast", None), &other).await;
+    let (live, found) = s.task_for_key(&key, &mine).await.unwrap().unwrap();
+    let found = found.unwrap();
+    assert_eq!(found.id, mine.to_string());
+    assert_eq!(
+        (found.status.as_str(), found.process_mode.as_str()),
+        ("pending", "turbo")
+    );
+    assert_eq!(found.prompt, "turbo task");
+    let hook = found.webhook.unwrap();
+    assert_eq!(
+        (hook.url.as_str(), hook.status.as_str()),
+        ("https://hooks.example/x", "pending")
+    );
+    assert!(
+        live.last_used_at.is_some(),
+        "a submit records the key's use"
+    );
+    let (_, none) = s.task_for_key(&key, &theirs).await.unwrap().unwrap();
+    assert!(none.is_none(), "another account's task is not found");
+    let (_, many) = s
+        .tasks_for_key(&key, &[mine, theirs, uuid::Uuid::new_v4()])
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(many.len(), 1);
+    assert_eq!(many[0].id, mine.to_string());
+    assert!(s
+        .tasks_for_key(&[1u8; 32], &[mine])
+        .await
+        .unwrap()
+        .is_none());
+    // The first task stored has the id the store makes of the first place in its order.
+    assert_eq!(mine, s.task_id(1));
+}
+
+async fn submits_and_endings_wake_idle_workers_and_the_dispatcher(s: &SharedStore) {
+    let (_, key) = account_and_key(s, "a@example.com").await;
+    let wakeups = s.wakeups();
+    let queue = wakeups.queue.notified();
+    let outbox = wakeups.outbox.notified();
+    tokio::pin!(queue, outbox);
+    queue.as_mut().enable();
+    outbox.as_mut().enable();
+    queued(s, &task("fast", Some("https://hooks.example/x")), &key).await;
+    tokio::time::timeout(Duration::from_secs(5), queue)
+        .await
+        .expect("a submit wakes the workers");
+    let t = s.claim_task("w", 60_000).await.unwrap().unwrap();
+    assert!(s
+        .complete_task(t.seq, t.attempts, &finished(&t.id))
+        .await
+        .unwrap());
+    tokio::time::timeout(Duration::from_secs(5), outbox)
+        .await
+        .expect("a queued delivery wakes the dispatcher");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_nodes_starting_together_migrate_once_and_share_ids_and_wakeups() {
+    let Some(base) = common::postgres() else {
+        return;
+    };
+    let url = common::fresh_postgres_url(&base);
+    // Three nodes start at once on an empty schema: the advisory lock lets one migrate.
+    let (a, b, c) = tokio::join!(
+        open_postgres(&url),
+        open_postgres(&url),
+        open_postgres(&url)
+    );
+    assert_eq!(a.task_id(7), b.task_id(7));
+    assert_eq!(b.task_id(7), c.task_id(7));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let listening = tokio::spawn({
+        let b = b.clone();
+        let stop = stop.clone();
+        async move { b.run_background(stop).await }
+    });
+    let (_, key) = account_and_key(&a, "a@example.com").await;
+    // Node b hears of node a's submit through LISTEN/NOTIFY.
+    let mut heard = false;
+    for _ in 0..20 {
+        let woken = b.wakeups().queue.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        queued(&a, &task("fast", None), &key).await;
+        if tokio::time::timeout(Duration::from_millis(500), woken)
+            .await
+            .is_ok()
+        {
+            heard = true;
+            break;
+        }
+    }
+    assert!(heard, "node b was never woken by node a's submits");
+    // And b serves the task a stored, under the same id.
+    let t = b.claim_task("b", 60_000).await.unwrap().unwrap();
+    let account = a.first_account().await.unwrap().unwrap();
+    let id: uuid::Uuid = t.id.parse().unwrap();
+    assert!(a
+        .task_for_account(&account.id, &id)
+        .await
+        .unwrap()
+        .is_some());
+    stop.cancel();
+    listening.await.unwrap();
+    for s in [a, b, c] {
+        s.close().await;
+    }
+}
+
+#[tokio::test]
+async fn a_database_url_with_an_unknown_scheme_stops_easel_naming_the_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = common::test_config(dir.path());
+    config.database_url = Some("mysql://root@127.0.0.1/easel".into());
+    let err = easel::Application::build(config)
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("database_url"), "{err}");
+    assert!(err.contains("postgres://"), "{err}");
+    assert!(
+        !dir.path().join("mysql:").exists(),
+        "no SQLite file made of the URL"
+    );
+}
