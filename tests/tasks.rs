@@ -324,6 +324,9 @@ async fn the_quota_frees_up_as_tasks_end() {
 
 #[tokio::test]
 async fn the_checkpointer_copies_committed_pages_into_the_database_file() {
+    if common::sqlite_only("SQLite's WAL checkpoints") {
+        return;
+    }
     let app = TestApp::spawn_with(|c| c.workers = 0).await;
     let db = app.config.data_dir.join("easel.db");
     let size = || std::fs::metadata(&db).unwrap().len();
@@ -432,6 +435,9 @@ async fn upgrading_keeps_every_task_under_the_id_it_was_given_and_gives_no_id_tw
 
 #[tokio::test]
 async fn submits_sharing_a_transaction_each_get_their_own_answer_and_the_counters_add_up() {
+    if common::sqlite_only("the SQLite writer's shared transactions") {
+        return;
+    }
     use easel::store::Submitted;
     use sqlx::Connection;
     let idle = common::Idle::build().await;
@@ -519,6 +525,9 @@ async fn submits_sharing_a_transaction_each_get_their_own_answer_and_the_counter
 
 #[tokio::test]
 async fn a_write_that_fails_inside_a_shared_transaction_fails_alone() {
+    if common::sqlite_only("the SQLite writer's shared transactions") {
+        return;
+    }
     use easel::store::Submitted;
     use sqlx::Connection;
     let idle = common::Idle::build().await;

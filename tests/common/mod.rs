@@ -149,6 +149,26 @@ pub fn on_postgres() -> bool {
     std::env::var("EASEL_TEST_STORE").is_ok_and(|v| v == "postgres")
 }
 
+/// A connection to the database `config` names, whichever it is, for tests that look at or
+/// change rows from outside as an operator or another node could. Statements must be written so
+/// that both databases take them (values inline, no placeholders).
+pub async fn database(config: &Config) -> sqlx::AnyConnection {
+    use sqlx::Connection;
+    sqlx::any::install_default_drivers();
+    sqlx::AnyConnection::connect(&config.database_url())
+        .await
+        .unwrap()
+}
+
+/// True (and the test should return) when the suite runs on PostgreSQL and the test is about
+/// `what`, a part of the SQLite store alone (the conformance suite covers the rules for both).
+pub fn sqlite_only(what: &str) -> bool {
+    if on_postgres() {
+        eprintln!("skipped on PostgreSQL: this test is about {what}");
+    }
+    on_postgres()
+}
+
 /// A database URL of its own for one test: a fresh schema in the tests' PostgreSQL database,
 /// which the URL's connections use as their `search_path`.
 pub fn fresh_postgres_url(base: &str) -> String {
