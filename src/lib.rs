@@ -80,6 +80,7 @@ impl Application {
         let config = Arc::new(config);
         let outbox_wakeup = Arc::new(Notify::new());
         let content_policy = ContentPolicy::new(&config.blocked_terms);
+        let blobs = Blobs::open(&config, &public_url).await?;
         let state = AppState::new(api::Shared {
             config: config.clone(),
             store: store.clone(),
@@ -88,11 +89,11 @@ impl Application {
             queue_wakeup: Arc::new(Notify::new()),
             outbox_wakeup: outbox_wakeup.clone(),
             shutdown: CancellationToken::new(),
+            blobs: blobs.clone(),
         });
-        let durable = config.sqlite_synchronous == "full";
         let worker = WorkerContext {
             store: store.clone(),
-            blobs: Blobs::new(config.data_dir.join("files"), &public_url, durable),
+            blobs,
             generator: Arc::new(Procedural {
                 min_duration: config.procedural_min_duration,
             }),

@@ -3,6 +3,7 @@
 pub mod access;
 mod account;
 mod error;
+mod files;
 mod health;
 mod json;
 mod record;
@@ -13,7 +14,7 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::DefaultBodyLimit;
-use axum::http::{header, HeaderValue, Request, Response};
+use axum::http::{header, Request, Response};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::Router;
@@ -22,8 +23,6 @@ use tokio_util::sync::CancellationToken;
 use tower::{BoxError, Service};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::services::ServeDir;
-use tower_http::set_header::SetResponseHeaderLayer;
 
 pub use error::ApiError;
 pub use record::rfc3339;
@@ -51,6 +50,7 @@ mod tests {
     }
 }
 
+use crate::blobs::Blobs;
 use crate::config::Config;
 use crate::domain::ContentPolicy;
 use crate::store::Store;
@@ -89,6 +89,8 @@ pub struct Shared {
     pub outbox_wakeup: Arc<Notify>,
     /// Cancelled when the process starts shutting down.
     pub shutdown: CancellationToken,
+    /// Where the images are kept; `/files/{key}` reads them from here.
+    pub blobs: Blobs,
 }
 
 /// The OpenAPI 3 document of this API, served at `/api/v1/openapi.json`.
@@ -140,18 +142,6 @@ pub fn app(
 
 /// The routes, the image files and the fallbacks, without the layers of `app`.
 fn router(state: AppState) -> Router {
-    let files = ServeDir::new(state.config.data_dir.join("files"));
-    let files = tower::ServiceBuilder::new()
-        .layer(SetResponseHeaderLayer::overriding(
-            header::CACHE_CONTROL,
-            HeaderValue::from_static("public, max-age=31536000, immutable"),
-        ))
-        .layer(SetResponseHeaderLayer::overriding(
-            header::X_CONTENT_TYPE_OPTIONS,
-            HeaderValue::from_static("nosniff"),
-        ))
-        .service(files);
-
     // Full paths rather than a router nested under `/api/v1`: a nested router rewrites every
     // request's URI to strip its prefix (a parse and an allocation per request).
     Router::new()
@@ -171,7 +161,7 @@ fn router(state: AppState) -> Router {
         )
         .route("/healthz", get(health::alive))
         .route("/readyz", get(health::ready))
-        .nest_service("/files", files)
+        .route("/files/{*key}", get(files::serve))
         .fallback(|| async { ApiError::RouteNotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)

@@ -17,7 +17,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::blobs::Blobs;
+use crate::blobs::{BlobError, Blobs};
 use crate::config::Config;
 use crate::domain::{AspectRatio, ContentPolicy, Outcome};
 use crate::generate::raster::dimensions;
@@ -176,13 +176,16 @@ impl WorkerContext {
                     format!("{i}.png")
                 };
                 let key = format!("{folder}/{name}");
-                async move { self.blobs.put(&key, bytes).await }
+                async move {
+                    self.blobs.put(&key, bytes).await?;
+                    Ok::<_, BlobError>(self.blobs.url(&key))
+                }
             });
         // Durable only once their folder is synced too (a file's fsync does not persist its name).
         let stored = async {
             let urls = futures::future::try_join_all(writes).await?;
             self.blobs.sync_folder(&folder).await?;
-            Ok::<_, std::io::Error>(urls)
+            Ok::<_, BlobError>(urls)
         };
         let mut urls = match stored.await {
             Ok(urls) => urls,
