@@ -38,6 +38,26 @@ pub struct Config {
     /// (survives a crash of the process, may lose the last commits on power loss).
     pub sqlite_synchronous: String,
 
+    /// Where the images are kept: `local` (files under `{data_dir}/files`, the default) or `s3`
+    /// (an S3-compatible bucket; credentials from the `AWS_*` environment variables only).
+    pub blob_store: String,
+    /// The bucket, with `blob_store = "s3"` (required there).
+    pub s3_bucket: Option<String>,
+    /// Prepended to every object key (`easel/` keeps the images under `easel/`). Empty by default.
+    pub s3_prefix: String,
+    /// The S3 API's URL, for S3-compatible servers (MinIO, Ceph, moto...). Default: AWS, or
+    /// `AWS_ENDPOINT`. With virtual-hosted-style requests the endpoint names the bucket.
+    pub s3_endpoint: Option<String>,
+    /// The bucket's region. Default: `AWS_REGION`, else `us-east-1`.
+    pub s3_region: Option<String>,
+    /// Address the bucket in the path (`{endpoint}/{bucket}/{key}`) rather than the host name;
+    /// most self-hosted S3-compatible servers need this.
+    pub s3_path_style: bool,
+    /// Base URL under which the bucket (or a CDN in front of it) serves the keys directly; image
+    /// URLs are then `{blobs_public_url}/{key}`. Default: easel serves them at
+    /// `{public_url}/files/{key}`.
+    pub blobs_public_url: Option<String>,
+
     /// How many tasks this node generates at once. Zero runs no workers here (an API-only node;
     /// the queue is served by other nodes sharing the store).
     pub workers: usize,
@@ -108,6 +128,13 @@ impl Default for Config {
             database_max_connections: 16,
             roles: vec!["api".into(), "worker".into(), "dispatcher".into()],
             sqlite_synchronous: "full".into(),
+            blob_store: "local".into(),
+            s3_bucket: None,
+            s3_prefix: String::new(),
+            s3_endpoint: None,
+            s3_region: None,
+            s3_path_style: false,
+            blobs_public_url: None,
             workers: 2,
             image_size: 1024,
             lease: Duration::from_secs(60),
@@ -230,12 +257,31 @@ impl Config {
                  dispatcher"
             );
         }
-        if let Some(url) = &self.public_url {
-            let parsed = url::Url::parse(url)
-                .map_err(|e| anyhow::anyhow!("configuration: public_url: {e}"))?;
-            if !matches!(parsed.scheme(), "http" | "https") {
-                bail!("configuration: public_url must be an http or https URL");
+        for (name, url) in [
+            ("public_url", &self.public_url),
+            ("s3_endpoint", &self.s3_endpoint),
+            ("blobs_public_url", &self.blobs_public_url),
+        ] {
+            if let Some(url) = url {
+                let parsed = url::Url::parse(url)
+                    .map_err(|e| anyhow::anyhow!("configuration: {name}: {e}"))?;
+                if !matches!(parsed.scheme(), "http" | "https") {
+                    bail!("configuration: {name} must be an http or https URL");
+                }
             }
+        }
+        match self.blob_store.as_str() {
+            "local" => {}
+            "s3" => {
+                if self
+                    .s3_bucket
+                    .as_deref()
+                    .is_none_or(|b| b.trim().is_empty())
+                {
+                    bail!("configuration: s3_bucket is required with blob_store = \"s3\"");
+                }
+            }
+            other => bail!("configuration: blob_store must be `local` or `s3`, not `{other}`"),
         }
         Ok(())
     }
@@ -404,5 +450,32 @@ mod tests {
             ..Config::default()
         };
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn blob_store_settings_are_checked_and_named() {
+        let c = Config {
+            blob_store: "s3".into(),
+            ..Config::default()
+        };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("s3_bucket"), "{e}");
+        let c = Config {
+            blob_store: "ftp".into(),
+            ..Config::default()
+        };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("blob_store") && e.contains("`local` or `s3`"),
+            "{e}"
+        );
+        let c = Config {
+            blob_store: "s3".into(),
+            s3_bucket: Some("images".into()),
+            s3_endpoint: Some("localhost:9000".into()),
+            ..Config::default()
+        };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("s3_endpoint"), "{e}");
     }
 }

@@ -77,8 +77,7 @@ impl Application {
         }
         let config = Arc::new(config);
         let content_policy = ContentPolicy::new(&config.blocked_terms);
-        let durable = config.sqlite_synchronous == "full";
-        let blobs = Blobs::new(config.data_dir.join("files"), &public_url, durable);
+        let blobs = Blobs::open(&config, &public_url).await?;
         let state = AppState::new(api::Shared {
             config: config.clone(),
             store: store.clone(),

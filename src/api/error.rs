@@ -17,6 +17,8 @@ pub enum ApiError {
     TaskNotFound,
     #[error("no such route")]
     RouteNotFound,
+    #[error("file not found")]
+    FileNotFound,
     #[error("method not allowed")]
     MethodNotAllowed,
     #[error("{msg}")]
@@ -49,6 +51,7 @@ impl ApiError {
             ApiError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
             ApiError::TaskNotFound => (StatusCode::NOT_FOUND, "task_not_found"),
             ApiError::RouteNotFound => (StatusCode::NOT_FOUND, "route_not_found"),
+            ApiError::FileNotFound => (StatusCode::NOT_FOUND, "file_not_found"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code),
             ApiError::PayloadTooLarge { .. } => {

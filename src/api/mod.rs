@@ -3,6 +3,7 @@
 pub mod access;
 mod account;
 mod error;
+mod files;
 mod health;
 mod json;
 mod record;
@@ -13,7 +14,7 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::DefaultBodyLimit;
-use axum::http::{header, HeaderValue, Request, Response};
+use axum::http::{header, Request, Response};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::Router;
@@ -21,8 +22,6 @@ use tokio_util::sync::CancellationToken;
 use tower::{BoxError, Service};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::services::ServeDir;
-use tower_http::set_header::SetResponseHeaderLayer;
 
 pub use error::ApiError;
 pub use record::rfc3339;
@@ -81,7 +80,8 @@ impl std::ops::Deref for AppState {
 pub struct Shared {
     pub config: Arc<Config>,
     pub store: SharedStore,
-    /// Where images are kept; their URLs are made from their keys when a record is written out.
+    /// Where images are kept: records make their URLs from their keys, `/files/{key}` reads
+    /// them from here.
     pub blobs: Blobs,
     pub destinations: DestinationPolicy,
     pub content_policy: ContentPolicy,
@@ -138,18 +138,6 @@ pub fn app(
 
 /// The routes, the image files and the fallbacks, without the layers of `app`.
 fn router(state: AppState) -> Router {
-    let files = ServeDir::new(state.config.data_dir.join("files"));
-    let files = tower::ServiceBuilder::new()
-        .layer(SetResponseHeaderLayer::overriding(
-            header::CACHE_CONTROL,
-            HeaderValue::from_static("public, max-age=31536000, immutable"),
-        ))
-        .layer(SetResponseHeaderLayer::overriding(
-            header::X_CONTENT_TYPE_OPTIONS,
-            HeaderValue::from_static("nosniff"),
-        ))
-        .service(files);
-
     let health = Router::new()
         .route("/healthz", get(health::alive))
         .route("/readyz", get(health::ready));
@@ -176,7 +164,7 @@ fn router(state: AppState) -> Router {
             "/api/v1/openapi.json",
             get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
         )
-        .nest_service("/files", files)
+        .route("/files/{*key}", get(files::serve))
         .fallback(|| async { ApiError::RouteNotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)

@@ -1,0 +1,153 @@
+//! Blobs as files under one folder (`{data_dir}/files`): each key a path below it.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use super::{io_error, BlobError, BlobStore};
+
+#[derive(Debug)]
+pub(super) struct Local {
+    root: PathBuf,
+    /// fsync each file before it is published, and folders on `sync_folder` (on with
+    /// `sqlite_synchronous = full`).
+    durable: bool,
+}
+
+impl Local {
+    pub(super) fn new(root: PathBuf, durable: bool) -> Local {
+        Local { root, durable }
+    }
+}
+
+#[async_trait]
+impl BlobStore for Local {
+    async fn put(&self, key: &str, bytes: Bytes) -> Result<(), BlobError> {
+        let path = self.root.join(key);
+        let durable = self.durable;
+        blocking(move || write_atomic(&path, &bytes, durable)).await
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Bytes>, BlobError> {
+        match tokio::fs::read(self.root.join(key)).await {
+            Ok(bytes) => Ok(Some(Bytes::from(bytes))),
+            // A folder's key holds no bytes either.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::IsADirectory
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(io_error(e)),
+        }
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), BlobError> {
+        let root = self.root.clone();
+        let path = root.join(key);
+        blocking(move || {
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(e),
+            }
+            // Folders exist only for the files in them: remove those left empty, up to the
+            // root. One that still holds files refuses, which ends the walk.
+            let mut dir = path.parent();
+            while let Some(d) = dir.filter(|d| *d != root) {
+                if std::fs::remove_dir(d).is_err() {
+                    break;
+                }
+                dir = d.parent();
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, BlobError> {
+        let root = self.root.clone();
+        let start = root.join(prefix);
+        blocking(move || {
+            let mut keys = Vec::new();
+            walk(&root, &start, &mut keys)?;
+            Ok(keys)
+        })
+        .await
+    }
+
+    /// fsync `folder` and each folder above it up to the root: a file's own fsync does not
+    /// persist its name; its directory's does. Nothing to do unless durable.
+    async fn sync_folder(&self, folder: &str) -> Result<(), BlobError> {
+        if !self.durable {
+            return Ok(());
+        }
+        let root = self.root.clone();
+        let dir = root.join(folder);
+        blocking(move || {
+            let mut dir = dir.as_path();
+            loop {
+                std::fs::File::open(dir)?.sync_all()?;
+                match dir.parent() {
+                    Some(parent) if dir != root => dir = parent,
+                    _ => return Ok(()),
+                }
+            }
+        })
+        .await
+    }
+}
+
+/// Run blocking file work off the async threads.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> Result<T, BlobError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| BlobError::Transient(e.into()))?
+        .map_err(io_error)
+}
+
+/// The keys of the files below `dir` (relative to `root`); nothing when `dir` is missing.
+fn walk(root: &Path, dir: &Path, keys: &mut Vec<String>) -> std::io::Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        // A file where a folder was asked for: nothing below it.
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let path = entry.path();
+        if entry.file_type()?.is_dir() {
+            walk(root, &path, keys)?;
+        } else if let Some(key) = path
+            .strip_prefix(root)
+            .ok()
+            .and_then(|p| p.to_str())
+            .map(|p| p.replace(std::path::MAIN_SEPARATOR, "/"))
+        {
+            keys.push(key);
+        }
+    }
+    Ok(())
+}
+
+/// Write through a temporary file renamed into place, so a reader never sees half a file.
+fn write_atomic(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()> {
+    let dir = path.parent().expect("keys have a folder");
+    std::fs::create_dir_all(dir)?;
+    let tmp = path.with_extension("partial");
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(bytes)?;
+    if durable {
+        file.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}

@@ -1,0 +1,296 @@
+//! Where generated images are kept and how they are addressed. Two stores sit behind one
+//! [`BlobStore`] trait: a local directory (`{data_dir}/files`, the default) and S3-compatible
+//! object storage. What must not differ between them lives here, above the trait: the key layout
+//! (`{task_id}/{random token}/{name}.png`, unguessable), which keys are valid, how an earlier
+//! attempt's folders are removed, and how a key becomes a URL.
+//!
+//! Keys, not URLs, are what callers keep: [`Blobs::url`] builds the address from the settings in
+//! force, so `public_url` or `blobs_public_url` can change, and any node serves any task's images
+//! (through `/files/{key}` and [`Blobs::get`]).
+
+mod local;
+mod s3;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use rand::RngCore;
+
+use crate::config::Config;
+
+/// A blob operation that failed, sorted by what the caller should do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum BlobError {
+    /// Worth trying again later: no space, an I/O error, a timeout, a refused connection,
+    /// throttling, a server error.
+    #[error("blob store unavailable: {0}")]
+    Transient(#[source] BoxError),
+    /// Trying again will not help: a bad key, a missing bucket, refused credentials.
+    #[error("blob store refused the operation: {0}")]
+    Permanent(#[source] BoxError),
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl BlobError {
+    pub fn is_transient(&self) -> bool {
+        matches!(self, BlobError::Transient(_))
+    }
+
+    fn invalid_key(key: &str) -> BlobError {
+        BlobError::Permanent(format!("invalid blob key {key:?}").into())
+    }
+}
+
+/// What easel needs from a place that keeps bytes under keys. Keys given to it are valid
+/// ([`is_valid_key`]); folders are keys without a trailing slash.
+#[async_trait]
+trait BlobStore: Send + Sync + std::fmt::Debug {
+    /// Store `bytes` at `key` atomically: a reader never sees part of it.
+    async fn put(&self, key: &str, bytes: Bytes) -> Result<(), BlobError>;
+    /// The bytes at `key`, `None` when there are none.
+    async fn get(&self, key: &str) -> Result<Option<Bytes>, BlobError>;
+    /// Remove `key`; a missing key is not an error.
+    async fn delete(&self, key: &str) -> Result<(), BlobError>;
+    /// Every key below the folder `prefix`, in no particular order.
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, BlobError>;
+    /// Make what was put under `folder` durable, where `put` alone does not.
+    async fn sync_folder(&self, _folder: &str) -> Result<(), BlobError> {
+        Ok(())
+    }
+}
+
+/// The configured blob store and the base its URLs are built on. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Blobs {
+    store: Arc<dyn BlobStore>,
+    /// `blobs_public_url`, or `{public_url}/files`; without a trailing slash.
+    base_url: Arc<str>,
+}
+
+impl Blobs {
+    /// The store named by `blob_store`. Nothing is contacted yet, so a store that is briefly
+    /// down does not stop easel from starting; settings that cannot work do.
+    pub async fn open(config: &Config, public_url: &str) -> anyhow::Result<Blobs> {
+        let store: Arc<dyn BlobStore> = match config.blob_store.as_str() {
+            "local" => {
+                let root = config.data_dir.join("files");
+                tokio::fs::create_dir_all(&root).await.map_err(|e| {
+                    anyhow::anyhow!("cannot create the image folder {}: {e}", root.display())
+                })?;
+                // Image files are as durable as the database's commits that point at them.
+                Arc::new(local::Local::new(root, config.sqlite_synchronous == "full"))
+            }
+            "s3" => Arc::new(s3::S3::new(config)?),
+            other => {
+                anyhow::bail!("configuration: blob_store must be `local` or `s3`, not `{other}`")
+            }
+        };
+        let base_url = match &config.blobs_public_url {
+            Some(url) => url.trim_end_matches('/').to_string(),
+            None => format!("{}/files", public_url.trim_end_matches('/')),
+        };
+        Ok(Blobs {
+            store,
+            base_url: base_url.into(),
+        })
+    }
+
+    /// A fresh, unguessable folder key for one task attempt's images.
+    pub fn new_folder(task_id: &str) -> String {
+        let mut token = [0u8; 16];
+        rand::rngs::OsRng.fill_bytes(&mut token);
+        format!("{task_id}/{}", hex::encode(token))
+    }
+
+    /// The address clients fetch `key` from.
+    pub fn url(&self, key: &str) -> String {
+        format!("{}/{key}", self.base_url)
+    }
+
+    /// Store `bytes` at `key`, atomically.
+    pub async fn put(&self, key: &str, bytes: Vec<u8>) -> Result<(), BlobError> {
+        check_key(key)?;
+        self.store.put(key, Bytes::from(bytes)).await
+    }
+
+    /// The bytes at `key`; `None` when there are none.
+    pub async fn get(&self, key: &str) -> Result<Option<Bytes>, BlobError> {
+        check_key(key)?;
+        self.store.get(key).await
+    }
+
+    /// Every key under the folder `folder`, sorted.
+    pub async fn list(&self, folder: &str) -> Result<Vec<String>, BlobError> {
+        check_key(folder)?;
+        let mut keys = self.store.list(folder).await?;
+        keys.sort();
+        Ok(keys)
+    }
+
+    /// Make `folder` and the files put into it durable (local files: fsync the folders, since a
+    /// file's own fsync does not persist its name). Nothing to do on object storage.
+    pub async fn sync_folder(&self, folder: &str) -> Result<(), BlobError> {
+        check_key(folder)?;
+        self.store.sync_folder(folder).await
+    }
+
+    /// Remove a folder written by an attempt whose result was discarded. Best effort: what
+    /// cannot be removed now is logged and left behind.
+    pub async fn remove_folder(&self, folder: &str) {
+        if let Err(e) = self.try_remove_folder(folder).await {
+            tracing::warn!(folder, error = %e, "could not remove a discarded folder");
+        }
+    }
+
+    /// Remove what earlier attempts at `task_id` left behind (a worker that died after writing
+    /// its files and before recording them), keeping the folder `keep` (from `new_folder`), or
+    /// nothing when `keep` is `None`. Best effort, like `remove_folder`.
+    pub async fn remove_stale_attempts(&self, task_id: &str, keep: Option<&str>) {
+        let keys = match self.list(task_id).await {
+            Ok(keys) => keys,
+            Err(e) => {
+                tracing::warn!(task_id, error = %e, "could not list a task's folders");
+                return;
+            }
+        };
+        let stale: Vec<String> = keys
+            .into_iter()
+            .filter(|key| keep.is_none_or(|keep| !in_folder(key, keep)))
+            .collect();
+        if stale.is_empty() {
+            return;
+        }
+        tracing::info!(
+            task_id,
+            files = stale.len(),
+            "removing an earlier attempt's files"
+        );
+        if let Err(e) = self.delete_all(stale).await {
+            tracing::warn!(task_id, error = %e, "could not remove an earlier attempt's files");
+        }
+    }
+
+    async fn try_remove_folder(&self, folder: &str) -> Result<(), BlobError> {
+        let keys = self.list(folder).await?;
+        self.delete_all(keys).await
+    }
+
+    /// Delete `keys` a few at a time (one request each on object storage); the first error.
+    async fn delete_all(&self, keys: Vec<String>) -> Result<(), BlobError> {
+        let results: Vec<Result<(), BlobError>> = futures::stream::iter(keys)
+            .map(|key| async move { self.store.delete(&key).await })
+            .buffer_unordered(8)
+            .collect()
+            .await;
+        results.into_iter().collect()
+    }
+}
+
+/// Whether `key` lies inside the folder `folder`.
+fn in_folder(key: &str, folder: &str) -> bool {
+    key.strip_prefix(folder)
+        .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// Whether `key` is one easel could have made: `/`-separated segments of ASCII letters, digits,
+/// `.`, `_` and `-`, none empty, `.` or `..`. Anything else (absolute paths, traversal,
+/// backslashes, encoded characters) is refused before it reaches a store.
+pub fn is_valid_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= 512
+        && key.split('/').all(|segment| {
+            !segment.is_empty()
+                && segment != "."
+                && segment != ".."
+                && segment
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        })
+}
+
+fn check_key(key: &str) -> Result<(), BlobError> {
+    if is_valid_key(key) {
+        Ok(())
+    } else {
+        Err(BlobError::invalid_key(key))
+    }
+}
+
+/// How an I/O error should be treated: transient when the disk, the network or the system
+/// may recover (full, over quota, failing, busy, timed out), permanent otherwise.
+fn io_error(e: std::io::Error) -> BlobError {
+    use std::io::ErrorKind as K;
+    let transient = matches!(
+        e.kind(),
+        K::StorageFull
+            | K::QuotaExceeded
+            | K::ResourceBusy
+            | K::TimedOut
+            | K::Interrupted
+            | K::WouldBlock
+            | K::OutOfMemory
+            | K::ReadOnlyFilesystem
+            | K::StaleNetworkFileHandle
+            | K::ConnectionRefused
+            | K::ConnectionReset
+            | K::ConnectionAborted
+            | K::NotConnected
+            | K::BrokenPipe
+            | K::UnexpectedEof
+    ) || matches!(
+        e.raw_os_error(),
+        Some(libc::EIO | libc::ENOSPC | libc::EDQUOT | libc::EMFILE | libc::ENFILE | libc::EAGAIN)
+    );
+    if transient {
+        BlobError::Transient(e.into())
+    } else {
+        BlobError::Permanent(e.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_easel_makes_are_valid_and_traversal_is_not() {
+        let folder = Blobs::new_folder("0190d6c1-2b7e-7c3a-9f00-000000000001");
+        assert!(is_valid_key(&folder));
+        assert!(is_valid_key(&format!("{folder}/grid.png")));
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../easel.db",
+            "a/../../easel.db",
+            "a/./b",
+            "a//b",
+            "a/",
+            "a\\b",
+            "a/b%2e",
+            "a b",
+            "a/\0",
+        ] {
+            assert!(!is_valid_key(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_key_is_in_a_folder_only_below_it() {
+        assert!(in_folder("t/abc/0.png", "t/abc"));
+        assert!(!in_folder("t/abcd/0.png", "t/abc"));
+        assert!(!in_folder("t/abc", "t/abc"));
+    }
+
+    #[test]
+    fn a_full_disk_is_transient_and_a_refusal_is_not() {
+        let full = std::io::Error::from_raw_os_error(libc::ENOSPC);
+        assert!(io_error(full).is_transient());
+        let eio = std::io::Error::from_raw_os_error(libc::EIO);
+        assert!(io_error(eio).is_transient());
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        assert!(!io_error(denied).is_transient());
+    }
+}
