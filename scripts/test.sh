@@ -3,9 +3,14 @@
 #  1. cargo test: unit tests, integration tests against in-process servers and the real binary,
 #     the reliability suite (crash under load, receiver faults, fuzzing, resource bounds), and
 #     the S3 blob store against a real S3-compatible server (moto, installed from PyPI into
-#     target/ and started by scripts/s3-server.sh for the run);
-#  2. schemathesis (installed from PyPI into target/) against the running API's OpenAPI document.
-# Needs the Rust toolchain and Python 3; run from anywhere inside the repository.
+#     target/ and started by scripts/s3-server.sh for the run), and the store conformance
+#     suite against both SQLite and PostgreSQL (a fresh database made by
+#     scripts/test-postgres.sh);
+#  2. the integration suites again with PostgreSQL as the store (EASEL_TEST_STORE=postgres);
+#  3. schemathesis (installed from PyPI into target/) against the running API's OpenAPI document.
+# Needs the Rust toolchain, Python 3 and, for the PostgreSQL half, a PostgreSQL server with psql
+# (skipped with one line where there is none, except under CI=true); run from anywhere inside
+# the repository.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,7 +18,14 @@ cd "$(dirname "$0")/.."
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"
 # Exports EASEL_TEST_S3_ENDPOINT, which the S3 tests read (under CI=true they fail without it).
 source scripts/s3-server.sh
-trap 'kill "$EASEL_TEST_S3_PID" 2>/dev/null || true' EXIT
+source scripts/test-postgres.sh
+trap 'kill "$EASEL_TEST_S3_PID" 2>/dev/null || true; test_postgres_drop' EXIT
 cargo test --locked --all-targets "$@"
+
+if [ -n "${EASEL_TEST_POSTGRES:-}" ]; then
+  echo "== the integration suites again, on PostgreSQL"
+  EASEL_TEST_STORE=postgres cargo test --locked \
+    --test api --test tasks --test webhooks --test reliability --test fuzz "$@"
+fi
 
 SCHEMATHESIS_MAX_TIME="${SCHEMATHESIS_MAX_TIME:-90}" bash scripts/schemathesis.sh
