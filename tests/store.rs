@@ -678,3 +678,60 @@ async fn a_database_url_with_an_unknown_scheme_stops_easel_naming_the_setting() 
         "no SQLite file made of the URL"
     );
 }
+
+#[tokio::test]
+async fn easel_migrate_brings_either_database_up_to_date_and_exits() {
+    use sqlx::Connection;
+    let bin = env!("CARGO_BIN_EXE_easel");
+    let dir = tempfile::tempdir().unwrap();
+    let migrate = |url: Option<&str>| {
+        let mut cmd = std::process::Command::new(bin);
+        cmd.arg("migrate")
+            .env("EASEL_DATA_DIR", dir.path())
+            .env_remove("EASEL_DATABASE_URL");
+        if let Some(url) = url {
+            cmd.env("EASEL_DATABASE_URL", url);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // SQLite: the default database file is made, with every migration applied.
+    assert!(migrate(None).contains("up to date"));
+    let db = dir.path().join("easel.db");
+    let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
+        .await
+        .unwrap();
+    let applied: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(applied, 7);
+    // PostgreSQL: a fresh schema gets its own migrations; a second run changes nothing.
+    let Some(base) = common::postgres() else {
+        return;
+    };
+    let url = common::fresh_postgres_url(&base);
+    migrate(Some(&url));
+    migrate(Some(&url));
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables
+         WHERE table_schema = current_schema() ORDER BY table_name",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    for table in [
+        "_sqlx_migrations",
+        "accounts",
+        "api_keys",
+        "tasks",
+        "webhook_deliveries",
+    ] {
+        assert!(
+            tables.iter().any(|t| t == table),
+            "{table} missing: {tables:?}"
+        );
+    }
+}
