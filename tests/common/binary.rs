@@ -46,8 +46,19 @@ impl Easel {
 
     /// As `start`, with easel's stderr (its logs) going to `stderr`.
     pub fn start_with(dir: &Path, extra_env: &[(&str, &str)], stderr: Stdio) -> Easel {
+        Easel::start_serve(dir, &[], extra_env, stderr)
+    }
+
+    /// As `start_with`, with `args` after `serve` (for example `["--role", "api"]`).
+    pub fn start_serve(
+        dir: &Path,
+        args: &[&str],
+        extra_env: &[(&str, &str)],
+        stderr: Stdio,
+    ) -> Easel {
         let mut child = command(dir, extra_env)
             .arg("serve")
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()
