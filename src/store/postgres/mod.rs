@@ -10,8 +10,9 @@
 //! - Every commit that makes work (a task queued, a delivery queued or due again) sends a
 //!   `NOTIFY`; a listener on every node (`run_background`) wakes that node's idle workers and
 //!   dispatcher. Polling stays the fallback.
-//! - When the database goes away, calls fail fast as `StoreError::Unavailable` (the API answers
-//!   503 with `Retry-After`) and the pool reconnects by itself once it is back.
+//! - When the database goes away, calls fail as `StoreError::Unavailable` within the pool's
+//!   acquire timeout (the API answers 503 with `Retry-After`) and the pool reconnects by itself
+//!   once it is back.
 
 mod accounts;
 mod deliveries;
