@@ -3,12 +3,13 @@
 //! shared and noisy. See docs/benchmarks.md for what each figure means.
 //!
 //! ```text
-//! bench/run [--quick] [--only submit,e2e,webhooks,retry,scale]
+//! bench/run [--quick] [--only submit,e2e,webhooks,retry,scale,postgres]
 //! ```
 //!
 //! It needs the release `easel` binary (`--easel`) and `wrk` on the PATH; bench/run provides both.
 
 mod e2e;
+mod postgres;
 mod proc;
 mod report;
 mod scale;
@@ -29,7 +30,7 @@ use sqlx::ConnectOptions;
 
 use report::Row;
 
-const BENCHMARKS: &[&str] = &["submit", "e2e", "webhooks", "retry", "scale"];
+const BENCHMARKS: &[&str] = &["submit", "e2e", "webhooks", "retry", "scale", "postgres"];
 
 #[derive(Parser)]
 #[command(about = "easel's benchmarks (run them through bench/run)")]
@@ -43,7 +44,8 @@ struct Args {
     /// Directory of the wrk Lua scripts.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/wrk"))]
     lua: PathBuf,
-    /// Benchmarks to run, comma-separated (default: all): submit, e2e, webhooks, retry, scale.
+    /// Benchmarks to run, comma-separated (default: all): submit, e2e, webhooks, retry, scale,
+    /// postgres.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Smaller counts and shorter runs (a couple of minutes); figures are rougher.
@@ -71,6 +73,13 @@ struct Args {
     /// alone keeps one thread per core).
     #[arg(long)]
     service_workers: Option<usize>,
+    /// The PostgreSQL server of the `postgres` benchmark (a URL to a database the user may
+    /// `CREATE DATABASE` from); it makes a fresh database per measurement and drops it after.
+    #[arg(long, env = "EASEL_BENCH_POSTGRES_URL", default_value = postgres::DEFAULT_URL)]
+    postgres_url: String,
+    /// Override the number of tasks of the `postgres` benchmark's whole-life runs.
+    #[arg(long)]
+    pg_tasks: Option<usize>,
     /// The source revision benchmarked, to record with the results (`git describe`).
     #[arg(long, default_value = "unknown")]
     revision: String,
@@ -99,6 +108,10 @@ pub struct Plan {
     pub retry_measure_secs: u64,
     pub scale_sizes: Vec<usize>,
     pub fetch_concurrencies: Vec<usize>,
+    /// Tasks of each whole-life run of the `postgres` benchmark.
+    pub pg_e2e_tasks: usize,
+    /// Their image size: the generator's smallest.
+    pub pg_image_size: u32,
 }
 
 impl Plan {
@@ -126,6 +139,8 @@ impl Plan {
                 retry_measure_secs: 15,
                 scale_sizes: vec![1_000, 100_000, 300_000],
                 fetch_concurrencies: vec![1, 16],
+                pg_e2e_tasks: 1_000,
+                pg_image_size: 64,
             }
         } else {
             Plan {
@@ -146,6 +161,8 @@ impl Plan {
                 retry_measure_secs: 60,
                 scale_sizes: vec![1_000, 100_000, 1_000_000],
                 fetch_concurrencies: vec![1, 16],
+                pg_e2e_tasks: 5_000,
+                pg_image_size: 64,
             }
         }
     }
@@ -225,7 +242,7 @@ async fn main() -> std::process::ExitCode {
 
 /// Run the benchmarks; Ok(false) when one of them failed to produce its figures.
 async fn run(args: Args) -> anyhow::Result<bool> {
-    let selected: Vec<&str> = if args.only.is_empty() {
+    let mut selected: Vec<&str> = if args.only.is_empty() {
         BENCHMARKS.to_vec()
     } else {
         for name in &args.only {
@@ -253,6 +270,21 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     plan.image_size = args.image_size.unwrap_or(plan.image_size);
     plan.e2e_sync = args.e2e_sync.clone();
     plan.service_workers = args.service_workers;
+    plan.pg_e2e_tasks = args.pg_tasks.unwrap_or(plan.pg_e2e_tasks);
+    // Without a PostgreSQL server the `postgres` benchmark is skipped, with a line saying so.
+    let mut skipped: Vec<String> = Vec::new();
+    if selected.contains(&"postgres") {
+        if let Err(e) = postgres::check_reachable(&args.postgres_url).await {
+            let line = format!(
+                "postgres: skipped, PostgreSQL is unreachable at {} ({e:#}); set \
+                 EASEL_BENCH_POSTGRES_URL or --postgres-url",
+                redact(&args.postgres_url)
+            );
+            println!("== {line}");
+            skipped.push(line);
+            selected.retain(|b| *b != "postgres");
+        }
+    }
     let ctx = Ctx {
         easel: args.easel.clone(),
         work: args.work.clone(),
@@ -276,6 +308,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             "webhooks" => webhooks::run_throughput(&ctx).await,
             "retry" => webhooks::run_retry(&ctx).await,
             "scale" => scale::run(&ctx).await,
+            "postgres" => postgres::run(&ctx, &args.postgres_url).await,
             _ => unreachable!("checked above"),
         };
         match result {
@@ -291,11 +324,11 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         }
         println!("   ({name}: {:.0} s)", t.elapsed().as_secs_f64());
     }
-    let skipped = "5. PostgreSQL runs of 1 and 3: skipped, easel has no PostgreSQL store yet.";
     let elapsed = (chrono::Utc::now() - started).num_seconds();
 
     let table = report::table(&rows);
-    println!("== results ({} s)\n\n{table}\n\n{skipped}", elapsed);
+    let skipped_text = skipped.join("\n\n");
+    println!("== results ({} s)\n\n{table}\n\n{skipped_text}", elapsed);
     let mut machine = report::machine();
     machine["loadavg_1min_before"] = json!(load_before);
     machine["loadavg_1min_after"] = json!(report::loadavg());
@@ -311,7 +344,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         "rows": rows,
         "details": Value::Object(details),
         "failures": failures,
-        "skipped": [skipped],
+        "skipped": skipped,
     });
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&results)? + "\n")?;
@@ -323,7 +356,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 "Run on {} with `{}` ({} s) at revision `{}`, on {} ({} cores, {} GiB, \
                  Linux {}); \
                  easel and the load generator share these cores. Load average (1 min) before \
-                 and after the run: {:.1} and {:.1}.\n\n{table}\n\n{skipped}\n",
+                 and after the run: {:.1} and {:.1}.\n\n{table}\n\n{skipped_text}\n",
                 started.format("%Y-%m-%d %H:%M UTC"),
                 args.command_line,
                 elapsed,
@@ -342,4 +375,15 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         }
     }
     Ok(failures.is_empty())
+}
+
+/// A database URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        _ => url.to_string(),
+    }
 }

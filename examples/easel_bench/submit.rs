@@ -164,7 +164,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
 }
 
 /// A run with failed requests measures something else than the figure says.
-fn check(r: &WrkResult, what: &str) -> anyhow::Result<()> {
+pub fn check(r: &WrkResult, what: &str) -> anyhow::Result<()> {
     if r.requests == 0 || r.errors() * 100 > r.requests {
         anyhow::bail!(
             "{what}: {} of {} requests failed (connect {}, read {}, write {}, status >= 400 {}, \
