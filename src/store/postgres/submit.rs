@@ -20,8 +20,11 @@ use crate::store::{
 
 /// Most submits one transaction takes.
 const MAX_GROUP: usize = 256;
-/// Groups in flight at once (each holds a connection while it commits).
-const DRAINERS: usize = 4;
+/// Groups in flight at once (each holds a connection while it commits). Two: one collects while
+/// the other commits. Groups for one account commit one after another whatever their number
+/// (they take its row's lock), so more drainers would only cut the waiting submits into more,
+/// smaller groups.
+const DRAINERS: usize = 2;
 /// Submits that may wait for a drainer; past it, callers wait to queue.
 const QUEUE: usize = 4096;
 
@@ -120,13 +123,20 @@ fn answer(group: Vec<Job>, outcomes: impl Iterator<Item = StoreResult<Submitted>
     }
 }
 
-/// Store a group of submits in one transaction: the live keys' accounts locked and their counts
-/// read, the quota decided in arrival order, a `seq` drawn for each task let in (so its public id
-/// is known), one multi-row insert, the counts moved, the keys' `last_used_at` at most once a
-/// minute, and a notification for idle workers on every node.
+/// Store a group of submits in one transaction: a `seq` drawn for each submit first (so each
+/// task's public id is known; a refused submit leaves a gap, which ids do not mind), then the live
+/// keys' accounts locked and their counts read, the quota decided in arrival order, and one
+/// statement that inserts every task let in, moves the counts, records the keys' use at most once
+/// a minute and notifies idle workers on every node. The accounts' rows stay locked from the
+/// `SELECT ... FOR UPDATE` to the commit: two round trips and the commit's flush, no more.
 async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<Submitted>> {
     let now = now_ms();
-    let mut tx = pool.begin().await?;
+    let mut conn = pool.acquire().await?;
+    let seqs: Vec<i64> =
+        sqlx::query_scalar("SELECT nextval('task_seq') FROM generate_series(1, $1) ORDER BY 1")
+            .bind(group.len() as i64)
+            .fetch_all(&mut *conn)
+            .await?;
     let hashes: Vec<Vec<u8>> = group
         .iter()
         .map(|j| j.key_hash)
@@ -134,6 +144,7 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
         .into_iter()
         .map(|h| h.to_vec())
         .collect();
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
     let live: Vec<(Vec<u8>, String, i64)> = sqlx::query_as(
         "SELECT k.key_hash, k.account_id, a.active_tasks
          FROM api_keys k JOIN accounts a ON a.id = k.account_id
@@ -150,55 +161,53 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
         quota.set(&account, active);
         accounts.insert(hash, account);
     }
-    let decided: Vec<Result<&str, Submitted>> = group
-        .iter()
-        .map(|job| {
-            let Some(account) = accounts.get(job.key_hash.as_slice()) else {
-                return Err(Submitted::KeyNotLive);
-            };
-            if !quota.admit(account, job.max_active) {
-                return Err(Submitted::QuotaFull);
-            }
-            Ok(account.as_str())
-        })
-        .collect();
-    let admitted = decided.iter().filter(|d| d.is_ok()).count();
-    if admitted == 0 {
-        tx.rollback().await?;
-        return Ok(decided.into_iter().map(|d| d.unwrap_err()).collect());
-    }
-    let mut seqs: Vec<i64> =
-        sqlx::query_scalar("SELECT nextval('task_seq') FROM generate_series(1, $1)")
-            .bind(admitted as i64)
-            .fetch_all(&mut *tx)
-            .await?;
-    seqs.sort_unstable();
-
     let mut rows = Rows::default();
-    let mut next = seqs.iter();
     let mut outcomes = Vec::with_capacity(group.len());
-    for (job, decided) in group.iter().zip(decided) {
-        match decided {
-            Ok(account) => {
-                let seq = *next.next().expect("a seq per task let in");
-                rows.push(seq, account, &job.task);
-                outcomes.push(Submitted::Queued {
-                    account_id: account.to_string(),
-                    task_id: ids.id(seq),
-                });
-            }
-            Err(refused) => outcomes.push(refused),
+    for (job, seq) in group.iter().zip(seqs) {
+        let Some(account) = accounts.get(job.key_hash.as_slice()) else {
+            outcomes.push(Submitted::KeyNotLive);
+            continue;
+        };
+        if !quota.admit(account, job.max_active) {
+            outcomes.push(Submitted::QuotaFull);
+            continue;
         }
+        rows.push(seq, account, &job.task);
+        outcomes.push(Submitted::Queued {
+            account_id: account.to_string(),
+            task_id: ids.id(seq),
+        });
     }
+    if rows.seq.is_empty() {
+        tx.rollback().await?;
+        return Ok(outcomes);
+    }
+    let (moved, by): (Vec<String>, Vec<i64>) = quota
+        .added()
+        .map(|(account, n)| (account.to_string(), n))
+        .unzip();
+    // Data-modifying CTEs run whether or not the final SELECT reads them.
     sqlx::query(
-        "INSERT INTO tasks (seq, account_id, task_type, status, priority, prompt, aspect_ratio,
-             process_mode, seed, created_at, webhook_url, webhook_secret)
-         SELECT seq, account_id, task_type, 'pending', priority, prompt, aspect_ratio,
-             process_mode, seed, $9, webhook_url, webhook_secret
-         FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],
-                     $7::text[], $8::bigint[], $10::text[], $11::text[])
-              AS t(seq, account_id, task_type, priority, prompt, aspect_ratio, process_mode,
-                   seed, webhook_url, webhook_secret)",
+        "WITH inserted AS (
+             INSERT INTO tasks (seq, account_id, task_type, status, priority, prompt,
+                 aspect_ratio, process_mode, seed, created_at, webhook_url, webhook_secret)
+             SELECT seq, account_id, task_type, 'pending', priority, prompt, aspect_ratio,
+                 process_mode, seed, $9, webhook_url, webhook_secret
+             FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::text[],
+                         $6::text[], $7::text[], $8::bigint[], $10::text[], $11::text[])
+                  AS t(seq, account_id, task_type, priority, prompt, aspect_ratio,
+                       process_mode, seed, webhook_url, webhook_secret)
+             RETURNING 1),
+         counted AS (
+             UPDATE accounts SET active_tasks = active_tasks + d.n
+             FROM UNNEST($12::text[], $13::bigint[]) AS d(id, n) WHERE accounts.id = d.id
+             RETURNING 1),
+         used AS (
+             UPDATE api_keys SET last_used_at = $9
+             WHERE key_hash = ANY($14) AND revoked_at IS NULL
+               AND (last_used_at IS NULL OR last_used_at <= $9 - $15)
+             RETURNING 1)
+         SELECT pg_notify($16, '')",
     )
     .bind(&rows.seq)
     .bind(&rows.account_id)
@@ -211,34 +220,13 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
     .bind(now)
     .bind(&rows.webhook_url)
     .bind(&rows.webhook_secret)
-    .execute(&mut *tx)
-    .await?;
-    let (moved, by): (Vec<String>, Vec<i64>) = quota
-        .added()
-        .map(|(account, n)| (account.to_string(), n))
-        .unzip();
-    sqlx::query(
-        "UPDATE accounts SET active_tasks = active_tasks + d.n
-         FROM UNNEST($1::text[], $2::bigint[]) AS d(id, n) WHERE accounts.id = d.id",
-    )
     .bind(&moved)
     .bind(&by)
-    .execute(&mut *tx)
-    .await?;
-    sqlx::query(
-        "UPDATE api_keys SET last_used_at = $1
-         WHERE key_hash = ANY($2) AND revoked_at IS NULL
-           AND (last_used_at IS NULL OR last_used_at <= $1 - $3)",
-    )
-    .bind(now)
     .bind(&hashes)
     .bind(KEY_TOUCH_EVERY_MS)
+    .bind(QUEUE_CHANNEL)
     .execute(&mut *tx)
     .await?;
-    sqlx::query("SELECT pg_notify($1, '')")
-        .bind(QUEUE_CHANNEL)
-        .execute(&mut *tx)
-        .await?;
     tx.commit().await?;
     Ok(outcomes)
 }
