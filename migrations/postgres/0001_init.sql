@@ -66,7 +66,6 @@ CREATE TABLE tasks (
 ALTER SEQUENCE task_seq OWNED BY tasks.seq;
 CREATE INDEX tasks_queue ON tasks (priority, seq) WHERE status = 'pending';
 CREATE INDEX tasks_leases ON tasks (lease_expires_at) WHERE status IN ('starting', 'processing');
-CREATE INDEX tasks_by_account ON tasks (account_id, seq);
 
 -- The webhook outbox: one row per task with a webhook, written in the transaction that writes the
 -- task's final state. `id` is the Standard Webhooks message id, stable across retries.
