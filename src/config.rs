@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 /// Every setting easel reads. Field names are the TOML keys; `EASEL_<NAME>` in upper case sets
 /// the same field from the environment (for example `EASEL_WEBHOOK_TIMEOUT=5s`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Config {
     /// Address the HTTP API listens on.
@@ -167,7 +167,8 @@ impl Default for Config {
 }
 
 /// Settings given on the command line; `None` leaves the lower layers in force.
-#[derive(Clone, Debug, Default, Serialize)]
+/// No `Debug`: it may hold a database URL with its password.
+#[derive(Clone, Default, Serialize)]
 pub struct Overrides {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<SocketAddr>,
@@ -296,6 +297,19 @@ impl Config {
         self.database_url
             .clone()
             .unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("easel.db").display()))
+    }
+}
+
+/// The settings as JSON, with a password in `database_url` replaced by `***`: a `Config` that
+/// reaches a log or a panic message gives away no secret (AWS keys are never in it).
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut shown = self.clone();
+        shown.database_url = shown.database_url.as_deref().map(crate::store::redact);
+        match serde_json::to_string(&shown) {
+            Ok(json) => write!(f, "Config {json}"),
+            Err(_) => f.write_str("Config { .. }"),
+        }
     }
 }
 
@@ -436,6 +450,20 @@ mod tests {
             );
             Ok(())
         });
+    }
+
+    #[test]
+    fn a_database_password_never_shows_in_debug_output() {
+        let config = Config {
+            database_url: Some("postgres://easel:hunter2@db:5432/easel".into()),
+            ..Config::default()
+        };
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(
+            shown.contains("postgres://easel:***@db:5432/easel"),
+            "{shown}"
+        );
     }
 
     #[test]
