@@ -15,58 +15,25 @@ use easel::blobs::Blobs;
 use easel::config::Config;
 use serde_json::json;
 
-use common::{test_config, TestApp};
+use common::s3::{new_bucket, test_credentials};
+use common::{s3, test_config, TestApp};
 
 /// The S3 test server's endpoint, or `None` (after saying so once) when the S3 tests are to be
 /// skipped.
 fn s3_endpoint() -> Option<String> {
-    match std::env::var("EASEL_TEST_S3_ENDPOINT") {
-        Ok(endpoint) if !endpoint.is_empty() => {
-            test_credentials();
-            Some(endpoint)
-        }
-        _ => {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "EASEL_TEST_S3_ENDPOINT is not set: under CI=true the S3 tests must run \
-                 (scripts/test.sh starts the server and sets it)"
+    let endpoint = s3::endpoint();
+    if endpoint.is_none() {
+        static SAID: Once = Once::new();
+        // Straight to stderr, past libtest's capture, so the skip is seen.
+        SAID.call_once(|| {
+            let _ = writeln!(
+                std::io::stderr(),
+                "tests/blobs.rs: S3 tests skipped (EASEL_TEST_S3_ENDPOINT is not set; \
+                 scripts/test.sh starts an S3 test server and sets it)"
             );
-            static SAID: Once = Once::new();
-            // Straight to stderr, past libtest's capture, so the skip is seen.
-            SAID.call_once(|| {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "tests/blobs.rs: S3 tests skipped (EASEL_TEST_S3_ENDPOINT is not set; \
-                     scripts/test.sh starts an S3 test server and sets it)"
-                );
-            });
-            None
-        }
+        });
     }
-}
-
-/// The test server accepts any credentials, but without some the client would look for an
-/// instance role. Set once, before any client reads them; std serialises environment access.
-fn test_credentials() {
-    static SET: Once = Once::new();
-    SET.call_once(|| {
-        if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
-            std::env::set_var("AWS_ACCESS_KEY_ID", "easel-test");
-            std::env::set_var("AWS_SECRET_ACCESS_KEY", "easel-test");
-        }
-    });
-}
-
-/// A fresh, empty bucket on the test server, made with a plain S3 `PUT /{bucket}`.
-async fn new_bucket(endpoint: &str) -> String {
-    let bucket = format!("easel-test-{}", uuid::Uuid::new_v4().simple());
-    let res = reqwest::Client::new()
-        .put(format!("{endpoint}/{bucket}"))
-        .send()
-        .await
-        .unwrap();
-    assert!(res.status().is_success(), "creating the bucket: {res:?}");
-    bucket
+    endpoint
 }
 
 fn use_s3(config: &mut Config, endpoint: &str, bucket: &str) {

@@ -20,6 +20,7 @@ use sqlx::Row;
 
 use common::binary::{command, Easel};
 use common::receiver::{Behaviour, Receiver};
+use common::s3::new_bucket;
 use common::{split, wait_for};
 
 const TASKS: usize = 1000;
@@ -30,17 +31,7 @@ const IN_FLIGHT: usize = 16;
 /// fails the test instead.
 fn services(test: &str) -> Option<(String, String)> {
     let postgres = common::postgres();
-    let s3 = match std::env::var("EASEL_TEST_S3_ENDPOINT") {
-        Ok(endpoint) if !endpoint.is_empty() => Some(endpoint),
-        _ => {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "EASEL_TEST_S3_ENDPOINT is not set: under CI=true the multi-node tests must run \
-                 (scripts/test.sh starts the S3 server and sets it)"
-            );
-            None
-        }
-    };
+    let s3 = common::s3::endpoint();
     match (postgres, s3) {
         (Some(pg), Some(s3)) => Some((pg, s3)),
         (pg, s3) => {
@@ -59,18 +50,6 @@ fn services(test: &str) -> Option<(String, String)> {
             None
         }
     }
-}
-
-/// A fresh, empty bucket on the test server, made with a plain S3 `PUT /{bucket}`.
-async fn new_bucket(endpoint: &str) -> String {
-    let bucket = format!("easel-multinode-{}", uuid::Uuid::new_v4().simple());
-    let res = reqwest::Client::new()
-        .put(format!("{endpoint}/{bucket}"))
-        .send()
-        .await
-        .unwrap();
-    assert!(res.status().is_success(), "creating the bucket: {res:?}");
-    bucket
 }
 
 /// The environment every node of one cluster shares: the database, the bucket, and settings

@@ -5,6 +5,7 @@
 pub mod binary;
 pub mod chaos;
 pub mod receiver;
+pub mod s3;
 
 use std::time::{Duration, Instant};
 
