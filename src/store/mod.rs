@@ -261,6 +261,19 @@ pub struct Wakeups {
     pub outbox: Notify,
 }
 
+impl Wakeups {
+    /// After a sweep of expired leases: every idle worker for the tasks requeued (they may be
+    /// many), the dispatcher when a task that failed for good queued its webhook.
+    pub(crate) fn after_recovery(&self, requeued: u64, delivery_queued: bool) {
+        if requeued > 0 {
+            self.queue.notify_waiters();
+        }
+        if delivery_queued {
+            self.outbox.notify_one();
+        }
+    }
+}
+
 /// The handle every role shares.
 pub type SharedStore = Arc<dyn Store>;
 

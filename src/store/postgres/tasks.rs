@@ -224,12 +224,7 @@ impl TaskQueue for PgStore {
             }
         }
         tx.commit().await?;
-        if requeued > 0 {
-            self.wakeups.queue.notify_waiters();
-        }
-        if queued {
-            self.wakeups.outbox.notify_one();
-        }
+        self.wakeups.after_recovery(requeued, queued);
         Ok((requeued, failed))
     }
 

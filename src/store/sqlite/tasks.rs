@@ -266,12 +266,7 @@ impl TaskQueue for SqliteStore {
                 Ok((requeued as u64, failed, queued))
             })
             .await?;
-        if requeued > 0 {
-            self.wakeups.queue.notify_waiters();
-        }
-        if queued {
-            self.wakeups.outbox.notify_one();
-        }
+        self.wakeups.after_recovery(requeued, queued);
         Ok((requeued, failed))
     }
 
