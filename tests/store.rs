@@ -609,7 +609,7 @@ async fn submits_and_endings_wake_idle_workers_and_the_dispatcher(s: &SharedStor
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_nodes_starting_together_migrate_once_and_share_ids_and_wakeups() {
+async fn postgres_nodes_share_migrations_ids_wakeups_the_quota_and_revocations() {
     let Some(base) = common::postgres() else {
         return;
     };
@@ -654,6 +654,33 @@ async fn postgres_nodes_starting_together_migrate_once_and_share_ids_and_wakeups
         .await
         .unwrap()
         .is_some());
+
+    // The quota holds across nodes: 30 submits at once through two nodes, for an account
+    // allowed 7 tasks queued or running.
+    let (_, limited) = account_and_key(&a, "q@example.com").await;
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..30 {
+        let node = if i % 2 == 0 { a.clone() } else { b.clone() };
+        calls.spawn(async move { node.submit(&task("fast", None), &limited, 7).await });
+    }
+    let mut queued_there = 0;
+    while let Some(done) = calls.join_next().await {
+        match done.unwrap().unwrap() {
+            Submitted::Queued { .. } => queued_there += 1,
+            Submitted::QuotaFull => {}
+            Submitted::KeyNotLive => panic!("the key is live"),
+        }
+    }
+    assert_eq!(queued_there, 7);
+    // A key revoked through one node is refused by another from its next request.
+    let owner = c.key_owner(&limited).await.unwrap().unwrap();
+    assert!(a.revoke_api_key(&owner.key_id).await.unwrap());
+    assert!(c.key_owner(&limited).await.unwrap().is_none());
+    assert_eq!(
+        c.submit(&task("fast", None), &limited, 1000).await.unwrap(),
+        Submitted::KeyNotLive
+    );
+
     stop.cancel();
     listening.await.unwrap();
     for s in [a, b, c] {
