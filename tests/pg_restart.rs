@@ -174,37 +174,21 @@ impl Cluster {
 
     /// Stop the server the way a crash would: no checkpoint, connections cut.
     fn stop_immediately(&self) {
-        let data = self.data();
-        let out = self.tool(
-            "pg_ctl",
-            &[
-                "-D",
-                data.to_str().unwrap(),
-                "-m",
-                "immediate",
-                "-w",
-                "stop",
-            ],
-        );
+        let out = self.pg_ctl_stop();
         assert!(out.status.success(), "pg_ctl stop failed: {}", text(&out));
+    }
+
+    fn pg_ctl_stop(&self) -> Output {
+        let data = self.data();
+        let data = data.to_str().unwrap();
+        self.tool("pg_ctl", &["-D", data, "-m", "immediate", "-w", "stop"])
     }
 }
 
 impl Drop for Cluster {
     fn drop(&mut self) {
         if self.data().join("postmaster.pid").exists() {
-            let data = self.data();
-            let _ = self.tool(
-                "pg_ctl",
-                &[
-                    "-D",
-                    data.to_str().unwrap(),
-                    "-m",
-                    "immediate",
-                    "-w",
-                    "stop",
-                ],
-            );
+            let _ = self.pg_ctl_stop();
         }
     }
 }
