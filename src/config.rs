@@ -86,6 +86,8 @@ pub struct Config {
 
     /// Largest accepted request body, in bytes.
     pub body_limit: usize,
+    /// Largest request body of an operation that carries a mask (`inpaint`), in bytes.
+    pub mask_body_limit: usize,
     /// A client must send a request's headers within this time, or its connection is closed.
     #[serde(with = "duration")]
     pub header_timeout: Duration,
@@ -147,6 +149,7 @@ impl Default for Config {
                 .map(|s| s.to_string())
                 .collect(),
             body_limit: 64 * 1024,
+            mask_body_limit: 8 * 1024 * 1024,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(15),
             max_connections: 4096,
@@ -221,6 +224,9 @@ impl Config {
         }
         if self.body_limit < 1024 {
             bail!("configuration: body_limit must be at least 1024 bytes");
+        }
+        if self.mask_body_limit < self.body_limit {
+            bail!("configuration: mask_body_limit must be at least body_limit");
         }
         if self.header_timeout.is_zero() || self.body_timeout.is_zero() {
             bail!("configuration: header_timeout and body_timeout must be non-zero");

@@ -28,7 +28,8 @@ use crate::api::AppState;
 use crate::blobs::Blobs;
 use crate::config::{Config, Role};
 use crate::domain::ContentPolicy;
-use crate::generate::Procedural;
+use crate::generate::inputs::{ImageFetcher, InputLimits};
+use crate::generate::{Generator, Procedural};
 use crate::store::{SharedStore, Store};
 use crate::webhooks::client::WebhookClient;
 use crate::webhooks::dispatcher::Dispatcher;
@@ -78,10 +79,18 @@ impl Application {
         let config = Arc::new(config);
         let content_policy = ContentPolicy::new(&config.blocked_terms);
         let blobs = Blobs::open(&config, &public_url).await?;
+        let limits = InputLimits::default();
+        let fetcher = ImageFetcher::new(destinations, limits, &webhooks::user_agent())
+            .map_err(|e| anyhow::anyhow!("input image client: {e}"))?;
+        let generator: Arc<dyn Generator> = Arc::new(Procedural {
+            min_duration: config.procedural_min_duration,
+        });
         let state = AppState::new(api::Shared {
             config: config.clone(),
             store: store.clone(),
             blobs: blobs.clone(),
+            generator: generator.clone(),
+            fetcher: fetcher.clone(),
             destinations,
             content_policy: content_policy.clone(),
             shutdown: CancellationToken::new(),
@@ -89,9 +98,8 @@ impl Application {
         let worker = WorkerContext {
             store: store.clone(),
             blobs,
-            generator: Arc::new(Procedural {
-                min_duration: config.procedural_min_duration,
-            }),
+            generator,
+            inputs: worker::Inputs { fetcher, limits },
             policy: content_policy,
             config: config.clone(),
             generating: Arc::new(tokio::sync::Semaphore::new(config.workers.max(1))),

@@ -9,6 +9,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use easel::domain::{Output, PayloadHead};
 use easel::store::sqlite::SqliteStore;
 use easel::store::{AttemptRecord, Ending, NewTask, Outcome, Redelivery, SharedStore, Submitted};
 
@@ -118,12 +119,13 @@ async fn queued(store: &SharedStore, t: &NewTask, key: &[u8; 32]) -> uuid::Uuid 
 
 fn finished(id: &str) -> Ending {
     Ending::new(
-        Outcome::Finished {
+        Outcome::Finished(Output::Grid {
             grid_key: format!("{id}/f/grid.png"),
             image_keys: (0..4).map(|i| format!("{id}/f/{i}.png")).collect(),
-        },
-        id,
-        "imagine",
+            width: 8,
+            height: 8,
+        }),
+        &PayloadHead::of(id, "imagine"),
         &|key| format!("https://img.example/{key}"),
     )
 }
@@ -131,8 +133,7 @@ fn finished(id: &str) -> Ending {
 fn failed(id: &str, why: &str) -> Ending {
     Ending::new(
         Outcome::Failed { error: why.into() },
-        id,
-        "imagine",
+        &PayloadHead::of(id, "imagine"),
         &|key| key.to_string(),
     )
 }
@@ -280,8 +281,16 @@ async fn every_change_after_a_claim_is_fenced_by_its_attempt(s: &SharedStore) {
     assert_eq!(done.status, "finished");
     assert_eq!(done.percentage, 100);
     assert_eq!(done.attempts, 2);
-    assert_eq!(done.grid_key.as_deref(), Some(&*format!("{id}/f/grid.png")));
-    assert_eq!(done.image_keys.len(), 4);
+    let Some(Output::Grid {
+        grid_key,
+        image_keys,
+        ..
+    }) = &done.output
+    else {
+        panic!("a grid: {:?}", done.output)
+    };
+    assert_eq!(grid_key, &format!("{id}/f/grid.png"));
+    assert_eq!(image_keys.len(), 4);
     assert!(done.finished_at >= done.started_at);
     assert_eq!(
         s.account_by_email("a@example.com")

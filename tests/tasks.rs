@@ -5,6 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::TestApp;
+use easel::domain::{Output, PayloadHead};
 use easel::store::{Ending, Outcome, Submitted};
 use serde_json::json;
 
@@ -229,7 +230,11 @@ async fn a_stale_worker_cannot_overwrite_a_newer_attempt_and_lost_tasks_fail_aft
     let second = store.claim_task("w2", 60_000).await.unwrap().unwrap();
     assert_eq!((second.id.as_str(), second.attempts), (id.as_str(), 2));
     let seq = second.seq;
-    let ending = |outcome: Outcome| Ending::new(outcome, &id, "imagine", &|k| k.to_string());
+    let ending = |outcome: Outcome| {
+        Ending::new(outcome, &PayloadHead::of(&id, "imagine"), &|k| {
+            k.to_string()
+        })
+    };
     let stale = ending(Outcome::Failed {
         error: "stale".into(),
     });
@@ -239,10 +244,12 @@ async fn a_stale_worker_cannot_overwrite_a_newer_attempt_and_lost_tasks_fail_aft
         "fenced"
     );
     assert!(store.mark_processing(seq, 2, 60_000).await.unwrap());
-    let done = ending(Outcome::Finished {
+    let done = ending(Outcome::Finished(Output::Grid {
         grid_key: "u".into(),
         image_keys: vec!["a".into(); 4],
-    });
+        width: 8,
+        height: 8,
+    }));
     assert!(store.complete_task(seq, 2, &done).await.unwrap());
     assert!(
         !store.complete_task(seq, 2, &stale).await.unwrap(),
@@ -399,8 +406,7 @@ async fn upgrading_keeps_every_task_under_the_id_it_was_given_and_gives_no_id_tw
     assert_eq!(claimed.id, queued.to_string());
     let failed = Ending::new(
         Outcome::Failed { error: "no".into() },
-        &claimed.id,
-        "imagine",
+        &PayloadHead::of(&claimed.id, "imagine"),
         &|k| k.to_string(),
     );
     assert!(store

@@ -392,12 +392,13 @@ async fn the_queue_and_the_outbox_can_be_driven_one_step_at_a_time() {
         .unwrap();
     let account = app.store().first_account().await.unwrap().unwrap();
     let task = easel::store::NewTask {
-        task_type: "imagine",
+        operation: easel::domain::Operation::Imagine,
         prompt: "one step at a time".into(),
         aspect_ratio: "1:1".into(),
         process_mode: "fast",
         priority: 1,
         seed: 1,
+        parent_seq: None,
         webhook_url: Some(receiver.url.clone()),
         webhook_secret: None,
     };
@@ -485,12 +486,13 @@ async fn finished_with_webhook(idle: &common::Idle) -> uuid::Uuid {
     let claimed = store.claim_task("w", 60_000).await.unwrap().unwrap();
     assert_eq!(claimed.id, task_id.to_string());
     let done = easel::store::Ending::new(
-        easel::store::Outcome::Finished {
+        easel::store::Outcome::Finished(easel::domain::Output::Grid {
             grid_key: "g".into(),
             image_keys: vec!["i".into(); 4],
-        },
-        &claimed.id,
-        "imagine",
+            width: 8,
+            height: 8,
+        }),
+        &easel::domain::PayloadHead::of(&claimed.id, "imagine"),
         &|k| k.to_string(),
     );
     assert!(store

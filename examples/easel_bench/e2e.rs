@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use easel::generate::procedural::render;
 use easel::generate::raster::dimensions;
-use easel::generate::Rendered;
+use easel::generate::Product;
 
 use crate::proc::{cpu_secs, fresh_dir, Server};
 use crate::report::{count, Row};
@@ -52,9 +52,9 @@ pub fn generator_alone(first: usize, count: usize, threads: usize, size: u32) ->
                     let prompt = PROMPTS[i % PROMPTS.len()];
                     let seed = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
                     let images = [0, 1, 2, 3].map(|v| render(prompt, seed, v, width, height));
-                    let rendered = Rendered::encode(&images);
-                    bytes += rendered.images.iter().map(Vec::len).sum::<usize>();
-                    bytes += rendered.grid.len();
+                    if let Product::Grid { images, grid, .. } = Product::grid(&images) {
+                        bytes += images.iter().map(Vec::len).sum::<usize>() + grid.len();
+                    }
                 }
                 std::hint::black_box(bytes);
             });

@@ -67,12 +67,13 @@ pub async fn submits(
                         return Ok::<_, anyhow::Error>(latencies);
                     }
                     let task = NewTask {
-                        task_type: "imagine",
+                        operation: easel::domain::Operation::Imagine,
                         prompt: "a red sunset over the ocean, in soft watercolour".into(),
                         aspect_ratio: "16:9".into(),
                         process_mode: "fast",
                         priority: 1,
                         seed: i64::from(rand::random::<u32>()),
+                        parent_seq: None,
                         webhook_url: None,
                         webhook_secret: None,
                     };

@@ -137,17 +137,15 @@ pub async fn prefill(
         let seq = i as i64 + 1;
         let id = store.task_id(seq).to_string();
         let folder = format!("{id}/{}", Uuid::new_v4().simple());
-        let outcome = Outcome::Finished {
-            grid_key: format!("{folder}/grid.png"),
-            image_keys: (0..4).map(|v| format!("{folder}/{v}.png")).collect(),
-        };
-        let (original, urls) = match &outcome {
-            Outcome::Finished {
-                grid_key,
-                image_keys,
-            } => (grid_key.clone(), serde_json::to_string(image_keys)?),
-            Outcome::Failed { .. } => unreachable!(),
-        };
+        let grid_key = format!("{folder}/grid.png");
+        let image_keys: Vec<String> = (0..4).map(|v| format!("{folder}/{v}.png")).collect();
+        let (original, urls) = (grid_key.clone(), serde_json::to_string(&image_keys)?);
+        let outcome = Outcome::Finished(easel::domain::Output::Grid {
+            grid_key,
+            image_keys,
+            width: 1024,
+            height: 1024,
+        });
         let created = now - 10_000 + (i as i64 % 1000);
         sqlx::query(
             "INSERT INTO tasks (seq, account_id, task_type, status, priority, prompt, aspect_ratio,
@@ -169,7 +167,8 @@ pub async fn prefill(
         .execute(&mut *tx)
         .await?;
         let url = |key: &str| format!("http://127.0.0.1:8080/files/{key}");
-        let payload = outcome.webhook_payload(&id, "imagine", &url);
+        let payload =
+            outcome.webhook_payload(&easel::domain::PayloadHead::of(&id, "imagine"), &url);
         sqlx::query(
             "INSERT INTO webhook_deliveries (id, task_seq, task_id, account_id, url,
                  status, attempts, next_attempt_at, first_failed_at, created_at, updated_at)

@@ -26,7 +26,12 @@ impl FromRequest<AppState> for JsonObject {
         if !is_json {
             return Err(ApiError::UnsupportedMediaType);
         }
-        let limit = state.config.body_limit;
+        // A mask is a whole PNG: its operation's bodies have a limit of their own.
+        let limit = if req.uri().path() == super::submit::MASK_ROUTE {
+            state.config.mask_body_limit
+        } else {
+            state.config.body_limit
+        };
         // A declared length over the limit is refused before any of the body is read.
         let declared = req
             .headers()

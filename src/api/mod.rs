@@ -6,7 +6,8 @@ mod error;
 mod files;
 mod health;
 mod json;
-mod record;
+pub mod record;
+mod submit;
 mod tasks;
 
 use std::convert::Infallible;
@@ -51,7 +52,9 @@ mod tests {
 
 use crate::blobs::Blobs;
 use crate::config::Config;
-use crate::domain::ContentPolicy;
+use crate::domain::{ContentPolicy, OpKind};
+use crate::generate::inputs::ImageFetcher;
+use crate::generate::Generator;
 use crate::store::SharedStore;
 use crate::webhooks::ssrf::DestinationPolicy;
 
@@ -83,6 +86,10 @@ pub struct Shared {
     /// Where images are kept: records make their URLs from their keys, `/files/{key}` reads
     /// them from here.
     pub blobs: Blobs,
+    /// What runs the tasks: submits of an operation it cannot run are refused.
+    pub generator: Arc<dyn Generator>,
+    /// Checks callers' input image URLs at submit (workers fetch them).
+    pub fetcher: ImageFetcher,
     pub destinations: DestinationPolicy,
     pub content_policy: ContentPolicy,
     /// Cancelled when the process starts shutting down.
@@ -96,6 +103,19 @@ pub const OPENAPI: &str = include_str!("openapi.json");
 /// document lists exactly these; the tests check both against the running router.
 pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/imagine"),
+    ("post", "/api/v1/upscale-1x"),
+    ("post", "/api/v1/upscale-alt"),
+    ("post", "/api/v1/upscale-highres"),
+    ("post", "/api/v1/variations"),
+    ("post", "/api/v1/reroll"),
+    ("post", "/api/v1/pan"),
+    ("post", "/api/v1/outpaint"),
+    ("post", "/api/v1/inpaint"),
+    ("post", "/api/v1/blend"),
+    ("post", "/api/v1/describe"),
+    ("post", "/api/v1/shorten"),
+    ("post", "/api/v1/seed"),
+    ("post", "/api/v1/faceswap"),
     ("post", "/api/v1/fetch"),
     ("post", "/api/v1/fetch-many"),
     ("get", "/api/v1/tasks/{task_id}"),
@@ -124,7 +144,8 @@ pub fn app(
 > + Clone
        + Send
        + 'static {
-    let body_limit = state.config.body_limit;
+    // The larger limit here; the body extractor applies each route's own.
+    let body_limit = state.config.body_limit.max(state.config.mask_body_limit);
     tower::ServiceBuilder::new()
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .layer(PropagateRequestIdLayer::x_request_id())
@@ -149,9 +170,11 @@ fn router(state: AppState) -> Router {
     }
     // Full paths rather than a router nested under `/api/v1`: a nested router rewrites every
     // request's URI to strip its prefix (a parse and an allocation per request).
-    health
-        .route("/api/v1/imagine", post(tasks::imagine))
-        .route("/api/v1/fetch", post(tasks::fetch))
+    let mut api = health;
+    for kind in OpKind::ALL {
+        api = api.route(&format!("/api/v1/{kind}"), post(submit::submit));
+    }
+    api.route("/api/v1/fetch", post(tasks::fetch))
         .route("/api/v1/fetch-many", post(tasks::fetch_many))
         .route("/api/v1/tasks/{task_id}", get(tasks::get_task))
         .route("/api/v1/tasks/{task_id}/redeliver", post(tasks::redeliver))

@@ -9,127 +9,13 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::json::{task_id, JsonObject, TaskIdPath};
-use super::record::{rfc3339, TaskRecord};
+use super::record::{rfc3339, task_record};
 use super::{access, ApiError, AppState};
 use crate::auth::{Caller, PresentedKey};
-use crate::domain::{AspectRatio, ProcessMode, Prompt, TaskType};
-use crate::store::{NewTask, Redelivery, Submitted};
-use crate::webhooks::ssrf::validate_webhook_url;
+use crate::store::Redelivery;
 
-/// Most characters of a `webhook_secret`.
-pub const WEBHOOK_SECRET_MAX_CHARS: usize = 256;
 /// Most ids in one `fetch-many`.
 pub const FETCH_MANY_MAX: usize = 20;
-
-/// The answer to a submit.
-#[derive(serde::Serialize)]
-pub struct Accepted {
-    task_id: Uuid,
-}
-
-/// `POST /api/v1/imagine`: validate, store durably, wake a worker, answer with the id.
-pub async fn imagine(
-    State(state): State<AppState>,
-    key: PresentedKey,
-    body: Result<JsonObject, ApiError>,
-) -> Result<Json<Accepted>, ApiError> {
-    let task = match body.and_then(|body| validate_imagine(&state, &body)) {
-        Ok(task) => task,
-        Err(e) => {
-            // Only a live key learns what was wrong with its request.
-            key.confirm(&state).await?;
-            return Err(e);
-        }
-    };
-    let limit = state.config.max_pending_per_account;
-    let id = match state.store.submit(&task, &key.0, limit).await? {
-        Submitted::Queued {
-            account_id,
-            task_id,
-        } => {
-            access::note_task(task_id);
-            access::note_account(&account_id);
-            task_id
-        }
-        Submitted::KeyNotLive => return Err(ApiError::Unauthorized),
-        Submitted::QuotaFull => {
-            return Err(ApiError::TooManyRequests {
-                msg: format!(
-                "the account already has {limit} tasks queued or running; wait for some to finish"
-            ),
-                retry_after_secs: 10,
-            })
-        }
-    };
-    // The request's own line ("request done", with the task id) says it was accepted; a second
-    // line per submit at `info` cost about as much as the first.
-    tracing::debug!(mode = task.process_mode, "task accepted");
-    Ok(Json(Accepted { task_id: id }))
-}
-
-/// An `imagine` body as the task to store, or the first thing wrong with it.
-fn validate_imagine(state: &AppState, body: &JsonObject) -> Result<NewTask, ApiError> {
-    let prompt = Prompt::parse(body.req_str("prompt")?)
-        .map_err(|e| ApiError::field("prompt", "invalid_value", e))?;
-    let aspect_ratio = match body.opt_str("aspect_ratio")? {
-        None => AspectRatio::SQUARE,
-        Some(raw) => raw
-            .parse::<AspectRatio>()
-            .map_err(|e| ApiError::field("aspect_ratio", "invalid_value", e))?,
-    };
-    let process_mode = match body.opt_str("process_mode")? {
-        None => ProcessMode::Fast,
-        Some(raw) => raw
-            .parse::<ProcessMode>()
-            .map_err(|e| ApiError::field("process_mode", "invalid_value", e))?,
-    };
-    // Empty strings count as absent: some clients send every optional field.
-    let webhook_url = match body.opt_str("webhook_url")?.filter(|s| !s.is_empty()) {
-        None => None,
-        Some(raw) => Some(
-            validate_webhook_url(raw, &state.destinations)
-                .map_err(|e| ApiError::field("webhook_url", "invalid_value", e))?
-                .to_string(),
-        ),
-    };
-    let webhook_secret = match body.opt_str("webhook_secret")?.filter(|s| !s.is_empty()) {
-        None => None,
-        Some(secret) => {
-            if secret.chars().count() > WEBHOOK_SECRET_MAX_CHARS {
-                return Err(ApiError::field(
-                    "webhook_secret",
-                    "invalid_value",
-                    format!("must be at most {WEBHOOK_SECRET_MAX_CHARS} characters"),
-                ));
-            }
-            // It travels back as an HTTP header value.
-            if secret.chars().any(|c| c.is_control() || !c.is_ascii()) {
-                return Err(ApiError::field(
-                    "webhook_secret",
-                    "invalid_value",
-                    "must be printable ASCII",
-                ));
-            }
-            Some(secret.to_string())
-        }
-    };
-    if state.shutdown.is_cancelled() {
-        return Err(ApiError::Unavailable {
-            msg: "the server is shutting down; try again shortly".into(),
-            retry_after_secs: 5,
-        });
-    }
-    Ok(NewTask {
-        task_type: TaskType::Imagine.as_str(),
-        prompt: prompt.as_str().to_string(),
-        aspect_ratio: aspect_ratio.to_string(),
-        process_mode: process_mode.as_str(),
-        priority: process_mode.priority(),
-        seed: i64::from(rand::random::<u32>()),
-        webhook_url,
-        webhook_secret,
-    })
-}
 
 /// `POST /api/v1/fetch`: one task record.
 pub async fn fetch(
@@ -176,7 +62,7 @@ async fn one_record(
         .ok_or(ApiError::Unauthorized)?;
     key.used(state, &live);
     let row = row.ok_or(ApiError::TaskNotFound)?;
-    Ok(Json(json!(TaskRecord::new(&row, &state.blobs))))
+    Ok(Json(task_record(&row, &state.blobs)))
 }
 
 /// `POST /api/v1/fetch-many`: up to 20 records in the order asked; unknown ids are left out.
@@ -202,7 +88,7 @@ pub async fn fetch_many(
     let tasks: Vec<Value> = ids
         .iter()
         .filter_map(|id| by_id.get(id.to_string().as_str()).copied())
-        .map(|row| json!(TaskRecord::new(row, &state.blobs)))
+        .map(|row| task_record(row, &state.blobs))
         .collect();
     Ok(Json(json!({ "tasks": tasks })))
 }
@@ -256,10 +142,7 @@ pub async fn redeliver(
         .task_for_account(&account.id, &id)
         .await?
         .ok_or(ApiError::TaskNotFound)?;
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(json!(TaskRecord::new(&row, &state.blobs))),
-    ))
+    Ok((StatusCode::ACCEPTED, Json(task_record(&row, &state.blobs))))
 }
 
 /// `GET /api/v1/tasks/{task_id}/webhook-attempts`: every recorded delivery attempt, oldest first.

@@ -110,6 +110,13 @@ impl Blobs {
         format!("{}/{key}", self.base_url)
     }
 
+    /// The key of one of easel's own image URLs (as [`Blobs::url`] makes them), so that it is
+    /// read from storage rather than over HTTP; `None` for any other URL.
+    pub fn key_of_url(&self, url: &str) -> Option<String> {
+        let key = url.strip_prefix(&*self.base_url)?.strip_prefix('/')?;
+        is_valid_key(key).then(|| key.to_string())
+    }
+
     /// Store `bytes` at `key`, atomically.
     pub async fn put(&self, key: &str, bytes: Vec<u8>) -> Result<(), BlobError> {
         check_key(key)?;

@@ -1,65 +1,64 @@
-use serde::Serialize;
+use serde_json::{json, Map, Value};
 
-/// How a task ended, as the worker reports it. Images are named by their blob keys; their URLs
-/// are made when a record or payload is written out, so that `public_url` can change.
+use super::operation::Output;
+
+/// How a task ended, as the worker reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    Finished {
-        grid_key: String,
-        image_keys: Vec<String>,
-    },
-    Failed {
-        error: String,
-    },
+    Finished(Output),
+    Failed { error: String },
 }
 
-/// The task result delivered by webhook, field for field as the seed's events table.
-#[derive(Serialize)]
-#[serde(untagged)]
-enum ResultPayload<'a> {
-    Finished {
-        task_id: &'a str,
-        task_type: &'a str,
-        status: &'static str,
-        percentage: &'static str,
-        original_image_url: String,
-        image_urls: Vec<String>,
-    },
-    Failed {
-        task_id: &'a str,
-        task_type: &'a str,
-        status: &'static str,
-        error: &'a str,
-    },
+/// What a finished task's webhook says about the task besides its result: its parent and the
+/// parameters the caller gave (see `Operation::public_fields`).
+#[derive(Clone, Debug, Default)]
+pub struct PayloadHead<'a> {
+    pub task_id: &'a str,
+    pub task_type: &'a str,
+    pub parent_task_id: Option<&'a str>,
+    pub fields: Map<String, Value>,
+}
+
+impl<'a> PayloadHead<'a> {
+    /// The head of a task with no parent and no parameters of its own (imagine).
+    pub fn of(task_id: &'a str, task_type: &'a str) -> PayloadHead<'a> {
+        PayloadHead {
+            task_id,
+            task_type,
+            ..Default::default()
+        }
+    }
 }
 
 impl Outcome {
     /// The exact JSON body of the webhook delivery for this outcome, with `url` making an
-    /// image's address from its key.
-    pub fn webhook_payload(
-        &self,
-        task_id: &str,
-        task_type: &str,
-        url: &dyn Fn(&str) -> String,
-    ) -> String {
+    /// image's address from its key. Finished: `task_id, task_type, status, percentage`, then
+    /// `parent_task_id` and the operation's own fields where it has them, then the result
+    /// fields of its shape (for imagine exactly the seed's six fields). Failed: `task_id,
+    /// task_type, status, error`, as the seed's events table.
+    pub fn webhook_payload(&self, head: &PayloadHead<'_>, url: &dyn Fn(&str) -> String) -> String {
         let payload = match self {
-            Outcome::Finished {
-                grid_key,
-                image_keys,
-            } => ResultPayload::Finished {
-                task_id,
-                task_type,
-                status: "finished",
-                percentage: "100",
-                original_image_url: url(grid_key),
-                image_urls: image_keys.iter().map(|k| url(k)).collect(),
-            },
-            Outcome::Failed { error } => ResultPayload::Failed {
-                task_id,
-                task_type,
-                status: "failed",
-                error,
-            },
+            Outcome::Finished(output) => {
+                let mut v = json!({
+                    "task_id": head.task_id,
+                    "task_type": head.task_type,
+                    "status": "finished",
+                    "percentage": "100",
+                });
+                let map = v.as_object_mut().expect("an object");
+                if let Some(parent) = head.parent_task_id {
+                    map.insert("parent_task_id".into(), json!(parent));
+                }
+                map.extend(head.fields.clone());
+                map.extend(output.public_fields(url));
+                v
+            }
+            Outcome::Failed { error } => json!({
+                "task_id": head.task_id,
+                "task_type": head.task_type,
+                "status": "failed",
+                "error": error,
+            }),
         };
         serde_json::to_string(&payload).expect("payload serializes")
     }
@@ -71,13 +70,19 @@ mod tests {
 
     #[test]
     fn payloads_have_exactly_the_seed_fields() {
-        let ok = Outcome::Finished {
+        let ok = Outcome::Finished(Output::Grid {
             grid_key: "t1/a/grid.png".into(),
             image_keys: vec!["t1/a/0.png".into(); 4],
-        };
+            width: 8,
+            height: 8,
+        });
         let url = |key: &str| format!("https://x/files/{key}");
-        let v: serde_json::Value =
-            serde_json::from_str(&ok.webhook_payload("t1", "imagine", &url)).unwrap();
+        let head = PayloadHead {
+            task_id: "t1",
+            task_type: "imagine",
+            ..Default::default()
+        };
+        let v: serde_json::Value = serde_json::from_str(&ok.webhook_payload(&head, &url)).unwrap();
         let keys: Vec<_> = v.as_object().unwrap().keys().cloned().collect();
         assert_eq!(
             keys.len(),
@@ -92,10 +97,34 @@ mod tests {
             error: "content policy violation: x".into(),
         };
         let v: serde_json::Value =
-            serde_json::from_str(&failed.webhook_payload("t1", "imagine", &url)).unwrap();
+            serde_json::from_str(&failed.webhook_payload(&head, &url)).unwrap();
         assert_eq!(
             v,
             serde_json::json!({"task_id":"t1","task_type":"imagine","status":"failed","error":"content policy violation: x"})
+        );
+    }
+
+    #[test]
+    fn a_follow_up_payload_names_its_parent_and_parameters() {
+        let ok = Outcome::Finished(Output::Single {
+            image_key: "t2/b/0.png".into(),
+            width: 8,
+            height: 8,
+        });
+        let mut fields = Map::new();
+        fields.insert("index".into(), json!(2));
+        let head = PayloadHead {
+            task_id: "t2",
+            task_type: "upscale-1x",
+            parent_task_id: Some("t1"),
+            fields,
+        };
+        let url = |key: &str| format!("https://x/files/{key}");
+        let v: serde_json::Value = serde_json::from_str(&ok.webhook_payload(&head, &url)).unwrap();
+        assert_eq!(
+            v,
+            json!({"task_id":"t2","task_type":"upscale-1x","status":"finished","percentage":"100",
+                   "parent_task_id":"t1","index":2,"image_url":"https://x/files/t2/b/0.png"})
         );
     }
 }

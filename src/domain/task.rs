@@ -68,20 +68,6 @@ impl fmt::Display for TaskStatus {
     }
 }
 
-/// The kinds of task. Only `imagine` exists so far.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TaskType {
-    Imagine,
-}
-
-impl TaskType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TaskType::Imagine => "imagine",
-        }
-    }
-}
-
 /// Queue class. Turbo is served before fast before relax; first come first served within one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ProcessMode {

@@ -1,25 +1,45 @@
-//! Image generators. A generator turns a prompt into four images, composes their grid and encodes
-//! all five as PNG ([`Rendered::encode`]); the worker stores them. The built-in procedural
-//! generator needs nothing installed.
+//! Image generators. A generator runs one operation ([`Job`]) on its inputs and hands back what
+//! it made ([`Product`]): images as PNG files, text or a seed; the worker stores them. The
+//! built-in procedural generator ([`Procedural`]) does every operation and needs nothing
+//! installed.
 
+mod builtin;
+pub mod inputs;
+pub mod ops;
 pub mod procedural;
 pub mod raster;
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 
-use raster::{compose_grid, encode_png, RgbaImage};
+pub use builtin::Procedural;
+use raster::{compose_grid, dimensions, encode_png, RgbaImage};
 
-/// What to generate.
+use crate::domain::{AspectRatio, OpKind, Operation};
+
+/// What to do: the operation with its parameters, and the inputs the worker resolved for it.
 #[derive(Clone, Debug)]
-pub struct GenerateJob {
+pub struct Job {
+    pub operation: Operation,
+    /// The prompt to draw from; empty when the task has none.
     pub prompt: String,
     pub seed: u64,
-    pub width: u32,
-    pub height: u32,
+    pub aspect: AspectRatio,
+    /// The long side of a new image (`image_size`).
+    pub image_size: u32,
+    /// The images the operation reads, decoded, in `Operation::inputs` order.
+    pub inputs: Vec<RgbaImage>,
+    /// Inpaint's mask, decoded, the size of `inputs[0]`.
+    pub mask: Option<RgbaImage>,
+}
+
+impl Job {
+    /// The size of a new image: the aspect ratio at `image_size` on the long side.
+    pub fn new_image_size(&self) -> (u32, u32) {
+        dimensions(self.aspect.width, self.aspect.height, self.image_size)
+    }
 }
 
 /// Progress of one generation, 0..=100, written by the generator and read by the worker's heartbeat.
@@ -36,7 +56,7 @@ impl Progress {
     }
 }
 
-/// Why a generation did not produce images. Both end the task as `failed` with the message.
+/// Why a generation did not produce its result. Both end the task as `failed` with the message.
 #[derive(Debug, thiserror::Error)]
 pub enum GenerateError {
     /// The backend refused the prompt (for example its own content filter).
@@ -47,21 +67,45 @@ pub enum GenerateError {
     Failed(String),
 }
 
-/// What a generation hands to the worker: the four images and their 2x2 grid, as PNG files.
+/// What a generation hands to the worker, in the shape of its operation.
 #[derive(Clone, Debug)]
-pub struct Rendered {
-    pub images: [Vec<u8>; 4],
-    pub grid: Vec<u8>,
+pub enum Product {
+    /// Four PNG images of `width` x `height` and their 2x2 grid (the same size).
+    Grid {
+        images: [Vec<u8>; 4],
+        grid: Vec<u8>,
+        width: u32,
+        height: u32,
+    },
+    /// One PNG image.
+    Single {
+        png: Vec<u8>,
+        width: u32,
+        height: u32,
+    },
+    Text(Vec<String>),
+    Seed(i64),
 }
 
-impl Rendered {
-    /// Compose the grid of `images` and encode all five. CPU work: run it where the images were
-    /// made (a blocking thread), not on the async runtime.
-    pub fn encode(images: &[RgbaImage; 4]) -> Rendered {
+impl Product {
+    /// Compose the grid of `images` (all the same size) and encode all five. CPU work: run it
+    /// where the images were made (a blocking thread), not on the async runtime.
+    pub fn grid(images: &[RgbaImage; 4]) -> Product {
         let grid = encode_png(&compose_grid(images));
-        Rendered {
+        Product::Grid {
             images: images.each_ref().map(encode_png),
             grid,
+            width: images[0].width,
+            height: images[0].height,
+        }
+    }
+
+    /// One image, encoded.
+    pub fn single(image: &RgbaImage) -> Product {
+        Product::Single {
+            png: encode_png(image),
+            width: image.width,
+            height: image.height,
         }
     }
 }
@@ -69,54 +113,12 @@ impl Rendered {
 /// An image backend.
 pub trait Generator: Send + Sync + 'static {
     fn name(&self) -> &'static str;
-    /// Produce the four images of `job` and their grid, reporting progress as it goes.
-    fn generate<'a>(
+    /// Whether it can run operation `kind` at all.
+    fn supports(&self, kind: OpKind) -> bool;
+    /// Run `job`, reporting progress as it goes.
+    fn run<'a>(
         &'a self,
-        job: &'a GenerateJob,
+        job: &'a Job,
         progress: &'a Progress,
-    ) -> BoxFuture<'a, Result<Rendered, GenerateError>>;
-}
-
-/// The built-in generator: abstract pictures drawn from the prompt's words (see [`procedural`]).
-#[derive(Clone, Debug, Default)]
-pub struct Procedural {
-    /// Least time one generation takes (models a real backend's latency; zero by default).
-    pub min_duration: Duration,
-}
-
-impl Generator for Procedural {
-    fn name(&self) -> &'static str {
-        "procedural"
-    }
-
-    fn generate<'a>(
-        &'a self,
-        job: &'a GenerateJob,
-        progress: &'a Progress,
-    ) -> BoxFuture<'a, Result<Rendered, GenerateError>> {
-        Box::pin(async move {
-            // Rendering, the grid and the encoding run as one job on one blocking thread. Each
-            // hand-off between the runtime and the blocking pool can leave a core idle for
-            // milliseconds (the woken thread often queues behind the other core's work): with
-            // a job per image and one for the encoding, 2 cores were 12 to 20% idle under load.
-            let (job, progress, min_duration) = (job.clone(), progress.clone(), self.min_duration);
-            tokio::task::spawn_blocking(move || {
-                let started = Instant::now();
-                let images = [0u32, 1, 2, 3].map(|variant| {
-                    let image =
-                        procedural::render(&job.prompt, job.seed, variant, job.width, job.height);
-                    // Spread any configured latency evenly over the four images.
-                    let due = min_duration.mul_f64(f64::from(variant + 1) / 4.0);
-                    if let Some(wait) = due.checked_sub(started.elapsed()) {
-                        std::thread::sleep(wait);
-                    }
-                    progress.report(i64::from(variant + 1) * 20);
-                    image
-                });
-                Rendered::encode(&images)
-            })
-            .await
-            .map_err(|e| GenerateError::Failed(format!("renderer crashed: {e}")))
-        })
-    }
+    ) -> BoxFuture<'a, Result<Product, GenerateError>>;
 }

@@ -4,21 +4,31 @@
 
 use uuid::Uuid;
 
+use crate::domain::operation::OutputColumns;
 pub use crate::domain::Outcome;
-use crate::domain::TaskStatus;
+use crate::domain::{OpKind, Operation, Output, PayloadHead, TaskStatus};
 
 /// A task as submitted and validated. Its account is the submitting key's; its id is given
 /// when it is stored.
 #[derive(Clone, Debug)]
 pub struct NewTask {
-    pub task_type: &'static str,
+    pub operation: Operation,
+    /// The prompt it draws from (a follow-up's own, or its parent's), empty when there is none.
     pub prompt: String,
     pub aspect_ratio: String,
     pub process_mode: &'static str,
     pub priority: i64,
     pub seed: i64,
+    /// The parent task, by its `seq` (see [`Task::seq`]).
+    pub parent_seq: Option<i64>,
     pub webhook_url: Option<String>,
     pub webhook_secret: Option<String>,
+}
+
+impl NewTask {
+    pub fn task_type(&self) -> &'static str {
+        self.operation.kind().as_str()
+    }
 }
 
 /// What became of a submit.
@@ -35,9 +45,14 @@ pub enum Submitted {
 /// A task as stored, with the state of its webhook delivery if it has a webhook.
 #[derive(Clone, Debug)]
 pub struct Task {
+    /// Where it is stored; what a follow-up names its parent by.
+    pub seq: i64,
     /// The public id.
     pub id: String,
     pub task_type: String,
+    /// `None` when the stored parameters could not be read (written by a newer version).
+    pub operation: Option<Operation>,
+    pub parent_id: Option<String>,
     pub status: String,
     pub percentage: i64,
     pub prompt: String,
@@ -48,11 +63,20 @@ pub struct Task {
     pub created_at: i64,
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
-    /// Blob keys of the grid and of the single images, once finished.
-    pub grid_key: Option<String>,
-    pub image_keys: Vec<String>,
+    /// What it produced, once finished.
+    pub output: Option<Output>,
     pub error: Option<String>,
     pub webhook: Option<WebhookState>,
+}
+
+impl Task {
+    pub fn kind(&self) -> Option<OpKind> {
+        self.task_type.parse().ok()
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.status == TaskStatus::Finished.as_str()
+    }
 }
 
 /// Where a task's webhook delivery stands.
@@ -76,21 +100,28 @@ pub struct Ending {
 }
 
 impl Ending {
-    pub fn new(
-        outcome: Outcome,
-        task_id: &str,
-        task_type: &str,
-        url: &dyn Fn(&str) -> String,
-    ) -> Ending {
-        let payload = outcome.webhook_payload(task_id, task_type, url);
+    pub fn new(outcome: Outcome, head: &PayloadHead<'_>, url: &dyn Fn(&str) -> String) -> Ending {
+        let payload = outcome.webhook_payload(head, url);
         Ending { outcome, payload }
     }
 
     /// How many images the task made (counted into the account's total).
     pub fn images(&self) -> i64 {
         match &self.outcome {
-            Outcome::Finished { image_keys, .. } => image_keys.len() as i64,
+            Outcome::Finished(output) => output.images(),
             Outcome::Failed { .. } => 0,
+        }
+    }
+
+    /// The columns of the task's final state: status, output and error.
+    pub fn columns(&self) -> (TaskStatus, OutputColumns, Option<&str>) {
+        match &self.outcome {
+            Outcome::Finished(output) => (TaskStatus::Finished, output.to_columns(), None),
+            Outcome::Failed { error } => (
+                TaskStatus::Failed,
+                OutputColumns::default(),
+                Some(error.as_str()),
+            ),
         }
     }
 }
@@ -104,11 +135,61 @@ pub struct ClaimedTask {
     pub id: String,
     pub account_id: String,
     pub task_type: String,
+    /// An `Err` when the stored parameters cannot be read (written by a newer version).
+    pub operation: Result<Operation, String>,
+    pub parent_id: Option<String>,
     pub prompt: String,
     pub aspect_ratio: String,
     pub seed: i64,
     /// The attempt number this claim holds; every later change is fenced by it.
     pub attempts: i64,
+}
+
+impl ClaimedTask {
+    /// What its finished webhook says besides the result.
+    pub fn payload_head(&self) -> PayloadHead<'_> {
+        PayloadHead {
+            task_id: &self.id,
+            task_type: &self.task_type,
+            parent_task_id: self.parent_id.as_deref(),
+            fields: self
+                .operation
+                .as_ref()
+                .map(Operation::public_fields)
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// A claimed task as both stores read it back, before its parameters are parsed.
+pub(crate) struct ClaimedRow {
+    pub seq: i64,
+    pub id: String,
+    pub account_id: String,
+    pub task_type: String,
+    pub params: Option<String>,
+    pub parent_id: Option<String>,
+    pub prompt: String,
+    pub aspect_ratio: String,
+    pub seed: i64,
+    pub attempts: i64,
+}
+
+impl ClaimedRow {
+    pub(crate) fn into_claimed(self) -> ClaimedTask {
+        ClaimedTask {
+            operation: Operation::from_params(&self.task_type, self.params.as_deref()),
+            seq: self.seq,
+            id: self.id,
+            account_id: self.account_id,
+            task_type: self.task_type,
+            parent_id: self.parent_id,
+            prompt: self.prompt,
+            aspect_ratio: self.aspect_ratio,
+            seed: self.seed,
+            attempts: self.attempts,
+        }
+    }
 }
 
 /// A delivery that is due, with what the dispatcher needs to send it.
@@ -275,8 +356,13 @@ pub(crate) fn worker_lost(task_id: &str, task_type: &str, attempts: i64) -> Endi
             "worker lost: the task was interrupted {attempts} times and will not be retried"
         ),
     };
+    let head = PayloadHead {
+        task_id,
+        task_type,
+        ..Default::default()
+    };
     // A failure names no image, so no URL is ever made.
-    Ending::new(outcome, task_id, task_type, &|key| key.to_string())
+    Ending::new(outcome, &head, &|key| key.to_string())
 }
 
 #[cfg(test)]

@@ -4,6 +4,8 @@
 use sqlx::{ColumnIndex, Database, Decode, FromRow, Row, Type};
 
 use super::{Account, KeyOwner, LiveKey, StoreResult, Task, TaskIds, WebhookState};
+use crate::domain::operation::OutputColumns;
+use crate::domain::{OpKind, Operation, Output, TaskStatus};
 
 /// A task's row, with its delivery's, as the reads select it.
 #[derive(FromRow)]
@@ -11,6 +13,9 @@ pub(crate) struct TaskRow {
     seq: i64,
     legacy_id: Option<String>,
     task_type: String,
+    params: Option<String>,
+    parent_seq: Option<i64>,
+    parent_legacy_id: Option<String>,
     status: String,
     percentage: i64,
     prompt: String,
@@ -23,6 +28,7 @@ pub(crate) struct TaskRow {
     finished_at: Option<i64>,
     grid_key: Option<String>,
     image_keys: Option<String>,
+    result: Option<String>,
     error: Option<String>,
     webhook_url: Option<String>,
     wh_status: Option<String>,
@@ -42,9 +48,32 @@ impl TaskRow {
             last_error: self.wh_last_error,
             next_attempt_at: self.wh_next_attempt_at,
         });
+        let operation = Operation::from_params(&self.task_type, self.params.as_deref())
+            .inspect_err(|e| tracing::warn!(seq = self.seq, error = %e, "unreadable task"))
+            .ok();
+        let output = (self.status == TaskStatus::Finished.as_str())
+            .then(|| {
+                let shape = self.task_type.parse::<OpKind>().ok()?.shape();
+                let image_keys = self
+                    .image_keys
+                    .as_deref()
+                    .and_then(|keys| serde_json::from_str(keys).ok());
+                let columns = OutputColumns {
+                    grid_key: self.grid_key,
+                    image_keys,
+                    result: self.result,
+                };
+                Output::from_columns(shape, columns)
+            })
+            .flatten();
         Task {
+            seq: self.seq,
             id: ids.of_row(self.seq, self.legacy_id.as_deref()),
             task_type: self.task_type,
+            operation,
+            parent_id: self
+                .parent_seq
+                .map(|seq| ids.of_row(seq, self.parent_legacy_id.as_deref())),
             status: self.status,
             percentage: self.percentage,
             prompt: self.prompt,
@@ -55,12 +84,7 @@ impl TaskRow {
             created_at: self.created_at,
             started_at: self.started_at,
             finished_at: self.finished_at,
-            grid_key: self.grid_key,
-            image_keys: self
-                .image_keys
-                .as_deref()
-                .and_then(|keys| serde_json::from_str(keys).ok())
-                .unwrap_or_default(),
+            output,
             error: self.error,
             webhook,
         }

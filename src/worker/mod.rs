@@ -19,9 +19,13 @@ use tracing::Instrument;
 
 use crate::blobs::Blobs;
 use crate::config::Config;
-use crate::domain::{AspectRatio, ContentPolicy, Outcome};
-use crate::generate::raster::dimensions;
-use crate::generate::{GenerateJob, Generator, Progress, Rendered};
+use base64::Engine;
+
+use crate::domain::operation::ImageInput;
+use crate::domain::{AspectRatio, ContentPolicy, Operation, Outcome, Output};
+use crate::generate::inputs::{decode, ImageFetcher, InputLimits};
+use crate::generate::raster::{decode_png, RgbaImage};
+use crate::generate::{Generator, Job, Product, Progress};
 use crate::store::{ClaimedTask, Ending, SharedStore, StoreResult};
 
 /// Everything a worker needs. Cheap to clone.
@@ -36,6 +40,15 @@ pub struct WorkerContext {
     pub owner: String,
     /// One permit per task that may generate at once (`workers`).
     pub generating: Arc<Semaphore>,
+    /// Where callers' input images come from.
+    pub inputs: Inputs,
+}
+
+/// Callers' input images: the client that fetches them and the limits on each.
+#[derive(Clone)]
+pub struct Inputs {
+    pub fetcher: ImageFetcher,
+    pub limits: InputLimits,
 }
 
 /// How one claimed task ended for this worker.
@@ -130,23 +143,43 @@ impl WorkerContext {
         }
     }
 
-    /// Generate (holding `permit`), then store. Returns the outcome and the folder it wrote.
+    /// Resolve the inputs, generate (holding `permit`), then store. Returns the outcome and the
+    /// folder it wrote.
     async fn produce(
         &self,
         task: &ClaimedTask,
         progress: &Progress,
         permit: OwnedSemaphorePermit,
     ) -> (Outcome, Option<String>) {
-        let aspect: AspectRatio = task.aspect_ratio.parse().unwrap_or(AspectRatio::SQUARE);
-        let (width, height) = dimensions(aspect.width, aspect.height, self.config.image_size);
-        let job = GenerateJob {
+        let operation = match &task.operation {
+            Ok(op) => op.clone(),
+            Err(e) => {
+                tracing::error!(error = %e, "unreadable task parameters");
+                return (
+                    internal_failure("the task's parameters cannot be read"),
+                    None,
+                );
+            }
+        };
+        let (inputs, mask) = match self.inputs(&operation).await {
+            Ok(resolved) => resolved,
+            Err(error) => {
+                tracing::info!(error, "an input image could not be used");
+                return (Outcome::Failed { error }, None);
+            }
+        };
+        progress.report(10);
+        let job = Job {
+            operation,
             prompt: task.prompt.clone(),
             seed: task.seed as u64,
-            width,
-            height,
+            aspect: task.aspect_ratio.parse().unwrap_or(AspectRatio::SQUARE),
+            image_size: self.config.image_size,
+            inputs,
+            mask,
         };
-        let rendered = match self.generator.generate(&job, progress).await {
-            Ok(rendered) => rendered,
+        let product = match self.generator.run(&job, progress).await {
+            Ok(product) => product,
             Err(e) => {
                 tracing::info!(error = %e, "generation failed");
                 return (
@@ -157,21 +190,52 @@ impl WorkerContext {
                 );
             }
         };
-        // The rest is disk I/O: let the next task generate meanwhile.
+        drop(job);
+        // The rest is storage I/O: let the next task generate meanwhile.
         drop(permit);
         progress.report(90);
         let folder = Blobs::new_folder(&task.id);
+        let (files, output) = match product {
+            Product::Grid {
+                images,
+                grid,
+                width,
+                height,
+            } => {
+                let image_keys: Vec<String> = (0..images.len())
+                    .map(|i| format!("{folder}/{i}.png"))
+                    .collect();
+                let grid_key = format!("{folder}/grid.png");
+                let files: Vec<(String, Vec<u8>)> = image_keys
+                    .iter()
+                    .cloned()
+                    .zip(images)
+                    .chain([(grid_key.clone(), grid)])
+                    .collect();
+                let output = Output::Grid {
+                    grid_key,
+                    image_keys,
+                    width,
+                    height,
+                };
+                (files, output)
+            }
+            Product::Single { png, width, height } => {
+                let image_key = format!("{folder}/0.png");
+                let output = Output::Single {
+                    image_key: image_key.clone(),
+                    width,
+                    height,
+                };
+                (vec![(image_key, png)], output)
+            }
+            Product::Text(content) => return (Outcome::Finished(Output::Text { content }), None),
+            Product::Seed(seed) => return (Outcome::Finished(Output::Seed { seed }), None),
+        };
         // Written side by side, so that their fsyncs overlap.
-        let Rendered { images, grid } = rendered;
-        let image_keys: Vec<String> = (0..images.len())
-            .map(|i| format!("{folder}/{i}.png"))
-            .collect();
-        let grid_key = format!("{folder}/grid.png");
-        let writes = images
+        let writes = files
             .into_iter()
-            .zip(&image_keys)
-            .chain([(grid, &grid_key)])
-            .map(|(bytes, key)| self.blobs.put(key, bytes));
+            .map(|(key, bytes)| async move { self.blobs.put(&key, bytes).await });
         // Durable only once their folder is synced too (a file's fsync does not persist its name).
         let stored = async {
             futures::future::try_join_all(writes).await?;
@@ -182,13 +246,58 @@ impl WorkerContext {
             self.blobs.remove_folder(&folder).await;
             return (internal_failure("could not store the images"), None);
         }
-        (
-            Outcome::Finished {
-                grid_key,
-                image_keys,
-            },
-            Some(folder),
-        )
+        (Outcome::Finished(output), Some(folder))
+    }
+
+    /// The operation's input images and mask, decoded; or the error that fails the task, naming
+    /// the input.
+    async fn inputs(
+        &self,
+        operation: &Operation,
+    ) -> Result<(Vec<RgbaImage>, Option<RgbaImage>), String> {
+        let limits = self.inputs.limits;
+        let reads = operation
+            .inputs()
+            .into_iter()
+            .map(|(name, input)| async move {
+                let bytes = match &input {
+                    ImageInput::Stored(image) => match self.blobs.get(&image.key).await {
+                        Ok(Some(bytes)) => bytes,
+                        Ok(None) => return Err(format!("{name}: the image is no longer stored")),
+                        Err(e) => {
+                            tracing::error!(error = %e, key = image.key, "could not read an input");
+                            return Err(format!(
+                                "{name}: internal error: could not read the image"
+                            ));
+                        }
+                    },
+                    ImageInput::Url { url } => self
+                        .inputs
+                        .fetcher
+                        .fetch(url)
+                        .await
+                        .map_err(|e| format!("{name}: {e}"))?,
+                };
+                tokio::task::spawn_blocking(move || decode(&bytes, &limits))
+                    .await
+                    .map_err(|e| format!("{name}: the decoder crashed: {e}"))?
+                    .map_err(|e| format!("{name}: {e}"))
+            });
+        let images = futures::future::try_join_all(reads).await?;
+        let mask = match operation {
+            Operation::Inpaint { mask, .. } => {
+                let png = base64::engine::general_purpose::STANDARD
+                    .decode(mask)
+                    .map_err(|e| format!("mask: {e}"))?;
+                let mask = tokio::task::spawn_blocking(move || decode_png(&png))
+                    .await
+                    .map_err(|e| format!("mask: the decoder crashed: {e}"))?
+                    .map_err(|e| format!("mask: {e}"))?;
+                Some(mask)
+            }
+            _ => None,
+        };
+        Ok((images, mask))
     }
 
     async fn record(
@@ -198,7 +307,7 @@ impl WorkerContext {
         folder: Option<String>,
     ) -> StoreResult<Ran> {
         let url = |key: &str| self.blobs.url(key);
-        let ending = Ending::new(outcome.clone(), &task.id, &task.task_type, &url);
+        let ending = Ending::new(outcome.clone(), &task.payload_head(), &url);
         let written = self
             .store
             .complete_task(task.seq, task.attempts, &ending)
@@ -209,7 +318,7 @@ impl WorkerContext {
                     .remove_stale_attempts(&task.id, folder.as_deref())
                     .await;
                 match outcome {
-                    Outcome::Finished { .. } => tracing::info!("task finished"),
+                    Outcome::Finished(_) => tracing::info!("task finished"),
                     Outcome::Failed { error } => tracing::info!(error, "task failed"),
                 }
                 Ok(Ran::Completed)

@@ -50,7 +50,7 @@ impl Idle {
 /// webhook.
 pub fn new_task(mode: &str, priority: i64) -> easel::store::NewTask {
     easel::store::NewTask {
-        task_type: "imagine",
+        operation: easel::domain::Operation::Imagine,
         prompt: format!("{mode} task"),
         aspect_ratio: "1:1".into(),
         process_mode: match mode {
@@ -60,6 +60,7 @@ pub fn new_task(mode: &str, priority: i64) -> easel::store::NewTask {
         },
         priority,
         seed: 7,
+        parent_seq: None,
         webhook_url: None,
         webhook_secret: None,
     }

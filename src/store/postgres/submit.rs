@@ -189,14 +189,16 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
     // Data-modifying CTEs run whether or not the final SELECT reads them.
     sqlx::query(
         "WITH inserted AS (
-             INSERT INTO tasks (seq, account_id, task_type, status, priority, prompt,
-                 aspect_ratio, process_mode, seed, created_at, webhook_url, webhook_secret)
-             SELECT seq, account_id, task_type, 'pending', priority, prompt, aspect_ratio,
-                 process_mode, seed, $9, webhook_url, webhook_secret
+             INSERT INTO tasks (seq, account_id, task_type, params, parent_seq, status,
+                 priority, prompt, aspect_ratio, process_mode, seed, created_at, webhook_url,
+                 webhook_secret)
+             SELECT seq, account_id, task_type, params, parent_seq, 'pending', priority, prompt,
+                 aspect_ratio, process_mode, seed, $9, webhook_url, webhook_secret
              FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::text[],
-                         $6::text[], $7::text[], $8::bigint[], $10::text[], $11::text[])
+                         $6::text[], $7::text[], $8::bigint[], $10::text[], $11::text[],
+                         $17::text[], $18::bigint[])
                   AS t(seq, account_id, task_type, priority, prompt, aspect_ratio,
-                       process_mode, seed, webhook_url, webhook_secret)
+                       process_mode, seed, webhook_url, webhook_secret, params, parent_seq)
              RETURNING 1),
          counted AS (
              UPDATE accounts SET active_tasks = active_tasks + d.n
@@ -225,6 +227,8 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
     .bind(&hashes)
     .bind(KEY_TOUCH_EVERY_MS)
     .bind(QUEUE_CHANNEL)
+    .bind(&rows.params)
+    .bind(&rows.parent_seq)
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
@@ -244,13 +248,17 @@ struct Rows {
     seed: Vec<i64>,
     webhook_url: Vec<Option<String>>,
     webhook_secret: Vec<Option<String>>,
+    params: Vec<Option<String>>,
+    parent_seq: Vec<Option<i64>>,
 }
 
 impl Rows {
     fn push(&mut self, seq: i64, account: &str, task: &NewTask) {
         self.seq.push(seq);
         self.account_id.push(account.to_string());
-        self.task_type.push(task.task_type.to_string());
+        self.task_type.push(task.task_type().to_string());
+        self.params.push(task.operation.to_params());
+        self.parent_seq.push(task.parent_seq);
         self.priority.push(task.priority);
         self.prompt.push(task.prompt.clone());
         self.aspect_ratio.push(task.aspect_ratio.clone());

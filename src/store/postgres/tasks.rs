@@ -8,16 +8,17 @@ use super::{PgStore, OUTBOX_CHANNEL, QUEUE_CHANNEL};
 use crate::domain::TaskStatus;
 use crate::store::rows::{key_and_tasks, TaskRow};
 use crate::store::{
-    now_ms, worker_lost, ClaimedTask, Ending, LiveKey, NewTask, Outcome, StoreResult, Submitted,
+    now_ms, worker_lost, ClaimedRow, ClaimedTask, Ending, LiveKey, NewTask, StoreResult, Submitted,
     Task, TaskQueue, RUNNING,
 };
 
 /// The columns of a task and its delivery, named and typed as `TaskRow` decodes them (the
 /// image keys as JSON text, as SQLite keeps them). PostgreSQL has no tasks from before ids came
 /// from `seq`, so no legacy id.
-const TASK_COLUMNS: &str = "t.seq, NULL::text AS legacy_id, t.task_type, t.status, t.percentage,
+const TASK_COLUMNS: &str = "t.seq, NULL::text AS legacy_id, t.task_type, t.params, t.parent_seq,
+    NULL::text AS parent_legacy_id, t.status, t.percentage,
     t.prompt, t.aspect_ratio, t.process_mode, t.seed, t.attempts, t.created_at, t.started_at,
-    t.finished_at, t.grid_key, array_to_json(t.image_keys)::text AS image_keys, t.error,
+    t.finished_at, t.grid_key, array_to_json(t.image_keys)::text AS image_keys, t.result, t.error,
     t.webhook_url, d.status AS wh_status, d.attempts AS wh_attempts,
     d.last_status_code AS wh_last_status_code, d.last_error AS wh_last_error,
     d.next_attempt_at AS wh_next_attempt_at";
@@ -96,13 +97,25 @@ impl TaskQueue for PgStore {
 
     async fn claim_task(&self, owner: &str, lease_ms: i64) -> StoreResult<Option<ClaimedTask>> {
         let now = now_ms();
-        let claimed: Option<(i64, String, String, String, String, i64, i64)> = sqlx::query_as(
+        type Claimed = (
+            i64,
+            String,
+            String,
+            Option<String>,
+            String,
+            String,
+            i64,
+            i64,
+            Option<i64>,
+        );
+        let claimed: Option<Claimed> = sqlx::query_as(
             "UPDATE tasks SET status = 'starting', attempts = attempts + 1,
                  lease_owner = $1, lease_expires_at = $2,
                  started_at = COALESCE(started_at, $3), percentage = 0
              WHERE seq = (SELECT seq FROM tasks WHERE status = 'pending'
                           ORDER BY priority, seq LIMIT 1 FOR UPDATE SKIP LOCKED)
-             RETURNING seq, account_id, task_type, prompt, aspect_ratio, seed, attempts",
+             RETURNING seq, account_id, task_type, params, prompt, aspect_ratio, seed, attempts,
+                 parent_seq",
         )
         .bind(owner)
         .bind(now + lease_ms)
@@ -110,15 +123,20 @@ impl TaskQueue for PgStore {
         .fetch_optional(&self.pool)
         .await?;
         Ok(claimed.map(
-            |(seq, account_id, task_type, prompt, aspect_ratio, seed, attempts)| ClaimedTask {
-                seq,
-                id: self.ids.id(seq).to_string(),
-                account_id,
-                task_type,
-                prompt,
-                aspect_ratio,
-                seed,
-                attempts,
+            |(seq, account_id, task_type, params, prompt, aspect_ratio, seed, attempts, parent)| {
+                ClaimedRow {
+                    seq,
+                    id: self.ids.id(seq).to_string(),
+                    account_id,
+                    task_type,
+                    params,
+                    parent_id: parent.map(|p| self.ids.id(p).to_string()),
+                    prompt,
+                    aspect_ratio,
+                    seed,
+                    attempts,
+                }
+                .into_claimed()
             },
         ))
     }
@@ -257,18 +275,7 @@ async fn complete_in_tx(
     ending: &Ending,
 ) -> StoreResult<Option<bool>> {
     let now = now_ms();
-    let (status, grid, keys, error) = match &ending.outcome {
-        Outcome::Finished {
-            grid_key,
-            image_keys,
-        } => (
-            TaskStatus::Finished,
-            Some(grid_key.as_str()),
-            Some(image_keys.as_slice()),
-            None,
-        ),
-        Outcome::Failed { error } => (TaskStatus::Failed, None, None, Some(error.as_str())),
-    };
+    let (status, output, error) = ending.columns();
     let percentage = if status == TaskStatus::Finished {
         100
     } else {
@@ -278,7 +285,7 @@ async fn complete_in_tx(
     // read it from there) and no second copy stays.
     let ended: Option<(String, Option<String>, Option<String>)> = sqlx::query_as(&format!(
         "UPDATE tasks t SET status = $1, percentage = $2, finished_at = $3, grid_key = $4,
-             image_keys = $5, error = $6, lease_owner = NULL, lease_expires_at = NULL,
+             image_keys = $5, result = $9, error = $6, lease_owner = NULL, lease_expires_at = NULL,
              webhook_secret = NULL
          FROM (SELECT seq, webhook_secret FROM tasks WHERE seq = $7 FOR UPDATE) old
          WHERE t.seq = old.seq AND t.attempts = $8 AND t.status IN {RUNNING}
@@ -287,11 +294,12 @@ async fn complete_in_tx(
     .bind(status.as_str())
     .bind(percentage)
     .bind(now)
-    .bind(grid)
-    .bind(keys)
+    .bind(&output.grid_key)
+    .bind(&output.image_keys)
     .bind(error)
     .bind(seq)
     .bind(attempt)
+    .bind(&output.result)
     .fetch_optional(&mut **tx)
     .await?;
     let Some((account_id, webhook_url, webhook_secret)) = ended else {

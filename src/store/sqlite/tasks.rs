@@ -11,14 +11,15 @@ use super::{to_json, SqliteStore};
 use crate::domain::TaskStatus;
 use crate::store::rows::{key_and_tasks, TaskRow};
 use crate::store::{
-    chunks, now_ms, worker_lost, ClaimedTask, Ending, LiveKey, NewTask, Outcome, Quota,
+    chunks, now_ms, worker_lost, ClaimedRow, ClaimedTask, Ending, LiveKey, NewTask, Quota,
     StoreResult, Submitted, Task, TaskIds, TaskQueue, KEY_TOUCH_EVERY_MS, RUNNING,
 };
 
 const TASK_COLUMNS: &str =
-    "t.seq, t.id AS legacy_id, t.task_type, t.status, t.percentage, t.prompt, t.aspect_ratio,
+    "t.seq, t.id AS legacy_id, t.task_type, t.params, t.parent_seq, p.id AS parent_legacy_id,
+    t.status, t.percentage, t.prompt, t.aspect_ratio,
     t.process_mode, t.seed, t.attempts, t.created_at, t.started_at, t.finished_at,
-    t.grid_key, t.image_keys, t.error, t.webhook_url,
+    t.grid_key, t.image_keys, t.result, t.error, t.webhook_url,
     d.status AS wh_status, d.attempts AS wh_attempts, d.last_status_code AS wh_last_status_code,
     d.last_error AS wh_last_error, d.next_attempt_at AS wh_next_attempt_at";
 
@@ -26,6 +27,7 @@ const TASK_COLUMNS: &str =
 const KEY_THEN_TASKS: &str = "SELECT k.id AS key_id, k.account_id AS key_account_id,
         k.last_used_at AS key_last_used_at,";
 const KEY_JOINS: &str = "LEFT JOIN webhook_deliveries d ON d.task_seq = t.seq
+     LEFT JOIN tasks p ON p.seq = t.parent_seq
      WHERE k.key_hash = ?1 AND k.revoked_at IS NULL";
 
 /// The task whose public id is given as parameters `?{seq}` (what it decrypts to, see
@@ -108,6 +110,7 @@ impl TaskQueue for SqliteStore {
         let TaskKey { seq, legacy } = self.ids.key(task_id);
         let row: Option<TaskRow> = sqlx::query_as(&format!(
             "SELECT {TASK_COLUMNS} FROM tasks t LEFT JOIN webhook_deliveries d ON d.task_seq = t.seq
+             LEFT JOIN tasks p ON p.seq = t.parent_seq
              WHERE {} AND t.account_id = ?3",
             by_id(1, 2)
         ))
@@ -122,7 +125,8 @@ impl TaskQueue for SqliteStore {
     async fn claim_task(&self, owner: &str, lease_ms: i64) -> StoreResult<Option<ClaimedTask>> {
         let owner = owner.to_string();
         let ids = self.ids.clone();
-        self.writer
+        let claimed = self
+            .writer
             .call(Durability::Committed, move |conn| {
                 let now = now_ms();
                 let claimed = conn
@@ -132,27 +136,35 @@ impl TaskQueue for SqliteStore {
                              started_at = COALESCE(started_at, ?3), percentage = 0
                          WHERE seq = (SELECT seq FROM tasks WHERE status = 'pending'
                                       ORDER BY priority, seq LIMIT 1)
-                         RETURNING seq, id, account_id, task_type, prompt, aspect_ratio, seed,
-                             attempts",
+                         RETURNING seq, id, account_id, task_type, params, prompt, aspect_ratio,
+                             seed, attempts, parent_seq,
+                             (SELECT p.id FROM tasks p WHERE p.seq = tasks.parent_seq)",
                     )?
                     .query_row(params![owner, now + lease_ms, now], |r| {
                         let seq = r.get(0)?;
                         let legacy_id: Option<String> = r.get(1)?;
-                        Ok(ClaimedTask {
+                        let task_type: String = r.get(3)?;
+                        let params: Option<String> = r.get(4)?;
+                        let parent_seq: Option<i64> = r.get(9)?;
+                        let parent_legacy: Option<String> = r.get(10)?;
+                        Ok(ClaimedRow {
                             seq,
                             id: ids.of_row(seq, legacy_id.as_deref()),
                             account_id: r.get(2)?,
-                            task_type: r.get(3)?,
-                            prompt: r.get(4)?,
-                            aspect_ratio: r.get(5)?,
-                            seed: r.get(6)?,
-                            attempts: r.get(7)?,
+                            task_type,
+                            params,
+                            parent_id: parent_seq.map(|p| ids.of_row(p, parent_legacy.as_deref())),
+                            prompt: r.get(5)?,
+                            aspect_ratio: r.get(6)?,
+                            seed: r.get(7)?,
+                            attempts: r.get(8)?,
                         })
                     })
                     .optional()?;
                 Ok(claimed)
             })
-            .await
+            .await?;
+        Ok(claimed.map(ClaimedRow::into_claimed))
     }
 
     async fn mark_processing(&self, seq: i64, attempt: i64, lease_ms: i64) -> StoreResult<bool> {
@@ -290,18 +302,10 @@ fn complete_in_tx(
     ending: &Ending,
 ) -> StoreResult<Option<bool>> {
     let now = now_ms();
-    let (status, grid, keys, error) = match &ending.outcome {
-        Outcome::Finished {
-            grid_key,
-            image_keys,
-        } => (
-            TaskStatus::Finished,
-            Some(grid_key.as_str()),
-            Some(serde_json::to_string(image_keys).expect("keys serialize")),
-            None,
-        ),
-        Outcome::Failed { error } => (TaskStatus::Failed, None, None, Some(error.as_str())),
-    };
+    let (status, output, error) = ending.columns();
+    let keys = output
+        .image_keys
+        .map(|keys| serde_json::to_string(&keys).expect("keys serialize"));
     let percentage = if status == TaskStatus::Finished {
         100
     } else {
@@ -311,7 +315,7 @@ fn complete_in_tx(
     let ended: Option<Ended> = conn
         .prepare_cached(&format!(
             "UPDATE tasks SET status = ?, percentage = ?, finished_at = ?, grid_key = ?,
-                 image_keys = ?, error = ?, lease_owner = NULL, lease_expires_at = NULL
+                 image_keys = ?, result = ?, error = ?, lease_owner = NULL, lease_expires_at = NULL
              WHERE seq = ? AND attempts = ? AND status IN {ACTIVE}
              RETURNING account_id, webhook_url, webhook_secret, id"
         ))?
@@ -320,8 +324,9 @@ fn complete_in_tx(
                 status.as_str(),
                 percentage,
                 now,
-                grid,
+                output.grid_key,
                 keys,
+                output.result,
                 error,
                 seq,
                 attempt
@@ -462,12 +467,18 @@ pub(super) fn apply_submits(
         .collect();
     for (k, chunk) in chunks(&rows, INSERT_CHUNK_MAX) {
         let mut insert = conn.prepare_cached(&INSERT_TASKS[k])?;
-        let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 11);
-        for (t, seq, account) in chunk {
+        let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 13);
+        let params: Vec<(&str, Option<String>)> = chunk
+            .iter()
+            .map(|(t, _, _)| (t.task_type(), t.operation.to_params()))
+            .collect();
+        for ((t, seq, account), (task_type, params)) in chunk.iter().zip(&params) {
             values.extend_from_slice(&[
                 seq as &dyn rusqlite::ToSql,
                 account,
-                &t.task_type,
+                task_type,
+                params,
+                &t.parent_seq,
                 &t.priority,
                 &t.prompt,
                 &t.aspect_ratio,
@@ -524,11 +535,12 @@ const INSERT_CHUNK_MAX: usize = 64;
 
 /// The `INSERT` for 2^k tasks at index k, bound parameters only, in `apply_submits`' order.
 static INSERT_TASKS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
-    let row = "(?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)";
+    let row = "(?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)";
     (0..=INSERT_CHUNK_MAX.ilog2())
         .map(|k| {
             format!(
-                "INSERT INTO tasks (seq, account_id, task_type, status, priority, prompt,
+                "INSERT INTO tasks (seq, account_id, task_type, params, parent_seq, status,
+                     priority, prompt,
                      aspect_ratio, process_mode, seed, created_at, webhook_url, webhook_secret)
                  VALUES {}",
                 vec![row; 1 << k].join(", ")

@@ -1,0 +1,709 @@
+//! What a task does: its operation, with typed parameters, and the shape of what it produces.
+//!
+//! An [`Operation`] is stored as JSON beside the task (`params`), so that adding one means a
+//! variant here, its validation in the API and its drawing in the generators, and no change to
+//! either store's schema. Everything a worker needs from a parent (which of its images, their
+//! size) is resolved at submit and kept in the operation: a parent is final, so it cannot change
+//! under the task.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+/// The operations, by their public names (the `task_type` of a record, the path of a submit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    Imagine,
+    Upscale1x,
+    UpscaleAlt,
+    UpscaleHighres,
+    Variations,
+    Reroll,
+    Pan,
+    Outpaint,
+    Inpaint,
+    Blend,
+    Describe,
+    Shorten,
+    Seed,
+    Faceswap,
+}
+
+/// What a finished task holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// Four images and their 2x2 grid.
+    Grid,
+    /// One image.
+    Single,
+    /// Strings (`content`).
+    Text,
+    /// A number (`seed`).
+    Seed,
+}
+
+impl OpKind {
+    pub const ALL: [OpKind; 14] = [
+        OpKind::Imagine,
+        OpKind::Upscale1x,
+        OpKind::UpscaleAlt,
+        OpKind::UpscaleHighres,
+        OpKind::Variations,
+        OpKind::Reroll,
+        OpKind::Pan,
+        OpKind::Outpaint,
+        OpKind::Inpaint,
+        OpKind::Blend,
+        OpKind::Describe,
+        OpKind::Shorten,
+        OpKind::Seed,
+        OpKind::Faceswap,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OpKind::Imagine => "imagine",
+            OpKind::Upscale1x => "upscale-1x",
+            OpKind::UpscaleAlt => "upscale-alt",
+            OpKind::UpscaleHighres => "upscale-highres",
+            OpKind::Variations => "variations",
+            OpKind::Reroll => "reroll",
+            OpKind::Pan => "pan",
+            OpKind::Outpaint => "outpaint",
+            OpKind::Inpaint => "inpaint",
+            OpKind::Blend => "blend",
+            OpKind::Describe => "describe",
+            OpKind::Shorten => "shorten",
+            OpKind::Seed => "seed",
+            OpKind::Faceswap => "faceswap",
+        }
+    }
+
+    pub fn shape(self) -> Shape {
+        match self {
+            OpKind::Imagine
+            | OpKind::Variations
+            | OpKind::Reroll
+            | OpKind::Pan
+            | OpKind::Outpaint
+            | OpKind::Inpaint
+            | OpKind::Blend => Shape::Grid,
+            OpKind::Upscale1x | OpKind::UpscaleAlt | OpKind::UpscaleHighres | OpKind::Faceswap => {
+                Shape::Single
+            }
+            OpKind::Describe | OpKind::Shorten => Shape::Text,
+            OpKind::Seed => Shape::Seed,
+        }
+    }
+
+    /// Whether its tasks are single images: the parents upscale-alt, pan, outpaint and inpaint
+    /// need.
+    pub fn is_upscale(self) -> bool {
+        matches!(
+            self,
+            OpKind::Upscale1x | OpKind::UpscaleAlt | OpKind::UpscaleHighres
+        )
+    }
+}
+
+impl FromStr for OpKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        OpKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| format!("unknown task type `{s}`"))
+    }
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One image a task reads: one of easel's own (a parent's, or an easel URL given by the caller),
+/// read from the blob store, or a caller's URL, fetched when the task runs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "from", rename_all = "snake_case")]
+pub enum ImageInput {
+    Stored(StoredImage),
+    Url { url: String },
+}
+
+/// An image in easel's blob store, with its size when known (images stored before sizes were
+/// recorded have 0 x 0).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredImage {
+    pub key: String,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// `upscale-alt`'s `type`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AltKind {
+    Subtle,
+    Creative,
+}
+
+/// What `variations` varies: an image of a grid parent (1..=4), or an upscale at a strength.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VariationOf {
+    Index(u8),
+    Strong,
+    Subtle,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PanDirection {
+    Up,
+    Down,
+    Left,
+    Right,
+}
+
+/// `blend`'s `dimension`: the aspect ratio of its images.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dimension {
+    Square,
+    Portrait,
+    Landscape,
+}
+
+impl Dimension {
+    pub fn aspect_ratio(self) -> &'static str {
+        match self {
+            Dimension::Square => "1:1",
+            Dimension::Portrait => "2:3",
+            Dimension::Landscape => "3:2",
+        }
+    }
+}
+
+macro_rules! names {
+    ($($t:ty { $($v:ident => $s:literal),+ $(,)? })+) => {$(
+        impl $t {
+            pub fn as_str(self) -> &'static str {
+                match self { $(<$t>::$v => $s),+ }
+            }
+        }
+        impl FromStr for $t {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($s => Ok(<$t>::$v),)+
+                    _ => Err(format!("must be one of {}", [$(concat!("\"", $s, "\"")),+].join(", "))),
+                }
+            }
+        }
+    )+};
+}
+
+names! {
+    AltKind { Subtle => "subtle", Creative => "creative" }
+    PanDirection { Up => "up", Down => "down", Left => "left", Right => "right" }
+    Dimension { Square => "square", Portrait => "portrait", Landscape => "landscape" }
+}
+
+/// An operation and its parameters, as validated at submit. Fields the caller gave appear in the
+/// task's record (see [`Operation::public_fields`]); what was resolved (`source`, `inputs`, the
+/// mask) does not.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op")]
+pub enum Operation {
+    #[serde(rename = "imagine")]
+    Imagine,
+    #[serde(rename = "reroll")]
+    Reroll,
+    /// Image `index` (1..=4) of a grid parent, as it is.
+    #[serde(rename = "upscale-1x")]
+    Upscale1x { index: u8, source: StoredImage },
+    /// An `upscale-1x` image at twice its size.
+    #[serde(rename = "upscale-alt")]
+    UpscaleAlt { kind: AltKind, source: StoredImage },
+    /// An image at 2 or 4 times its size: a parent's (`index` for a grid parent) or a caller's.
+    #[serde(rename = "upscale-highres")]
+    UpscaleHighres {
+        factor: u8,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        index: Option<u8>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        image_url: Option<String>,
+        source: ImageInput,
+    },
+    #[serde(rename = "variations")]
+    Variations {
+        of: VariationOf,
+        source: StoredImage,
+    },
+    #[serde(rename = "pan")]
+    Pan {
+        direction: PanDirection,
+        source: StoredImage,
+    },
+    #[serde(rename = "outpaint")]
+    Outpaint {
+        zoom_ratio: f64,
+        source: StoredImage,
+    },
+    /// `mask` is the PNG file (base64), checked at submit to have the source's size.
+    #[serde(rename = "inpaint")]
+    Inpaint { source: StoredImage, mask: String },
+    #[serde(rename = "blend")]
+    Blend {
+        dimension: Dimension,
+        input_image_urls: Vec<String>,
+        inputs: Vec<ImageInput>,
+    },
+    /// `scene_words`: the important words of the prompt that made the image, when it is one of
+    /// the caller's own easel images.
+    #[serde(rename = "describe")]
+    Describe {
+        image_url: String,
+        input: ImageInput,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scene_words: Option<Vec<String>>,
+    },
+    #[serde(rename = "shorten")]
+    Shorten,
+    /// The parent's seed, read at submit (the task's own `seed` is set to it).
+    #[serde(rename = "seed")]
+    Seed,
+}
+
+impl Operation {
+    pub fn kind(&self) -> OpKind {
+        match self {
+            Operation::Imagine => OpKind::Imagine,
+            Operation::Reroll => OpKind::Reroll,
+            Operation::Upscale1x { .. } => OpKind::Upscale1x,
+            Operation::UpscaleAlt { .. } => OpKind::UpscaleAlt,
+            Operation::UpscaleHighres { .. } => OpKind::UpscaleHighres,
+            Operation::Variations { .. } => OpKind::Variations,
+            Operation::Pan { .. } => OpKind::Pan,
+            Operation::Outpaint { .. } => OpKind::Outpaint,
+            Operation::Inpaint { .. } => OpKind::Inpaint,
+            Operation::Blend { .. } => OpKind::Blend,
+            Operation::Describe { .. } => OpKind::Describe,
+            Operation::Shorten => OpKind::Shorten,
+            Operation::Seed => OpKind::Seed,
+        }
+    }
+
+    /// The images it reads, in the order generators receive them: the parent's image, or the
+    /// caller's inputs.
+    pub fn inputs(&self) -> Vec<(String, ImageInput)> {
+        let parent = |source: &StoredImage| {
+            vec![(
+                "parent_task_id".to_string(),
+                ImageInput::Stored(source.clone()),
+            )]
+        };
+        match self {
+            Operation::Imagine | Operation::Reroll | Operation::Shorten | Operation::Seed => {
+                vec![]
+            }
+            Operation::Upscale1x { source, .. }
+            | Operation::UpscaleAlt { source, .. }
+            | Operation::Variations { source, .. }
+            | Operation::Pan { source, .. }
+            | Operation::Outpaint { source, .. }
+            | Operation::Inpaint { source, .. } => parent(source),
+            Operation::UpscaleHighres {
+                source, image_url, ..
+            } => {
+                let name = if image_url.is_some() {
+                    "image_url"
+                } else {
+                    "parent_task_id"
+                };
+                vec![(name.to_string(), source.clone())]
+            }
+            Operation::Blend { inputs, .. } => inputs
+                .iter()
+                .enumerate()
+                .map(|(i, input)| (format!("image_urls[{i}]"), input.clone()))
+                .collect(),
+            Operation::Describe { input, .. } => vec![("image_url".to_string(), input.clone())],
+        }
+    }
+
+    /// The stored form, `None` for imagine (whose rows predate operations and carry none).
+    pub fn to_params(&self) -> Option<String> {
+        match self {
+            Operation::Imagine => None,
+            op => Some(serde_json::to_string(op).expect("operations serialize")),
+        }
+    }
+
+    /// Read the stored form back. A row's params are written only by [`Operation::to_params`];
+    /// if one cannot be read (a newer version's operation), the error names it.
+    pub fn from_params(task_type: &str, params: Option<&str>) -> Result<Operation, String> {
+        match params {
+            None => match task_type {
+                "imagine" => Ok(Operation::Imagine),
+                other => Err(format!("task type `{other}` stored without its parameters")),
+            },
+            Some(json) => serde_json::from_str(json)
+                .map_err(|e| format!("parameters of a `{task_type}` task: {e}")),
+        }
+    }
+
+    /// The parameters the caller gave, as the record and the webhook show them: never what was
+    /// resolved from them (blob keys) nor the mask. Input images keep their names with an
+    /// `input_` prefix (`input_image_url`, `input_image_urls`), apart from a result's
+    /// `image_url` and `image_urls`.
+    pub fn public_fields(&self) -> Map<String, Value> {
+        let v = match self {
+            Operation::Imagine | Operation::Reroll | Operation::Shorten | Operation::Seed => {
+                json!({})
+            }
+            Operation::Upscale1x { index, .. } => json!({ "index": index }),
+            Operation::UpscaleAlt { kind, .. } => json!({ "type": kind.as_str() }),
+            Operation::UpscaleHighres {
+                factor,
+                index,
+                image_url,
+                ..
+            } => {
+                let mut v = json!({ "type": format!("{factor}x") });
+                if let Some(i) = index {
+                    v["index"] = json!(i);
+                }
+                if let Some(url) = image_url {
+                    v["input_image_url"] = json!(url);
+                }
+                v
+            }
+            Operation::Variations { of, .. } => match of {
+                VariationOf::Index(i) => json!({ "index": i }),
+                VariationOf::Strong => json!({ "index": "strong" }),
+                VariationOf::Subtle => json!({ "index": "subtle" }),
+            },
+            Operation::Pan { direction, .. } => json!({ "direction": direction.as_str() }),
+            Operation::Outpaint { zoom_ratio, .. } => json!({ "zoom_ratio": zoom_ratio }),
+            Operation::Inpaint { .. } => json!({}),
+            Operation::Blend {
+                dimension,
+                input_image_urls,
+                ..
+            } => json!({
+                "dimension": dimension.as_str(),
+                "input_image_urls": input_image_urls,
+            }),
+            Operation::Describe { image_url, .. } => json!({ "input_image_url": image_url }),
+        };
+        match v {
+            Value::Object(map) => map,
+            _ => unreachable!("every arm builds an object"),
+        }
+    }
+}
+
+/// What a finished task produced. Images are named by their blob keys; their URLs are made when
+/// a record or payload is written out, so that `public_url` can change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// Four images of `width` x `height` and their grid (the same size).
+    Grid {
+        grid_key: String,
+        image_keys: Vec<String>,
+        width: u32,
+        height: u32,
+    },
+    Single {
+        image_key: String,
+        width: u32,
+        height: u32,
+    },
+    Text {
+        content: Vec<String>,
+    },
+    Seed {
+        seed: i64,
+    },
+}
+
+/// The columns an output is stored in: the grid's key, the images' keys, and the rest as JSON.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OutputColumns {
+    pub grid_key: Option<String>,
+    pub image_keys: Option<Vec<String>>,
+    pub result: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+struct ResultColumn {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    width: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    height: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    content: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    seed: Option<i64>,
+}
+
+impl Output {
+    pub fn shape(&self) -> Shape {
+        match self {
+            Output::Grid { .. } => Shape::Grid,
+            Output::Single { .. } => Shape::Single,
+            Output::Text { .. } => Shape::Text,
+            Output::Seed { .. } => Shape::Seed,
+        }
+    }
+
+    /// How many images it counts toward the account's total.
+    pub fn images(&self) -> i64 {
+        match self {
+            Output::Grid { image_keys, .. } => image_keys.len() as i64,
+            Output::Single { .. } => 1,
+            Output::Text { .. } | Output::Seed { .. } => 0,
+        }
+    }
+
+    pub fn to_columns(&self) -> OutputColumns {
+        let result = |r: ResultColumn| Some(serde_json::to_string(&r).expect("serializes"));
+        match self {
+            Output::Grid {
+                grid_key,
+                image_keys,
+                width,
+                height,
+            } => OutputColumns {
+                grid_key: Some(grid_key.clone()),
+                image_keys: Some(image_keys.clone()),
+                result: result(ResultColumn {
+                    width: Some(*width),
+                    height: Some(*height),
+                    ..Default::default()
+                }),
+            },
+            Output::Single {
+                image_key,
+                width,
+                height,
+            } => OutputColumns {
+                grid_key: None,
+                image_keys: Some(vec![image_key.clone()]),
+                result: result(ResultColumn {
+                    width: Some(*width),
+                    height: Some(*height),
+                    ..Default::default()
+                }),
+            },
+            Output::Text { content } => OutputColumns {
+                result: result(ResultColumn {
+                    content: Some(content.clone()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            Output::Seed { seed } => OutputColumns {
+                result: result(ResultColumn {
+                    seed: Some(*seed),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// A finished task's output from its columns, or `None` when they do not hold one of
+    /// `shape` (a task that has not finished). Grid rows stored before sizes were recorded
+    /// read as 0 x 0.
+    pub fn from_columns(shape: Shape, columns: OutputColumns) -> Option<Output> {
+        let result: ResultColumn = columns
+            .result
+            .as_deref()
+            .and_then(|r| serde_json::from_str(r).ok())
+            .unwrap_or_default();
+        let (width, height) = (result.width.unwrap_or(0), result.height.unwrap_or(0));
+        match shape {
+            Shape::Grid => Some(Output::Grid {
+                grid_key: columns.grid_key?,
+                image_keys: columns.image_keys?,
+                width,
+                height,
+            }),
+            Shape::Single => Some(Output::Single {
+                image_key: columns.image_keys?.into_iter().next()?,
+                width,
+                height,
+            }),
+            Shape::Text => Some(Output::Text {
+                content: result.content?,
+            }),
+            Shape::Seed => Some(Output::Seed { seed: result.seed? }),
+        }
+    }
+
+    /// The result fields of a record or payload, with `url` making an image's address.
+    pub fn public_fields(&self, url: &dyn Fn(&str) -> String) -> Map<String, Value> {
+        let v = match self {
+            Output::Grid {
+                grid_key,
+                image_keys,
+                ..
+            } => json!({
+                "original_image_url": url(grid_key),
+                "image_urls": image_keys.iter().map(|k| url(k)).collect::<Vec<_>>(),
+            }),
+            Output::Single { image_key, .. } => json!({ "image_url": url(image_key) }),
+            Output::Text { content } => json!({ "content": content }),
+            Output::Seed { seed } => json!({ "seed": seed }),
+        };
+        match v {
+            Value::Object(map) => map,
+            _ => unreachable!("every arm builds an object"),
+        }
+    }
+
+    /// The image of a single, or image `index` (1..=4) of a grid, with its size.
+    pub fn image(&self, index: Option<u8>) -> Option<StoredImage> {
+        match (self, index) {
+            (
+                Output::Grid {
+                    image_keys,
+                    width,
+                    height,
+                    ..
+                },
+                Some(i),
+            ) => image_keys
+                .get(usize::from(i).checked_sub(1)?)
+                .map(|key| StoredImage {
+                    key: key.clone(),
+                    width: *width,
+                    height: *height,
+                }),
+            (
+                Output::Single {
+                    image_key,
+                    width,
+                    height,
+                },
+                None,
+            ) => Some(StoredImage {
+                key: image_key.clone(),
+                width: *width,
+                height: *height,
+            }),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_operation_round_trips_through_its_stored_form() {
+        let stored = StoredImage {
+            key: "t/f/0.png".into(),
+            width: 1024,
+            height: 576,
+        };
+        let ops = [
+            Operation::Imagine,
+            Operation::Reroll,
+            Operation::Upscale1x {
+                index: 3,
+                source: stored.clone(),
+            },
+            Operation::UpscaleAlt {
+                kind: AltKind::Creative,
+                source: stored.clone(),
+            },
+            Operation::UpscaleHighres {
+                factor: 4,
+                index: None,
+                image_url: Some("https://example.com/a.png".into()),
+                source: ImageInput::Url {
+                    url: "https://example.com/a.png".into(),
+                },
+            },
+            Operation::Variations {
+                of: VariationOf::Strong,
+                source: stored.clone(),
+            },
+            Operation::Pan {
+                direction: PanDirection::Left,
+                source: stored.clone(),
+            },
+            Operation::Outpaint {
+                zoom_ratio: 1.5,
+                source: stored.clone(),
+            },
+            Operation::Inpaint {
+                source: stored.clone(),
+                mask: "iVBORw0KGgo=".into(),
+            },
+            Operation::Blend {
+                dimension: Dimension::Portrait,
+                input_image_urls: vec!["https://a/1.png".into(), "https://a/2.png".into()],
+                inputs: vec![
+                    ImageInput::Stored(stored.clone()),
+                    ImageInput::Url {
+                        url: "https://a/2.png".into(),
+                    },
+                ],
+            },
+            Operation::Describe {
+                image_url: "https://a/1.png".into(),
+                input: ImageInput::Stored(stored),
+                scene_words: Some(vec!["lighthouse".into()]),
+            },
+            Operation::Shorten,
+            Operation::Seed,
+        ];
+        for op in ops {
+            let kind = op.kind();
+            let back = Operation::from_params(kind.as_str(), op.to_params().as_deref()).unwrap();
+            assert_eq!(back, op, "{kind}");
+            assert_eq!(kind.as_str().parse::<OpKind>().unwrap(), kind);
+            let public = serde_json::to_string(&op.public_fields()).unwrap();
+            assert!(!public.contains("t/f/0.png"), "{kind}: {public}");
+            assert!(!public.contains("iVBOR"), "{kind}: {public}");
+        }
+        assert!(Operation::from_params("upscale-1x", None).is_err());
+    }
+
+    #[test]
+    fn outputs_round_trip_through_their_columns() {
+        let outputs = [
+            Output::Grid {
+                grid_key: "t/f/grid.png".into(),
+                image_keys: (0..4).map(|i| format!("t/f/{i}.png")).collect(),
+                width: 1024,
+                height: 576,
+            },
+            Output::Single {
+                image_key: "t/f/0.png".into(),
+                width: 2048,
+                height: 2048,
+            },
+            Output::Text {
+                content: vec!["a".into(), "b".into()],
+            },
+            Output::Seed { seed: 42 },
+        ];
+        for out in outputs {
+            let back = Output::from_columns(out.shape(), out.to_columns()).unwrap();
+            assert_eq!(back, out);
+        }
+        assert_eq!(
+            Output::from_columns(Shape::Grid, OutputColumns::default()),
+            None
+        );
+    }
+}

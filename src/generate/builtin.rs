@@ -1,0 +1,213 @@
+//! The built-in generator: every operation, drawn procedurally and deterministically, so that each
+//! can be seen and tested without a model server. New pictures come from [`procedural::render`];
+//! follow-ups work on their parent's pixels with the operations in [`ops`].
+
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+
+use super::ops::{self, Detail, Direction, Strength};
+use super::raster::{dimensions, RgbaImage};
+use super::{procedural, GenerateError, Generator, Job, Product, Progress};
+use crate::domain::operation::{AltKind, PanDirection, VariationOf};
+use crate::domain::{OpKind, Operation};
+
+/// The built-in generator: abstract pictures drawn from the prompt's words (see [`procedural`]).
+#[derive(Clone, Debug, Default)]
+pub struct Procedural {
+    /// Least time one generation takes (models a real backend's latency; zero by default).
+    pub min_duration: Duration,
+}
+
+impl Generator for Procedural {
+    fn name(&self) -> &'static str {
+        "procedural"
+    }
+
+    /// Everything but faceswap, which needs a model of faces.
+    fn supports(&self, kind: OpKind) -> bool {
+        kind != OpKind::Faceswap
+    }
+
+    fn run<'a>(
+        &'a self,
+        job: &'a Job,
+        progress: &'a Progress,
+    ) -> BoxFuture<'a, Result<Product, GenerateError>> {
+        Box::pin(async move {
+            // Drawing and encoding run as one job on one blocking thread: each hand-off between
+            // the runtime and the blocking pool can leave a core idle.
+            let (job, progress, min_duration) = (job.clone(), progress.clone(), self.min_duration);
+            tokio::task::spawn_blocking(move || {
+                let pace = Pace {
+                    started: Instant::now(),
+                    min_duration,
+                    progress: &progress,
+                };
+                draw(&job, &pace)
+            })
+            .await
+            .map_err(|e| GenerateError::Failed(format!("renderer crashed: {e}")))?
+        })
+    }
+}
+
+/// Reports progress as the parts of a result are drawn, spreading any configured latency over
+/// them.
+struct Pace<'a> {
+    started: Instant,
+    min_duration: Duration,
+    progress: &'a Progress,
+}
+
+impl Pace<'_> {
+    /// Part `done` of `parts` is drawn.
+    fn part(&self, done: u32, parts: u32) {
+        let due = self
+            .min_duration
+            .mul_f64(f64::from(done) / f64::from(parts.max(1)));
+        if let Some(wait) = due.checked_sub(self.started.elapsed()) {
+            std::thread::sleep(wait);
+        }
+        self.progress
+            .report(i64::from(done) * 80 / i64::from(parts.max(1)));
+    }
+
+    /// Four images, drawn one by one by `draw(k)`, and their grid.
+    fn grid(&self, draw: impl Fn(u32) -> RgbaImage) -> Product {
+        let images = [0u32, 1, 2, 3].map(|k| {
+            let image = draw(k);
+            self.part(k + 1, 4);
+            image
+        });
+        Product::grid(&images)
+    }
+}
+
+/// Seeds of the four images of one task: distinct, and the same for the same task seed.
+fn image_seed(seed: u64, k: u32) -> u64 {
+    seed ^ (u64::from(k) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+fn draw(job: &Job, pace: &Pace<'_>) -> Result<Product, GenerateError> {
+    let input = |i: usize| {
+        job.inputs
+            .get(i)
+            .ok_or_else(|| GenerateError::Failed(format!("input image {} is missing", i + 1)))
+    };
+    let prompt = job.prompt.as_str();
+    // A continuation of the scene where the task has a prompt to draw it from.
+    let fill = |k: u32, w: u32, h: u32| {
+        (!prompt.is_empty()).then(|| procedural::render(prompt, job.seed, k, w, h))
+    };
+    let product = match &job.operation {
+        Operation::Imagine | Operation::Reroll => {
+            let (w, h) = job.new_image_size();
+            pace.grid(|k| procedural::render(prompt, job.seed, k, w, h))
+        }
+        Operation::Upscale1x { .. } => {
+            let image = input(0)?;
+            pace.part(1, 1);
+            Product::single(image)
+        }
+        Operation::UpscaleAlt { kind, .. } => {
+            let detail = match kind {
+                AltKind::Subtle => Detail::Subtle,
+                AltKind::Creative => Detail::Creative,
+            };
+            upscale(input(0)?, 2, detail, job.seed, pace)
+        }
+        Operation::UpscaleHighres { factor, .. } => upscale(
+            input(0)?,
+            u32::from(*factor),
+            Detail::Subtle,
+            job.seed,
+            pace,
+        ),
+        Operation::Variations { of, .. } => {
+            // A grid's image varies strongly, as Midjourney's V buttons do.
+            let strength = || match of {
+                VariationOf::Subtle => Strength::Subtle,
+                VariationOf::Index(_) | VariationOf::Strong => Strength::Strong,
+            };
+            let parent = input(0)?;
+            pace.grid(|k| ops::variation(parent, strength(), job.seed, k))
+        }
+        Operation::Pan { direction, .. } => {
+            let parent = input(0)?;
+            let direction = || match direction {
+                PanDirection::Up => Direction::Up,
+                PanDirection::Down => Direction::Down,
+                PanDirection::Left => Direction::Left,
+                PanDirection::Right => Direction::Right,
+            };
+            let (w, h) = ops::pan_size(parent.width, parent.height, direction());
+            pace.grid(|k| {
+                let fill = fill(k, w, h);
+                ops::pan(
+                    parent,
+                    direction(),
+                    fill.as_ref(),
+                    image_seed(job.seed, k),
+                    k,
+                )
+            })
+        }
+        Operation::Outpaint { zoom_ratio, .. } => {
+            let parent = input(0)?;
+            let long = parent.width.max(parent.height);
+            let (w, h) = dimensions(job.aspect.width, job.aspect.height, long);
+            pace.grid(|k| {
+                let fill = fill(k, w, h);
+                ops::outpaint(parent, w, h, *zoom_ratio, fill.as_ref(), job.seed, k)
+            })
+        }
+        Operation::Inpaint { .. } => {
+            let parent = input(0)?;
+            let mask = job
+                .mask
+                .as_ref()
+                .ok_or_else(|| GenerateError::Failed("the mask is missing".into()))?;
+            pace.grid(|k| {
+                let fill = procedural::render(
+                    prompt,
+                    image_seed(job.seed, k),
+                    k,
+                    parent.width,
+                    parent.height,
+                );
+                ops::inpaint(parent, mask, &fill)
+            })
+        }
+        Operation::Blend { .. } => {
+            let (w, h) = job.new_image_size();
+            pace.grid(|k| ops::blend(&job.inputs, w, h, job.seed, k))
+        }
+        Operation::Describe { scene_words, .. } => {
+            let content = ops::describe(input(0)?, scene_words.as_deref());
+            pace.part(1, 1);
+            Product::Text(content)
+        }
+        Operation::Shorten => {
+            let content = ops::shorten(prompt);
+            pace.part(1, 1);
+            Product::Text(content)
+        }
+        Operation::Seed => {
+            pace.part(1, 1);
+            Product::Seed(job.seed as i64)
+        }
+    };
+    Ok(product)
+}
+
+/// `src` at `factor` times its size, encoded as it is drawn.
+fn upscale(src: &RgbaImage, factor: u32, detail: Detail, seed: u64, pace: &Pace<'_>) -> Product {
+    let png = ops::upscale_png(src, factor, detail, seed);
+    pace.part(1, 1);
+    Product::Single {
+        png,
+        width: src.width * factor,
+        height: src.height * factor,
+    }
+}
