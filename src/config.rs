@@ -86,6 +86,13 @@ pub struct Config {
 
     /// Largest accepted request body, in bytes.
     pub body_limit: usize,
+    /// Longest time fetching one input image may take (`image_url`, `image_urls`).
+    #[serde(with = "duration")]
+    pub input_timeout: Duration,
+    /// Largest input image file, in bytes.
+    pub input_max_bytes: u64,
+    /// Most pixels of a decoded input image.
+    pub input_max_pixels: u64,
     /// Largest request body of an operation that carries a mask (`inpaint`), in bytes.
     pub mask_body_limit: usize,
     /// A client must send a request's headers within this time, or its connection is closed.
@@ -150,6 +157,9 @@ impl Default for Config {
                 .collect(),
             body_limit: 64 * 1024,
             mask_body_limit: 8 * 1024 * 1024,
+            input_timeout: Duration::from_secs(30),
+            input_max_bytes: 20 * 1024 * 1024,
+            input_max_pixels: 25_000_000,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(15),
             max_connections: 4096,
@@ -224,6 +234,9 @@ impl Config {
         }
         if self.body_limit < 1024 {
             bail!("configuration: body_limit must be at least 1024 bytes");
+        }
+        if self.input_timeout.is_zero() || self.input_max_bytes == 0 || self.input_max_pixels == 0 {
+            bail!("configuration: input_timeout, input_max_bytes and input_max_pixels must be > 0");
         }
         if self.mask_body_limit < self.body_limit {
             bail!("configuration: mask_body_limit must be at least body_limit");

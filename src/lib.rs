@@ -79,7 +79,12 @@ impl Application {
         let config = Arc::new(config);
         let content_policy = ContentPolicy::new(&config.blocked_terms);
         let blobs = Blobs::open(&config, &public_url).await?;
-        let limits = InputLimits::default();
+        let limits = InputLimits {
+            max_bytes: config.input_max_bytes,
+            max_pixels: config.input_max_pixels,
+            timeout: config.input_timeout,
+            ..InputLimits::default()
+        };
         let fetcher = ImageFetcher::new(destinations, limits, &webhooks::user_agent())
             .map_err(|e| anyhow::anyhow!("input image client: {e}"))?;
         let generator: Arc<dyn Generator> = Arc::new(Procedural {

@@ -3,12 +3,13 @@
 //! shared and noisy. See docs/benchmarks.md for what each figure means.
 //!
 //! ```text
-//! bench/run [--quick] [--only submit,e2e,webhooks,retry,scale,postgres]
+//! bench/run [--quick] [--only submit,e2e,webhooks,retry,scale,postgres,operations]
 //! ```
 //!
 //! It needs the release `easel` binary (`--easel`) and `wrk` on the PATH; bench/run provides both.
 
 mod e2e;
+mod operations;
 mod postgres;
 mod proc;
 mod report;
@@ -30,7 +31,15 @@ use sqlx::ConnectOptions;
 
 use report::Row;
 
-const BENCHMARKS: &[&str] = &["submit", "e2e", "webhooks", "retry", "scale", "postgres"];
+const BENCHMARKS: &[&str] = &[
+    "submit",
+    "e2e",
+    "webhooks",
+    "retry",
+    "scale",
+    "postgres",
+    "operations",
+];
 
 #[derive(Parser)]
 #[command(about = "easel's benchmarks (run them through bench/run)")]
@@ -45,7 +54,7 @@ struct Args {
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/wrk"))]
     lua: PathBuf,
     /// Benchmarks to run, comma-separated (default: all): submit, e2e, webhooks, retry, scale,
-    /// postgres.
+    /// postgres, operations.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Smaller counts and shorter runs (a couple of minutes); figures are rougher.
@@ -309,6 +318,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             "retry" => webhooks::run_retry(&ctx).await,
             "scale" => scale::run(&ctx).await,
             "postgres" => postgres::run(&ctx, &args.postgres_url).await,
+            "operations" => operations::run(&ctx).await,
             _ => unreachable!("checked above"),
         };
         match result {
