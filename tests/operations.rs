@@ -710,3 +710,157 @@ async fn task_count(app: &TestApp) -> i64 {
         .map(|(_, n)| n)
         .sum()
 }
+
+/// A PNG file with chunks written by hand: a header that claims `width` x `height` RGBA pixels,
+/// then `idat` as its only data.
+fn handmade_png(width: u32, height: u32, idat: &[u8]) -> Vec<u8> {
+    fn crc32(bytes: &[u8]) -> u32 {
+        let mut crc = 0xffff_ffffu32;
+        for &b in bytes {
+            crc ^= u32::from(b);
+            for _ in 0..8 {
+                crc = if crc & 1 == 1 {
+                    (crc >> 1) ^ 0xedb8_8320
+                } else {
+                    crc >> 1
+                };
+            }
+        }
+        !crc
+    }
+    let mut out = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a];
+    let mut chunk = |kind: &[u8; 4], data: &[u8]| {
+        out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        let mut body = kind.to_vec();
+        body.extend_from_slice(data);
+        out.extend_from_slice(&body);
+        out.extend_from_slice(&crc32(&body).to_be_bytes());
+    };
+    let mut ihdr = Vec::new();
+    ihdr.extend_from_slice(&width.to_be_bytes());
+    ihdr.extend_from_slice(&height.to_be_bytes());
+    ihdr.extend_from_slice(&[8, 6, 0, 0, 0]);
+    chunk(b"IHDR", &ihdr);
+    chunk(b"IDAT", idat);
+    chunk(b"IEND", &[]);
+    out
+}
+
+/// A server of hostile images: a decompression bomb, a truncated file, a redirect to the cloud
+/// metadata address, one that never answers, and one good image.
+async fn hostile_server() -> String {
+    use axum::response::IntoResponse;
+    use axum::routing::get;
+    let good = {
+        let mut img = RgbaImage::new(96, 64);
+        for (i, px) in img.data.chunks_exact_mut(4).enumerate() {
+            px[0] = (i % 251) as u8;
+            px[2] = 200;
+        }
+        encode_png(&img)
+    };
+    let truncated = good[..good.len() / 2].to_vec();
+    // Zlib's empty stream: the data ends long before the pixels it claims.
+    let bomb = handmade_png(
+        100_000,
+        100_000,
+        &[0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01],
+    );
+    let png = |bytes: Vec<u8>| move || async move { ([("content-type", "image/png")], bytes) };
+    let app = axum::Router::new()
+        .route("/good.png", get(png(good)))
+        .route("/truncated.png", get(png(truncated)))
+        .route("/bomb.png", get(png(bomb)))
+        .route(
+            "/redirect.png",
+            get(|| async {
+                (
+                    axum::http::StatusCode::FOUND,
+                    [("location", "http://169.254.169.254/latest/meta-data/")],
+                )
+                    .into_response()
+            }),
+        )
+        .route(
+            "/hang.png",
+            get(|| async {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                "never"
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    base
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_input_images_fail_their_task_cleanly_while_others_run() {
+    let app = TestApp::spawn_with(|c| c.input_timeout = Duration::from_secs(2)).await;
+    let base = hostile_server().await;
+    let submit = |op: &'static str, body: Value| {
+        let app = &app;
+        async move {
+            let (status, answer) = app.post(&format!("/api/v1/{op}"), &body).await;
+            assert_eq!(status, 200, "{op} {body}: {answer}");
+            answer["task_id"].as_str().unwrap().to_string()
+        }
+    };
+    let hostile = [
+        (
+            submit("describe", json!({"image_url": format!("{base}/bomb.png")})).await,
+            "image_url: ",
+            "megapixel",
+        ),
+        (
+            submit(
+                "upscale-highres",
+                json!({"type": "2x", "image_url": format!("{base}/truncated.png")}),
+            )
+            .await,
+            "image_url: ",
+            "",
+        ),
+        (
+            submit(
+                "blend",
+                json!({"image_urls": [format!("{base}/good.png"), format!("{base}/redirect.png")]}),
+            )
+            .await,
+            "image_urls[1]: ",
+            "non-public",
+        ),
+        (
+            submit("describe", json!({"image_url": format!("{base}/hang.png")})).await,
+            "image_url: ",
+            "timed out",
+        ),
+    ];
+    // Others keep running meanwhile.
+    let fine = run(&app, "imagine", json!({"prompt": "a calm sea"})).await;
+    assert_eq!(fine["status"], "finished");
+    for (id, prefix, words) in hostile {
+        let record = app.wait_final(&id, WITHIN).await;
+        assert_eq!(record["status"], "failed", "{record}");
+        let error = record["error"].as_str().unwrap();
+        assert!(error.starts_with(prefix), "{error}");
+        assert!(error.contains(words), "{error} should say {words:?}");
+    }
+    // A good input by URL works, and its record names it.
+    let described = run(
+        &app,
+        "describe",
+        json!({"image_url": format!("{base}/good.png")}),
+    )
+    .await;
+    assert_eq!(described["input_image_url"], format!("{base}/good.png"));
+    assert_eq!(described["content"].as_array().unwrap().len(), 4);
+    let high = run(
+        &app,
+        "upscale-highres",
+        json!({"type": "2x", "image_url": format!("{base}/good.png")}),
+    )
+    .await;
+    let img = image(&app, &high["image_url"]).await;
+    assert_eq!((img.width, img.height), (192, 128));
+}
