@@ -4,14 +4,26 @@
 //! the same bytes on every run, from a private PRNG and plain arithmetic (no platform libm).
 //! No function panics on odd sizes (0x0, 1x1, extreme ratios) or malformed images.
 
+mod blend;
+mod describe;
+mod extend;
+mod inpaint;
 mod resize;
+mod shorten;
 mod upscale;
+mod variation;
 
 #[cfg(test)]
 mod testutil;
 
+pub use blend::blend;
+pub use describe::describe;
+pub use extend::{outpaint, outpaint_placement, pan, pan_size};
+pub use inpaint::{inpaint, mask_redraws};
 pub use resize::resize;
+pub use shorten::{important_words, shorten};
 pub use upscale::upscale_png;
+pub use variation::variation;
 
 use crate::generate::raster::RgbaImage;
 
