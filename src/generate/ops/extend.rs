@@ -40,10 +40,10 @@ pub fn pan(
     }
     let (pw, ph) = (parent.width, parent.height);
     let (x0, y0, fade) = match direction {
-        Direction::Left => (ow - pw, 0, ow - pw),
-        Direction::Right => (0, 0, ow - pw),
-        Direction::Up => (0, oh - ph, oh - ph),
-        Direction::Down => (0, 0, oh - ph),
+        Direction::Left => (ow.saturating_sub(pw), 0, ow.saturating_sub(pw)),
+        Direction::Right => (0, 0, ow.saturating_sub(pw)),
+        Direction::Up => (0, oh.saturating_sub(ph), oh.saturating_sub(ph)),
+        Direction::Down => (0, 0, oh.saturating_sub(ph)),
     };
     let s = hash(seed, &[0x0070_616e, direction as u64, u64::from(k)]);
     surround(parent, ow, oh, x0, y0, fade as f32, fill, s)
