@@ -115,7 +115,7 @@ fn draw(job: &Job, pace: &Pace<'_>) -> Result<Product, GenerateError> {
                 AltKind::Subtle => Detail::Subtle,
                 AltKind::Creative => Detail::Creative,
             };
-            upscale(input(0)?, 2, detail, job.seed, pace)
+            upscale(input(0)?, 2, detail, job.seed, pace)?
         }
         Operation::UpscaleHighres { factor, .. } => upscale(
             input(0)?,
@@ -123,7 +123,7 @@ fn draw(job: &Job, pace: &Pace<'_>) -> Result<Product, GenerateError> {
             Detail::Subtle,
             job.seed,
             pace,
-        ),
+        )?,
         Operation::Variations { of, .. } => {
             // A grid's image varies strongly, as Midjourney's V buttons do.
             let strength = || match of {
@@ -202,12 +202,24 @@ fn draw(job: &Job, pace: &Pace<'_>) -> Result<Product, GenerateError> {
 }
 
 /// `src` at `factor` times its size, encoded as it is drawn.
-fn upscale(src: &RgbaImage, factor: u32, detail: Detail, seed: u64, pace: &Pace<'_>) -> Product {
+fn upscale(
+    src: &RgbaImage,
+    factor: u32,
+    detail: Detail,
+    seed: u64,
+    pace: &Pace<'_>,
+) -> Result<Product, GenerateError> {
     let png = ops::upscale_png(src, factor, detail, seed);
+    if png.is_empty() {
+        return Err(GenerateError::Failed(format!(
+            "a {}x{} image cannot be upscaled {factor}x",
+            src.width, src.height
+        )));
+    }
     pace.part(1, 1);
-    Product::Single {
+    Ok(Product::Single {
         png,
         width: src.width * factor,
         height: src.height * factor,
-    }
+    })
 }
