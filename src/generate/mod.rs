@@ -2,6 +2,7 @@
 //! all five as PNG ([`Rendered::encode`]); the worker stores them. The built-in procedural
 //! generator needs nothing installed.
 
+pub mod inputs;
 pub mod procedural;
 pub mod raster;
 
