@@ -1008,6 +1008,8 @@ mod tests {
         for raw in [
             "http://169.254.169.254/latest/meta-data/",
             "http://169.254.0.1/",
+            "http://2852039166/",
+            "http://0xa9.0xfe.0xa9.0xfe/",
             "http://[fe80::1]/",
             "http://[febf::1]/",
             "http://[::ffff:169.254.169.254]/",
@@ -1193,7 +1195,7 @@ mod tests {
     }
 
     /// The header is read and the pixel count refused before any pixel buffer exists: decoding
-    /// this would need 40 GB.
+    /// this would need 100000 * 100000 * 4 bytes.
     #[test]
     fn a_decompression_bomb_fails_on_its_pixel_count() {
         let bomb = bomb_png(100_000, 100_000);
