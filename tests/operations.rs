@@ -107,6 +107,18 @@ async fn every_operation_draws_what_it_says() {
         "same prompt words and seed, same bytes"
     );
     let grid_id = first["task_id"].as_str().unwrap();
+    // `--ar` in the prompt sets the aspect ratio when the body does not.
+    let wide = run(
+        &app,
+        "imagine",
+        json!({"prompt": format!("{prompt} --ar 2:1")}),
+    )
+    .await;
+    assert_eq!(wide["aspect_ratio"], "2:1");
+    assert_eq!(
+        (grid(&app, &wide).await[0].width, 64),
+        (128, dimensions(2, 1, 128).1)
+    );
 
     // upscale-1x: the chosen image, as it is.
     let up = run(

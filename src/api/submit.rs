@@ -189,7 +189,7 @@ impl Draft {
         match kind {
             OpKind::Imagine => {
                 d.prompt = prompt(true)?;
-                d.aspect = aspect(body)?;
+                d.aspect = aspect(body, d.prompt.as_ref())?;
             }
             OpKind::Shorten => d.prompt = prompt(true)?,
             OpKind::Upscale1x => {
@@ -233,12 +233,12 @@ impl Draft {
                 d.parent = parent("parent_task_id")?;
                 d.index = Some(index(body, false)?.ok_or_else(index_required)?);
                 d.prompt = prompt(false)?;
-                d.aspect = aspect(body)?;
+                d.aspect = aspect(body, d.prompt.as_ref())?;
             }
             OpKind::Reroll => {
                 d.parent = parent("parent_task_id")?;
                 d.prompt = prompt(false)?;
-                d.aspect = aspect(body)?;
+                d.aspect = aspect(body, d.prompt.as_ref())?;
             }
             OpKind::Pan => {
                 d.parent = parent("parent_task_id")?;
@@ -249,7 +249,7 @@ impl Draft {
                 d.parent = parent("parent_task_id")?;
                 d.zoom_ratio = Some(zoom_ratio(body)?);
                 d.prompt = prompt(false)?;
-                d.aspect = aspect(body)?;
+                d.aspect = aspect(body, d.prompt.as_ref())?;
             }
             OpKind::Inpaint => {
                 d.parent = parent("parent_task_id")?;
@@ -575,8 +575,18 @@ fn parse_field<T: std::str::FromStr<Err = String>>(
     .transpose()
 }
 
-fn aspect(body: &JsonObject) -> Result<Option<AspectRatio>, ApiError> {
-    parse_field(body, "aspect_ratio", false)
+/// `aspect_ratio`, or else a `--ar W:H` (`--aspect`) in the prompt, as Midjourney reads it.
+fn aspect(body: &JsonObject, prompt: Option<&Prompt>) -> Result<Option<AspectRatio>, ApiError> {
+    if let Some(given) = parse_field(body, "aspect_ratio", false)? {
+        return Ok(Some(given));
+    }
+    match prompt.and_then(|p| p.parameter(&["ar", "aspect"])) {
+        None => Ok(None),
+        Some(raw) => raw
+            .parse::<AspectRatio>()
+            .map(Some)
+            .map_err(|e| ApiError::field("prompt", "invalid_value", format!("--ar {e}"))),
+    }
 }
 
 fn zoom_ratio(body: &JsonObject) -> Result<f64, ApiError> {
@@ -628,20 +638,13 @@ fn seed(body: &JsonObject, prompt: Option<&Prompt>) -> Result<Option<u32>, ApiEr
         }
         Some(_) => return Err(ApiError::field("seed", "invalid_type", rule)),
     }
-    let Some(prompt) = prompt else {
-        return Ok(None);
-    };
-    let mut words = prompt.as_str().split_whitespace();
-    while let Some(word) = words.next() {
-        if word == "--seed" || word == "--sameseed" {
-            let value = words.next().unwrap_or("");
-            return value
-                .parse::<u32>()
-                .map(Some)
-                .map_err(|_| ApiError::field("prompt", "invalid_value", format!("--seed {rule}")));
-        }
+    match prompt.and_then(|p| p.parameter(&["seed", "sameseed"])) {
+        None => Ok(None),
+        Some(value) => value
+            .parse::<u32>()
+            .map(Some)
+            .map_err(|_| ApiError::field("prompt", "invalid_value", format!("--seed {rule}"))),
     }
-    Ok(None)
 }
 
 fn webhook_secret(body: &JsonObject) -> Result<Option<String>, ApiError> {

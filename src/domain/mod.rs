@@ -10,4 +10,4 @@ mod task;
 pub use operation::{OpKind, Operation, Output, Shape};
 pub use policy::ContentPolicy;
 pub use result::{Outcome, PayloadHead};
-pub use task::{AspectRatio, ProcessMode, Prompt, TaskStatus};
+pub use task::{prompt_text, AspectRatio, ProcessMode, Prompt, TaskStatus};

@@ -22,7 +22,7 @@ use crate::config::Config;
 use base64::Engine;
 
 use crate::domain::operation::ImageInput;
-use crate::domain::{AspectRatio, ContentPolicy, Operation, Outcome, Output};
+use crate::domain::{prompt_text, AspectRatio, ContentPolicy, Operation, Outcome, Output};
 use crate::generate::inputs::{decode, ImageFetcher, InputLimits};
 use crate::generate::raster::{decode_png, RgbaImage};
 use crate::generate::{Generator, Job, Product, Progress};
@@ -171,7 +171,7 @@ impl WorkerContext {
         progress.report(10);
         let job = Job {
             operation,
-            prompt: task.prompt.clone(),
+            prompt: prompt_text(&task.prompt).to_string(),
             seed: task.seed as u64,
             aspect: task.aspect_ratio.parse().unwrap_or(AspectRatio::SQUARE),
             image_size: self.config.image_size,

@@ -234,6 +234,24 @@ pub fn important_words(prompt: &str) -> Vec<String> {
     phrases(prompt).into_iter().flatten().collect()
 }
 
+/// Words that name how a picture is made rather than what it shows.
+const MEDIUMS: &[&str] = &[
+    "painting",
+    "photo",
+    "photograph",
+    "illustration",
+    "drawing",
+    "render",
+    "rendering",
+    "picture",
+    "image",
+    "sketch",
+    "poster",
+    "watercolor",
+    "watercolour",
+    "artwork",
+];
+
 /// Up to five shorter prompts keeping `prompt`'s important words, longest first, distinct and
 /// non-empty, each strictly shorter than the trimmed original when it has more than one word.
 /// A one-word prompt gives that word; a prompt with no words gives none.
@@ -255,7 +273,13 @@ pub fn shorten(prompt: &str) -> Vec<String> {
     }
     let head = |g: &Vec<String>| g.last().cloned().unwrap_or_default();
     let join = |gs: Vec<String>| gs.join(", ");
-    let first = &groups[0];
+    // "a painting of a lighthouse": the medium alone says little; the subject is the phrase
+    // after it, so the shortest versions keep that one.
+    let medium_only = groups.len() > 1
+        && groups[0]
+            .last()
+            .is_some_and(|w| MEDIUMS.contains(&w.to_lowercase().as_str()));
+    let first = if medium_only { &groups[1] } else { &groups[0] };
     let heads: Vec<String> = groups.iter().map(head).collect();
     // In order of importance; the first five distinct ones that fit are kept.
     let candidates = vec![
@@ -289,6 +313,14 @@ pub fn shorten(prompt: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_subject_outlasts_the_medium() {
+        let s = shorten("a detailed painting of a lighthouse on a rocky coast at sunset");
+        assert!(s.iter().all(|p| p.contains("lighthouse")), "{s:?}");
+        let s = shorten("a detailed painting of a lighthouse at sunset");
+        assert!(s.iter().all(|p| p.contains("lighthouse")), "{s:?}");
+    }
 
     #[test]
     fn drops_parameters_stopwords_and_filler() {
