@@ -5,14 +5,15 @@
 //! `workers` tasks generate at once: a worker holds one of `workers` permits while it generates
 //! and encodes, and gives it up before storing the files and recording the result, so that the
 //! next task's generation overlaps this one's disk writes and fsyncs. It takes the permit only
-//! once its task is claimed and `processing` (two commits), so that no permit waits for the
-//! store. Twice as many worker loops as permits run, so every permit can be busy while results
-//! are being stored and the next tasks claimed.
+//! once its task is claimed and `processing` (two commits) and its input images are read, so
+//! that no permit waits for the store or a caller's server. Twice as many worker loops as
+//! permits run, so every permit can be busy while results are being stored and the next tasks
+//! claimed.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -114,15 +115,7 @@ impl WorkerContext {
             )
             .in_current_span(),
         );
-        let generate = async {
-            let permit = self
-                .generating
-                .clone()
-                .acquire_owned()
-                .await
-                .expect("the semaphore is never closed");
-            self.produce(&task, &progress, permit).await
-        };
+        let generate = self.produce(&task, &progress);
         let produced = tokio::select! {
             produced = generate => Some(produced),
             _ = lost.cancelled() => None,
@@ -143,14 +136,10 @@ impl WorkerContext {
         }
     }
 
-    /// Resolve the inputs, generate (holding `permit`), then store. Returns the outcome and the
-    /// folder it wrote.
-    async fn produce(
-        &self,
-        task: &ClaimedTask,
-        progress: &Progress,
-        permit: OwnedSemaphorePermit,
-    ) -> (Outcome, Option<String>) {
+    /// Resolve the inputs, generate (holding one of the `workers` permits), then store. Returns
+    /// the outcome and the folder it wrote. Input images are fetched before the permit is taken:
+    /// a slow caller's server must not hold a generation slot.
+    async fn produce(&self, task: &ClaimedTask, progress: &Progress) -> (Outcome, Option<String>) {
         let operation = match &task.operation {
             Ok(op) => op.clone(),
             Err(e) => {
@@ -178,6 +167,12 @@ impl WorkerContext {
             inputs,
             mask,
         };
+        let permit = self
+            .generating
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
         let product = match self.generator.run(&job, progress).await {
             Ok(product) => product,
             Err(e) => {
