@@ -37,6 +37,10 @@ pub struct Config {
     /// The image backends (`[[backends]]` tables in the configuration file). Empty: one built-in
     /// `procedural` backend.
     pub backends: Vec<crate::generate::backends::BackendConfig>,
+    /// How long one task may keep trying its generation over the backends (transient failures
+    /// are tried again with backoff, on the same backend or another) before it fails.
+    #[serde(with = "duration")]
+    pub generation_budget: Duration,
     /// SQLite `synchronous` pragma: `full` (fsync on every commit, the default) or `normal`
     /// (survives a crash of the process, may lose the last commits on power loss).
     pub sqlite_synchronous: String,
@@ -140,6 +144,7 @@ impl Default for Config {
             database_max_connections: 16,
             roles: vec!["api".into(), "worker".into(), "dispatcher".into()],
             backends: Vec::new(),
+            generation_budget: Duration::from_secs(900),
             sqlite_synchronous: "full".into(),
             blob_store: "local".into(),
             s3_bucket: None,

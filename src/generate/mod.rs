@@ -7,6 +7,7 @@ pub mod backends;
 mod builtin;
 pub mod inputs;
 pub mod ops;
+pub mod pool;
 pub mod procedural;
 pub mod raster;
 

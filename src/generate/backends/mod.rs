@@ -13,10 +13,43 @@ use reqwest::header::{HeaderMap, RETRY_AFTER};
 use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
 
+use std::sync::Arc;
+
 use super::inputs::{decode, InputLimits};
+use super::pool::Pool;
 use super::raster::{dimensions, RgbaImage};
-use super::{GenerateError, Job};
+use super::{GenerateError, Generator, Job, Procedural};
+use crate::config::Config;
 use crate::domain::OpKind;
+
+/// The pool of the configured backends; without any, one `procedural` backend that runs as many
+/// jobs at once as there are workers. An error naming the backend and the setting when one
+/// cannot work (an unset key variable, a missing workflow file).
+pub fn build(config: &Config) -> anyhow::Result<Pool> {
+    let mut members: Vec<(Arc<dyn Generator>, usize)> = Vec::new();
+    if config.backends.is_empty() {
+        let procedural = Procedural::new(config.procedural_min_duration);
+        members.push((Arc::new(procedural), config.workers.max(1)));
+    }
+    for backend in &config.backends {
+        let fail = |e: String| anyhow::anyhow!("configuration: {e}");
+        let generator: Arc<dyn Generator> = match backend.kind {
+            BackendKind::Procedural => Arc::new(Procedural {
+                name: backend.name.clone(),
+                min_duration: config.procedural_min_duration,
+            }),
+            BackendKind::Openai | BackendKind::Sdwebui | BackendKind::Comfyui => {
+                return Err(fail(format!(
+                    "backends.{}: kind {} is not built in yet",
+                    backend.name,
+                    backend.kind.as_str()
+                )))
+            }
+        };
+        members.push((generator, backend.concurrency));
+    }
+    Ok(Pool::new(members, config.generation_budget))
+}
 
 /// The kinds of backend, by their names in `kind = "..."`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
