@@ -76,6 +76,16 @@ impl Application {
                 "webhook destination checks are relaxed: use this for development and tests only"
             );
         }
+        let mut config = config;
+        let capacity: usize = config.backends.iter().map(|b| b.concurrency).sum();
+        if config.workers > 0 && capacity > config.workers {
+            // Fewer generation slots than the backends take would leave them idle.
+            tracing::info!(
+                workers = capacity,
+                "workers raised to the backends' total concurrency"
+            );
+            config.workers = capacity;
+        }
         let config = Arc::new(config);
         let content_policy = ContentPolicy::new(&config.blocked_terms);
         let blobs = Blobs::open(&config, &public_url).await?;

@@ -153,7 +153,11 @@ impl Pool {
     /// Probe the backends until `stop`: those that are out every few seconds (bringing them back
     /// when they answer), those that are in now and then (taking out one that stopped answering).
     pub async fn run_probes(self: Arc<Self>, stop: CancellationToken) {
-        let mut last_up_probe = Instant::now();
+        // Everyone is probed at once at start, so that a backend that is down from the start is
+        // out before a task is sent to it.
+        let mut last_up_probe = Instant::now()
+            .checked_sub(PROBE_UP_EVERY)
+            .unwrap_or_else(Instant::now);
         loop {
             let probe_up = last_up_probe.elapsed() >= PROBE_UP_EVERY;
             if probe_up {
