@@ -4,7 +4,9 @@
 //! settings, the secrets they name, and how an HTTP answer or failure is sorted into the errors a
 //! task understands (transient, permanent, refused).
 
+pub mod comfyui;
 pub mod openai;
+pub mod sdwebui;
 
 use std::collections::BTreeMap;
 use std::fmt;
