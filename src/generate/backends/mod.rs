@@ -4,6 +4,8 @@
 //! settings, the secrets they name, and how an HTTP answer or failure is sorted into the errors a
 //! task understands (transient, permanent, refused).
 
+pub mod comfyui;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
