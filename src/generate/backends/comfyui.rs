@@ -334,38 +334,54 @@ impl ComfyUi {
             "client_id": uuid::Uuid::new_v4().to_string(),
             "prompt_id": proposed,
         });
-        let response = self
-            .request(Method::POST, "prompt")
-            .json(&body)
-            .send()
-            .await
-            .map_err(|e| transport_error(&e))?;
-        let status = response.status();
-        let headers = response.headers().clone();
-        let text = response.text().await.map_err(|e| transport_error(&e))?;
+        let sent = async {
+            let response = self
+                .request(Method::POST, "prompt")
+                .json(&body)
+                .send()
+                .await
+                .map_err(|e| transport_error(&e))?;
+            let status = response.status();
+            let headers = response.headers().clone();
+            let text = response.text().await.map_err(|e| transport_error(&e))?;
+            Ok::<_, GenerateError>((status, headers, text))
+        };
+        // A connection lost mid-request, or an answer that cannot be read, may leave the job
+        // queued: take it off by the id easel proposed, so that a retry does not run it twice.
+        let (status, headers, text) = match sent.await {
+            Ok(answer) => answer,
+            Err(e) => {
+                self.cancel(proposed).await;
+                return Err(e);
+            }
+        };
         if status == StatusCode::BAD_REQUEST {
             return Err(GenerateError::Failed(rejection(&text)));
         }
         if !status.is_success() {
             return Err(status_error(status, &headers, &text));
         }
-        let answer: Value = serde_json::from_str(&text).map_err(|e| {
-            GenerateError::Failed(format!(
-                "the backend's answer to POST /prompt is not JSON: {e}"
-            ))
-        })?;
-        match answer.get("prompt_id") {
-            Some(Value::String(id)) if !id.is_empty() => Ok(id.clone()),
-            Some(Value::Number(n)) => Ok(n.to_string()),
-            _ => Err(GenerateError::Failed(format!(
-                "the backend's answer to POST /prompt has no prompt_id: {}",
-                excerpt(&text)
-            ))),
+        let id = match serde_json::from_str::<Value>(&text) {
+            Ok(answer) => match answer.get("prompt_id") {
+                Some(Value::String(id)) if !id.is_empty() => Ok(id.clone()),
+                Some(Value::Number(n)) => Ok(n.to_string()),
+                _ => Err(format!("has no prompt_id: {}", excerpt(&text))),
+            },
+            Err(e) => Err(format!("is not JSON: {e}")),
+        };
+        match id {
+            Ok(id) => Ok(id),
+            Err(problem) => {
+                self.cancel(proposed).await;
+                Err(GenerateError::Failed(format!(
+                    "the backend's answer to POST /prompt {problem}"
+                )))
+            }
         }
     }
 
     /// Poll `/history/{id}` until the entry appears; in between, `/queue` tells queued from
-    /// running. A job that is in neither twice running is lost (the server restarted, or
+    /// running. A job missing from both on three looks in a row is lost (the server restarted, or
     /// someone deleted it).
     async fn wait(&self, id: &str, progress: &Progress) -> Result<Value, GenerateError> {
         let mut missing = 0;
@@ -1740,6 +1756,20 @@ mod tests {
                 other => panic!("{expect}: {other:?}"),
             }
         }
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_submit_answer_takes_the_proposed_job_off_the_queue() {
+        let (fake, url) = serve(Mode::BadJson).await;
+        backend(&config(&url))
+            .run(&job(Operation::Imagine, vec![]), &Progress::default())
+            .await
+            .unwrap_err();
+        let seen = fake.seen();
+        assert_eq!(seen.deletes.len(), 1);
+        assert!(seen.deletes[0]["delete"][0]
+            .as_str()
+            .is_some_and(|id| id.len() == 36));
     }
 
     #[tokio::test]
