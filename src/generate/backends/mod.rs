@@ -42,13 +42,9 @@ pub fn build(config: &Config) -> anyhow::Result<Pool> {
                 name: backend.name.clone(),
                 min_duration: config.procedural_min_duration,
             }),
-            BackendKind::Openai | BackendKind::Sdwebui | BackendKind::Comfyui => {
-                return Err(fail(format!(
-                    "backends.{}: kind {} is not built in yet",
-                    backend.name,
-                    backend.kind.as_str()
-                )))
-            }
+            BackendKind::Openai => Arc::new(openai::OpenAi::new(backend).map_err(fail)?),
+            BackendKind::Sdwebui => Arc::new(sdwebui::SdWebUi::new(backend).map_err(fail)?),
+            BackendKind::Comfyui => Arc::new(comfyui::ComfyUi::new(backend).map_err(fail)?),
         };
         members.push((generator, backend.concurrency));
     }
