@@ -377,8 +377,7 @@ async fn a_configuration_that_cannot_work_stops_easel_naming_the_setting() {
     let file = dir.path().join("easel.toml");
     std::fs::write(&file, "[[backends]]\nname = \"a\"\nkind = \"dalle\"\n").unwrap();
     let err = easel::config::Config::load(Some(file), &Default::default())
-        .err()
-        .expect("an unknown kind is refused")
+        .expect_err("an unknown kind is refused")
         .to_string();
     assert!(err.contains("dalle"), "{err}");
 }
