@@ -34,6 +34,13 @@ pub struct Config {
     /// environment: a comma-separated list.
     #[serde(deserialize_with = "string_list::deserialize")]
     pub roles: Vec<String>,
+    /// The image backends (`[[backends]]` tables in the configuration file). Empty: one built-in
+    /// `procedural` backend.
+    pub backends: Vec<crate::generate::backends::BackendConfig>,
+    /// How long one task may keep trying its generation over the backends (transient failures
+    /// are tried again with backoff, on the same backend or another) before it fails.
+    #[serde(with = "duration")]
+    pub generation_budget: Duration,
     /// SQLite `synchronous` pragma: `full` (fsync on every commit, the default) or `normal`
     /// (survives a crash of the process, may lose the last commits on power loss).
     pub sqlite_synchronous: String,
@@ -136,6 +143,8 @@ impl Default for Config {
             database_url: None,
             database_max_connections: 16,
             roles: vec!["api".into(), "worker".into(), "dispatcher".into()],
+            backends: Vec::new(),
+            generation_budget: Duration::from_secs(900),
             sqlite_synchronous: "full".into(),
             blob_store: "local".into(),
             s3_bucket: None,
@@ -210,6 +219,21 @@ impl Config {
             .merge(Serialized::defaults(overrides))
             .extract()
             .map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
+        let mut config = config;
+        // Workflow files are named relative to the configuration file, as people write them.
+        if let Some(dir) = file.parent() {
+            for backend in &mut config.backends {
+                let paths = backend
+                    .workflow
+                    .iter_mut()
+                    .chain(backend.workflows.values_mut());
+                for path in paths {
+                    if path.is_relative() {
+                        *path = dir.join(&*path);
+                    }
+                }
+            }
+        }
         config.validate()?;
         Ok(config)
     }
@@ -217,6 +241,18 @@ impl Config {
     /// Check the values that types alone do not.
     pub fn validate(&self) -> anyhow::Result<()> {
         use anyhow::bail;
+        let mut names = std::collections::HashSet::new();
+        for backend in &self.backends {
+            backend
+                .validate()
+                .map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
+            if !names.insert(backend.name.as_str()) {
+                bail!(
+                    "configuration: backends: the name {:?} is used twice",
+                    backend.name
+                );
+            }
+        }
         if self.workers > 256 {
             bail!("configuration: workers must be at most 256");
         }
@@ -343,7 +379,7 @@ impl Role {
 }
 
 /// Durations as human-readable strings (`10s`, `1m 30s`, `250ms`), or plain integers as seconds.
-mod duration {
+pub(crate) mod duration {
     use serde::{de, Deserialize, Deserializer, Serializer};
     use std::time::Duration;
 

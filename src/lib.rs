@@ -29,7 +29,7 @@ use crate::blobs::Blobs;
 use crate::config::{Config, Role};
 use crate::domain::ContentPolicy;
 use crate::generate::inputs::{ImageFetcher, InputLimits};
-use crate::generate::{Generator, Procedural};
+use crate::generate::Generator;
 use crate::store::{SharedStore, Store};
 use crate::webhooks::client::WebhookClient;
 use crate::webhooks::dispatcher::Dispatcher;
@@ -76,6 +76,16 @@ impl Application {
                 "webhook destination checks are relaxed: use this for development and tests only"
             );
         }
+        let mut config = config;
+        let capacity: usize = config.backends.iter().map(|b| b.concurrency).sum();
+        if config.workers > 0 && capacity > config.workers {
+            // Fewer generation slots than the backends take would leave them idle.
+            tracing::info!(
+                workers = capacity,
+                "workers raised to the backends' total concurrency"
+            );
+            config.workers = capacity;
+        }
         let config = Arc::new(config);
         let content_policy = ContentPolicy::new(&config.blocked_terms);
         let blobs = Blobs::open(&config, &public_url).await?;
@@ -87,14 +97,20 @@ impl Application {
         };
         let fetcher = ImageFetcher::new(destinations, limits, &webhooks::user_agent())
             .map_err(|e| anyhow::anyhow!("input image client: {e}"))?;
-        let generator: Arc<dyn Generator> = Arc::new(Procedural {
-            min_duration: config.procedural_min_duration,
-        });
+        let pool = Arc::new(generate::backends::build(&config)?);
+        for backend in pool.health() {
+            tracing::info!(
+                backend = backend.name,
+                concurrency = backend.concurrency,
+                "image backend configured"
+            );
+        }
+        let generator: Arc<dyn Generator> = pool.clone();
         let state = AppState::new(api::Shared {
             config: config.clone(),
             store: store.clone(),
             blobs: blobs.clone(),
-            generator: generator.clone(),
+            pool: pool.clone(),
             fetcher: fetcher.clone(),
             destinations,
             content_policy: content_policy.clone(),
@@ -178,6 +194,10 @@ impl Application {
         let workers = config
             .runs(Role::WORKER)
             .then(|| tokio::spawn(worker::run_pool(self.worker.clone(), shutdown.clone())));
+        if config.runs(Role::WORKER) {
+            // Only a node that generates needs to know which backends answer.
+            tokio::spawn(self.state.pool.clone().run_probes(shutdown.clone()));
+        }
         let dispatcher = config
             .runs(Role::DISPATCHER)
             .then(|| tokio::spawn(self.dispatcher.clone().run(shutdown.clone())));

@@ -18,5 +18,24 @@ pub async fn ready(State(state): State<AppState>) -> Result<Json<Value>, ApiErro
         });
     }
     state.store.ping().await?;
+    if !state.config.backends.is_empty() && state.config.runs(crate::config::Role::WORKER) {
+        // A worker node with configured backends is ready while one of them is; the answer
+        // names each backend and its state either way.
+        let backends = state.pool.health();
+        if !backends.iter().any(|b| b.up) {
+            let names: Vec<String> = backends
+                .iter()
+                .map(|b| match &b.last_error {
+                    Some(e) => format!("{} ({e})", b.name),
+                    None => b.name.clone(),
+                })
+                .collect();
+            return Err(ApiError::Unavailable {
+                msg: format!("no image backend answers: {}", names.join(", ")),
+                retry_after_secs: 5,
+            });
+        }
+        return Ok(Json(json!({"status": "ready", "backends": backends})));
+    }
     Ok(Json(json!({"status": "ready"})))
 }

@@ -54,7 +54,7 @@ use crate::blobs::Blobs;
 use crate::config::Config;
 use crate::domain::{ContentPolicy, OpKind};
 use crate::generate::inputs::ImageFetcher;
-use crate::generate::Generator;
+use crate::generate::pool::Pool;
 use crate::store::SharedStore;
 use crate::webhooks::ssrf::DestinationPolicy;
 
@@ -86,8 +86,9 @@ pub struct Shared {
     /// Where images are kept: records make their URLs from their keys, `/files/{key}` reads
     /// them from here.
     pub blobs: Blobs,
-    /// What runs the tasks: submits of an operation it cannot run are refused.
-    pub generator: Arc<dyn Generator>,
+    /// The image backends: submits of an operation none of them can run are refused, and
+    /// `/readyz` shows their health.
+    pub pool: Arc<Pool>,
     /// Checks callers' input image URLs at submit (workers fetch them).
     pub fetcher: ImageFetcher,
     pub destinations: DestinationPolicy,

@@ -18,6 +18,7 @@ use crate::domain::operation::{
 use crate::domain::{AspectRatio, OpKind, Operation, ProcessMode, Prompt, Shape};
 use crate::generate::ops::{important_words, mask_redraws};
 use crate::generate::raster::decode_png;
+use crate::generate::Generator;
 use crate::store::{NewTask, Submitted, Task};
 use crate::webhooks::ssrf::validate_webhook_url;
 
@@ -50,7 +51,7 @@ pub async fn submit(
         .and_then(|name| name.parse::<OpKind>().ok())
         .expect("submit routes are made from the operations' names");
     let draft = body.and_then(|body| {
-        if !state.generator.supports(kind) {
+        if !state.pool.supports(kind) {
             return Err(ApiError::BadRequest {
                 code: "unsupported_operation",
                 msg: format!("{kind}: no configured backend can run this operation"),

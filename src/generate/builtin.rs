@@ -13,15 +13,26 @@ use crate::domain::operation::{AltKind, PanDirection, VariationOf};
 use crate::domain::{OpKind, Operation};
 
 /// The built-in generator: abstract pictures drawn from the prompt's words (see [`procedural`]).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Procedural {
+    /// Its name in the pool (`procedural` unless configured otherwise).
+    pub name: String,
     /// Least time one generation takes (models a real backend's latency; zero by default).
     pub min_duration: Duration,
 }
 
+impl Procedural {
+    pub fn new(min_duration: Duration) -> Procedural {
+        Procedural {
+            name: "procedural".into(),
+            min_duration,
+        }
+    }
+}
+
 impl Generator for Procedural {
-    fn name(&self) -> &'static str {
-        "procedural"
+    fn name(&self) -> &str {
+        &self.name
     }
 
     /// Everything but faceswap, which needs a model of faces.

@@ -3,9 +3,11 @@
 //! built-in procedural generator ([`Procedural`]) does every operation and needs nothing
 //! installed.
 
+pub mod backends;
 mod builtin;
 pub mod inputs;
 pub mod ops;
+pub mod pool;
 pub mod procedural;
 pub mod raster;
 
@@ -56,15 +58,31 @@ impl Progress {
     }
 }
 
-/// Why a generation did not produce its result. Both end the task as `failed` with the message.
+/// Why a generation did not produce its result.
 #[derive(Debug, thiserror::Error)]
 pub enum GenerateError {
-    /// The backend refused the prompt (for example its own content filter).
+    /// The backend refused the prompt (for example its own content filter): the task fails.
     #[error("content policy violation: {0}")]
     Refused(String),
-    /// The backend failed.
+    /// The backend rejected the job or answered something unusable: the task fails.
     #[error("generation failed: {0}")]
     Failed(String),
+    /// The backend could not run it now (connection refused or reset, 429, 5xx, a timeout): the
+    /// job may be tried again, here after `retry_after` if the backend said so, or elsewhere.
+    #[error("backend unavailable: {message}")]
+    Transient {
+        message: String,
+        retry_after: Option<std::time::Duration>,
+    },
+}
+
+impl GenerateError {
+    pub fn transient(message: impl Into<String>) -> GenerateError {
+        GenerateError::Transient {
+            message: message.into(),
+            retry_after: None,
+        }
+    }
 }
 
 /// What a generation hands to the worker, in the shape of its operation.
@@ -112,13 +130,20 @@ impl Product {
 
 /// An image backend.
 pub trait Generator: Send + Sync + 'static {
-    fn name(&self) -> &'static str;
+    /// Its name in logs and `/readyz` (a configured backend's `name`).
+    fn name(&self) -> &str;
     /// Whether it can run operation `kind` at all.
     fn supports(&self, kind: OpKind) -> bool;
-    /// Run `job`, reporting progress as it goes.
+    /// Run `job`, reporting progress as it goes. A job that runs past the backend's `timeout` is
+    /// cancelled on the backend and answered as [`GenerateError::Transient`].
     fn run<'a>(
         &'a self,
         job: &'a Job,
         progress: &'a Progress,
     ) -> BoxFuture<'a, Result<Product, GenerateError>>;
+    /// Whether the backend answers now (a cheap request, such as listing its models); `Err`
+    /// says why not. The pool calls it to take a failing backend out and to bring it back.
+    fn probe(&self) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
 }
