@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 use super::ops::{self, Detail, Direction, Strength};
 use super::raster::{dimensions, RgbaImage};
 use super::{procedural, GenerateError, Generator, Job, Product, Progress};
-use crate::domain::operation::{AltKind, PanDirection, VariationOf};
+use crate::domain::operation::{AltKind, VariationOf};
 use crate::domain::{OpKind, Operation};
 
 /// The built-in generator: abstract pictures drawn from the prompt's words (see [`procedural`]).
@@ -146,12 +146,7 @@ fn draw(job: &Job, pace: &Pace<'_>) -> Result<Product, GenerateError> {
         }
         Operation::Pan { direction, .. } => {
             let parent = input(0)?;
-            let direction = || match direction {
-                PanDirection::Up => Direction::Up,
-                PanDirection::Down => Direction::Down,
-                PanDirection::Left => Direction::Left,
-                PanDirection::Right => Direction::Right,
-            };
+            let direction = || Direction::from(*direction);
             let (w, h) = ops::pan_size(parent.width, parent.height, direction());
             pace.grid(|k| {
                 let fill = fill(k, w, h);

@@ -18,7 +18,6 @@ use reqwest::{Method, RequestBuilder, StatusCode};
 use serde_json::{json, Map, Value};
 
 use super::{decode_output, excerpt, size_for, status_error, transport_error, BackendConfig};
-use crate::domain::operation::PanDirection;
 use crate::domain::{OpKind, Operation, Shape};
 use crate::generate::ops::{self, Direction};
 use crate::generate::raster::{dimensions, encode_png, RgbaImage};
@@ -121,11 +120,7 @@ impl ComfyUi {
                 "a comfyui backend needs at least one workflow",
             ));
         }
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| format!("backends.{name}: cannot build an HTTP client: {e}"))?;
+        let client = super::http_client(config)?;
         Ok(ComfyUi {
             name: name.clone(),
             base: url.trim_end_matches('/').to_string(),
@@ -738,12 +733,7 @@ fn prepare_inputs(job: &Job) -> Result<Prepared, GenerateError> {
         }
         Operation::Pan { direction, .. } => {
             let parent = parent()?;
-            let dir = match direction {
-                PanDirection::Up => Direction::Up,
-                PanDirection::Down => Direction::Down,
-                PanDirection::Left => Direction::Left,
-                PanDirection::Right => Direction::Right,
-            };
+            let dir = Direction::from(*direction);
             let (w, h) = ops::pan_size(parent.width, parent.height, dir);
             let (x0, y0) = match dir {
                 Direction::Left => (w - parent.width, 0),
@@ -1126,6 +1116,7 @@ mod tests {
     use axum::{Json, Router};
 
     use super::*;
+    use crate::domain::operation::PanDirection;
     use crate::domain::operation::StoredImage;
     use crate::domain::AspectRatio;
     use crate::generate::backends::BackendKind;

@@ -236,6 +236,16 @@ fn secret(
     }
 }
 
+/// The HTTP client of one backend: no redirects followed (a backend has no reason to send easel
+/// elsewhere), and a connection within 10 s or the backend's timeout if shorter.
+pub fn http_client(config: &BackendConfig) -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(config.timeout.min(Duration::from_secs(10)))
+        .build()
+        .map_err(|e| format!("backends.{}: cannot build an HTTP client: {e}", config.name))
+}
+
 /// What each kind can do at all. Faceswap needs a model of faces that none of them has built in.
 pub fn kind_can(backend: BackendKind, op: OpKind) -> bool {
     use OpKind::*;

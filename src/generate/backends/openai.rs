@@ -17,7 +17,6 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{decode_output, size_for, status_error, transport_error, BackendConfig};
-use crate::domain::operation::PanDirection;
 use crate::domain::{OpKind, Operation};
 use crate::generate::ops::{self, mask_redraws, Direction};
 use crate::generate::raster::{dimensions, encode_png, RgbaImage};
@@ -136,11 +135,7 @@ impl OpenAi {
                 Some(value)
             }
         };
-        let client = Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(config.timeout.min(Duration::from_secs(10)))
-            .build()
-            .map_err(|e| format!("backends.{name}: cannot build an HTTP client: {e}"))?;
+        let client = super::http_client(config)?;
         Ok(OpenAi {
             config: config.clone(),
             base,
@@ -206,12 +201,7 @@ impl OpenAi {
             }
             Operation::Pan { direction, .. } => {
                 let parent = parent()?;
-                let direction = match direction {
-                    PanDirection::Up => Direction::Up,
-                    PanDirection::Down => Direction::Down,
-                    PanDirection::Left => Direction::Left,
-                    PanDirection::Right => Direction::Right,
-                };
+                let direction = Direction::from(*direction);
                 let (cw, ch) = ops::pan_size(parent.width, parent.height, direction);
                 let size = self.family.size(cw, ch, job.image_size);
                 let (image, mask) = blocking(move || pan_canvas(&parent, direction, size)).await?;
@@ -759,6 +749,7 @@ mod tests {
     use axum::Router;
 
     use super::*;
+    use crate::domain::operation::PanDirection;
     use crate::domain::operation::{Dimension, ImageInput, StoredImage, VariationOf};
     use crate::domain::AspectRatio;
     use crate::generate::raster::decode_png;

@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{decode_output, size_for, status_error, transport_error, BackendConfig};
-use crate::domain::operation::{PanDirection, VariationOf};
+use crate::domain::operation::VariationOf;
 use crate::domain::{OpKind, Operation};
 use crate::generate::ops::{self, Direction};
 use crate::generate::raster::{dimensions, encode_png, RgbaImage};
@@ -79,11 +79,7 @@ impl SdWebUi {
                 "backends.{name}.username: is required with a password"
             ));
         }
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| format!("backends.{name}: cannot build an HTTP client: {e}"))?;
+        let client = super::http_client(config)?;
         Ok(SdWebUi {
             config: config.clone(),
             base: url.trim_end_matches('/').to_string(),
@@ -344,12 +340,7 @@ fn plan(job: &Job, model: Option<&str>) -> Result<Call, GenerateError> {
         }
         Operation::Pan { direction, .. } => {
             let parent = input(0)?;
-            let direction = match direction {
-                PanDirection::Up => Direction::Up,
-                PanDirection::Down => Direction::Down,
-                PanDirection::Left => Direction::Left,
-                PanDirection::Right => Direction::Right,
-            };
+            let direction = Direction::from(*direction);
             // The new strip starts as a continuation of the parent (ops::pan), then is redrawn.
             let canvas = ops::pan(parent, direction, None, job.seed, 0);
             let (pw, ph) = (parent.width, parent.height);
@@ -733,6 +724,7 @@ mod tests {
     use axum::Router;
 
     use super::*;
+    use crate::domain::operation::PanDirection;
     use crate::domain::operation::{AltKind, ImageInput, StoredImage};
     use crate::domain::AspectRatio;
     use crate::generate::raster::decode_png;

@@ -43,6 +43,18 @@ pub enum Direction {
     Right,
 }
 
+impl From<crate::domain::operation::PanDirection> for Direction {
+    fn from(d: crate::domain::operation::PanDirection) -> Direction {
+        use crate::domain::operation::PanDirection;
+        match d {
+            PanDirection::Up => Direction::Up,
+            PanDirection::Down => Direction::Down,
+            PanDirection::Left => Direction::Left,
+            PanDirection::Right => Direction::Right,
+        }
+    }
+}
+
 /// How much new detail an upscale invents.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Detail {
