@@ -3,11 +3,12 @@
 //! shared and noisy. See docs/benchmarks.md for what each figure means.
 //!
 //! ```text
-//! bench/run [--quick] [--only submit,e2e,webhooks,retry,scale,postgres,operations]
+//! bench/run [--quick] [--only submit,e2e,webhooks,retry,scale,postgres,operations,backends]
 //! ```
 //!
 //! It needs the release `easel` binary (`--easel`) and `wrk` on the PATH; bench/run provides both.
 
+mod backends;
 mod e2e;
 mod operations;
 mod postgres;
@@ -39,6 +40,7 @@ const BENCHMARKS: &[&str] = &[
     "scale",
     "postgres",
     "operations",
+    "backends",
 ];
 
 #[derive(Parser)]
@@ -54,7 +56,7 @@ struct Args {
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/wrk"))]
     lua: PathBuf,
     /// Benchmarks to run, comma-separated (default: all): submit, e2e, webhooks, retry, scale,
-    /// postgres, operations.
+    /// postgres, operations, backends.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Smaller counts and shorter runs (a couple of minutes); figures are rougher.
@@ -319,6 +321,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             "scale" => scale::run(&ctx).await,
             "postgres" => postgres::run(&ctx, &args.postgres_url).await,
             "operations" => operations::run(&ctx).await,
+            "backends" => backends::run(&ctx).await,
             _ => unreachable!("checked above"),
         };
         match result {

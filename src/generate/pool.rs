@@ -196,6 +196,31 @@ impl Pool {
         }
     }
 
+    /// Why the backends that run `kind` and are out are out (their last errors), as
+    /// ` (name: error; ...)`, or nothing when none is out.
+    fn why_out(&self, kind: OpKind) -> String {
+        let out: Vec<String> = self
+            .members
+            .iter()
+            .filter(|m| m.generator.supports(kind))
+            .filter_map(|m| {
+                let health = m.health.lock().expect("not poisoned");
+                health.down.then(|| {
+                    format!(
+                        "{}: {}",
+                        m.generator.name(),
+                        health.last_error.as_deref().unwrap_or("down")
+                    )
+                })
+            })
+            .collect();
+        if out.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", out.join("; "))
+        }
+    }
+
     /// The least loaded backend that runs `kind`, is in and has a free slot, with its slot.
     fn pick(&self, kind: OpKind) -> Option<(Arc<Member>, OwnedSemaphorePermit)> {
         let now = Instant::now();
@@ -229,8 +254,9 @@ impl Pool {
                 if left.is_zero() {
                     return Err(last.unwrap_or_else(|| {
                         GenerateError::transient(format!(
-                            "no backend that runs {kind} was free within {:?}",
-                            self.budget
+                            "no backend that runs {kind} was free within {}{}",
+                            humantime::format_duration(self.budget),
+                            self.why_out(kind)
                         ))
                     }));
                 }

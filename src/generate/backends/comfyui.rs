@@ -4,18 +4,25 @@
 //! (`POST /upload/image`), queues the graph (`POST /prompt`), polls `GET /history/{id}` until the
 //! entry appears and fetches the images with `GET /view`.
 //!
-//! Progress is coarse (queued, running, done, images fetched): ComfyUI reports sampler steps only
-//! on its WebSocket, and easel has no WebSocket client; polling `/queue` tells queued from
-//! running without one.
+//! Progress comes from ComfyUI's WebSocket (`/ws?clientId=...`, opened before the job is queued
+//! under the same client id): its `progress` events move the task's percentage, and `executing`
+//! with no node says the job is done, so that the history is read at once. Polling goes on
+//! beside it, so a socket that cannot be opened or drops only costs the fine-grained progress.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use base64::Engine as _;
 use futures::future::BoxFuture;
+use futures::StreamExt;
 use reqwest::{Method, RequestBuilder, StatusCode};
 use serde_json::{json, Map, Value};
+use tokio::sync::Notify;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::{header::AUTHORIZATION, HeaderValue};
+use tokio_tungstenite::tungstenite::Message;
 
 use super::{decode_output, excerpt, size_for, status_error, transport_error, BackendConfig};
 use crate::domain::{OpKind, Operation, Shape};
@@ -33,6 +40,11 @@ const SAVE_IMAGE: &str = "SaveImage";
 const REPEAT_LATENT: &str = "RepeatLatentBatch";
 /// Longest wait for one cancel request: a job past its timeout must not hang on a dead server.
 const CANCEL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest wait for the progress socket to open; without it the job is only polled.
+const SOCKET_TIMEOUT: Duration = Duration::from_secs(5);
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 type Graph = Map<String, Value>;
 
@@ -222,12 +234,16 @@ impl ComfyUi {
         // ComfyUI takes the id the client proposes (newer versions), so that a job whose
         // submission hangs can still be cancelled by it.
         let proposed = uuid::Uuid::new_v4().to_string();
+        // ComfyUI sends a job's events to the client that queued it: the socket is opened
+        // first, under the client id the job is queued with, so that no event is missed.
+        let client_id = uuid::Uuid::new_v4().to_string();
+        let socket = self.open_socket(&client_id).await;
         *queued.lock().unwrap_or_else(|e| e.into_inner()) = Some(proposed.clone());
-        let prompt_id = self.submit(&graph, &proposed).await?;
+        let prompt_id = self.submit(&graph, &proposed, &client_id).await?;
         *queued.lock().unwrap_or_else(|e| e.into_inner()) = Some(prompt_id.clone());
         progress.report(5);
 
-        let entry = match self.wait(&prompt_id, progress).await {
+        let entry = match self.wait(&prompt_id, progress, socket).await {
             Ok(entry) => entry,
             Err(e) => {
                 self.cancel(&prompt_id).await;
@@ -323,10 +339,15 @@ impl ComfyUi {
     }
 
     /// `POST /prompt`: queue the graph; its prompt id. A 400 is ComfyUI rejecting the graph.
-    async fn submit(&self, graph: &Graph, proposed: &str) -> Result<String, GenerateError> {
+    async fn submit(
+        &self,
+        graph: &Graph,
+        proposed: &str,
+        client_id: &str,
+    ) -> Result<String, GenerateError> {
         let body = json!({
             "prompt": graph,
-            "client_id": uuid::Uuid::new_v4().to_string(),
+            "client_id": client_id,
             "prompt_id": proposed,
         });
         let sent = async {
@@ -375,10 +396,80 @@ impl ComfyUi {
         }
     }
 
-    /// Poll `/history/{id}` until the entry appears; in between, `/queue` tells queued from
-    /// running. A job missing from both on three looks in a row is lost (the server restarted, or
-    /// someone deleted it).
-    async fn wait(&self, id: &str, progress: &Progress) -> Result<Value, GenerateError> {
+    /// Open `/ws?clientId=...` with the backend's credentials; `None` when it cannot be opened
+    /// (an older or proxied server, `wss://`, which is not built in), and the job is polled only.
+    async fn open_socket(&self, client_id: &str) -> Option<Socket> {
+        let base = if let Some(rest) = self.base.strip_prefix("http://") {
+            format!("ws://{rest}")
+        } else {
+            format!("wss://{}", self.base.strip_prefix("https://")?)
+        };
+        let mut request = format!("{base}/ws?clientId={client_id}")
+            .into_client_request()
+            .ok()?;
+        let credentials = match &self.auth {
+            Auth::None => None,
+            Auth::Basic(user, password) => Some(format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD
+                    .encode(format!("{user}:{}", password.as_deref().unwrap_or("")))
+            )),
+            Auth::Bearer(key) => Some(format!("Bearer {key}")),
+        };
+        if let Some(credentials) = credentials {
+            let mut value = HeaderValue::from_str(&credentials).ok()?;
+            value.set_sensitive(true);
+            request.headers_mut().insert(AUTHORIZATION, value);
+        }
+        let opened = tokio::time::timeout(
+            SOCKET_TIMEOUT.min(self.timeout),
+            tokio_tungstenite::connect_async(request),
+        )
+        .await;
+        match opened {
+            Ok(Ok((socket, _))) => Some(socket),
+            Ok(Err(e)) => {
+                tracing::debug!(backend = %self.name, error = %e, "no progress socket; polling only");
+                None
+            }
+            Err(_) => {
+                tracing::debug!(backend = %self.name, "the progress socket did not open; polling only");
+                None
+            }
+        }
+    }
+
+    /// Wait for the job's history entry: polled, and read at once when the socket (if any)
+    /// says the job is done. The socket closing leaves the polling to carry on.
+    async fn wait(
+        &self,
+        id: &str,
+        progress: &Progress,
+        socket: Option<Socket>,
+    ) -> Result<Value, GenerateError> {
+        let done = Notify::new();
+        let poll = self.poll_history(id, progress, &done);
+        tokio::pin!(poll);
+        if let Some(socket) = socket {
+            tokio::select! {
+                result = &mut poll => return result,
+                () = follow(socket, id, progress, &done) => {
+                    tracing::debug!(backend = %self.name, "the progress socket closed; polling only");
+                }
+            }
+        }
+        poll.await
+    }
+
+    /// Poll `/history/{id}` until the entry appears (looking again early when `done` is
+    /// signalled); in between, `/queue` tells queued from running. A job missing from both on
+    /// three looks in a row is lost (the server restarted, or someone deleted it).
+    async fn poll_history(
+        &self,
+        id: &str,
+        progress: &Progress,
+        done: &Notify,
+    ) -> Result<Value, GenerateError> {
         let mut missing = 0;
         loop {
             let history = self
@@ -406,7 +497,10 @@ impl ComfyUi {
                 }
                 None => {}
             }
-            tokio::time::sleep(self.poll).await;
+            tokio::select! {
+                _ = tokio::time::sleep(self.poll) => {}
+                _ = done.notified() => {}
+            }
         }
     }
 
@@ -459,6 +553,42 @@ impl ComfyUi {
             if let Err(e) = self.send(interrupt).await {
                 tracing::warn!(backend = %self.name, error = %e, "could not interrupt a job");
             }
+        }
+    }
+}
+
+/// Follow a job's events on the socket until it closes: `progress` for this prompt moves the
+/// percentage from 15 to 75 (its share between queued and fetching the images); `executing` with
+/// no node (done), or the job's success, error or interrupt, wakes the poller to read the history.
+async fn follow(mut socket: Socket, id: &str, progress: &Progress, done: &Notify) {
+    while let Some(message) = socket.next().await {
+        let text = match message {
+            Ok(Message::Text(text)) => text,
+            Ok(Message::Close(_)) | Err(_) => return,
+            Ok(_) => continue,
+        };
+        let Ok(event) = serde_json::from_str::<Value>(text.as_str()) else {
+            continue;
+        };
+        let data = &event["data"];
+        if data.get("prompt_id").and_then(Value::as_str) != Some(id) {
+            continue;
+        }
+        match event["type"].as_str() {
+            Some("progress") => {
+                let (value, max) = (data["value"].as_f64(), data["max"].as_f64());
+                if let (Some(value), Some(max)) = (value, max) {
+                    if max > 0.0 {
+                        progress.report(15 + (60.0 * (value / max).clamp(0.0, 1.0)) as i64);
+                    }
+                }
+            }
+            Some("executing") if data["node"].is_null() => done.notify_one(),
+            Some("executing") => progress.report(15),
+            Some("execution_success" | "execution_error" | "execution_interrupted") => {
+                done.notify_one()
+            }
+            _ => {}
         }
     }
 }

@@ -1,0 +1,369 @@
+//! The backends benchmark: a release `easel serve` in front of simulated model backends (this
+//! process serves OpenAI's `POST /v1/images/generations` on local ports, each job taking a
+//! fixed time), measuring
+//!
+//! - the share of the backends' capacity easel keeps busy while a backlog of tasks is queued:
+//!   the time the backends spent on jobs, summed, over the window's length times their total
+//!   concurrency (goal: at least 95%, with one backend and with three of different speeds);
+//! - easel's own time per task on top of the backend's: a task's time from `started_at` (the
+//!   worker took it) to `finished_at` in its record, minus the time the backend spent on its
+//!   job, with one task at a time (goal: under 5 ms median).
+//!
+//! The window of the busy share runs from one second after the first job started (easel warm)
+//! to the start of the last job (after which the queue is empty and slots fall idle by design).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use axum::extract::State;
+use axum::routing::post;
+use axum::{Json, Router};
+use base64::Engine;
+use serde_json::{json, Value};
+
+use crate::proc::{fresh_dir, Server};
+use crate::report::Row;
+use crate::Ctx;
+
+const BUSY_GOAL: f64 = 95.0;
+const OVERHEAD_GOAL_MS: f64 = 5.0;
+/// The images' long side, px.
+const IMAGE_SIZE: u32 = 512;
+
+/// One job as the simulated backend saw it.
+struct Span {
+    prompt: String,
+    start: Instant,
+    end: Instant,
+}
+
+/// A backend that takes `delay` per job and answers `n` copies of one image of the size asked.
+struct Sim {
+    delay: Duration,
+    spans: Mutex<Vec<Span>>,
+    /// The base64 PNG per size, made once: the simulated backend's own CPU time stays out of
+    /// the figures.
+    images: Mutex<HashMap<String, Arc<String>>>,
+}
+
+async fn generations(State(sim): State<Arc<Sim>>, Json(body): Json<Value>) -> Json<Value> {
+    let start = Instant::now();
+    tokio::time::sleep(sim.delay).await;
+    let size = body["size"].as_str().unwrap_or("64x64").to_string();
+    let image = {
+        let mut images = sim.images.lock().unwrap();
+        images
+            .entry(size.clone())
+            .or_insert_with(|| Arc::new(picture(&size)))
+            .clone()
+    };
+    let n = body["n"].as_u64().unwrap_or(1) as usize;
+    let data: Vec<Value> = (0..n).map(|_| json!({"b64_json": *image})).collect();
+    sim.spans.lock().unwrap().push(Span {
+        prompt: body["prompt"].as_str().unwrap_or("").to_string(),
+        start,
+        end: Instant::now(),
+    });
+    Json(json!({"created": 0, "data": data}))
+}
+
+/// A smooth gradient, as base64 PNG: compressible like a picture, not like a flat colour.
+fn picture(size: &str) -> String {
+    let (w, h) = size
+        .split_once('x')
+        .and_then(|(w, h)| Some((w.parse::<u32>().ok()?, h.parse::<u32>().ok()?)))
+        .unwrap_or((64, 64));
+    let mut img = easel::generate::raster::RgbaImage::new(w, h);
+    for y in 0..h {
+        for x in 0..w {
+            let i = ((y * w + x) * 4) as usize;
+            img.data[i..i + 4].copy_from_slice(&[
+                (x * 255 / w.max(1)) as u8,
+                (y * 255 / h.max(1)) as u8,
+                ((x + y) % 256) as u8,
+                255,
+            ]);
+        }
+    }
+    base64::engine::general_purpose::STANDARD.encode(easel::generate::raster::encode_png(&img))
+}
+
+async fn start_sim(delay_ms: u64) -> anyhow::Result<(Arc<Sim>, String)> {
+    let sim = Arc::new(Sim {
+        delay: Duration::from_millis(delay_ms),
+        spans: Mutex::default(),
+        images: Mutex::default(),
+    });
+    let app = Router::new()
+        .route("/v1/images/generations", post(generations))
+        .route(
+            "/v1/models",
+            axum::routing::get(|| async { Json(json!({"data": []})) }),
+        )
+        .with_state(sim.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/v1", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok((sim, url))
+}
+
+/// What one run measured.
+struct Measured {
+    /// Busy share of the capacity in the window, in %.
+    busy: f64,
+    window_secs: f64,
+    /// Per task: (started_at to finished_at) minus the backend's job, in ms.
+    overhead_ms: Vec<f64>,
+    /// Per task: (created_at to finished_at) minus the backend's job, in ms.
+    end_to_end_ms: Vec<f64>,
+    jobs_per_backend: Vec<usize>,
+}
+
+/// Run `tasks` imagine tasks through easel in front of backends of `(ms per job, concurrency)`:
+/// all submitted at once (a backlog), or one after another.
+async fn measure(
+    ctx: &Ctx,
+    name: &str,
+    backends: &[(u64, usize)],
+    tasks: usize,
+    one_at_a_time: bool,
+) -> anyhow::Result<Measured> {
+    let data = ctx.work.join(format!("backends-{name}"));
+    fresh_dir(&data)?;
+    let mut sims = Vec::new();
+    let mut toml = String::new();
+    for (i, (delay, concurrency)) in backends.iter().enumerate() {
+        let (sim, url) = start_sim(*delay).await?;
+        toml.push_str(&format!(
+            "[[backends]]\nname = \"sim-{i}\"\nkind = \"openai\"\nurl = \"{url}\"\n\
+             concurrency = {concurrency}\ntimeout = \"60s\"\n\n"
+        ));
+        sims.push(sim);
+    }
+    let config = data.join("easel.toml");
+    std::fs::write(&config, toml)?;
+    let server = Server::start(
+        &ctx.easel,
+        &["serve"],
+        &[
+            ("EASEL_DATA_DIR", data.display().to_string()),
+            ("EASEL_LISTEN", "127.0.0.1:0".into()),
+            ("EASEL_CONFIG", config.display().to_string()),
+            ("EASEL_IMAGE_SIZE", IMAGE_SIZE.to_string()),
+        ],
+        &data,
+        "easel",
+    )
+    .await?;
+    let client = Client {
+        http: reqwest::Client::new(),
+        base: server.url(""),
+        key: server.key.clone().context("a first key on a fresh data dir")?,
+    };
+    let mut records = Vec::with_capacity(tasks);
+    if one_at_a_time {
+        for i in 0..tasks {
+            let id = client.submit(&format!("bench task {i}")).await?;
+            records.push(client.finished(&id).await?);
+        }
+    } else {
+        let mut ids = Vec::with_capacity(tasks);
+        for i in 0..tasks {
+            ids.push(client.submit(&format!("bench task {i}")).await?);
+        }
+        for id in &ids {
+            records.push(client.finished(id).await?);
+        }
+    }
+    server.stop(Duration::from_secs(10)).await?;
+
+    let jobs_per_backend: Vec<usize> = sims.iter().map(|s| s.spans.lock().unwrap().len()).collect();
+    let spans: Vec<Span> = sims
+        .iter()
+        .flat_map(|s| std::mem::take(&mut *s.spans.lock().unwrap()))
+        .collect();
+    let by_prompt: HashMap<&str, &Span> = spans.iter().map(|s| (s.prompt.as_str(), s)).collect();
+    let ms = |record: &Value, field: &str| -> anyhow::Result<f64> {
+        let at = record[field].as_str().context("a time")?;
+        Ok(chrono::DateTime::parse_from_rfc3339(at)?.timestamp_millis() as f64)
+    };
+    let mut overhead_ms = Vec::new();
+    let mut end_to_end_ms = Vec::new();
+    for record in &records {
+        let prompt = record["prompt"].as_str().unwrap_or("");
+        let span = by_prompt
+            .get(prompt)
+            .with_context(|| format!("no backend job for {prompt:?}"))?;
+        let job = (span.end - span.start).as_secs_f64() * 1000.0;
+        let finished = ms(record, "finished_at")?;
+        overhead_ms.push(finished - ms(record, "started_at")? - job);
+        end_to_end_ms.push(finished - ms(record, "created_at")? - job);
+    }
+
+    let first = spans.iter().map(|s| s.start).min().context("no jobs")?;
+    let from = first + Duration::from_secs(1);
+    let to = spans.iter().map(|s| s.start).max().context("no jobs")?;
+    if to <= from {
+        bail!("{name}: the backlog ran out within a second; give it more tasks");
+    }
+    let busy: f64 = spans
+        .iter()
+        .map(|s| {
+            let (a, b) = (s.start.max(from), s.end.min(to));
+            if b > a {
+                (b - a).as_secs_f64()
+            } else {
+                0.0
+            }
+        })
+        .sum();
+    let slots: usize = backends.iter().map(|(_, c)| c).sum();
+    let window = (to - from).as_secs_f64();
+    Ok(Measured {
+        busy: 100.0 * busy / (window * slots as f64),
+        window_secs: window,
+        overhead_ms,
+        end_to_end_ms,
+        jobs_per_backend,
+    })
+}
+
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+}
+
+impl Client {
+    async fn submit(&self, prompt: &str) -> anyhow::Result<String> {
+        let res = self
+            .http
+            .post(format!("{}/api/v1/imagine", self.base))
+            .header("Authorization", &self.key)
+            .json(&json!({ "prompt": prompt }))
+            .send()
+            .await?;
+        let status = res.status();
+        let answer: Value = res.json().await?;
+        if status != 200 {
+            bail!("imagine: {status} {answer}");
+        }
+        Ok(answer["task_id"].as_str().context("no task_id")?.to_string())
+    }
+
+    async fn finished(&self, id: &str) -> anyhow::Result<Value> {
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while Instant::now() < deadline {
+            let record: Value = self
+                .http
+                .get(format!("{}/api/v1/tasks/{id}", self.base))
+                .header("Authorization", &self.key)
+                .send()
+                .await?
+                .json()
+                .await?;
+            match record["status"].as_str() {
+                Some("finished") => return Ok(record),
+                Some("failed") => bail!("task {id} failed: {record}"),
+                _ => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+        bail!("task {id} did not finish within 300 s")
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    percentile(v, 0.5)
+}
+
+fn percentile(v: &[f64], p: f64) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
+    let quick = ctx.plan.run_secs < 10;
+    let scale = |n: usize| if quick { n / 2 } else { n };
+    let mut rows = Vec::new();
+    let mut details = serde_json::Map::new();
+
+    // (a) The busy share with a backlog: one backend, then three of different speeds.
+    let setups: [(&str, &str, Vec<(u64, usize)>, usize); 2] = [
+        (
+            "one",
+            "one backend (100 ms/job, concurrency 1)",
+            vec![(100, 1)],
+            scale(120),
+        ),
+        (
+            "three",
+            "three backends (100 ms x2, 200 ms x1, 400 ms x1 per job)",
+            vec![(100, 2), (200, 1), (400, 1)],
+            scale(300),
+        ),
+    ];
+    for (key, label, backends, tasks) in setups {
+        let m = measure(ctx, key, &backends, tasks, false).await?;
+        println!(
+            "   busy share, {label}: {:.1}% over {:.1} s ({tasks} tasks queued at once); \
+             easel's time per task under load: median {:.1} ms, p90 {:.1} ms",
+            m.busy,
+            m.window_secs,
+            median(&m.overhead_ms),
+            percentile(&m.overhead_ms, 0.9),
+        );
+        details.insert(
+            format!("busy_{key}"),
+            json!({"busy_pct": m.busy, "window_secs": m.window_secs, "tasks": tasks,
+                   "backends": backends, "jobs_per_backend": m.jobs_per_backend,
+                   "overhead_ms_median": median(&m.overhead_ms),
+                   "overhead_ms_p90": percentile(&m.overhead_ms, 0.9)}),
+        );
+        rows.push(
+            Row::new("backends", format!("busy share of {label}"), "%")
+                .value(&[m.busy])
+                .goal(format!(">= {BUSY_GOAL:.0}%"), m.busy >= BUSY_GOAL),
+        );
+    }
+
+    // (b) easel's own time per task, one task at a time.
+    let tasks = scale(60);
+    let m = measure(ctx, "alone", &[(100, 1)], tasks, true).await?;
+    let (p50, p90) = (median(&m.overhead_ms), percentile(&m.overhead_ms, 0.9));
+    let (e50, e90) = (median(&m.end_to_end_ms), percentile(&m.end_to_end_ms, 0.9));
+    println!(
+        "   easel's time per task on top of the backend's ({tasks} tasks one at a time, \
+         {IMAGE_SIZE} px): taken to finished {p50:.1} ms median, {p90:.1} ms p90; \
+         submitted to finished {e50:.1} ms median, {e90:.1} ms p90"
+    );
+    details.insert(
+        "overhead".into(),
+        json!({"tasks": tasks, "image_size": IMAGE_SIZE,
+               "taken_to_finished_ms": {"p50": p50, "p90": p90},
+               "submitted_to_finished_ms": {"p50": e50, "p90": e90}}),
+    );
+    rows.push(
+        Row::new(
+            "backends",
+            format!("easel's time per task beyond the backend's, taken to finished ({IMAGE_SIZE} px), p50 / p90"),
+            "ms",
+        )
+        .value(&[p50, p90])
+        .goal(format!("< {OVERHEAD_GOAL_MS:.0} ms median"), p50 < OVERHEAD_GOAL_MS),
+    );
+    rows.push(
+        Row::new(
+            "backends",
+            format!("the same, submitted to finished ({IMAGE_SIZE} px), p50 / p90"),
+            "ms",
+        )
+        .value(&[e50, e90]),
+    );
+    Ok((rows, Value::Object(details)))
+}
