@@ -77,14 +77,16 @@ impl Application {
             );
         }
         let mut config = config;
-        let capacity: usize = config.backends.iter().map(|b| b.concurrency).sum();
-        if config.workers > 0 && capacity > config.workers {
-            // Fewer generation slots than the backends take would leave them idle.
+        // Twice the backends' total concurrency: a backend's slot is freed as soon as it has
+        // answered, and another worker's task must be waiting for it then, while the first
+        // decodes and stores its images; fewer would leave backends idle.
+        let wanted: usize = 2 * config.backends.iter().map(|b| b.concurrency).sum::<usize>();
+        if config.workers > 0 && wanted > config.workers {
             tracing::info!(
-                workers = capacity,
-                "workers raised to the backends' total concurrency"
+                workers = wanted,
+                "workers raised to twice the backends' total concurrency"
             );
-            config.workers = capacity;
+            config.workers = wanted;
         }
         let config = Arc::new(config);
         let content_policy = ContentPolicy::new(&config.blocked_terms);

@@ -526,7 +526,10 @@ async fn openai_gets_the_fields_sizes_key_and_n_it_documents_and_both_answer_sha
     let (image, mask) = (&pan.files["image"], &pan.files["mask"]);
     assert!(image.width > image.height, "a right pan widens: {pan:?}");
     let transparent = |x: u32| mask.data[(x * 4 + 3) as usize] == 0;
-    assert!(!transparent(0) && transparent(mask.width - 1), "the new part is on the right");
+    assert!(
+        !transparent(0) && transparent(mask.width - 1),
+        "the new part is on the right"
+    );
 
     // A server that answers with URLs: easel fetches them, with the key (same origin).
     let urls = Arc::new(OpenAiMock {
@@ -613,7 +616,10 @@ async fn openai_failures_are_sorted_refusals_malformed_answers_retries_and_hangs
     }
     // Malformed answers fail it with what was wrong.
     let cases = [
-        (Fault::BadJson, "the backend's answer is not the images JSON"),
+        (
+            Fault::BadJson,
+            "the backend's answer is not the images JSON",
+        ),
         (Fault::BadBase64, "b64_json is not base64"),
         (Fault::NotImage, "image 1 from the backend"),
         (Fault::Count(3), "answered 3 images where 4 were asked for"),
@@ -647,7 +653,11 @@ async fn openai_failures_are_sorted_refusals_malformed_answers_retries_and_hangs
     // A hang is cut at the backend's timeout and tried again until the budget is spent.
     mock.script.set(Fault::Hang);
     let record = outcome(&app, "imagine", imagine()).await;
-    failed_with(&record, "backend unavailable: ", "timed out after 1s (backend oa)");
+    failed_with(
+        &record,
+        "backend unavailable: ",
+        "timed out after 1s (backend oa)",
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -659,7 +669,12 @@ async fn a_rejected_key_fails_the_task_without_showing_the_key() {
     let url = mock.start().await;
     let app = TestApp::spawn_with(|c| {
         c.backends = vec![
-            openai("right", &url, "sk-right", json!({"operations": ["imagine"]})),
+            openai(
+                "right",
+                &url,
+                "sk-right",
+                json!({"operations": ["imagine"]}),
+            ),
             openai(
                 "wrong",
                 &url,
@@ -723,19 +738,32 @@ async fn comfyui_gets_the_job_in_its_graph_and_its_progress_events_move_the_perc
     };
     assert_eq!(record["status"], "finished", "{record}");
     assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
-    let mut between: Vec<i64> = seen.iter().copied().filter(|p| (16..80).contains(p)).collect();
+    let mut between: Vec<i64> = seen
+        .iter()
+        .copied()
+        .filter(|p| (16..80).contains(p))
+        .collect();
     between.dedup();
-    assert!(between.len() >= 3, "the progress rises step by step: {seen:?}");
+    assert!(
+        between.len() >= 3,
+        "the progress rises step by step: {seen:?}"
+    );
 
     // The graph: the prompt in the sampler's text encoder, the task's seed in the sampler, the
     // size (multiples of 8, 3:2) and a batch of four in the empty latent.
     let sent = mock.prompts.lock().unwrap()[0].clone();
     let graph = &sent["prompt"];
     assert_eq!(graph["6"]["inputs"]["text"], "a lighthouse");
-    assert_eq!(graph["7"]["inputs"]["text"], "bad hands", "the negative is left");
+    assert_eq!(
+        graph["7"]["inputs"]["text"], "bad hands",
+        "the negative is left"
+    );
     assert_eq!(graph["3"]["inputs"]["seed"], record["seed"]);
     let latent = &graph["5"]["inputs"];
-    let (w, h) = (latent["width"].as_u64().unwrap(), latent["height"].as_u64().unwrap());
+    let (w, h) = (
+        latent["width"].as_u64().unwrap(),
+        latent["height"].as_u64().unwrap(),
+    );
     assert_eq!((w % 8, h % 8), (0, 0));
     assert!(w > h, "3:2 is wide");
     assert_eq!(latent["batch_size"], 4);
@@ -744,7 +772,10 @@ async fn comfyui_gets_the_job_in_its_graph_and_its_progress_events_move_the_perc
         (w as u32, h as u32)
     );
     let client = sent["client_id"].as_str().unwrap().to_string();
-    assert!(mock.sockets.lock().unwrap().contains(&client), "queued under the socket's client id");
+    assert!(
+        mock.sockets.lock().unwrap().contains(&client),
+        "queued under the socket's client id"
+    );
 
     // variations: the parent uploaded, named in the LoadImage node, its latent repeated to four.
     let parent = image(&app, &record["image_urls"][2]).await;
@@ -908,7 +939,12 @@ async fn two_backends_of_different_speeds_share_the_load_within_their_concurrenc
     let app = TestApp::spawn_with(|c| {
         c.backends = vec![
             openai("slow", &url_slow, "k", json!({"timeout": "20s"})),
-            openai("fast", &url_fast, "k", json!({"timeout": "20s", "concurrency": 2})),
+            openai(
+                "fast",
+                &url_fast,
+                "k",
+                json!({"timeout": "20s", "concurrency": 2}),
+            ),
         ];
     })
     .await;

@@ -29,8 +29,10 @@ use crate::Ctx;
 
 const BUSY_GOAL: f64 = 95.0;
 const OVERHEAD_GOAL_MS: f64 = 5.0;
-/// The images' long side, px.
+/// The images' long side, px; and a small size, to tell easel's fixed cost per task (HTTP, the
+/// store, the files' fsyncs) from its image work (decoding, the grid, encoding).
 const IMAGE_SIZE: u32 = 512;
+const SMALL_IMAGE_SIZE: u32 = 64;
 
 /// One job as the simulated backend saw it.
 struct Span {
@@ -129,6 +131,7 @@ async fn measure(
     backends: &[(u64, usize)],
     tasks: usize,
     one_at_a_time: bool,
+    image_size: u32,
 ) -> anyhow::Result<Measured> {
     let data = ctx.work.join(format!("backends-{name}"));
     fresh_dir(&data)?;
@@ -151,7 +154,7 @@ async fn measure(
             ("EASEL_DATA_DIR", data.display().to_string()),
             ("EASEL_LISTEN", "127.0.0.1:0".into()),
             ("EASEL_CONFIG", config.display().to_string()),
-            ("EASEL_IMAGE_SIZE", IMAGE_SIZE.to_string()),
+            ("EASEL_IMAGE_SIZE", image_size.to_string()),
         ],
         &data,
         "easel",
@@ -160,7 +163,10 @@ async fn measure(
     let client = Client {
         http: reqwest::Client::new(),
         base: server.url(""),
-        key: server.key.clone().context("a first key on a fresh data dir")?,
+        key: server
+            .key
+            .clone()
+            .context("a first key on a fresh data dir")?,
     };
     let mut records = Vec::with_capacity(tasks);
     if one_at_a_time {
@@ -250,7 +256,10 @@ impl Client {
         if status != 200 {
             bail!("imagine: {status} {answer}");
         }
-        Ok(answer["task_id"].as_str().context("no task_id")?.to_string())
+        Ok(answer["task_id"]
+            .as_str()
+            .context("no task_id")?
+            .to_string())
     }
 
     async fn finished(&self, id: &str) -> anyhow::Result<Value> {
@@ -309,21 +318,18 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
         ),
     ];
     for (key, label, backends, tasks) in setups {
-        let m = measure(ctx, key, &backends, tasks, false).await?;
+        let m = measure(ctx, key, &backends, tasks, false, IMAGE_SIZE).await?;
         println!(
-            "   busy share, {label}: {:.1}% over {:.1} s ({tasks} tasks queued at once); \
-             easel's time per task under load: median {:.1} ms, p90 {:.1} ms",
-            m.busy,
-            m.window_secs,
-            median(&m.overhead_ms),
-            percentile(&m.overhead_ms, 0.9),
+            "   busy share, {label}: {:.1}% over {:.1} s ({tasks} tasks queued at once, \
+             jobs per backend {:?})",
+            m.busy, m.window_secs, m.jobs_per_backend,
         );
         details.insert(
             format!("busy_{key}"),
             json!({"busy_pct": m.busy, "window_secs": m.window_secs, "tasks": tasks,
                    "backends": backends, "jobs_per_backend": m.jobs_per_backend,
-                   "overhead_ms_median": median(&m.overhead_ms),
-                   "overhead_ms_p90": percentile(&m.overhead_ms, 0.9)}),
+                   // Under load a task also waits for a free slot: not easel's own time.
+                   "taken_to_finished_minus_job_ms_median": median(&m.overhead_ms)}),
         );
         rows.push(
             Row::new("backends", format!("busy share of {label}"), "%")
@@ -332,38 +338,53 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
         );
     }
 
-    // (b) easel's own time per task, one task at a time.
+    // (b) easel's own time per task, one task at a time, at two image sizes.
     let tasks = scale(60);
-    let m = measure(ctx, "alone", &[(100, 1)], tasks, true).await?;
-    let (p50, p90) = (median(&m.overhead_ms), percentile(&m.overhead_ms, 0.9));
-    let (e50, e90) = (median(&m.end_to_end_ms), percentile(&m.end_to_end_ms, 0.9));
-    println!(
-        "   easel's time per task on top of the backend's ({tasks} tasks one at a time, \
-         {IMAGE_SIZE} px): taken to finished {p50:.1} ms median, {p90:.1} ms p90; \
-         submitted to finished {e50:.1} ms median, {e90:.1} ms p90"
-    );
-    details.insert(
-        "overhead".into(),
-        json!({"tasks": tasks, "image_size": IMAGE_SIZE,
-               "taken_to_finished_ms": {"p50": p50, "p90": p90},
-               "submitted_to_finished_ms": {"p50": e50, "p90": e90}}),
-    );
-    rows.push(
-        Row::new(
+    for (size, goal) in [(IMAGE_SIZE, true), (SMALL_IMAGE_SIZE, false)] {
+        let m = measure(
+            ctx,
+            &format!("alone-{size}"),
+            &[(100, 1)],
+            tasks,
+            true,
+            size,
+        )
+        .await?;
+        let (p50, p90) = (median(&m.overhead_ms), percentile(&m.overhead_ms, 0.9));
+        let (e50, e90) = (median(&m.end_to_end_ms), percentile(&m.end_to_end_ms, 0.9));
+        println!(
+            "   easel's time per task on top of the backend's ({tasks} tasks one at a time, \
+             {size} px): taken to finished {p50:.1} ms median, {p90:.1} ms p90; \
+             submitted to finished {e50:.1} ms median, {e90:.1} ms p90"
+        );
+        details.insert(
+            format!("overhead_{size}"),
+            json!({"tasks": tasks, "image_size": size,
+                   "taken_to_finished_ms": {"p50": p50, "p90": p90},
+                   "submitted_to_finished_ms": {"p50": e50, "p90": e90}}),
+        );
+        let row = Row::new(
             "backends",
-            format!("easel's time per task beyond the backend's, taken to finished ({IMAGE_SIZE} px), p50 / p90"),
+            format!("easel's time per task beyond the backend's, taken to finished ({size} px), p50 / p90"),
             "ms",
         )
-        .value(&[p50, p90])
-        .goal(format!("< {OVERHEAD_GOAL_MS:.0} ms median"), p50 < OVERHEAD_GOAL_MS),
-    );
-    rows.push(
-        Row::new(
-            "backends",
-            format!("the same, submitted to finished ({IMAGE_SIZE} px), p50 / p90"),
-            "ms",
-        )
-        .value(&[e50, e90]),
-    );
+        .value(&[p50, p90]);
+        rows.push(if goal {
+            row.goal(
+                format!("< {OVERHEAD_GOAL_MS:.0} ms median"),
+                p50 < OVERHEAD_GOAL_MS,
+            )
+        } else {
+            row
+        });
+        rows.push(
+            Row::new(
+                "backends",
+                format!("the same, submitted to finished ({size} px), p50 / p90"),
+                "ms",
+            )
+            .value(&[e50, e90]),
+        );
+    }
     Ok((rows, Value::Object(details)))
 }

@@ -12,7 +12,7 @@ pub mod procedural;
 pub mod raster;
 
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 
@@ -44,17 +44,50 @@ impl Job {
     }
 }
 
-/// Progress of one generation, 0..=100, written by the generator and read by the worker's heartbeat.
-#[derive(Clone, Debug, Default)]
-pub struct Progress(Arc<AtomicI64>);
+/// Progress of one generation, 0..=100, written by the generator and read by the worker's
+/// heartbeat; and, while the pool runs the job on a backend, that backend's slot, which the
+/// generator gives back as soon as the backend has answered ([`Progress::backend_done`]).
+#[derive(Clone, Default)]
+pub struct Progress {
+    percent: Arc<AtomicI64>,
+    slot: Option<Arc<Mutex<Option<pool::Slot>>>>,
+}
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Progress").field(&self.get()).finish()
+    }
+}
 
 impl Progress {
     pub fn report(&self, percent: i64) {
-        self.0.fetch_max(percent.clamp(0, 100), Ordering::Relaxed);
+        self.percent
+            .fetch_max(percent.clamp(0, 100), Ordering::Relaxed);
     }
 
     pub fn get(&self) -> i64 {
-        self.0.load(Ordering::Relaxed)
+        self.percent.load(Ordering::Relaxed)
+    }
+
+    /// The same progress, carrying `slot` until the generator calls `backend_done` (or the
+    /// holder takes it back).
+    pub(crate) fn holding(&self, slot: pool::Slot) -> (Progress, Arc<Mutex<Option<pool::Slot>>>) {
+        let held = Arc::new(Mutex::new(Some(slot)));
+        let progress = Progress {
+            percent: self.percent.clone(),
+            slot: Some(held.clone()),
+        };
+        (progress, held)
+    }
+
+    /// The backend has sent everything this job needs from it: its slot goes to the next job
+    /// while the answer is decoded, encoded and stored here, so that the backend does not wait
+    /// for easel.
+    pub fn backend_done(&self) {
+        if let Some(slot) = &self.slot {
+            let freed = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+            drop(freed);
+        }
     }
 }
 

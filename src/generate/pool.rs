@@ -93,6 +93,23 @@ impl Member {
     }
 }
 
+/// A job's place on a backend: its concurrency permit and its count in flight, given back when
+/// dropped (by the adapter's `Progress::backend_done`, or when the job ends).
+pub struct Slot {
+    member: Arc<Member>,
+    permit: Option<OwnedSemaphorePermit>,
+    changed: Arc<Notify>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        // The permit first: a job woken by the signal must find the slot free.
+        drop(self.permit.take());
+        self.member.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.changed.notify_waiters();
+    }
+}
+
 /// Every backend, as one generator.
 pub struct Pool {
     members: Vec<Arc<Member>>,
@@ -266,10 +283,15 @@ impl Pool {
                 continue;
             };
             member.in_flight.fetch_add(1, Ordering::Relaxed);
-            let result = member.generator.run(job, progress).await;
-            member.in_flight.fetch_sub(1, Ordering::Relaxed);
-            drop(permit);
-            self.changed.notify_waiters();
+            let (on_backend, held) = progress.holding(Slot {
+                member: member.clone(),
+                permit: Some(permit),
+                changed: self.changed.clone(),
+            });
+            let result = member.generator.run(job, &on_backend).await;
+            // Given back here if the adapter did not give it back earlier.
+            let slot = held.lock().unwrap_or_else(|e| e.into_inner()).take();
+            drop(slot);
             match result {
                 Ok(product) => {
                     member.succeeded();
@@ -353,6 +375,11 @@ mod tests {
         running: AtomicUsize,
         most: AtomicUsize,
         kinds: Vec<OpKind>,
+        /// Time spent after `backend_done` (decoding, as an adapter does), and the jobs in it.
+        after: Duration,
+        after_running: AtomicUsize,
+        /// Whether a job started on the backend while another was still in its `after` time.
+        overlapped: AtomicBool,
     }
 
     impl Fake {
@@ -366,6 +393,9 @@ mod tests {
                 running: AtomicUsize::new(0),
                 most: AtomicUsize::new(0),
                 kinds: vec![OpKind::Imagine, OpKind::Shorten],
+                after: Duration::ZERO,
+                after_running: AtomicUsize::new(0),
+                overlapped: AtomicBool::new(false),
             })
         }
     }
@@ -380,15 +410,24 @@ mod tests {
         fn run<'a>(
             &'a self,
             _job: &'a Job,
-            _progress: &'a Progress,
+            progress: &'a Progress,
         ) -> BoxFuture<'a, Result<Product, GenerateError>> {
             Box::pin(async move {
                 let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
                 self.most.fetch_max(now, Ordering::SeqCst);
+                if self.after_running.load(Ordering::SeqCst) > 0 {
+                    self.overlapped.store(true, Ordering::SeqCst);
+                }
                 tokio::time::sleep(self.delay).await;
                 self.running.fetch_sub(1, Ordering::SeqCst);
                 if self.broken.load(Ordering::SeqCst) {
                     return Err(GenerateError::transient("connection refused"));
+                }
+                if !self.after.is_zero() {
+                    self.after_running.fetch_add(1, Ordering::SeqCst);
+                    progress.backend_done();
+                    tokio::time::sleep(self.after).await;
+                    self.after_running.fetch_sub(1, Ordering::SeqCst);
                 }
                 self.jobs.fetch_add(1, Ordering::SeqCst);
                 Ok(Product::Text(vec![self.name.clone()]))
@@ -461,6 +500,25 @@ mod tests {
         );
         assert!(f > s * 3, "fast {f}, slow {s}");
         assert!(s > 0, "the slow one works too");
+    }
+
+    #[tokio::test]
+    async fn a_backend_that_has_answered_takes_the_next_job_while_the_answer_is_decoded() {
+        let mut fake = Fake::new("one", 30);
+        Arc::get_mut(&mut fake).unwrap().after = Duration::from_millis(300);
+        let pool = pool(&[(&fake, 1)]);
+        let names = run_many(&pool, 3, Operation::Imagine).await;
+        assert_eq!(names.len(), 3);
+        assert_eq!(
+            fake.most.load(Ordering::SeqCst),
+            1,
+            "one job at a time on it"
+        );
+        assert!(
+            fake.overlapped.load(Ordering::SeqCst),
+            "a job ran on it while another's answer was decoded"
+        );
+        assert_eq!(pool.health()[0].in_flight, 0);
     }
 
     #[tokio::test]

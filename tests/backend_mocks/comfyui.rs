@@ -90,7 +90,10 @@ impl ComfyMock {
             .route("/interrupt", post(interrupt))
             .route("/upload/image", post(upload))
             .route("/view", get(view))
-            .route("/system_stats", get(|| async { Json(json!({"system": {}})) }))
+            .route(
+                "/system_stats",
+                get(|| async { Json(json!({"system": {}})) }),
+            )
             .route("/ws", get(socket))
             .with_state(self.clone());
         super::serve(app).await
@@ -162,7 +165,10 @@ fn linked<'g>(graph: &'g Value, node: &str, input: &str) -> Option<(String, &'g 
 }
 
 /// Check the graph as ComfyUI would before queueing it; the size and count of its images.
-fn validate(graph: &Value, uploads: &[(String, RgbaImage)]) -> Result<((u32, u32), usize), Response> {
+fn validate(
+    graph: &Value,
+    uploads: &[(String, RgbaImage)],
+) -> Result<((u32, u32), usize), Response> {
     let nodes = graph.as_object().unwrap();
     let sampler = nodes
         .iter()
@@ -396,7 +402,11 @@ async fn forward(
     mut events: broadcast::Receiver<(String, String)>,
 ) {
     let hello = json!({"type": "status", "data": {"status": {"exec_info": {"queue_remaining": 0}}, "sid": client}});
-    if ws.send(Message::Text(hello.to_string().into())).await.is_err() {
+    if ws
+        .send(Message::Text(hello.to_string().into()))
+        .await
+        .is_err()
+    {
         return;
     }
     loop {

@@ -274,6 +274,7 @@ impl ComfyUi {
             );
             progress.report(80 + 15 * (k as i64 + 1) / count as i64);
         }
+        progress.backend_done();
         tokio::task::spawn_blocking(move || {
             let images = fetched
                 .iter()

@@ -259,6 +259,7 @@ impl OpenAi {
         progress.report(80);
         let files = try_join_all(images.into_iter().map(|a| self.image_bytes(a))).await?;
         progress.report(90);
+        progress.backend_done();
         blocking(move || grid(&files)).await?
     }
 

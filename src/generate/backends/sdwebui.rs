@@ -187,10 +187,12 @@ impl SdWebUi {
             Call::Done(product) => Ok(product),
             Call::Images { path, body } => {
                 let answer = self.post_job(path, body, progress).await?;
+                progress.backend_done();
                 blocking(move || images_product(&answer, &name)).await
             }
             Call::Upscale { body } => {
                 let answer = self.post_job(EXTRA, body, progress).await?;
+                progress.backend_done();
                 blocking(move || upscale_product(&answer)).await
             }
             Call::Describe {
@@ -199,6 +201,7 @@ impl SdWebUi {
                 height,
             } => {
                 let answer = self.post_job(INTERROGATE, body, progress).await?;
+                progress.backend_done();
                 describe_product(&answer, width, height)
             }
         }
