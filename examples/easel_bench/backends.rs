@@ -296,6 +296,9 @@ fn percentile(v: &[f64], p: f64) -> f64 {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
+/// A busy-share run: its key, its label, its backends (ms per job, concurrency), its tasks.
+type Setup = (&'static str, &'static str, Vec<(u64, usize)>, usize);
+
 pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
     let quick = ctx.plan.run_secs < 10;
     let scale = |n: usize| if quick { n / 2 } else { n };
@@ -303,7 +306,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
     let mut details = serde_json::Map::new();
 
     // (a) The busy share with a backlog: one backend, then three of different speeds.
-    let setups: [(&str, &str, Vec<(u64, usize)>, usize); 2] = [
+    let setups: [Setup; 2] = [
         (
             "one",
             "one backend (100 ms/job, concurrency 1)",

@@ -228,10 +228,7 @@ async fn generations(
         files: BTreeMap::new(),
         at: Instant::now(),
     });
-    if !body["prompt"]
-        .as_str()
-        .is_some_and(|p| !p.trim().is_empty())
-    {
+    if body["prompt"].as_str().is_none_or(|p| p.trim().is_empty()) {
         return invalid("prompt is required".into());
     }
     let n = body["n"].as_u64().unwrap_or(1) as usize;
