@@ -8,7 +8,7 @@ mod health;
 mod json;
 pub mod record;
 mod submit;
-mod tasks;
+pub mod tasks;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -119,6 +119,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/faceswap"),
     ("post", "/api/v1/fetch"),
     ("post", "/api/v1/fetch-many"),
+    ("get", "/api/v1/tasks"),
     ("get", "/api/v1/tasks/{task_id}"),
     ("post", "/api/v1/tasks/{task_id}/redeliver"),
     ("get", "/api/v1/tasks/{task_id}/webhook-attempts"),
@@ -177,6 +178,7 @@ fn router(state: AppState) -> Router {
     }
     api.route("/api/v1/fetch", post(tasks::fetch))
         .route("/api/v1/fetch-many", post(tasks::fetch_many))
+        .route("/api/v1/tasks", get(tasks::list_tasks))
         .route("/api/v1/tasks/{task_id}", get(tasks::get_task))
         .route("/api/v1/tasks/{task_id}/redeliver", post(tasks::redeliver))
         .route(

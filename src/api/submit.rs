@@ -106,6 +106,15 @@ async fn accept(
             task_id
         }
         Submitted::KeyNotLive => return Err(ApiError::Unauthorized),
+        Submitted::InsufficientCredits => {
+            return Err(ApiError::InsufficientCredits {
+                msg: format!(
+                    "{}: the account's credits do not cover this operation, which costs {}",
+                    task.task_type(),
+                    task.cost
+                ),
+            })
+        }
         Submitted::QuotaFull => {
             return Err(ApiError::TooManyRequests {
                 msg: format!(
@@ -515,6 +524,7 @@ impl Draft {
             parent_seq,
             webhook_url: self.webhook_url,
             webhook_secret: self.webhook_secret,
+            cost: state.config.cost(kind),
         })
     }
 }
