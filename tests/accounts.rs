@@ -67,12 +67,12 @@ async fn submits_spend_credits_402_when_short_and_failed_tasks_give_them_back() 
         c.costs.insert("shorten".into(), 2);
     })
     .await;
-    let (account, key) = account_with(&app, "payer@example.com", Some(10)).await;
-    assert_eq!(balance(&app, &key).await, json!(10));
+    let (account, key) = account_with(&app, "payer@example.com", Some(7)).await;
+    assert_eq!(balance(&app, &key).await, json!(7));
 
-    // 3 + 3 + 3 = 9 of 10: a fourth imagine is refused, and stores nothing.
+    // 3 + 3 of 7: a third imagine is refused, and stores nothing.
     let mut ids = Vec::new();
-    for prompt in ["a red fox", "a blue fox", "nsfw fox"] {
+    for prompt in ["a red fox", "a blue fox"] {
         let (status, body) = app
             .post_as(&key, "/api/v1/imagine", &json!({ "prompt": prompt }))
             .await;
@@ -93,15 +93,21 @@ async fn submits_spend_credits_402_when_short_and_failed_tasks_give_them_back() 
         .as_str()
         .unwrap()
         .contains("costs 3"));
-    // A cheaper operation still fits: the balance, not a count of tasks, decides.
     let (status, body) = app
         .post_as(&key, "/api/v1/shorten", &json!({ "prompt": "a fox" }))
         .await;
     assert_eq!(status, 402, "2 credits are more than 1: {body}");
     let (_, listed) = app.get_as(&key, "/api/v1/tasks?limit=100").await;
-    assert_eq!(listed["tasks"].as_array().unwrap().len(), 3, "{listed}");
+    assert_eq!(listed["tasks"].as_array().unwrap().len(), 2, "{listed}");
 
-    // The blocked prompt fails at the worker; its 3 credits come back with its failure.
+    // An operator adds 3; a blocked prompt spends them, fails at the worker, and its 3 credits
+    // come back with its failure.
+    assert!(app.store.set_credits(&account, Some(4)).await.unwrap());
+    let (status, body) = app
+        .post_as(&key, "/api/v1/imagine", &json!({ "prompt": "nsfw fox" }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    ids.push(body["task_id"].as_str().unwrap().to_string());
     let failed = wait_final(&app, &key, &ids[2]).await;
     assert_eq!(failed["status"], "failed", "{failed}");
     for id in &ids[..2] {
@@ -115,9 +121,10 @@ async fn submits_spend_credits_402_when_short_and_failed_tasks_give_them_back() 
     assert_eq!(
         reasons,
         [
-            ("signup", 10),
+            ("signup", 7),
             ("submit", -3),
             ("submit", -3),
+            ("admin", 3),
             ("submit", -3),
             ("refund", 3)
         ]
