@@ -15,6 +15,7 @@ pub mod generate;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod web;
 pub mod webhooks;
 pub mod worker;
 
