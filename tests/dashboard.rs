@@ -413,7 +413,7 @@ async fn accounts_never_see_each_others_tasks_or_keys() {
     assert!(own.body.contains("alice secret lighthouse"));
     assert_eq!(
         alice
-            .get(&format!("/tasks/{task}/image/1?w=160"))
+            .get(&format!("/tasks/{task}/image/1?w=96"))
             .await
             .status,
         200
@@ -429,7 +429,7 @@ async fn accounts_never_see_each_others_tasks_or_keys() {
     for path in [
         format!("/tasks/{task}"),
         format!("/tasks/{task}/progress"),
-        format!("/tasks/{task}/image/0?w=160"),
+        format!("/tasks/{task}/image/0?w=96"),
         format!("/tasks/{task}/image/1?w=320"),
     ] {
         let page = bob.get(&path).await;

@@ -20,9 +20,13 @@ use crate::store::{Redelivery, Task, TaskFilter};
 
 /// Tasks on one page of the list.
 pub const PAGE_SIZE: u32 = 24;
-/// The widths images are scaled to: thumbnails in lists, previews on a task's page.
-pub const THUMB_WIDTH: u32 = 160;
+/// The widths images are scaled to, and their JPEG quality: thumbnails in lists (shown at 72 CSS
+/// pixels), previews on a task's page. Thumbnails are small and rough so that a full page of
+/// tasks stays under 100 KB (docs/benchmarks.md, "Dashboard page weight").
+pub const THUMB_WIDTH: u32 = 96;
+const THUMB_QUALITY: u8 = 70;
 pub const PREVIEW_WIDTH: u32 = 320;
+const PREVIEW_QUALITY: u8 = 80;
 /// Scaled images kept in memory; past this the cache starts again empty.
 const SCALED_CACHE_MAX: usize = 512;
 
@@ -436,7 +440,7 @@ pub struct ImageQuery {
 static SCALED: LazyLock<Mutex<HashMap<(String, u32), Bytes>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 
-/// `GET /tasks/{task_id}/image/{n}?w=160|320`: image `n` of the account's task (0: the grid or
+/// `GET /tasks/{task_id}/image/{n}?w=96|320`: image `n` of the account's task (0: the grid or
 /// the single image, 1 to 4: a grid's images) scaled down to JPEG, so that lists of tasks stay
 /// light. Kept by browsers for good: the image at a key never changes.
 pub async fn thumbnail(
@@ -501,7 +505,12 @@ pub async fn thumbnail(
 fn scale(png: &[u8], width: u32) -> anyhow::Result<Bytes> {
     let img = image::load_from_memory_with_format(png, image::ImageFormat::Png)?;
     let small = img.thumbnail(width, width).to_rgb8();
+    let quality = if width == THUMB_WIDTH {
+        THUMB_QUALITY
+    } else {
+        PREVIEW_QUALITY
+    };
     let mut out = Vec::new();
-    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 80).encode_image(&small)?;
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, quality).encode_image(&small)?;
     Ok(Bytes::from(out))
 }

@@ -8,7 +8,9 @@
 // target/screenshots), outside what git tracks.
 //
 // Run by scripts/test.sh after cargo has built target/debug/easel. Environment: EASEL_BIN (the
-// binary), CHROMIUM (the browser; default: chromium on the PATH), EASEL_SCREENSHOTS.
+// binary), CHROMIUM (the browser; default: chromium on the PATH), EASEL_SCREENSHOTS,
+// EASEL_IMAGE_SIZE (of the generated images; default 256), EASEL_EXTRA_TASKS (more tasks on the
+// tasks page before its weight is measured; default none).
 
 import { spawn, spawnSync } from "node:child_process";
 import { createServer } from "node:http";
@@ -74,7 +76,8 @@ function startEasel(dir) {
     ...process.env,
     EASEL_DATA_DIR: join(dir, "data"),
     EASEL_LISTEN: "127.0.0.1:0",
-    EASEL_IMAGE_SIZE: "256",
+    // Small images keep the test quick; bench/page-weight measures at easel's default size.
+    EASEL_IMAGE_SIZE: process.env.EASEL_IMAGE_SIZE || "256",
     EASEL_POLL_INTERVAL: "100ms",
     EASEL_WEBHOOK_ALLOW_HTTP: "true",
     EASEL_WEBHOOK_ALLOW_PRIVATE: "true",
@@ -330,7 +333,21 @@ async function main() {
     await admin.goto(`${base}/tasks/${taskId}`);
     await admin.getByRole("heading", { name: "Not found" }).waitFor();
 
-    // The weight of each main page, nothing cached, at desktop width.
+    // The weight of each main page, nothing cached, at desktop width; with EASEL_EXTRA_TASKS
+    // (bench/page-weight) the tasks page is first filled with that many more tasks.
+    const extra = Number(process.env.EASEL_EXTRA_TASKS || 0);
+    const more = [];
+    for (let i = 0; i < extra; i++) {
+      const r = await api(base, key, "POST", "/api/v1/imagine", { prompt: `a quiet harbour, study ${i}` });
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+      more.push(r.body.task_id);
+    }
+    for (const id of more) {
+      await waitFor("the extra tasks", async () => {
+        const t = await api(base, key, "GET", `/api/v1/tasks/${id}`);
+        return t.body.status === "finished";
+      }, 300000);
+    }
     const session = await desktop.storageState();
     const weights = [];
     for (const [name, path, state] of [
