@@ -561,3 +561,118 @@ async fn assets_are_embedded_and_cached_for_good() {
     let stale = b.get("/assets/easel.000000000000.css").await;
     assert_eq!(stale.status, 404);
 }
+
+#[tokio::test]
+async fn the_signing_secret_is_shown_and_rotated_on_request_only() {
+    let app = TestApp::spawn().await;
+    let mut b = Browser::new(&app);
+    b.sign_up("secret@example.com", PASSWORD).await;
+    let account = app
+        .store
+        .account_by_email("secret@example.com")
+        .await
+        .unwrap()
+        .unwrap();
+    let page = b.get("/account").await;
+    assert_eq!(page.status, 200);
+    assert!(
+        !page.body.contains(&account.signing_secret),
+        "not shown until asked"
+    );
+    let csrf = page.csrf();
+    assert_eq!(b.post("/account/secret", &[]).await.status, 403);
+    let shown = b.post("/account/secret", &[("csrf", &csrf)]).await;
+    assert!(shown.body.contains(&account.signing_secret));
+    let rotated = b.post("/account/secret/rotate", &[("csrf", &csrf)]).await;
+    assert_eq!(rotated.status, 200);
+    let after = app
+        .store
+        .account_by_email("secret@example.com")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(after.signing_secret, account.signing_secret);
+    assert!(after.signing_secret.starts_with("whsec_"));
+    assert!(rotated.body.contains(&after.signing_secret));
+}
+
+#[tokio::test]
+async fn operators_see_every_account_and_can_disable_one_or_set_its_credits() {
+    let app = TestApp::spawn().await;
+    // The first account is the operator; its password as `easel accounts set-password` sets it.
+    let admin = app.store.first_account().await.unwrap().unwrap();
+    let hash = easel::accounts::hash_password(PASSWORD.into())
+        .await
+        .unwrap();
+    assert!(app.store.set_password(&admin.id, &hash).await.unwrap());
+    let mut op = Browser::new(&app);
+    assert_eq!(op.sign_in(&admin.email, PASSWORD).await.status, 303);
+
+    let mut bob = Browser::new(&app);
+    bob.sign_up("bob-op@example.com", PASSWORD).await;
+    let key = bob.create_key("bob's").await;
+    let bob_id = app
+        .store
+        .account_by_email("bob-op@example.com")
+        .await
+        .unwrap()
+        .unwrap()
+        .id;
+
+    let page = op.get("/admin").await;
+    assert_eq!(page.status, 200);
+    for part in [
+        "bob-op@example.com",
+        "Queue",
+        "procedural",
+        "Failing webhook destinations",
+    ] {
+        assert!(page.body.contains(part), "{part}");
+    }
+    let csrf = page.csrf();
+    let path = format!("/admin/accounts/{bob_id}");
+    let set = op
+        .post(
+            &path,
+            &[("csrf", &csrf), ("action", "credits"), ("credits", "7")],
+        )
+        .await;
+    assert_eq!(set.status, 303);
+    let (_, account) = app.get_as(&key, "/api/v1/account").await;
+    assert_eq!(account["credits"], 7, "{account}");
+    let bad = op
+        .post(
+            &path,
+            &[("csrf", &csrf), ("action", "credits"), ("credits", "-3")],
+        )
+        .await;
+    assert_eq!(bad.status, 400);
+
+    let disabled = op
+        .post(&path, &[("csrf", &csrf), ("action", "disable")])
+        .await;
+    assert_eq!(disabled.status, 303);
+    assert_eq!(
+        app.get_as(&key, "/api/v1/account").await.0,
+        401,
+        "keys refused"
+    );
+    assert_eq!(bob.get("/keys").await.status, 303, "the session is over");
+    assert_eq!(
+        bob.sign_in("bob-op@example.com", PASSWORD).await.status,
+        401
+    );
+
+    // Not on itself, and not without the token.
+    let own = op
+        .post(
+            &format!("/admin/accounts/{}", admin.id),
+            &[("csrf", &csrf), ("action", "disable")],
+        )
+        .await;
+    assert_eq!(own.status, 200);
+    assert!(own.body.contains("cannot disable your own account"));
+    let enable = op.post(&path, &[("action", "enable")]).await;
+    assert_eq!(enable.status, 403);
+    assert_eq!(app.get_as(&key, "/api/v1/account").await.0, 401);
+}
