@@ -353,7 +353,10 @@ pub async fn page(
     let webhook = task.webhook.as_ref().map(|w| {
         fact(
             &w.url,
-            format!("{} after {} attempt(s)", w.status, w.attempts),
+            format!(
+                "{}, {} attempt(s) in its latest schedule",
+                w.status, w.attempts
+            ),
         )
     });
     let attempts = attempts
