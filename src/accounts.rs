@@ -25,6 +25,27 @@ pub const PASSWORD_CHARS: std::ops::RangeInclusive<usize> = 10..=1024;
 /// Longest email accepted (RFC 5321's path limit).
 pub const EMAIL_MAX_CHARS: usize = 254;
 
+/// Longest API key name, in characters.
+pub const KEY_NAME_MAX_CHARS: usize = 64;
+
+/// A key's name as stored (trimmed), if it is 1 to [`KEY_NAME_MAX_CHARS`] characters without
+/// control characters.
+pub fn key_name_rules(name: &str) -> Result<String, String> {
+    let name = name.trim();
+    if name.is_empty() {
+        return Err("name: must not be empty".into());
+    }
+    if name.chars().count() > KEY_NAME_MAX_CHARS {
+        return Err(format!(
+            "name: must have at most {KEY_NAME_MAX_CHARS} characters"
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Err("name: must not hold control characters".into());
+    }
+    Ok(name.to_string())
+}
+
 /// Whether `password` may be set; the reason when not, to show as it is.
 pub fn password_rules(password: &str) -> Result<(), String> {
     let n = password.chars().count();
@@ -210,6 +231,15 @@ mod tests {
         assert!(password_rules(&"x".repeat(1024)).is_ok());
         let e = password_rules(&"x".repeat(1025)).unwrap_err();
         assert!(e.starts_with("password:"), "{e}");
+    }
+
+    #[test]
+    fn key_names_are_trimmed_and_bounded() {
+        assert_eq!(key_name_rules("  laptop ").unwrap(), "laptop");
+        assert!(key_name_rules("   ").is_err());
+        assert!(key_name_rules(&"k".repeat(64)).is_ok());
+        assert!(key_name_rules(&"k".repeat(65)).is_err());
+        assert!(key_name_rules("a\nb").is_err());
     }
 
     #[test]

@@ -273,7 +273,7 @@ pub async fn sign_up(
 }
 
 /// `password: must have...` as the page says it: `Password: must have...`.
-fn sentence(problem: &str) -> String {
+pub(super) fn sentence(problem: &str) -> String {
     let mut chars = problem.chars();
     match chars.next() {
         Some(first) => first.to_uppercase().chain(chars).collect::<String>() + ".",

@@ -10,9 +10,6 @@ use super::session::{Posted, SignedIn};
 use super::{render, render_status, when, Layout, WebError};
 use crate::api::AppState;
 
-/// Longest key name, in characters.
-pub const KEY_NAME_MAX: usize = 100;
-
 pub struct KeyView {
     id: String,
     name: String,
@@ -94,27 +91,20 @@ pub async fn create(
     State(state): State<AppState>,
     Posted { user, form }: Posted<CreateForm>,
 ) -> Result<Response, WebError> {
-    let name = form.name.trim().to_string();
-    let problem = if name.is_empty() {
-        Some("Name: give the key a name, such as the program that will use it.".to_string())
-    } else if name.chars().count() > KEY_NAME_MAX {
-        Some(format!("Name: at most {KEY_NAME_MAX} characters."))
-    } else if name.chars().any(char::is_control) {
-        Some("Name: no control characters.".to_string())
-    } else {
-        None
+    let name = match crate::accounts::key_name_rules(&form.name) {
+        Ok(name) => name,
+        Err(problem) => {
+            return keys_page(
+                &state,
+                &user,
+                StatusCode::BAD_REQUEST,
+                None,
+                Some(super::auth::sentence(&problem)),
+                form.name,
+            )
+            .await;
+        }
     };
-    if let Some(problem) = problem {
-        return keys_page(
-            &state,
-            &user,
-            StatusCode::BAD_REQUEST,
-            None,
-            Some(problem),
-            name,
-        )
-        .await;
-    }
     let secret = crate::auth::create_key(state.store.as_ref(), &user.account.id, &name)
         .await
         .map_err(WebError::Internal)?;
