@@ -474,6 +474,16 @@ async fn revoking_a_key_on_the_page_refuses_it_at_once() {
     let app = TestApp::spawn().await;
     let mut b = Browser::new(&app);
     b.sign_up("revoke@example.com", PASSWORD).await;
+    let page = b.get("/keys").await;
+    let unnamed = b
+        .post("/keys", &[("csrf", &page.csrf()), ("name", "  ")])
+        .await;
+    assert_eq!(unnamed.status, 400);
+    assert!(
+        unnamed.body.contains("Name: must not be empty"),
+        "{}",
+        unnamed.body
+    );
     let key = b.create_key("short-lived").await;
     assert_eq!(app.get_as(&key, "/api/v1/account").await.0, 200);
     let keys = b.get("/keys").await;
@@ -675,4 +685,103 @@ async fn operators_see_every_account_and_can_disable_one_or_set_its_credits() {
     let enable = op.post(&path, &[("action", "enable")]).await;
     assert_eq!(enable.status, 403);
     assert_eq!(app.get_as(&key, "/api/v1/account").await.0, 401);
+}
+
+#[tokio::test]
+async fn the_playground_submits_with_the_accounts_own_keys_only() {
+    let app = TestApp::spawn().await;
+    let mut b = Browser::new(&app);
+    b.sign_up("play@example.com", PASSWORD).await;
+    let key = b.create_key("playground").await;
+    let page = b.get("/playground").await;
+    assert_eq!(page.status, 200);
+    let csrf = page.csrf();
+
+    // Another account's key (the first account's) is refused, and nothing is submitted.
+    let theirs = b
+        .post(
+            "/playground",
+            &[
+                ("csrf", &csrf),
+                ("key", &app.key),
+                ("operation", "imagine"),
+                ("prompt", "not mine"),
+            ],
+        )
+        .await;
+    assert_eq!(theirs.status, 200);
+    assert!(
+        theirs.body.contains("paste one of this account"),
+        "{}",
+        theirs.body
+    );
+    // The API's own validation speaks through the playground.
+    let empty = b
+        .post(
+            "/playground",
+            &[("csrf", &csrf), ("key", &key), ("operation", "imagine")],
+        )
+        .await;
+    assert!(empty.body.contains("prompt"), "{}", empty.body);
+    let bad_extra = b
+        .post(
+            "/playground",
+            &[
+                ("csrf", &csrf),
+                ("key", &key),
+                ("operation", "imagine"),
+                ("prompt", "x"),
+                ("extra", "[1, 2]"),
+            ],
+        )
+        .await;
+    assert!(bad_extra.body.contains("JSON object"), "{}", bad_extra.body);
+
+    let ok = b
+        .post(
+            "/playground",
+            &[
+                ("csrf", &csrf),
+                ("key", &key),
+                ("operation", "imagine"),
+                ("prompt", "a playground kite"),
+                ("extra", r#"{"aspect_ratio": "3:2"}"#),
+            ],
+        )
+        .await;
+    assert_eq!(ok.status, 200);
+    // The fragment polls the task's progress until it is final.
+    let at = ok
+        .body
+        .find("hx-get=\"/tasks/")
+        .expect("a polling fragment");
+    let id = &ok.body[at + "hx-get=\"/tasks/".len()..][..36];
+    let task: uuid::Uuid = id.parse().unwrap();
+    let (status, record) = app.get_as(&key, &format!("/api/v1/tasks/{task}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(record["prompt"], "a playground kite");
+    assert_eq!(record["aspect_ratio"], "3:2");
+    let progress = common::wait_for(Duration::from_secs(20), || async {
+        let p = b_progress(&app, &b.cookie_header(), task).await;
+        (!p.contains("hx-get")).then_some(p)
+    })
+    .await
+    .expect("the fragment stops polling once the task is final");
+    assert!(progress.contains("finished"));
+    assert_eq!(progress.matches("<img").count(), 5);
+    // Only one task was made: the refused forms made none.
+    let (_, list) = app.get_as(&key, "/api/v1/tasks").await;
+    assert_eq!(list["tasks"].as_array().unwrap().len(), 1, "{list}");
+}
+
+async fn b_progress(app: &TestApp, cookies: &str, task: uuid::Uuid) -> String {
+    reqwest::Client::new()
+        .get(app.url(&format!("/tasks/{task}/progress")))
+        .header("cookie", cookies)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }
