@@ -96,9 +96,10 @@ async fn admin_page(
             deliveries: d.deliveries,
             last: when(d.last_failed_at),
             outcome: match (d.last_status_code, d.last_error) {
-                (Some(c), Some(e)) => format!("HTTP {c}: {e}"),
+                // The recorded error names the status already when there was one.
+                (Some(c), Some(e)) if !e.contains(&c.to_string()) => format!("HTTP {c}: {e}"),
+                (_, Some(e)) => e,
                 (Some(c), None) => format!("HTTP {c}"),
-                (None, Some(e)) => e,
                 (None, None) => String::new(),
             },
         })
