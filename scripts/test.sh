@@ -6,8 +6,11 @@
 #     target/ and started by scripts/s3-server.sh for the run), and the store conformance
 #     suite against both SQLite and PostgreSQL (a fresh database made by
 #     scripts/test-postgres.sh);
-#  2. the integration suites again with PostgreSQL as the store (EASEL_TEST_STORE=postgres);
-#  3. schemathesis (installed from PyPI into target/) against the running API's OpenAPI document.
+#  2. the dashboard in a real headless Chromium with axe-core (scripts/browser-test.sh, npm
+#     packages from tests/browser/package-lock.json; skipped with one line where there is no
+#     chromium, except under CI=true);
+#  3. the integration suites again with PostgreSQL as the store (EASEL_TEST_STORE=postgres);
+#  4. schemathesis (installed from PyPI into target/) against the running API's OpenAPI document.
 # Needs the Rust toolchain, Python 3 and, for the PostgreSQL half, a PostgreSQL server with psql
 # (skipped with one line where there is none, except under CI=true); run from anywhere inside
 # the repository.
@@ -22,10 +25,14 @@ source scripts/test-postgres.sh
 trap 'kill "$EASEL_TEST_S3_PID" 2>/dev/null || true; test_postgres_drop' EXIT
 cargo test --locked --all-targets "$@"
 
+echo "== the dashboard in a real browser"
+bash scripts/browser-test.sh
+
 if [ -n "${EASEL_TEST_POSTGRES:-}" ]; then
   echo "== the integration suites again, on PostgreSQL"
   EASEL_TEST_STORE=postgres cargo test --locked \
-    --test api --test tasks --test webhooks --test reliability --test fuzz --test operations "$@"
+    --test api --test tasks --test webhooks --test reliability --test fuzz --test operations \
+    --test accounts --test dashboard "$@"
 fi
 
 SCHEMATHESIS_MAX_TIME="${SCHEMATHESIS_MAX_TIME:-90}" bash scripts/schemathesis.sh

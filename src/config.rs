@@ -6,9 +6,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use serde::{Deserialize, Serialize};
+
+use crate::domain::{OpKind, Shape};
 
 /// Every setting easel reads. Field names are the TOML keys; `EASEL_<NAME>` in upper case sets
 /// the same field from the environment (for example `EASEL_WEBHOOK_TIMEOUT=5s`).
@@ -132,7 +136,40 @@ pub struct Config {
 
     /// Log format: `text` or `json`.
     pub log_format: String,
+
+    /// Who may make an account in the dashboard: `open` (anyone, the default) or `closed`
+    /// (accounts only from the command line, `easel accounts create`).
+    pub signup: String,
+    /// Credits an account made by signing up (or `easel accounts create`) starts with. Unset
+    /// (the default): unlimited, and submits are never refused for credits.
+    pub signup_credits: Option<i64>,
+    /// Credits each operation costs, by its name (`imagine`, `upscale-1x`, ...); operations not
+    /// named keep their default (see [`default_cost`]).
+    pub costs: BTreeMap<String, i64>,
+    /// How long a dashboard session lasts after signing in.
+    #[serde(with = "duration")]
+    pub session_ttl: Duration,
 }
+
+/// What an operation costs unless `costs` says otherwise: one credit per image it makes (4 for
+/// the grid operations, 1 for those that make one image), 1 for the text operations `describe`
+/// and `shorten`, and nothing for `seed`, which only reads its parent's seed.
+pub fn default_cost(kind: OpKind) -> i64 {
+    match kind {
+        OpKind::Seed => 0,
+        OpKind::Describe | OpKind::Shorten => 1,
+        kind => match kind.shape() {
+            Shape::Grid => 4,
+            _ => 1,
+        },
+    }
+}
+
+/// Most credits one operation may be configured to cost.
+pub const COST_MAX: i64 = 1_000_000;
+/// Shortest and longest `session_ttl`.
+pub const SESSION_TTL_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_secs(60)..=Duration::from_secs(366 * 86_400);
 
 impl Default for Config {
     fn default() -> Self {
@@ -184,6 +221,13 @@ impl Default for Config {
             webhook_allow_private: false,
             webhook_concurrency: 64,
             log_format: "text".into(),
+            signup: "open".into(),
+            signup_credits: None,
+            costs: OpKind::ALL
+                .iter()
+                .map(|k| (k.as_str().to_string(), default_cost(*k)))
+                .collect(),
+            session_ttl: Duration::from_secs(14 * 86_400),
         }
     }
 }
@@ -339,7 +383,43 @@ impl Config {
             }
             other => bail!("configuration: blob_store must be `local` or `s3`, not `{other}`"),
         }
+        if !matches!(self.signup.as_str(), "open" | "closed") {
+            bail!("configuration: signup must be `open` or `closed`");
+        }
+        if self
+            .signup_credits
+            .is_some_and(|c| !(0..=i64::MAX / 2).contains(&c))
+        {
+            bail!("configuration: signup_credits must not be negative");
+        }
+        for (name, cost) in &self.costs {
+            if name.parse::<OpKind>().is_err() {
+                bail!(
+                    "configuration: costs: `{name}` is not an operation; the operations are {}",
+                    OpKind::ALL.map(OpKind::as_str).join(", ")
+                );
+            }
+            if !(0..=COST_MAX).contains(cost) {
+                bail!("configuration: costs: {name} must be from 0 to {COST_MAX} credits");
+            }
+        }
+        if !SESSION_TTL_RANGE.contains(&self.session_ttl) {
+            bail!("configuration: session_ttl must be from 1 minute to 366 days");
+        }
         Ok(())
+    }
+
+    /// What one submit of `kind` costs, in credits.
+    pub fn cost(&self, kind: OpKind) -> i64 {
+        self.costs
+            .get(kind.as_str())
+            .copied()
+            .unwrap_or_else(|| default_cost(kind))
+    }
+
+    /// Whether anyone may sign up in the dashboard.
+    pub fn signup_open(&self) -> bool {
+        self.signup == "open"
     }
 
     /// Whether this node runs `role` (one of [`Role::ALL`]).
@@ -533,6 +613,69 @@ mod tests {
             ..Config::default()
         };
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail API returns figment::Error
+    fn account_settings_are_merged_and_checked() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "easel.toml",
+                "signup = \"closed\"\nsignup_credits = 50\nsession_ttl = \"2h\"\n[costs]\nimagine = 9\n",
+            )?;
+            let c = Config::load(None, &Overrides::default()).map_err(|e| e.to_string())?;
+            assert!(!c.signup_open());
+            assert_eq!(c.signup_credits, Some(50));
+            assert_eq!(c.session_ttl, Duration::from_secs(7200));
+            assert_eq!(c.cost(OpKind::Imagine), 9);
+            assert_eq!(
+                c.cost(OpKind::Upscale1x),
+                1,
+                "the others keep their defaults"
+            );
+            assert_eq!(c.cost(OpKind::Seed), 0);
+            Ok(())
+        });
+        for (bad, named) in [
+            (
+                Config {
+                    signup: "invite".into(),
+                    ..Config::default()
+                },
+                "signup",
+            ),
+            (
+                Config {
+                    signup_credits: Some(-1),
+                    ..Config::default()
+                },
+                "signup_credits",
+            ),
+            (
+                Config {
+                    costs: [("imagin".to_string(), 1)].into_iter().collect(),
+                    ..Config::default()
+                },
+                "imagin",
+            ),
+            (
+                Config {
+                    costs: [("imagine".to_string(), -2)].into_iter().collect(),
+                    ..Config::default()
+                },
+                "costs: imagine",
+            ),
+            (
+                Config {
+                    session_ttl: Duration::from_secs(5),
+                    ..Config::default()
+                },
+                "session_ttl",
+            ),
+        ] {
+            let e = bad.validate().unwrap_err().to_string();
+            assert!(e.contains(named), "{e}");
+        }
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! [`Application::build`] binds the listener (port 0 in tests) and opens the store;
 //! [`Application::run`] runs the roles until shutdown.
 
+pub mod accounts;
 pub mod api;
 pub mod auth;
 pub mod blobs;
@@ -14,6 +15,7 @@ pub mod generate;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod web;
 pub mod webhooks;
 pub mod worker;
 
@@ -213,6 +215,9 @@ impl Application {
             let stop = shutdown.clone();
             tokio::spawn(async move { store.run_background(stop).await })
         };
+        if config.runs(Role::API) {
+            tokio::spawn(accounts::sweep_sessions(store.clone(), shutdown.clone()));
+        }
         let trigger = shutdown.clone();
         tokio::spawn(async move {
             signal.await;
@@ -255,8 +260,16 @@ async fn bootstrap_first_account(store: &dyn Store) -> anyhow::Result<Option<Str
     if store.account_count().await? > 0 {
         return Ok(None);
     }
+    // The first account is the operator's: admin, unlimited credits, its password set later
+    // with `easel accounts set-password`.
     let created = store
-        .create_account(FIRST_ACCOUNT_EMAIL, &webhooks::signing::generate_secret())
+        .create_user(&store::NewAccount {
+            email: FIRST_ACCOUNT_EMAIL.to_string(),
+            password_hash: None,
+            signing_secret: webhooks::signing::generate_secret(),
+            admin: true,
+            credits: None,
+        })
         .await?;
     match created {
         Some(account) => Ok(Some(auth::create_key(store, &account.id, "initial").await?)),

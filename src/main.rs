@@ -57,6 +57,11 @@ enum Command {
         #[command(subcommand)]
         command: KeysCommand,
     },
+    /// Manage accounts: passwords, operators, credits.
+    Accounts {
+        #[command(subcommand)]
+        command: AccountsCommand,
+    },
     /// Print the account's webhook signing secret (whsec_...).
     SigningSecret {
         /// The account (default: the first one).
@@ -89,6 +94,28 @@ enum KeysCommand {
     List,
     /// Revoke a key by id; it is refused at once.
     Revoke { id: String },
+}
+
+#[derive(Subcommand)]
+enum AccountsCommand {
+    /// Set an account's password, read from the terminal (asked twice) or, when stdin is not a
+    /// terminal, from its first line. Signs the account out everywhere.
+    SetPassword { email: String },
+    /// Create an account (with `signup_credits`); set its password with `set-password`.
+    Create {
+        email: String,
+        /// Make it an operator.
+        #[arg(long)]
+        admin: bool,
+    },
+    /// List accounts: email, admin, disabled, credits, images, created.
+    List,
+    /// Set an account's credits: a number, or `unlimited`.
+    Credits { email: String, credits: String },
+    /// Disable an account: its keys and sessions are refused at once.
+    Disable { email: String },
+    /// Enable a disabled account again.
+    Enable { email: String },
 }
 
 fn main() -> std::process::ExitCode {
@@ -138,6 +165,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Keys { command } => keys(config, command).await,
+        Command::Accounts { command } => accounts(config, command).await,
         Command::BenchBaseline { .. } => unreachable!("handled before the settings are read"),
         Command::SigningSecret { account, rotate } => {
             let store = open_store(&config).await?;
@@ -300,6 +328,105 @@ async fn keys(config: Config, command: KeysCommand) -> anyhow::Result<()> {
             } else {
                 anyhow::bail!("no live key with id {id}");
             }
+        }
+    }
+    store.close().await;
+    Ok(())
+}
+
+/// A password from the terminal (asked twice, not echoed) or from stdin's first line.
+fn read_password() -> anyhow::Result<String> {
+    use std::io::{BufRead, IsTerminal};
+    if std::io::stdin().is_terminal() {
+        let first = rpassword::prompt_password("New password: ")?;
+        let again = rpassword::prompt_password("Again: ")?;
+        anyhow::ensure!(first == again, "the two passwords differ; nothing changed");
+        Ok(first)
+    } else {
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line)?;
+        let line = line.strip_suffix('\n').unwrap_or(&line);
+        Ok(line.strip_suffix('\r').unwrap_or(line).to_string())
+    }
+}
+
+async fn accounts(config: Config, command: AccountsCommand) -> anyhow::Result<()> {
+    let store = open_store(&config).await?;
+    let find = |email: String| {
+        let store = store.clone();
+        async move {
+            store
+                .account_by_email(&email)
+                .await?
+                .with_context(|| format!("no account {email}"))
+        }
+    };
+    match command {
+        AccountsCommand::SetPassword { email } => {
+            let account = find(email).await?;
+            let password = read_password()?;
+            easel::accounts::password_rules(&password).map_err(anyhow::Error::msg)?;
+            let hash = easel::accounts::hash_password(password).await?;
+            anyhow::ensure!(
+                store.set_password(&account.id, &hash).await?,
+                "no account {}",
+                account.email
+            );
+            println!("password set for {}", account.email);
+        }
+        AccountsCommand::Create { email, admin } => {
+            let email = easel::accounts::normalize_email(&email).map_err(anyhow::Error::msg)?;
+            let created = store
+                .create_user(&easel::store::NewAccount {
+                    email: email.clone(),
+                    password_hash: None,
+                    signing_secret: webhooks::signing::generate_secret(),
+                    admin,
+                    credits: config.signup_credits,
+                })
+                .await?
+                .with_context(|| format!("an account {email} exists already"))?;
+            println!("created {}", created.email);
+        }
+        AccountsCommand::List => {
+            println!(
+                "{:<32}  {:<5}  {:<8}  {:<10}  {:<8}  CREATED",
+                "EMAIL", "ADMIN", "DISABLED", "CREDITS", "IMAGES"
+            );
+            for a in store.list_accounts().await? {
+                println!(
+                    "{:<32}  {:<5}  {:<8}  {:<10}  {:<8}  {}",
+                    a.email,
+                    if a.admin { "yes" } else { "no" },
+                    if a.disabled { "yes" } else { "no" },
+                    a.credits
+                        .map(|c| c.to_string())
+                        .unwrap_or_else(|| "unlimited".into()),
+                    a.total_images,
+                    easel::api::rfc3339(a.created_at)
+                );
+            }
+        }
+        AccountsCommand::Credits { email, credits } => {
+            let credits = match credits.as_str() {
+                "unlimited" => None,
+                n => Some(n.parse::<i64>().ok().filter(|n| *n >= 0).context(
+                    "credits: must be a whole number of credits, 0 or more, or `unlimited`",
+                )?),
+            };
+            let account = find(email).await?;
+            store.set_credits(&account.id, credits).await?;
+            println!("credits of {} set", account.email);
+        }
+        AccountsCommand::Disable { email } => {
+            let account = find(email).await?;
+            store.set_disabled(&account.id, true).await?;
+            println!("disabled {}", account.email);
+        }
+        AccountsCommand::Enable { email } => {
+            let account = find(email).await?;
+            store.set_disabled(&account.id, false).await?;
+            println!("enabled {}", account.email);
         }
     }
     store.close().await;

@@ -15,6 +15,7 @@ use std::time::Duration;
 use std::convert::Infallible;
 
 use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::ConnectInfo;
 use axum::http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -76,7 +77,7 @@ pub async fn serve<S, B>(
         };
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
                     tracing::warn!(error = %e, "accept failed");
@@ -86,11 +87,16 @@ pub async fn serve<S, B>(
             },
             _ = shutdown.cancelled() => break,
         };
+        let (stream, peer) = stream;
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(
-            app.clone()
-                .map_request(|req: hyper::Request<Incoming>| req.map(Body::new)),
-        );
+        // The client's address, for the dashboard's sign-in limits.
+        let service = TowerToHyperService::new(app.clone().map_request(
+            move |req: hyper::Request<Incoming>| {
+                let mut req = req.map(Body::new);
+                req.extensions_mut().insert(ConnectInfo(peer));
+                req
+            },
+        ));
         let io = SilenceTimeout::new(stream, limits.header_timeout, KEEP_ALIVE_IDLE);
         let conn = builder
             .serve_connection(TokioIo::new(io), service)

@@ -85,6 +85,13 @@ conformance!(
     accounts_are_created_once_and_keys_are_refused_from_their_revocation_on,
     reads_show_only_the_keys_own_tasks_with_their_delivery_state,
     submits_and_endings_wake_idle_workers_and_the_dispatcher,
+    emails_are_unique_in_any_case_and_flags_and_passwords_are_kept,
+    sessions_are_found_by_hash_until_they_expire_or_are_deleted,
+    a_disabled_account_is_refused_everywhere_until_enabled,
+    sign_in_failures_are_counted_per_scope_within_the_window,
+    credits_are_charged_in_the_insert_refunded_on_failure_and_ledgered,
+    tasks_are_listed_newest_first_by_cursor_with_filters_children_and_usage,
+    operators_see_the_queue_by_status_and_mode_and_failing_destinations,
 );
 
 fn task(mode: &str, webhook: Option<&str>) -> NewTask {
@@ -165,7 +172,7 @@ async fn submits_check_the_key_and_the_quota_in_the_transaction_that_inserts(s: 
                 counts[who].0 += 1;
             }
             Submitted::QuotaFull => counts[who].1 += 1,
-            Submitted::KeyNotLive => panic!("the keys are live"),
+            other => panic!("the keys are live and unlimited: {other:?}"),
         }
     }
     assert_eq!(counts, [(7, 8), (15, 0)]);
@@ -677,7 +684,7 @@ async fn postgres_nodes_share_migrations_ids_wakeups_the_quota_and_revocations()
         match done.unwrap().unwrap() {
             Submitted::Queued { .. } => queued_there += 1,
             Submitted::QuotaFull => {}
-            Submitted::KeyNotLive => panic!("the key is live"),
+            other => panic!("the key is live and unlimited: {other:?}"),
         }
     }
     assert_eq!(queued_there, 7);
@@ -771,4 +778,485 @@ async fn easel_migrate_brings_either_database_up_to_date_and_exits() {
             "{table} missing: {tables:?}"
         );
     }
+}
+
+fn new_account(email: &str, credits: Option<i64>) -> easel::store::NewAccount {
+    easel::store::NewAccount {
+        email: email.into(),
+        password_hash: Some("$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ$aGFzaA".into()),
+        signing_secret: "whsec_c2VjcmV0".into(),
+        admin: false,
+        credits,
+    }
+}
+
+/// An account made with `credits` and a live key of it.
+async fn funded(store: &SharedStore, email: &str, credits: Option<i64>) -> (String, [u8; 32]) {
+    let account = store
+        .create_user(&new_account(email, credits))
+        .await
+        .unwrap()
+        .unwrap();
+    let key = common::key_hash(store.as_ref(), &account.id).await;
+    (account.id, key)
+}
+
+async fn emails_are_unique_in_any_case_and_flags_and_passwords_are_kept(s: &SharedStore) {
+    let made = s
+        .create_user(&new_account("Mixed@Example.com", None))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(made.email, "Mixed@Example.com");
+    assert!(made.has_password && !made.admin && !made.disabled);
+    assert!(s
+        .create_user(&new_account("mixed@example.COM", None))
+        .await
+        .unwrap()
+        .is_none());
+    assert!(s
+        .create_account("MIXED@example.com", "whsec_x")
+        .await
+        .unwrap()
+        .is_none());
+    let found = s
+        .account_by_email(" mixed@EXAMPLE.com ")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(found.id, made.id);
+    assert_eq!(
+        s.account_by_id(&made.id).await.unwrap().unwrap().email,
+        made.email
+    );
+    assert!(s.account_by_id("nope").await.unwrap().is_none());
+    let (_, hash) = s
+        .account_for_sign_in("MIXED@example.com")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(hash.unwrap().starts_with("$argon2id$"));
+    let bare = s
+        .create_account("bare@example.com", "whsec_x")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!bare.has_password);
+    assert_eq!(
+        s.account_for_sign_in("bare@example.com")
+            .await
+            .unwrap()
+            .unwrap()
+            .1,
+        None
+    );
+    assert!(s
+        .account_for_sign_in("ghost@example.com")
+        .await
+        .unwrap()
+        .is_none());
+
+    assert!(s.set_password(&bare.id, "$argon2id$new").await.unwrap());
+    assert!(!s.set_password("nope", "$argon2id$new").await.unwrap());
+    assert!(s.set_admin(&bare.id, true).await.unwrap());
+    let listed = s.list_accounts().await.unwrap();
+    assert_eq!(
+        listed.iter().map(|a| a.email.as_str()).collect::<Vec<_>>(),
+        ["Mixed@Example.com", "bare@example.com"],
+        "oldest first"
+    );
+    assert!(listed[1].admin && listed[1].has_password);
+}
+
+async fn sessions_are_found_by_hash_until_they_expire_or_are_deleted(s: &SharedStore) {
+    let (account, _) = funded(s, "s@example.com", None).await;
+    let now = easel::store::now_ms();
+    let (live, old, other) = ([1u8; 32], [2u8; 32], [3u8; 32]);
+    s.create_session(&account, &live, now + 60_000)
+        .await
+        .unwrap();
+    s.create_session(&account, &old, now - 1).await.unwrap();
+    s.create_session(&account, &other, now + 60_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.session_account(&live, now).await.unwrap().unwrap().id,
+        account
+    );
+    assert!(
+        s.session_account(&old, now).await.unwrap().is_none(),
+        "expired"
+    );
+    assert!(
+        s.session_account(&live, now + 60_000)
+            .await
+            .unwrap()
+            .is_none(),
+        "expires at its time"
+    );
+    assert!(s.session_account(&[9u8; 32], now).await.unwrap().is_none());
+    assert_eq!(s.delete_expired_sessions(now).await.unwrap(), 1);
+    assert!(s.delete_session(&live).await.unwrap());
+    assert!(!s.delete_session(&live).await.unwrap());
+    assert!(
+        s.session_account(&live, now).await.unwrap().is_none(),
+        "signed out"
+    );
+    assert!(s.session_account(&other, now).await.unwrap().is_some());
+    s.create_session(&account, &live, now + 60_000)
+        .await
+        .unwrap();
+    assert_eq!(s.delete_account_sessions(&account).await.unwrap(), 2);
+    assert!(s.session_account(&other, now).await.unwrap().is_none());
+    // A new password signs the account out everywhere.
+    s.create_session(&account, &live, now + 60_000)
+        .await
+        .unwrap();
+    assert!(s.set_password(&account, "$argon2id$other").await.unwrap());
+    assert!(s.session_account(&live, now).await.unwrap().is_none());
+}
+
+async fn a_disabled_account_is_refused_everywhere_until_enabled(s: &SharedStore) {
+    let (account, key) = funded(s, "d@example.com", None).await;
+    let id = queued(s, &task("fast", None), &key).await;
+    let now = easel::store::now_ms();
+    s.create_session(&account, &[4u8; 32], now + 60_000)
+        .await
+        .unwrap();
+    assert!(s.set_disabled(&account, true).await.unwrap());
+    assert!(s.key_owner(&key).await.unwrap().is_none());
+    assert!(s.task_for_key(&key, &id).await.unwrap().is_none());
+    assert!(s.tasks_for_key(&key, &[id]).await.unwrap().is_none());
+    assert_eq!(
+        s.submit(&task("fast", None), &key, 100).await.unwrap(),
+        Submitted::KeyNotLive
+    );
+    assert!(s.session_account(&[4u8; 32], now).await.unwrap().is_none());
+    assert!(s.set_disabled(&account, false).await.unwrap());
+    assert!(s.key_owner(&key).await.unwrap().is_some());
+    assert!(s
+        .task_for_key(&key, &id)
+        .await
+        .unwrap()
+        .unwrap()
+        .1
+        .is_some());
+    assert!(
+        s.session_account(&[4u8; 32], now).await.unwrap().is_none(),
+        "disabling deleted the sessions; enabling does not bring them back"
+    );
+    assert!(!s.set_disabled("nope", true).await.unwrap());
+}
+
+async fn sign_in_failures_are_counted_per_scope_within_the_window(s: &SharedStore) {
+    let scopes = [
+        "addr:192.0.2.1".to_string(),
+        "email:a@example.com".to_string(),
+    ];
+    for at in [1_000, 2_000, 3_000] {
+        s.record_sign_in_failure(&scopes, at, 0).await.unwrap();
+    }
+    s.record_sign_in_failure(&scopes[..1], 4_000, 0)
+        .await
+        .unwrap();
+    assert_eq!(s.sign_in_failures(&scopes[0], 0).await.unwrap(), 4);
+    assert_eq!(s.sign_in_failures(&scopes[1], 0).await.unwrap(), 3);
+    assert_eq!(s.sign_in_failures(&scopes[1], 2_500).await.unwrap(), 1);
+    assert_eq!(s.sign_in_failures("addr:other", 0).await.unwrap(), 0);
+    s.clear_sign_in_failures(&scopes[1]).await.unwrap();
+    assert_eq!(s.sign_in_failures(&scopes[1], 0).await.unwrap(), 0);
+    assert_eq!(s.sign_in_failures(&scopes[0], 0).await.unwrap(), 4);
+    // Recording forgets what fell out of the window, for every scope.
+    s.record_sign_in_failure(&scopes[1..], 10_000, 3_500)
+        .await
+        .unwrap();
+    assert_eq!(s.sign_in_failures(&scopes[0], 0).await.unwrap(), 1);
+}
+
+async fn credits_are_charged_in_the_insert_refunded_on_failure_and_ledgered(s: &SharedStore) {
+    let (account, key) = funded(s, "c@example.com", Some(10)).await;
+    let costly = |cost| NewTask {
+        cost,
+        ..task("fast", None)
+    };
+    // 12 submits of 3 at once: exactly 3 fit in 10.
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..12 {
+        let s = s.clone();
+        calls.spawn(async move { s.submit(&costly(3), &key, 1000).await.unwrap() });
+    }
+    let (mut queued_ids, mut short) = (Vec::new(), 0);
+    while let Some(done) = calls.join_next().await {
+        match done.unwrap() {
+            Submitted::Queued { task_id, .. } => queued_ids.push(task_id),
+            Submitted::InsufficientCredits => short += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!((queued_ids.len(), short), (3, 9));
+    let balance = |s: SharedStore, id: String| async move {
+        s.account_by_id(&id).await.unwrap().unwrap().credits
+    };
+    assert_eq!(balance(s.clone(), account.clone()).await, Some(1));
+    // A free task always fits; one of 2 does not.
+    assert!(matches!(
+        s.submit(&costly(0), &key, 1000).await.unwrap(),
+        Submitted::Queued { .. }
+    ));
+    assert_eq!(
+        s.submit(&costly(2), &key, 1000).await.unwrap(),
+        Submitted::InsufficientCredits
+    );
+    // The quota still comes first when both would refuse.
+    assert_eq!(
+        s.submit(&costly(2), &key, 4).await.unwrap(),
+        Submitted::QuotaFull
+    );
+
+    // One fails (refunded), one finishes (kept), the rest are lost by their workers for good.
+    for ending in [failed as fn(&str, &str) -> Ending, |id, _| finished(id)] {
+        let t = s.claim_task("w", 60_000).await.unwrap().unwrap();
+        assert!(s
+            .complete_task(t.seq, t.attempts, &ending(&t.id, "boom"))
+            .await
+            .unwrap());
+    }
+    // The rest are claimed with a lease already over, then given up by the reaper.
+    while s.claim_task("w", -1).await.unwrap().is_some() {}
+    let (_, lost) = s.recover_expired(1).await.unwrap();
+    assert_eq!(lost.len(), 2, "the third costly task and the free one");
+    let rows = s.credit_ledger(&account, 100).await.unwrap();
+    let sum: i64 = rows.iter().map(|r| r.delta).sum();
+    let balance_now = balance(s.clone(), account.clone()).await.unwrap();
+    assert_eq!(sum, balance_now, "the ledger sums to the balance");
+    let mut reasons: Vec<(&str, i64)> = rows.iter().map(|r| (r.reason.as_str(), r.delta)).collect();
+    reasons.sort();
+    assert_eq!(
+        reasons,
+        [
+            ("refund", 3),
+            ("refund", 3),
+            ("signup", 10),
+            ("submit", -3),
+            ("submit", -3),
+            ("submit", -3)
+        ],
+        "the free task has no row"
+    );
+    assert_eq!(balance_now, 7);
+    assert!(rows
+        .iter()
+        .filter(|r| r.reason != "signup")
+        .all(|r| r.task_id.is_some()));
+    // An operator's change writes the difference; unlimited writes nothing more.
+    assert!(s.set_credits(&account, Some(2)).await.unwrap());
+    assert_eq!(s.credit_ledger(&account, 1).await.unwrap()[0].delta, -5);
+    assert!(s.set_credits(&account, None).await.unwrap());
+    assert!(matches!(
+        s.submit(&costly(50), &key, 1000).await.unwrap(),
+        Submitted::Queued { .. }
+    ));
+    assert_eq!(
+        s.credit_ledger(&account, 100).await.unwrap().len(),
+        rows.len() + 1
+    );
+    assert!(s.set_credits(&account, Some(5)).await.unwrap());
+    let sum: i64 = s
+        .credit_ledger(&account, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.delta)
+        .sum();
+    assert_eq!(sum, 5);
+    assert!(!s.set_credits("nope", Some(1)).await.unwrap());
+}
+
+async fn tasks_are_listed_newest_first_by_cursor_with_filters_children_and_usage(s: &SharedStore) {
+    use easel::store::TaskFilter;
+    let (account, key) = funded(s, "l@example.com", None).await;
+    let (other, other_key) = funded(s, "m@example.com", None).await;
+    let mut ids = Vec::new();
+    for i in 0..9 {
+        let t = if i % 3 == 0 {
+            NewTask {
+                operation: easel::domain::Operation::Shorten,
+                ..task("fast", None)
+            }
+        } else {
+            task("fast", None)
+        };
+        ids.push(queued(s, &t, &key).await);
+        queued(s, &task("fast", None), &other_key).await;
+    }
+    ids.reverse();
+    let all = TaskFilter::default();
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = s
+            .list_tasks(&account, &all, cursor.as_ref(), 4)
+            .await
+            .unwrap()
+            .unwrap();
+        seen.extend(page.tasks.iter().map(|t| t.id.clone()));
+        match page.next_cursor {
+            Some(c) => cursor = Some(c.parse::<uuid::Uuid>().unwrap()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ids.iter().map(|i| i.to_string()).collect::<Vec<_>>());
+    let shorten = TaskFilter {
+        task_type: Some("shorten".into()),
+        ..Default::default()
+    };
+    let page = s
+        .list_tasks(&account, &shorten, None, 100)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(page.tasks.len(), 3);
+    assert!(page.next_cursor.is_none());
+    // Claim one, so a status filter has something to tell apart.
+    let claimed = s.claim_task("w", 60_000).await.unwrap().unwrap();
+    assert!(s
+        .complete_task(claimed.seq, claimed.attempts, &finished(&claimed.id))
+        .await
+        .unwrap());
+    let done = TaskFilter {
+        status: Some("finished".into()),
+        ..Default::default()
+    };
+    let finished_here = s
+        .list_tasks(&account, &done, None, 100)
+        .await
+        .unwrap()
+        .unwrap();
+    let finished_there = s
+        .list_tasks(&other, &done, None, 100)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(finished_here.tasks.len() + finished_there.tasks.len(), 1);
+    // A cursor of another account's task is no cursor here.
+    let theirs = s.list_tasks(&other, &all, None, 1).await.unwrap().unwrap();
+    let foreign: uuid::Uuid = theirs.tasks[0].id.parse().unwrap();
+    assert!(s
+        .list_tasks(&account, &all, Some(&foreign), 10)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(s
+        .list_tasks(&account, &all, Some(&uuid::Uuid::new_v4()), 10)
+        .await
+        .unwrap()
+        .is_none());
+
+    // Children by parent, only the account's own.
+    let parent = s
+        .task_for_account(&account, &ids[0])
+        .await
+        .unwrap()
+        .unwrap();
+    let child = |p: i64| NewTask {
+        parent_seq: Some(p),
+        ..task("fast", None)
+    };
+    let c1 = queued(s, &child(parent.seq), &key).await;
+    let c2 = queued(s, &child(parent.seq), &key).await;
+    let children = s.task_children(&account, parent.seq).await.unwrap();
+    assert_eq!(
+        children.iter().map(|t| t.id.clone()).collect::<Vec<_>>(),
+        [c1.to_string(), c2.to_string()]
+    );
+    assert_eq!(
+        children[0].parent_id.as_deref(),
+        Some(ids[0].to_string().as_str())
+    );
+    assert!(s
+        .task_children(&other, parent.seq)
+        .await
+        .unwrap()
+        .is_empty());
+
+    // Usage today: 11 tasks (9 + 2 children); 4 images if this account's task was finished.
+    let usage = s
+        .usage_by_day(&account, 7, easel::store::now_ms())
+        .await
+        .unwrap();
+    assert_eq!(usage.len(), 1, "{usage:?}");
+    assert_eq!(usage[0].tasks, 11);
+    assert_eq!(usage[0].images, 4 * finished_here.tasks.len() as i64);
+    assert_eq!(
+        usage[0].day,
+        chrono::Utc::now().format("%Y-%m-%d").to_string()
+    );
+    let long_ago = easel::store::now_ms() + 30 * 86_400_000;
+    assert!(s
+        .usage_by_day(&account, 7, long_ago)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+async fn operators_see_the_queue_by_status_and_mode_and_failing_destinations(s: &SharedStore) {
+    let (_, key) = funded(s, "o@example.com", None).await;
+    for mode in ["relax", "fast", "fast", "turbo"] {
+        queued(s, &task(mode, Some("http://hooks.example:8443/a")), &key).await;
+    }
+    let claimed = s.claim_task("w", 60_000).await.unwrap().unwrap();
+    let queue = s.queue_by_status_and_mode().await.unwrap();
+    let shape: Vec<(&str, &str, i64)> = queue
+        .iter()
+        .map(|q| (q.status.as_str(), q.process_mode.as_str(), q.tasks))
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            ("pending", "fast", 2),
+            ("pending", "relax", 1),
+            ("starting", "turbo", 1)
+        ]
+    );
+    assert!(queue.iter().all(|q| q.oldest_created_at > 0));
+
+    assert!(s
+        .complete_task(claimed.seq, claimed.attempts, &finished(&claimed.id))
+        .await
+        .unwrap());
+    let due = s.claim_due_deliveries(10, 60_000).await.unwrap();
+    assert_eq!(due.len(), 1);
+    let now = easel::store::now_ms();
+    let fail = |code: Option<u16>, error: Option<&str>, next: Option<i64>| AttemptRecord {
+        attempted_at: now,
+        duration_ms: 5,
+        status_code: code,
+        error: error.map(String::from),
+        delivered: false,
+        next_attempt_at: next,
+        first_failed_at: Some(now),
+    };
+    assert!(s
+        .record_attempt(
+            &due[0].id,
+            due[0].attempts,
+            &fail(Some(502), None, Some(now))
+        )
+        .await
+        .unwrap());
+    let due = s.claim_due_deliveries(10, 60_000).await.unwrap();
+    assert!(s
+        .record_attempt(
+            &due[0].id,
+            due[0].attempts,
+            &fail(None, Some("timed out"), None)
+        )
+        .await
+        .unwrap());
+    let failing = s.failing_destinations(now - 60_000).await.unwrap();
+    assert_eq!(failing.len(), 1, "{failing:?}");
+    assert_eq!(failing[0].host, "hooks.example:8443");
+    assert_eq!((failing[0].failures, failing[0].deliveries), (2, 1));
+    assert!(failing[0].last_error.is_some() || failing[0].last_status_code.is_some());
+    assert!(s.failing_destinations(now + 1).await.unwrap().is_empty());
 }

@@ -3,13 +3,14 @@
 //! shared and noisy. See docs/benchmarks.md for what each figure means.
 //!
 //! ```text
-//! bench/run [--quick] [--only submit,e2e,webhooks,retry,scale,postgres,operations,backends]
+//! bench/run [--quick] [--only submit,e2e,webhooks,retry,scale,postgres,operations,backends,listing]
 //! ```
 //!
 //! It needs the release `easel` binary (`--easel`) and `wrk` on the PATH; bench/run provides both.
 
 mod backends;
 mod e2e;
+mod listing;
 mod operations;
 mod postgres;
 mod proc;
@@ -41,6 +42,7 @@ const BENCHMARKS: &[&str] = &[
     "postgres",
     "operations",
     "backends",
+    "listing",
 ];
 
 #[derive(Parser)]
@@ -56,7 +58,7 @@ struct Args {
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/wrk"))]
     lua: PathBuf,
     /// Benchmarks to run, comma-separated (default: all): submit, e2e, webhooks, retry, scale,
-    /// postgres, operations, backends.
+    /// postgres, operations, backends, listing.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Smaller counts and shorter runs (a couple of minutes); figures are rougher.
@@ -123,6 +125,8 @@ pub struct Plan {
     pub pg_e2e_tasks: usize,
     /// Their image size: the generator's smallest.
     pub pg_image_size: u32,
+    /// Requests per case of the listing benchmark.
+    pub listing_requests: usize,
 }
 
 impl Plan {
@@ -152,6 +156,7 @@ impl Plan {
                 fetch_concurrencies: vec![1, 16],
                 pg_e2e_tasks: 1_000,
                 pg_image_size: 64,
+                listing_requests: 100,
             }
         } else {
             Plan {
@@ -174,6 +179,7 @@ impl Plan {
                 fetch_concurrencies: vec![1, 16],
                 pg_e2e_tasks: 5_000,
                 pg_image_size: 64,
+                listing_requests: 400,
             }
         }
     }
@@ -322,6 +328,11 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             "postgres" => postgres::run(&ctx, &args.postgres_url).await,
             "operations" => operations::run(&ctx).await,
             "backends" => backends::run(&ctx).await,
+            "listing" => {
+                // On PostgreSQL too when its server answers; SQLite alone otherwise.
+                let pg = postgres::check_reachable(&args.postgres_url).await.is_ok();
+                listing::run(&ctx, pg.then_some(args.postgres_url.as_str())).await
+            }
             _ => unreachable!("checked above"),
         };
         match result {

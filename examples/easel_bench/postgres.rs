@@ -58,14 +58,14 @@ pub async fn check_reachable(url: &str) -> anyhow::Result<()> {
 }
 
 /// A database of its own for one measurement, dropped by [`Scratch::drop_db`].
-struct Scratch {
+pub(crate) struct Scratch {
     admin_url: String,
     name: String,
-    url: String,
+    pub url: String,
 }
 
 impl Scratch {
-    async fn create(admin_url: &str, label: &str) -> anyhow::Result<Scratch> {
+    pub async fn create(admin_url: &str, label: &str) -> anyhow::Result<Scratch> {
         let name = format!("easel_bench_{}_{label}", std::process::id());
         let mut conn = admin(admin_url).await?;
         sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
@@ -87,7 +87,7 @@ impl Scratch {
         })
     }
 
-    async fn drop_db(self) -> anyhow::Result<()> {
+    pub async fn drop_db(self) -> anyhow::Result<()> {
         let mut conn = admin(&self.admin_url).await?;
         sqlx::raw_sql(&format!(
             "DROP DATABASE IF EXISTS {} WITH (FORCE)",

@@ -76,6 +76,7 @@ pub async fn submits(
                         parent_seq: None,
                         webhook_url: None,
                         webhook_secret: None,
+                        cost: 0,
                     };
                     let done = store.submit(&task, &key_hash, u32::MAX).await?;
                     anyhow::ensure!(

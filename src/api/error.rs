@@ -29,6 +29,9 @@ pub enum ApiError {
     RequestTimeout,
     #[error("Content-Type must be application/json")]
     UnsupportedMediaType,
+    /// 402: the account's credits do not cover the task.
+    #[error("{msg}")]
+    InsufficientCredits { msg: String },
     #[error("{msg}")]
     TooManyRequests { msg: String, retry_after_secs: u64 },
     #[error("{msg}")]
@@ -60,6 +63,9 @@ impl ApiError {
             ApiError::RequestTimeout => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             ApiError::UnsupportedMediaType => {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+            }
+            ApiError::InsufficientCredits { .. } => {
+                (StatusCode::PAYMENT_REQUIRED, "insufficient_credits")
             }
             ApiError::TooManyRequests { .. } => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
             ApiError::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),

@@ -5,10 +5,10 @@ mod account;
 mod error;
 mod files;
 mod health;
-mod json;
+pub(crate) mod json;
 pub mod record;
-mod submit;
-mod tasks;
+pub(crate) mod submit;
+pub mod tasks;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -100,8 +100,10 @@ pub struct Shared {
 /// The OpenAPI 3 document of this API, served at `/api/v1/openapi.json`.
 pub const OPENAPI: &str = include_str!("openapi.json");
 
-/// Every route the server answers, as (method, path) with `{param}` placeholders. The OpenAPI
-/// document lists exactly these; the tests check both against the running router.
+/// Every API route the server answers, as (method, path) with `{param}` placeholders. The OpenAPI
+/// document lists exactly these; the tests check both against the running router. The
+/// dashboard's pages (`crate::web::routes`) are HTML for people, not part of the API, and are
+/// neither listed here nor documented there.
 pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/imagine"),
     ("post", "/api/v1/upscale-1x"),
@@ -119,6 +121,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/faceswap"),
     ("post", "/api/v1/fetch"),
     ("post", "/api/v1/fetch-many"),
+    ("get", "/api/v1/tasks"),
     ("get", "/api/v1/tasks/{task_id}"),
     ("post", "/api/v1/tasks/{task_id}/redeliver"),
     ("get", "/api/v1/tasks/{task_id}/webhook-attempts"),
@@ -128,9 +131,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/readyz"),
 ];
 
-/// The whole HTTP surface: the API under `/api/v1`, health checks, and the image files, inside
-/// the layers every request goes through (request id, the access log line, panics caught, the
-/// body limit).
+/// The whole HTTP surface: the API under `/api/v1`, health checks, the image files and the
+/// dashboard, inside the layers every request goes through (request id, the access log line,
+/// panics caught, the body limit).
 ///
 /// The layers wrap the router once, from outside, rather than each route through
 /// `Router::layer`: a route's service is cloned for every request, and with the layers inside
@@ -177,6 +180,7 @@ fn router(state: AppState) -> Router {
     }
     api.route("/api/v1/fetch", post(tasks::fetch))
         .route("/api/v1/fetch-many", post(tasks::fetch_many))
+        .route("/api/v1/tasks", get(tasks::list_tasks))
         .route("/api/v1/tasks/{task_id}", get(tasks::get_task))
         .route("/api/v1/tasks/{task_id}/redeliver", post(tasks::redeliver))
         .route(
@@ -189,6 +193,7 @@ fn router(state: AppState) -> Router {
             get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
         )
         .route("/files/{*key}", get(files::serve))
+        .merge(crate::web::routes())
         .fallback(|| async { ApiError::RouteNotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)

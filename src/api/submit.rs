@@ -50,6 +50,18 @@ pub async fn submit(
         .strip_prefix("/api/v1/")
         .and_then(|name| name.parse::<OpKind>().ok())
         .expect("submit routes are made from the operations' names");
+    let task_id = submit_operation(&state, kind, &key, body).await?;
+    Ok(Json(Accepted { task_id }))
+}
+
+/// What a submit of `kind` does with its body, for the API and the dashboard's playground
+/// alike: validate, resolve the parent, store durably; the new task's id.
+pub(crate) async fn submit_operation(
+    state: &AppState,
+    kind: OpKind,
+    key: &PresentedKey,
+    body: Result<JsonObject, ApiError>,
+) -> Result<Uuid, ApiError> {
     let draft = body.and_then(|body| {
         if !state.pool.supports(kind) {
             return Err(ApiError::BadRequest {
@@ -57,13 +69,13 @@ pub async fn submit(
                 msg: format!("{kind}: no configured backend can run this operation"),
             });
         }
-        Draft::parse(kind, &state, &body)
+        Draft::parse(kind, state, &body)
     });
     let draft = match draft {
         Ok(draft) => draft,
         Err(e) => {
             // Only a live key learns what was wrong with its request.
-            key.confirm(&state).await?;
+            key.confirm(state).await?;
             return Err(e);
         }
     };
@@ -75,20 +87,16 @@ pub async fn submit(
                 .task_for_key(&key.0, &id)
                 .await?
                 .ok_or(ApiError::Unauthorized)?;
-            key.used(&state, &live);
+            key.used(state, &live);
             Some((field, parent.ok_or(ApiError::TaskNotFound)?))
         }
     };
-    let task = draft.resolve(&state, &key, parent).await?;
-    accept(&state, &key, &task).await
+    let task = draft.resolve(state, key, parent).await?;
+    accept(state, key, &task).await
 }
 
 /// Store `task` for `key`'s account and answer with its id.
-async fn accept(
-    state: &AppState,
-    key: &PresentedKey,
-    task: &NewTask,
-) -> Result<Json<Accepted>, ApiError> {
+async fn accept(state: &AppState, key: &PresentedKey, task: &NewTask) -> Result<Uuid, ApiError> {
     if state.shutdown.is_cancelled() {
         return Err(ApiError::Unavailable {
             msg: "the server is shutting down; try again shortly".into(),
@@ -106,6 +114,15 @@ async fn accept(
             task_id
         }
         Submitted::KeyNotLive => return Err(ApiError::Unauthorized),
+        Submitted::InsufficientCredits => {
+            return Err(ApiError::InsufficientCredits {
+                msg: format!(
+                    "{}: the account's credits do not cover this operation, which costs {}",
+                    task.task_type(),
+                    task.cost
+                ),
+            })
+        }
         Submitted::QuotaFull => {
             return Err(ApiError::TooManyRequests {
                 msg: format!(
@@ -118,7 +135,7 @@ async fn accept(
     // The request's own line ("request done", with the task id) says it was accepted; a second
     // line per submit at `info` cost about as much as the first.
     tracing::debug!(mode = task.process_mode, "task accepted");
-    Ok(Json(Accepted { task_id: id }))
+    Ok(id)
 }
 
 /// `index` as clients send it: an integer or a string, a number 1..=4 or a strength.
@@ -515,6 +532,7 @@ impl Draft {
             parent_seq,
             webhook_url: self.webhook_url,
             webhook_secret: self.webhook_secret,
+            cost: state.config.cost(kind),
         })
     }
 }

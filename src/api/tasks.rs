@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::Json;
 use serde_json::{json, Value};
@@ -12,7 +12,127 @@ use super::json::{task_id, JsonObject, TaskIdPath};
 use super::record::{rfc3339, task_record};
 use super::{access, ApiError, AppState};
 use crate::auth::{Caller, PresentedKey};
-use crate::store::Redelivery;
+use crate::domain::{OpKind, TaskStatus};
+use crate::store::{Redelivery, TaskFilter, LIST_LIMIT_MAX};
+
+/// Tasks on a page of `GET /api/v1/tasks` when `limit` is not given.
+pub const LIST_LIMIT_DEFAULT: u32 = 20;
+
+/// The query of a listing: `limit`, `cursor`, `status` and `type`, checked.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListQuery {
+    pub limit: u32,
+    pub cursor: Option<Uuid>,
+    pub filter: TaskFilter,
+}
+
+impl ListQuery {
+    /// Read a query string. Empty values count as absent; unknown parameters are ignored; a
+    /// parameter given twice, or a value out of range, is a 400 that names it.
+    pub fn parse(raw: Option<&str>) -> Result<ListQuery, ApiError> {
+        let mut query = ListQuery {
+            limit: LIST_LIMIT_DEFAULT,
+            ..ListQuery::default()
+        };
+        let mut seen: Vec<String> = Vec::new();
+        for (name, value) in url::form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
+            if !matches!(name.as_ref(), "limit" | "cursor" | "status" | "type") {
+                continue;
+            }
+            if seen.iter().any(|s| *s == name) {
+                return Err(ApiError::field(
+                    &name,
+                    "invalid_value",
+                    "must be given once",
+                ));
+            }
+            seen.push(name.to_string());
+            if value.is_empty() {
+                continue;
+            }
+            match name.as_ref() {
+                "limit" => {
+                    query.limit = value
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|n| (1..=LIST_LIMIT_MAX).contains(n))
+                        .ok_or_else(|| {
+                            ApiError::field(
+                                "limit",
+                                "invalid_value",
+                                format!("must be an integer from 1 to {LIST_LIMIT_MAX}"),
+                            )
+                        })?;
+                }
+                "cursor" => {
+                    query.cursor = Some(Uuid::parse_str(&value).map_err(|_| invalid_cursor())?);
+                }
+                "status" => {
+                    let status = value.parse::<TaskStatus>().map_err(|_| {
+                        ApiError::field(
+                            "status",
+                            "invalid_value",
+                            format!(
+                                "must be one of {}",
+                                TaskStatus::ALL.map(TaskStatus::as_str).join(", ")
+                            ),
+                        )
+                    })?;
+                    query.filter.status = Some(status.as_str().to_string());
+                }
+                _ => {
+                    let kind = value.parse::<OpKind>().map_err(|_| {
+                        ApiError::field(
+                            "type",
+                            "invalid_value",
+                            format!(
+                                "must be one of {}",
+                                OpKind::ALL.map(OpKind::as_str).join(", ")
+                            ),
+                        )
+                    })?;
+                    query.filter.task_type = Some(kind.as_str().to_string());
+                }
+            }
+        }
+        Ok(query)
+    }
+}
+
+fn invalid_cursor() -> ApiError {
+    ApiError::field(
+        "cursor",
+        "invalid_value",
+        "must be a next_cursor from an earlier page of this listing",
+    )
+}
+
+/// `GET /api/v1/tasks`: the key's account's tasks, newest first, a page at a time.
+pub async fn list_tasks(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    let query = ListQuery::parse(raw.as_deref())?;
+    let page = state
+        .store
+        .list_tasks(
+            &account.id,
+            &query.filter,
+            query.cursor.as_ref(),
+            query.limit,
+        )
+        .await?
+        .ok_or_else(invalid_cursor)?;
+    let tasks: Vec<Value> = page
+        .tasks
+        .iter()
+        .map(|t| task_record(t, &state.blobs))
+        .collect();
+    Ok(Json(
+        json!({ "tasks": tasks, "next_cursor": page.next_cursor }),
+    ))
+}
 
 /// Most ids in one `fetch-many`.
 pub const FETCH_MANY_MAX: usize = 20;

@@ -185,17 +185,31 @@ pub trait Outbox: Send + Sync {
     async fn redeliver(&self, account_id: &str, task_id: &Uuid) -> StoreResult<Redelivery>;
 }
 
-/// Accounts and their API keys (stored only as hashes).
+/// Accounts and their API keys (stored only as hashes), sign-in sessions (stored only as
+/// hashes) and sign-in throttling. Emails are compared without regard to ASCII case.
 #[async_trait]
 pub trait Accounts: Send + Sync {
     async fn account_count(&self) -> StoreResult<i64>;
-    /// Create an account with this email and signing secret; None (and nothing changed) when
-    /// the email has one already. Of nodes racing to create the same account, one gets it.
+    /// Create an account; None (and nothing changed) when the email (in any case) has one
+    /// already. Of nodes racing to create the same account, one gets it. A starting balance is
+    /// written as one `signup` ledger row in the same transaction.
+    async fn create_user(&self, new: &NewAccount) -> StoreResult<Option<Account>>;
+    /// Create an account with this email and signing secret, no password, unlimited credits;
+    /// None (and nothing changed) when the email has one already.
     async fn create_account(
         &self,
         email: &str,
         signing_secret: &str,
-    ) -> StoreResult<Option<Account>>;
+    ) -> StoreResult<Option<Account>> {
+        self.create_user(&NewAccount {
+            email: email.to_string(),
+            password_hash: None,
+            signing_secret: signing_secret.to_string(),
+            admin: false,
+            credits: None,
+        })
+        .await
+    }
     /// The account with this email, created (with the given signing secret) if it does not exist.
     async fn ensure_account(&self, email: &str, signing_secret: &str) -> StoreResult<Account> {
         if let Some(created) = self.create_account(email, signing_secret).await? {
@@ -207,8 +221,33 @@ pub trait Accounts: Send + Sync {
     }
     /// The oldest account, if any.
     async fn first_account(&self) -> StoreResult<Option<Account>>;
+    /// The account with this email, in any case.
     async fn account_by_email(&self, email: &str) -> StoreResult<Option<Account>>;
+    async fn account_by_id(&self, account_id: &str) -> StoreResult<Option<Account>>;
+    /// The account with this email and its password hash (None when it has no password), for
+    /// signing in. Disabled accounts are returned too: the caller refuses them after checking
+    /// the password, so that a wrong password reveals nothing.
+    async fn account_for_sign_in(
+        &self,
+        email: &str,
+    ) -> StoreResult<Option<(Account, Option<String>)>>;
+    /// Every account, oldest first (operators).
+    async fn list_accounts(&self) -> StoreResult<Vec<Account>>;
+    /// Replace the password hash, and sign the account out everywhere (its sessions are
+    /// deleted in the same transaction). False when there is no such account.
+    async fn set_password(&self, account_id: &str, password_hash: &str) -> StoreResult<bool>;
+    async fn set_admin(&self, account_id: &str, admin: bool) -> StoreResult<bool>;
+    /// Disable (or enable again) an account. Disabling deletes its sessions in the same
+    /// transaction; its keys are refused from the next request on, on every node.
+    async fn set_disabled(&self, account_id: &str, disabled: bool) -> StoreResult<bool>;
+    /// Set the balance (None: unlimited). Going to or staying at a balance writes one `admin`
+    /// ledger row of the difference between the ledger's sum and the new balance, so the
+    /// ledger still sums to the balance. False when there is no such account.
+    async fn set_credits(&self, account_id: &str, credits: Option<i64>) -> StoreResult<bool>;
+    /// The account's latest ledger rows, newest first.
+    async fn credit_ledger(&self, account_id: &str, limit: i64) -> StoreResult<Vec<LedgerRow>>;
     async fn set_signing_secret(&self, account_id: &str, secret: &str) -> StoreResult<()>;
+
     /// Store a new key's hash. Returns the key's id.
     async fn insert_api_key(
         &self,
@@ -217,19 +256,89 @@ pub trait Accounts: Send + Sync {
         prefix: &str,
         key_hash: &[u8],
     ) -> StoreResult<String>;
-    /// The owner of a live (not revoked) key with this hash.
+    /// The owner of a live (not revoked) key with this hash, whose account is not disabled.
     async fn key_owner(&self, key_hash: &[u8]) -> StoreResult<Option<KeyOwner>>;
     async fn touch_api_key(&self, key_id: &str, at: i64) -> StoreResult<()>;
+    /// Every key of every account (`easel keys list`).
     async fn list_api_keys(&self) -> StoreResult<Vec<ApiKeyInfo>>;
-    /// Revoke a key by id: refused from the next request on, on every node. Returns whether a
-    /// live key was revoked.
+    /// The account's keys, revoked ones included, newest first.
+    async fn account_keys(&self, account_id: &str) -> StoreResult<Vec<KeyRow>>;
+    /// Revoke a key by id: refused from the next request on, on every node (keys are checked
+    /// against the store on every request, never cached). Returns whether a live key was revoked.
     async fn revoke_api_key(&self, id: &str) -> StoreResult<bool>;
+    /// Revoke one of the account's keys; false when it is not the account's or not live.
+    async fn revoke_account_key(&self, account_id: &str, key_id: &str) -> StoreResult<bool>;
+
+    /// Store a session whose token hashes (SHA-256) to `token_hash`.
+    async fn create_session(
+        &self,
+        account_id: &str,
+        token_hash: &[u8; 32],
+        expires_at: i64,
+    ) -> StoreResult<()>;
+    /// The account of a session that has not expired by `now`, unless the account is disabled.
+    async fn session_account(
+        &self,
+        token_hash: &[u8; 32],
+        now: i64,
+    ) -> StoreResult<Option<Account>>;
+    /// Sign out: forget the session. Whether there was one.
+    async fn delete_session(&self, token_hash: &[u8; 32]) -> StoreResult<bool>;
+    /// Forget every session of the account; how many there were.
+    async fn delete_account_sessions(&self, account_id: &str) -> StoreResult<u64>;
+    /// Forget the sessions that expired before `now`; how many there were.
+    async fn delete_expired_sessions(&self, now: i64) -> StoreResult<u64>;
+
+    /// Failed sign-ins recorded for `scope` (such as `addr:192.0.2.1` or
+    /// `email:a@example.com`) at or after `since`.
+    async fn sign_in_failures(&self, scope: &str, since: i64) -> StoreResult<i64>;
+    /// Record one failed sign-in for each scope at `at`, and forget those of any scope older
+    /// than `forget_before` (the table stays as small as the window).
+    async fn record_sign_in_failure(
+        &self,
+        scopes: &[String],
+        at: i64,
+        forget_before: i64,
+    ) -> StoreResult<()>;
+    /// Forget a scope's failures (after a successful sign-in).
+    async fn clear_sign_in_failures(&self, scope: &str) -> StoreResult<()>;
+}
+
+/// What the dashboard and operators read: an account's tasks, usage, and the state of the
+/// service. Nothing here changes state.
+#[async_trait]
+pub trait Views: Send + Sync {
+    /// One page of the account's tasks, newest first, that pass `filter`: those older than the
+    /// task `cursor` (a public id from an earlier page's `next_cursor`), at most `limit`
+    /// (1..=[`LIST_LIMIT_MAX`]). None when the cursor is not one of the account's tasks.
+    async fn list_tasks(
+        &self,
+        account_id: &str,
+        filter: &TaskFilter,
+        cursor: Option<&Uuid>,
+        limit: u32,
+    ) -> StoreResult<Option<TaskPage>>;
+    /// The account's tasks made from the task stored at `parent_seq`, oldest first.
+    async fn task_children(&self, account_id: &str, parent_seq: i64) -> StoreResult<Vec<Task>>;
+    /// Tasks submitted and images they made, per UTC day, over the `days` days up to `now`
+    /// (days without tasks are left out), oldest first.
+    async fn usage_by_day(
+        &self,
+        account_id: &str,
+        days: u32,
+        now: i64,
+    ) -> StoreResult<Vec<DayUsage>>;
+    /// Tasks queued or running, by status and mode, with the oldest's submit time.
+    async fn queue_by_status_and_mode(&self) -> StoreResult<Vec<QueueRow>>;
+    /// Webhook destinations (by host) whose attempts at or after `since` failed, most failures
+    /// first; only the latest [`FAILING_SCAN_MAX`] attempts are looked at.
+    async fn failing_destinations(&self, since: i64) -> StoreResult<Vec<FailingDestination>>;
 }
 
 /// Everything easel needs from its store. The API, the workers and the dispatcher hold an
 /// `Arc<dyn Store>` and never learn which database is behind it.
 #[async_trait]
-pub trait Store: TaskQueue + Outbox + Accounts {
+pub trait Store: TaskQueue + Outbox + Accounts + Views {
     /// `sqlite` or `postgres`, for logs.
     fn kind(&self) -> &'static str;
 

@@ -23,6 +23,9 @@ pub struct NewTask {
     pub parent_seq: Option<i64>,
     pub webhook_url: Option<String>,
     pub webhook_secret: Option<String>,
+    /// Credits the submit takes from an account that has a balance; given
+    /// back if the task fails. Accounts with unlimited credits are charged nothing.
+    pub cost: i64,
 }
 
 impl NewTask {
@@ -38,8 +41,10 @@ pub enum Submitted {
     Queued { account_id: String, task_id: Uuid },
     /// Nothing stored: the account has its most tasks queued or running.
     QuotaFull,
-    /// Nothing stored: the key is unknown or revoked.
+    /// Nothing stored: the key is unknown or revoked (or its account disabled).
     KeyNotLive,
+    /// Nothing stored: the account's balance is below the task's cost.
+    InsufficientCredits,
 }
 
 /// A task as stored, with the state of its webhook delivery if it has a webhook.
@@ -274,9 +279,133 @@ pub struct Account {
     pub id: String,
     pub email: String,
     pub plan: String,
+    /// The balance; None is unlimited.
     pub credits: Option<i64>,
     pub total_images: i64,
     pub signing_secret: String,
+    /// An operator: sees every account, the queue and failing destinations.
+    pub admin: bool,
+    /// Refused everywhere: its keys and sessions stop working.
+    pub disabled: bool,
+    pub created_at: i64,
+    /// Whether a password was ever set (accounts made by `easel keys create` have none).
+    pub has_password: bool,
+}
+
+/// A new account. The email is kept as given and compared without regard to case.
+#[derive(Clone, Debug)]
+pub struct NewAccount {
+    pub email: String,
+    /// An argon2id PHC string (see `crate::accounts::hash_password`), or None for an account
+    /// that cannot sign in until `easel accounts set-password`.
+    pub password_hash: Option<String>,
+    pub signing_secret: String,
+    pub admin: bool,
+    /// The starting balance (written as one `signup` ledger row); None is unlimited.
+    pub credits: Option<i64>,
+}
+
+/// One row of an account's credit ledger. For an account with a balance, the sum of its rows
+/// is its balance.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct LedgerRow {
+    pub id: i64,
+    /// The task charged or refunded, by its public id.
+    pub task_id: Option<String>,
+    pub delta: i64,
+    /// `signup`, `submit`, `refund` or `admin`.
+    pub reason: String,
+    pub created_at: i64,
+}
+
+/// Which of an account's tasks a listing shows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskFilter {
+    pub status: Option<String>,
+    pub task_type: Option<String>,
+}
+
+/// One page of an account's tasks, newest first.
+#[derive(Clone, Debug)]
+pub struct TaskPage {
+    pub tasks: Vec<Task>,
+    /// The cursor of the next (older) page: the last task's public id; None on the last page.
+    pub next_cursor: Option<String>,
+}
+
+impl TaskPage {
+    /// A page of at most `limit` of `tasks`, which were read with one more than `limit` to learn
+    /// whether an older page follows.
+    pub(crate) fn cut(tasks: &mut Vec<Task>, limit: u32) -> TaskPage {
+        let more = tasks.len() > limit as usize;
+        tasks.truncate(limit as usize);
+        TaskPage {
+            next_cursor: if more {
+                tasks.last().map(|t| t.id.clone())
+            } else {
+                None
+            },
+            tasks: std::mem::take(tasks),
+        }
+    }
+}
+
+/// The first millisecond of the `days`-day window (UTC days) that ends with `now`'s day.
+pub(crate) fn usage_since(days: u32, now: i64) -> i64 {
+    const DAY: i64 = 86_400_000;
+    let today = now.div_euclid(DAY) * DAY;
+    today - (i64::from(days.max(1)) - 1) * DAY
+}
+
+/// Most tasks one page of a listing holds.
+pub const LIST_LIMIT_MAX: u32 = 100;
+
+/// An account's use on one day (UTC).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DayUsage {
+    /// `YYYY-MM-DD`.
+    pub day: String,
+    /// Tasks submitted that day.
+    pub tasks: i64,
+    /// Images made by the tasks submitted that day.
+    pub images: i64,
+}
+
+/// Tasks waiting or running, by status and mode.
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct QueueRow {
+    pub status: String,
+    pub process_mode: String,
+    pub tasks: i64,
+    /// When the oldest of them was submitted.
+    pub oldest_created_at: i64,
+}
+
+/// A webhook destination whose recent attempts fail.
+#[derive(Clone, Debug)]
+pub struct FailingDestination {
+    pub host: String,
+    pub failures: i64,
+    /// Distinct deliveries among them.
+    pub deliveries: i64,
+    pub last_failed_at: i64,
+    pub last_status_code: Option<i64>,
+    pub last_error: Option<String>,
+}
+
+/// How many of the latest webhook attempts `failing_destinations` looks at, at most: it reads
+/// them newest first by id and groups in memory, so its cost stays bounded.
+pub const FAILING_SCAN_MAX: i64 = 20_000;
+
+/// An API key as its owner lists it.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct KeyRow {
+    pub id: String,
+    pub name: String,
+    pub prefix: String,
+    pub created_at: i64,
+    pub last_used_at: Option<i64>,
+    pub revoked_at: Option<i64>,
 }
 
 /// An API key as listed: never the key itself.
@@ -314,30 +443,70 @@ pub const KEY_TOUCH_EVERY_MS: i64 = 60_000;
 pub(crate) const RUNNING: &str = "('starting', 'processing')";
 
 /// The per-account quota over a group of submits, decided in arrival order: each account's
-/// tasks queued or running before the group, plus those the group has let in so far.
+/// tasks queued or running before the group, plus those the group has let in so far; and each
+/// account's balance (when it has one) less what the group has charged so far.
 #[derive(Default)]
 pub(crate) struct Quota {
     active: std::collections::HashMap<String, (i64, i64)>,
+    /// Balance before the group, and credits charged by it, for accounts with a balance.
+    credits: std::collections::HashMap<String, (i64, i64)>,
+}
+
+/// Why a submit was not let in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    Quota,
+    Credits,
 }
 
 impl Quota {
-    /// Note how many tasks `account` had queued or running when the group began.
-    pub(crate) fn set(&mut self, account: &str, active: i64) {
+    /// Note how many tasks `account` had queued or running when the group began, and its
+    /// balance (None: unlimited).
+    pub(crate) fn set(&mut self, account: &str, active: i64, credits: Option<i64>) {
         self.active
             .entry(account.to_string())
             .or_insert((active, 0));
+        if let Some(balance) = credits {
+            self.credits
+                .entry(account.to_string())
+                .or_insert((balance, 0));
+        }
     }
 
-    /// Let one more task of `account` in, unless that would pass `max_active`.
-    pub(crate) fn admit(&mut self, account: &str, max_active: u32) -> bool {
+    /// Let one more task of `account` costing `cost` in, unless that would pass `max_active` or
+    /// the account's balance. Returns the credits charged (0 for an unlimited account).
+    pub(crate) fn admit(
+        &mut self,
+        account: &str,
+        max_active: u32,
+        cost: i64,
+    ) -> Result<i64, Refused> {
         let Some((before, added)) = self.active.get_mut(account) else {
-            return false;
+            return Err(Refused::Quota);
         };
         if *before + *added >= i64::from(max_active) {
-            return false;
+            return Err(Refused::Quota);
         }
+        let charged = match self.credits.get_mut(account) {
+            Some((balance, spent)) => {
+                if *balance - *spent < cost {
+                    return Err(Refused::Credits);
+                }
+                *spent += cost;
+                cost
+            }
+            None => 0,
+        };
         *added += 1;
-        true
+        Ok(charged)
+    }
+
+    /// The accounts whose balance moved, and by how much it fell.
+    pub(crate) fn charged(&self) -> impl Iterator<Item = (&str, i64)> {
+        self.credits
+            .iter()
+            .filter(|(_, (_, spent))| *spent > 0)
+            .map(|(account, (_, spent))| (account.as_str(), *spent))
     }
 
     /// The accounts whose count moved, and by how much.
@@ -372,16 +541,38 @@ mod tests {
     #[test]
     fn the_quota_counts_the_groups_own_earlier_tasks() {
         let mut quota = Quota::default();
-        quota.set("a", 1);
-        quota.set("b", 0);
-        assert!(quota.admit("a", 3));
-        assert!(quota.admit("b", 3));
-        assert!(quota.admit("a", 3));
-        assert!(!quota.admit("a", 3), "1 before and 2 in the group make 3");
-        assert!(!quota.admit("unknown", 3));
+        quota.set("a", 1, None);
+        quota.set("b", 0, None);
+        assert_eq!(quota.admit("a", 3, 5), Ok(0));
+        assert_eq!(quota.admit("b", 3, 5), Ok(0));
+        assert_eq!(quota.admit("a", 3, 5), Ok(0));
+        assert_eq!(
+            quota.admit("a", 3, 5),
+            Err(Refused::Quota),
+            "1 before and 2 in the group make 3"
+        );
+        assert_eq!(quota.admit("unknown", 3, 0), Err(Refused::Quota));
         let mut added: Vec<_> = quota.added().collect();
         added.sort();
         assert_eq!(added, [("a", 2), ("b", 1)]);
+        assert_eq!(
+            quota.charged().count(),
+            0,
+            "unlimited accounts are not charged"
+        );
+    }
+
+    #[test]
+    fn the_balance_counts_the_groups_own_earlier_charges() {
+        let mut quota = Quota::default();
+        quota.set("c", 0, Some(5));
+        assert_eq!(quota.admit("c", 100, 2), Ok(2));
+        assert_eq!(quota.admit("c", 100, 2), Ok(2));
+        assert_eq!(quota.admit("c", 100, 2), Err(Refused::Credits));
+        assert_eq!(quota.admit("c", 100, 1), Ok(1), "a cheaper task still fits");
+        assert_eq!(quota.admit("c", 100, 0), Ok(0), "a free task always fits");
+        assert_eq!(quota.charged().collect::<Vec<_>>(), [("c", 5)]);
+        assert_eq!(quota.added().collect::<Vec<_>>(), [("c", 4)]);
     }
 
     #[test]

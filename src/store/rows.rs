@@ -3,7 +3,9 @@
 
 use sqlx::{ColumnIndex, Database, Decode, FromRow, Row, Type};
 
-use super::{Account, KeyOwner, LiveKey, StoreResult, Task, TaskIds, WebhookState};
+use super::{
+    Account, FailingDestination, KeyOwner, LiveKey, StoreResult, Task, TaskIds, WebhookState,
+};
 use crate::domain::operation::OutputColumns;
 use crate::domain::{OpKind, Operation, Output, TaskStatus};
 
@@ -135,6 +137,10 @@ pub(crate) struct KeyOwnerRow {
     credits: Option<i64>,
     total_images: i64,
     signing_secret: String,
+    admin: bool,
+    disabled: bool,
+    created_at: i64,
+    has_password: bool,
 }
 
 impl KeyOwnerRow {
@@ -149,7 +155,68 @@ impl KeyOwnerRow {
                 credits: self.credits,
                 total_images: self.total_images,
                 signing_secret: self.signing_secret,
+                admin: self.admin,
+                disabled: self.disabled,
+                created_at: self.created_at,
+                has_password: self.has_password,
             },
         }
     }
+}
+
+/// The columns of an account as [`Account`] decodes them, in both databases (`a` is the
+/// accounts table).
+pub(crate) const ACCOUNT_COLUMNS: &str = "a.id, a.email, a.plan, a.credits, a.total_images,
+    a.signing_secret, a.admin, a.disabled, a.created_at, a.password_hash IS NOT NULL AS has_password";
+
+/// One failed webhook attempt, as `failing_destinations` reads them: the delivery's URL and id,
+/// when, and what came back.
+pub(crate) type FailedAttempt = (String, String, i64, Option<i64>, Option<String>);
+
+/// Group failed attempts (newest first) by their destination's host, most failures first.
+pub(crate) fn by_destination(rows: Vec<FailedAttempt>) -> Vec<FailingDestination> {
+    let mut hosts: std::collections::HashMap<
+        String,
+        (FailingDestination, std::collections::HashSet<String>),
+    > = std::collections::HashMap::new();
+    for (url, delivery, at, code, error) in rows {
+        let host = url::Url::parse(&url)
+            .ok()
+            .and_then(|u| {
+                u.host_str().map(|h| match u.port() {
+                    Some(port) => format!("{h}:{port}"),
+                    None => h.to_string(),
+                })
+            })
+            .unwrap_or(url);
+        let (entry, deliveries) = hosts.entry(host.clone()).or_insert_with(|| {
+            (
+                FailingDestination {
+                    host,
+                    failures: 0,
+                    deliveries: 0,
+                    last_failed_at: at,
+                    last_status_code: code,
+                    last_error: error.clone(),
+                },
+                Default::default(),
+            )
+        });
+        entry.failures += 1;
+        if at > entry.last_failed_at {
+            entry.last_failed_at = at;
+            entry.last_status_code = code;
+            entry.last_error = error;
+        }
+        deliveries.insert(delivery);
+    }
+    let mut out: Vec<FailingDestination> = hosts
+        .into_values()
+        .map(|(mut d, deliveries)| {
+            d.deliveries = deliveries.len() as i64;
+            d
+        })
+        .collect();
+    out.sort_by(|a, b| b.failures.cmp(&a.failures).then(a.host.cmp(&b.host)));
+    out
 }

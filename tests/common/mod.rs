@@ -63,6 +63,7 @@ pub fn new_task(mode: &str, priority: i64) -> easel::store::NewTask {
         parent_seq: None,
         webhook_url: None,
         webhook_secret: None,
+        cost: 0,
     }
 }
 

@@ -18,6 +18,7 @@ mod accounts;
 mod deliveries;
 mod submit;
 mod tasks;
+mod views;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -15,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::QUEUE_CHANNEL;
 use crate::store::{
-    now_ms, NewTask, Quota, StoreError, StoreResult, Submitted, TaskIds, KEY_TOUCH_EVERY_MS,
+    now_ms, NewTask, Quota, Refused, StoreError, StoreResult, Submitted, TaskIds,
+    KEY_TOUCH_EVERY_MS,
 };
 
 /// Most submits one transaction takes.
@@ -145,10 +146,10 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
         .map(|h| h.to_vec())
         .collect();
     let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-    let live: Vec<(Vec<u8>, String, i64)> = sqlx::query_as(
-        "SELECT k.key_hash, k.account_id, a.active_tasks
+    let live: Vec<(Vec<u8>, String, i64, Option<i64>)> = sqlx::query_as(
+        "SELECT k.key_hash, k.account_id, a.active_tasks, a.credits
          FROM api_keys k JOIN accounts a ON a.id = k.account_id
-         WHERE k.key_hash = ANY($1) AND k.revoked_at IS NULL
+         WHERE k.key_hash = ANY($1) AND k.revoked_at IS NULL AND NOT a.disabled
          ORDER BY a.id
          FOR UPDATE OF a",
     )
@@ -157,8 +158,8 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
     .await?;
     let mut quota = Quota::default();
     let mut accounts: HashMap<Vec<u8>, String> = HashMap::new();
-    for (hash, account, active) in live {
-        quota.set(&account, active);
+    for (hash, account, active, credits) in live {
+        quota.set(&account, active, credits);
         accounts.insert(hash, account);
     }
     let mut rows = Rows::default();
@@ -168,11 +169,18 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
             outcomes.push(Submitted::KeyNotLive);
             continue;
         };
-        if !quota.admit(account, job.max_active) {
-            outcomes.push(Submitted::QuotaFull);
-            continue;
-        }
-        rows.push(seq, account, &job.task);
+        let charged = match quota.admit(account, job.max_active, job.task.cost) {
+            Ok(charged) => charged,
+            Err(Refused::Quota) => {
+                outcomes.push(Submitted::QuotaFull);
+                continue;
+            }
+            Err(Refused::Credits) => {
+                outcomes.push(Submitted::InsufficientCredits);
+                continue;
+            }
+        };
+        rows.push(seq, account, &job.task, charged);
         outcomes.push(Submitted::Queued {
             account_id: account.to_string(),
             task_id: ids.id(seq),
@@ -186,23 +194,37 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
         .added()
         .map(|(account, n)| (account.to_string(), n))
         .unzip();
+    // Each account's row is updated once per statement (PostgreSQL applies only one of two
+    // updates of a row made by one statement), so the charge moves with the count.
+    let charged: HashMap<&str, i64> = quota.charged().collect();
+    let spent: Vec<i64> = moved
+        .iter()
+        .map(|a| charged.get(a.as_str()).copied().unwrap_or(0))
+        .collect();
     // Data-modifying CTEs run whether or not the final SELECT reads them.
     sqlx::query(
         "WITH inserted AS (
              INSERT INTO tasks (seq, account_id, task_type, params, parent_seq, status,
                  priority, prompt, aspect_ratio, process_mode, seed, created_at, webhook_url,
-                 webhook_secret)
+                 webhook_secret, cost)
              SELECT seq, account_id, task_type, params, parent_seq, 'pending', priority, prompt,
-                 aspect_ratio, process_mode, seed, $9, webhook_url, webhook_secret
+                 aspect_ratio, process_mode, seed, $9, webhook_url, webhook_secret, cost
              FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::text[],
                          $6::text[], $7::text[], $8::bigint[], $10::text[], $11::text[],
-                         $17::text[], $18::bigint[])
+                         $17::text[], $18::bigint[], $19::bigint[])
                   AS t(seq, account_id, task_type, priority, prompt, aspect_ratio,
-                       process_mode, seed, webhook_url, webhook_secret, params, parent_seq)
+                       process_mode, seed, webhook_url, webhook_secret, params, parent_seq, cost)
+             RETURNING 1),
+         ledgered AS (
+             INSERT INTO credit_ledger (account_id, task_seq, delta, reason, created_at)
+             SELECT account_id, seq, -cost, 'submit', $9
+             FROM UNNEST($2::text[], $1::bigint[], $19::bigint[]) AS l(account_id, seq, cost)
+             WHERE cost > 0
              RETURNING 1),
          counted AS (
-             UPDATE accounts SET active_tasks = active_tasks + d.n
-             FROM UNNEST($12::text[], $13::bigint[]) AS d(id, n) WHERE accounts.id = d.id
+             UPDATE accounts SET active_tasks = active_tasks + d.n, credits = credits - d.c
+             FROM UNNEST($12::text[], $13::bigint[], $20::bigint[]) AS d(id, n, c)
+             WHERE accounts.id = d.id
              RETURNING 1),
          used AS (
              UPDATE api_keys SET last_used_at = $9
@@ -229,6 +251,8 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
     .bind(QUEUE_CHANNEL)
     .bind(&rows.params)
     .bind(&rows.parent_seq)
+    .bind(&rows.cost)
+    .bind(&spent)
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
@@ -250,11 +274,14 @@ struct Rows {
     webhook_secret: Vec<Option<String>>,
     params: Vec<Option<String>>,
     parent_seq: Vec<Option<i64>>,
+    /// Credits charged (0 for an unlimited account).
+    cost: Vec<i64>,
 }
 
 impl Rows {
-    fn push(&mut self, seq: i64, account: &str, task: &NewTask) {
+    fn push(&mut self, seq: i64, account: &str, task: &NewTask, charged: i64) {
         self.seq.push(seq);
+        self.cost.push(charged);
         self.account_id.push(account.to_string());
         self.task_type.push(task.task_type().to_string());
         self.params.push(task.operation.to_params());

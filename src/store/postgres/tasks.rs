@@ -15,7 +15,8 @@ use crate::store::{
 /// The columns of a task and its delivery, named and typed as `TaskRow` decodes them (the
 /// image keys as JSON text, as SQLite keeps them). PostgreSQL has no tasks from before ids came
 /// from `seq`, so no legacy id.
-const TASK_COLUMNS: &str = "t.seq, NULL::text AS legacy_id, t.task_type, t.params, t.parent_seq,
+pub(super) const TASK_COLUMNS: &str =
+    "t.seq, NULL::text AS legacy_id, t.task_type, t.params, t.parent_seq,
     NULL::text AS parent_legacy_id, t.status, t.percentage,
     t.prompt, t.aspect_ratio, t.process_mode, t.seed, t.attempts, t.created_at, t.started_at,
     t.finished_at, t.grid_key, array_to_json(t.image_keys)::text AS image_keys, t.result, t.error,
@@ -30,7 +31,7 @@ const KEY_THEN_TASKS: &str = "SELECT k.id AS key_id, k.account_id AS key_account
 
 impl PgStore {
     /// The `seq` an id leads to; 0 (no task) for an id that no `seq` could have made.
-    fn seq_of(&self, id: &Uuid) -> i64 {
+    pub(super) fn seq_of(&self, id: &Uuid) -> i64 {
         self.ids.seq(id).unwrap_or(0)
     }
 }
@@ -70,7 +71,8 @@ impl TaskQueue for PgStore {
             "{KEY_THEN_TASKS} {TASK_COLUMNS} FROM api_keys k
              LEFT JOIN tasks t ON t.seq = ANY($2) AND t.account_id = k.account_id
              LEFT JOIN webhook_deliveries d ON d.task_seq = t.seq
-             WHERE k.key_hash = $1 AND k.revoked_at IS NULL"
+             WHERE k.key_hash = $1 AND k.revoked_at IS NULL
+               AND NOT (SELECT disabled FROM accounts WHERE id = k.account_id)"
         ))
         .bind(key_hash.as_slice())
         .bind(&seqs)
@@ -283,13 +285,13 @@ async fn complete_in_tx(
     };
     // The old secret is read under the row's lock, then cleared: it moves to the delivery (claims
     // read it from there) and no second copy stays.
-    let ended: Option<(String, Option<String>, Option<String>)> = sqlx::query_as(&format!(
+    let ended: Option<(String, Option<String>, Option<String>, i64)> = sqlx::query_as(&format!(
         "UPDATE tasks t SET status = $1, percentage = $2, finished_at = $3, grid_key = $4,
              image_keys = $5, result = $9, error = $6, lease_owner = NULL, lease_expires_at = NULL,
              webhook_secret = NULL
          FROM (SELECT seq, webhook_secret FROM tasks WHERE seq = $7 FOR UPDATE) old
          WHERE t.seq = old.seq AND t.attempts = $8 AND t.status IN {RUNNING}
-         RETURNING t.account_id, t.webhook_url, old.webhook_secret"
+         RETURNING t.account_id, t.webhook_url, old.webhook_secret, t.cost"
     ))
     .bind(status.as_str())
     .bind(percentage)
@@ -302,17 +304,29 @@ async fn complete_in_tx(
     .bind(&output.result)
     .fetch_optional(&mut **tx)
     .await?;
-    let Some((account_id, webhook_url, webhook_secret)) = ended else {
+    let Some((account_id, webhook_url, webhook_secret, cost)) = ended else {
         return Ok(None);
     };
-    sqlx::query(
-        "UPDATE accounts SET active_tasks = active_tasks - 1, total_images = total_images + $1
-         WHERE id = $2",
+    // A failed task gives its credits back, in the transaction that records the failure (an
+    // account made unlimited since has no balance to give them to).
+    let refund = if status == TaskStatus::Failed {
+        cost
+    } else {
+        0
+    };
+    let refunded: Option<i64> = sqlx::query_scalar(
+        "UPDATE accounts SET active_tasks = active_tasks - 1, total_images = total_images + $1,
+             credits = credits + $3
+         WHERE id = $2 RETURNING credits",
     )
     .bind(ending.images())
     .bind(&account_id)
-    .execute(&mut **tx)
+    .bind(refund)
+    .fetch_one(&mut **tx)
     .await?;
+    if refund > 0 && refunded.is_some() {
+        super::accounts::ledger(tx, &account_id, Some(seq), refund, "refund", now).await?;
+    }
     let Some(url) = webhook_url else {
         return Ok(Some(false));
     };

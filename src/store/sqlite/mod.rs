@@ -8,6 +8,7 @@
 mod accounts;
 mod deliveries;
 mod tasks;
+mod views;
 mod writer;
 
 use std::str::FromStr;

@@ -11,11 +11,11 @@ use super::{to_json, SqliteStore};
 use crate::domain::TaskStatus;
 use crate::store::rows::{key_and_tasks, TaskRow};
 use crate::store::{
-    chunks, now_ms, worker_lost, ClaimedRow, ClaimedTask, Ending, LiveKey, NewTask, Quota,
+    chunks, now_ms, worker_lost, ClaimedRow, ClaimedTask, Ending, LiveKey, NewTask, Quota, Refused,
     StoreResult, Submitted, Task, TaskIds, TaskQueue, KEY_TOUCH_EVERY_MS, RUNNING,
 };
 
-const TASK_COLUMNS: &str =
+pub(super) const TASK_COLUMNS: &str =
     "t.seq, t.id AS legacy_id, t.task_type, t.params, t.parent_seq, p.id AS parent_legacy_id,
     t.status, t.percentage, t.prompt, t.aspect_ratio,
     t.process_mode, t.seed, t.attempts, t.created_at, t.started_at, t.finished_at,
@@ -28,7 +28,8 @@ const KEY_THEN_TASKS: &str = "SELECT k.id AS key_id, k.account_id AS key_account
         k.last_used_at AS key_last_used_at,";
 const KEY_JOINS: &str = "LEFT JOIN webhook_deliveries d ON d.task_seq = t.seq
      LEFT JOIN tasks p ON p.seq = t.parent_seq
-     WHERE k.key_hash = ?1 AND k.revoked_at IS NULL";
+     WHERE k.key_hash = ?1 AND k.revoked_at IS NULL
+       AND (SELECT disabled FROM accounts WHERE id = k.account_id) = 0";
 
 /// The task whose public id is given as parameters `?{seq}` (what it decrypts to, see
 /// `TaskKey`) and `?{legacy}` (the id as text, for tasks stored before ids came from `seq`).
@@ -311,13 +312,13 @@ fn complete_in_tx(
     } else {
         0
     };
-    type Ended = (String, Option<String>, Option<String>, Option<String>);
+    type Ended = (String, Option<String>, Option<String>, Option<String>, i64);
     let ended: Option<Ended> = conn
         .prepare_cached(&format!(
             "UPDATE tasks SET status = ?, percentage = ?, finished_at = ?, grid_key = ?,
                  image_keys = ?, result = ?, error = ?, lease_owner = NULL, lease_expires_at = NULL
              WHERE seq = ? AND attempts = ? AND status IN {ACTIVE}
-             RETURNING account_id, webhook_url, webhook_secret, id"
+             RETURNING account_id, webhook_url, webhook_secret, id, cost"
         ))?
         .query_row(
             params![
@@ -331,12 +332,24 @@ fn complete_in_tx(
                 seq,
                 attempt
             ],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
         )
         .optional()?;
-    let Some((account_id, webhook_url, webhook_secret, legacy_id)) = ended else {
+    let Some((account_id, webhook_url, webhook_secret, legacy_id, cost)) = ended else {
         return Ok(None);
     };
+    if status == TaskStatus::Failed && cost > 0 {
+        // A failed task gives its credits back, in the transaction that records the failure
+        // (an account made unlimited since has no balance to give them to).
+        let refunded = conn
+            .prepare_cached(
+                "UPDATE accounts SET credits = credits + ? WHERE id = ? AND credits IS NOT NULL",
+            )?
+            .execute(params![cost, account_id])?;
+        if refunded == 1 {
+            super::accounts::ledger(conn, &account_id, Some(seq), cost, "refund", now)?;
+        }
+    }
     let images = ending.images();
     if images > 0 {
         conn.prepare_cached("UPDATE accounts SET total_images = total_images + ? WHERE id = ?")?
@@ -422,57 +435,64 @@ pub(super) fn apply_submits(
     let mut quota = Quota::default();
     {
         let mut key = conn.prepare_cached(
-            "SELECT k.account_id, a.active_tasks
+            "SELECT k.account_id, a.active_tasks, a.credits
              FROM api_keys k JOIN accounts a ON a.id = k.account_id
-             WHERE k.key_hash = ? AND k.revoked_at IS NULL",
+             WHERE k.key_hash = ? AND k.revoked_at IS NULL AND a.disabled = 0",
         )?;
         let hashes: BTreeSet<&[u8; 32]> = batch.iter().map(|w| &w.key_hash).collect();
         for hash in hashes {
             let found = key
                 .query_row([hash.as_slice()], |r| {
-                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, Option<i64>>(2)?,
+                    ))
                 })
                 .optional()?;
-            if let Some((account, n)) = found {
-                quota.set(&account, n);
+            if let Some((account, n, credits)) = found {
+                quota.set(&account, n, credits);
                 live.insert(*hash, account);
             }
         }
     }
     // The quota, in arrival order; the group's own earlier tasks count.
     let mut next_seq = last;
-    let outcomes: Vec<Result<(i64, &str), Submitted>> = batch
+    let outcomes: Vec<Result<(i64, &str, i64), Submitted>> = batch
         .iter()
         .map(|w| {
             let Some(account) = live.get(&w.key_hash) else {
                 return Err(Submitted::KeyNotLive);
             };
-            if !quota.admit(account, w.max_active) {
-                return Err(Submitted::QuotaFull);
-            }
+            let charged = quota
+                .admit(account, w.max_active, w.task.cost)
+                .map_err(|refused| match refused {
+                    Refused::Quota => Submitted::QuotaFull,
+                    Refused::Credits => Submitted::InsufficientCredits,
+                })?;
             next_seq += 1;
-            Ok((next_seq, account.as_str()))
+            Ok((next_seq, account.as_str(), charged))
         })
         .collect();
     // Several rows per statement: an `INSERT` sets up its cursors and, for the AUTOINCREMENT
     // key, writes `sqlite_sequence` once per statement, not once per row.
-    let rows: Vec<(&NewTask, i64, &str)> = batch
+    let rows: Vec<(&NewTask, i64, &str, i64)> = batch
         .iter()
         .zip(&outcomes)
         .filter_map(|(w, o)| {
             o.as_ref()
                 .ok()
-                .map(|&(seq, account)| (&w.task, seq, account))
+                .map(|&(seq, account, charged)| (&w.task, seq, account, charged))
         })
         .collect();
     for (k, chunk) in chunks(&rows, INSERT_CHUNK_MAX) {
         let mut insert = conn.prepare_cached(&INSERT_TASKS[k])?;
-        let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 13);
+        let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 14);
         let params: Vec<(&str, Option<String>)> = chunk
             .iter()
-            .map(|(t, _, _)| (t.task_type(), t.operation.to_params()))
+            .map(|(t, _, _, _)| (t.task_type(), t.operation.to_params()))
             .collect();
-        for ((t, seq, account), (task_type, params)) in chunk.iter().zip(&params) {
+        for ((t, seq, account, charged), (task_type, params)) in chunk.iter().zip(&params) {
             values.extend_from_slice(&[
                 seq as &dyn rusqlite::ToSql,
                 account,
@@ -487,9 +507,21 @@ pub(super) fn apply_submits(
                 &now,
                 &t.webhook_url,
                 &t.webhook_secret,
+                charged,
             ]);
         }
         insert.execute(rusqlite::params_from_iter(values))?;
+    }
+    // Each charge is one ledger row, and the balances move once per account.
+    {
+        let mut charge =
+            conn.prepare_cached("UPDATE accounts SET credits = credits - ? WHERE id = ?")?;
+        for (account, spent) in quota.charged() {
+            charge.execute(params![spent, account])?;
+        }
+        for &(_, seq, account, charged) in rows.iter().filter(|r| r.3 > 0) {
+            super::accounts::ledger(conn, account, Some(seq), -charged, "submit", now)?;
+        }
     }
     {
         let mut count = conn
@@ -520,7 +552,7 @@ pub(super) fn apply_submits(
     Ok(outcomes
         .into_iter()
         .map(|outcome| match outcome {
-            Ok((seq, account)) => Submitted::Queued {
+            Ok((seq, account, _)) => Submitted::Queued {
                 account_id: account.to_string(),
                 task_id: state.ids.id(seq),
             },
@@ -535,13 +567,14 @@ const INSERT_CHUNK_MAX: usize = 64;
 
 /// The `INSERT` for 2^k tasks at index k, bound parameters only, in `apply_submits`' order.
 static INSERT_TASKS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
-    let row = "(?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)";
+    let row = "(?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     (0..=INSERT_CHUNK_MAX.ilog2())
         .map(|k| {
             format!(
                 "INSERT INTO tasks (seq, account_id, task_type, params, parent_seq, status,
                      priority, prompt,
-                     aspect_ratio, process_mode, seed, created_at, webhook_url, webhook_secret)
+                     aspect_ratio, process_mode, seed, created_at, webhook_url, webhook_secret,
+                     cost)
                  VALUES {}",
                 vec![row; 1 << k].join(", ")
             )

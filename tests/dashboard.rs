@@ -1,0 +1,787 @@
+//! The dashboard through HTTP, as a browser without JavaScript uses it: forms, cookies and
+//! redirects. Its security rules: CSRF tokens and origins, session expiry, password rules,
+//! sign-in limits, accounts that never see each other's tasks, sign-up closed. The whole flow in
+//! a real browser is tests/browser (scripts/test.sh).
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, LOCATION, SET_COOKIE};
+use reqwest::redirect::Policy;
+use serde_json::json;
+
+use common::TestApp;
+
+/// A client that keeps cookies and does not follow redirects, so each answer can be checked.
+struct Browser {
+    base: String,
+    http: reqwest::Client,
+    cookies: HashMap<String, String>,
+}
+
+struct Page {
+    status: u16,
+    headers: HeaderMap,
+    body: String,
+}
+
+impl Page {
+    fn location(&self) -> &str {
+        self.headers
+            .get(LOCATION)
+            .map(|v| v.to_str().unwrap())
+            .unwrap_or("")
+    }
+
+    /// The value of the first hidden `csrf` field.
+    fn csrf(&self) -> String {
+        let at = self
+            .body
+            .find("name=\"csrf\" value=\"")
+            .unwrap_or_else(|| panic!("a form with a csrf field in: {}", self.body));
+        let rest = &self.body[at + "name=\"csrf\" value=\"".len()..];
+        rest[..rest.find('"').unwrap()].to_string()
+    }
+}
+
+impl Browser {
+    fn new(app: &TestApp) -> Browser {
+        Browser {
+            base: app.base.clone(),
+            http: reqwest::Client::builder()
+                .redirect(Policy::none())
+                .build()
+                .unwrap(),
+            cookies: HashMap::new(),
+        }
+    }
+
+    fn cookie_header(&self) -> String {
+        self.cookies
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    async fn keep(&mut self, res: reqwest::Response) -> Page {
+        for c in res.headers().get_all(SET_COOKIE) {
+            let c = c.to_str().unwrap();
+            let (pair, _) = c.split_once(';').unwrap_or((c, ""));
+            let (name, value) = pair.split_once('=').unwrap();
+            if value.is_empty() || c.contains("Max-Age=0") {
+                self.cookies.remove(name);
+            } else {
+                self.cookies.insert(name.to_string(), value.to_string());
+            }
+        }
+        Page {
+            status: res.status().as_u16(),
+            headers: res.headers().clone(),
+            body: res.text().await.unwrap(),
+        }
+    }
+
+    async fn get(&mut self, path: &str) -> Page {
+        let res = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .header("cookie", self.cookie_header())
+            .send()
+            .await
+            .unwrap();
+        self.keep(res).await
+    }
+
+    /// POST a form as the dashboard's own pages do (with their Origin).
+    async fn post(&mut self, path: &str, fields: &[(&str, &str)]) -> Page {
+        let origin = self.base.clone();
+        self.post_from(path, fields, Some(&origin)).await
+    }
+
+    async fn post_from(
+        &mut self,
+        path: &str,
+        fields: &[(&str, &str)],
+        origin: Option<&str>,
+    ) -> Page {
+        let mut req = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("cookie", self.cookie_header())
+            .form(fields);
+        if let Some(origin) = origin {
+            req = req.header("origin", origin);
+        }
+        let res = req.send().await.unwrap();
+        self.keep(res).await
+    }
+
+    /// Sign up (the form's own token), and expect to be signed in.
+    async fn sign_up(&mut self, email: &str, password: &str) -> Page {
+        let form = self.get("/signup").await;
+        assert_eq!(form.status, 200, "{}", form.body);
+        let csrf = form.csrf();
+        self.post(
+            "/signup",
+            &[("csrf", &csrf), ("email", email), ("password", password)],
+        )
+        .await
+    }
+
+    async fn sign_in(&mut self, email: &str, password: &str) -> Page {
+        let form = self.get("/signin").await;
+        let csrf = form.csrf();
+        self.post(
+            "/signin",
+            &[("csrf", &csrf), ("email", email), ("password", password)],
+        )
+        .await
+    }
+
+    /// Create a key on the keys page; its secret.
+    async fn create_key(&mut self, name: &str) -> String {
+        let keys = self.get("/keys").await;
+        let csrf = keys.csrf();
+        let page = self.post("/keys", &[("csrf", &csrf), ("name", name)]).await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        let at = page
+            .body
+            .find("data-testid=\"new-key\">")
+            .expect("the new key");
+        let rest = &page.body[at + "data-testid=\"new-key\">".len()..];
+        rest[..rest.find('<').unwrap()].to_string()
+    }
+}
+
+const PASSWORD: &str = "correct horse battery staple";
+
+#[tokio::test]
+async fn forms_without_the_right_token_or_from_another_site_are_refused() {
+    let app = TestApp::spawn().await;
+    let mut b = Browser::new(&app);
+    let signed_up = b.sign_up("csrf@example.com", PASSWORD).await;
+    assert_eq!(signed_up.status, 303, "{}", signed_up.body);
+    let keys = b.get("/keys").await;
+    assert_eq!(keys.status, 200);
+    let csrf = keys.csrf();
+
+    let none = b.post("/keys", &[("name", "no token")]).await;
+    assert_eq!(none.status, 403, "{}", none.body);
+    let wrong = b
+        .post(
+            "/keys",
+            &[("csrf", "0".repeat(40).as_str()), ("name", "wrong")],
+        )
+        .await;
+    assert_eq!(wrong.status, 403);
+    let elsewhere = b
+        .post_from(
+            "/keys",
+            &[("csrf", &csrf), ("name", "cross-site")],
+            Some("https://evil.example"),
+        )
+        .await;
+    assert_eq!(elsewhere.status, 403);
+    // Nothing was made by the refused forms.
+    let listed = b.get("/keys").await.body;
+    for name in ["no token", "wrong", "cross-site"] {
+        assert!(!listed.contains(name), "{name} was created");
+    }
+    // The right token from the page's own origin works.
+    let key = b.create_key("right").await;
+    assert!(easel::auth::well_formed(&key), "{key}");
+
+    // Another session's token is not this session's.
+    let mut other = Browser::new(&app);
+    other.sign_up("csrf-other@example.com", PASSWORD).await;
+    let theirs = other
+        .post("/keys", &[("csrf", &csrf), ("name", "borrowed")])
+        .await;
+    assert_eq!(theirs.status, 403);
+
+    // Signed out, the sign-in form needs its cookie's token too.
+    let mut fresh = Browser::new(&app);
+    let page = fresh.get("/signin").await;
+    let token = page.csrf();
+    fresh.cookies.clear();
+    let refused = fresh
+        .post(
+            "/signin",
+            &[
+                ("csrf", &token),
+                ("email", "csrf@example.com"),
+                ("password", PASSWORD),
+            ],
+        )
+        .await;
+    assert_eq!(refused.status, 403);
+
+    // Sign-out is a form like the others.
+    let out = b.post("/signout", &[]).await;
+    assert_eq!(out.status, 403);
+    assert_eq!(b.get("/keys").await.status, 200, "still signed in");
+}
+
+#[tokio::test]
+async fn signed_out_pages_send_to_sign_in_and_sign_out_ends_the_session() {
+    let app = TestApp::spawn().await;
+    let mut b = Browser::new(&app);
+    for path in ["/tasks", "/keys", "/playground", "/account", "/admin"] {
+        let page = b.get(path).await;
+        assert_eq!(page.status, 303, "{path}");
+        assert!(
+            page.location().starts_with("/signin?next="),
+            "{path}: {}",
+            page.location()
+        );
+    }
+    let home = b.get("/").await;
+    assert_eq!(home.status, 200);
+    assert!(home.body.contains("Sign in"));
+
+    let signed_up = b.sign_up("out@example.com", PASSWORD).await;
+    assert_eq!(signed_up.status, 303);
+    let cookie = signed_up
+        .headers
+        .get_all(SET_COOKIE)
+        .iter()
+        .map(|c| c.to_str().unwrap().to_string())
+        .find(|c| c.starts_with("easel_session="))
+        .expect("a session cookie");
+    assert!(cookie.contains("HttpOnly"), "{cookie}");
+    assert!(cookie.contains("SameSite=Lax"), "{cookie}");
+    assert!(!cookie.contains("Secure"), "http public_url: {cookie}");
+    let stolen = b.cookies["easel_session"].clone();
+
+    let keys = b.get("/keys").await;
+    let csrf = keys.csrf();
+    let out = b.post("/signout", &[("csrf", &csrf)]).await;
+    assert_eq!(out.status, 303);
+    assert_eq!(b.get("/keys").await.status, 303);
+    // The token is dead in the store, not only forgotten by this browser.
+    b.cookies.insert("easel_session".into(), stolen);
+    assert_eq!(b.get("/keys").await.status, 303);
+}
+
+#[tokio::test]
+async fn the_session_cookie_is_secure_when_public_url_is_https() {
+    let app = TestApp::spawn_with(|c| c.public_url = Some("https://easel.example".into())).await;
+    let mut b = Browser::new(&app);
+    let form = b.get("/signup").await;
+    let csrf = form.csrf();
+    let page = b
+        .post_from(
+            "/signup",
+            &[
+                ("csrf", &csrf),
+                ("email", "tls@example.com"),
+                ("password", PASSWORD),
+            ],
+            Some("https://easel.example"),
+        )
+        .await;
+    assert_eq!(page.status, 303, "{}", page.body);
+    let cookie = page
+        .headers
+        .get_all(SET_COOKIE)
+        .iter()
+        .map(|c| c.to_str().unwrap().to_string())
+        .find(|c| c.starts_with("easel_session="))
+        .unwrap();
+    assert!(cookie.contains("Secure"), "{cookie}");
+}
+
+#[tokio::test]
+async fn sessions_expire() {
+    let app = TestApp::spawn().await;
+    let mut b = Browser::new(&app);
+    assert_eq!(b.sign_up("ttl@example.com", PASSWORD).await.status, 303);
+    assert_eq!(b.get("/keys").await.status, 200);
+    // The session's time runs out (`session_ttl` is at least a minute, so the test moves the
+    // expiry, as the clock would).
+    let mut db = common::database(&app.config).await;
+    let moved = sqlx::query(&format!(
+        "UPDATE sessions SET expires_at = {} WHERE account_id = (SELECT id FROM accounts \
+         WHERE email = 'ttl@example.com')",
+        easel::store::now_ms() - 1
+    ))
+    .execute(&mut db)
+    .await
+    .unwrap();
+    assert_eq!(moved.rows_affected(), 1);
+    let page = b.get("/keys").await;
+    assert_eq!(page.status, 303);
+    assert!(page.location().starts_with("/signin"));
+    // Signing in again works, for `session_ttl` from now.
+    assert_eq!(b.sign_in("ttl@example.com", PASSWORD).await.status, 303);
+    assert_eq!(b.get("/keys").await.status, 200);
+}
+
+#[tokio::test]
+async fn passwords_must_follow_the_rules() {
+    let app = TestApp::spawn().await;
+    let mut b = Browser::new(&app);
+    let short = b.sign_up("short@example.com", "abc").await;
+    assert_eq!(short.status, 400);
+    assert!(short.body.contains("Password"), "{}", short.body);
+    assert!(!b.cookies.contains_key("easel_session"));
+    // No account was made: signing in with it fails like any wrong password.
+    assert_eq!(b.sign_in("short@example.com", "abc").await.status, 401);
+    let bad_email = b.sign_up("not-an-email", PASSWORD).await;
+    assert_eq!(bad_email.status, 400);
+    assert!(bad_email.body.contains("Email"));
+    assert_eq!(b.sign_up("rules@example.com", PASSWORD).await.status, 303);
+}
+
+#[tokio::test]
+async fn sign_in_is_rate_limited_and_never_says_which_emails_exist() {
+    let app = TestApp::spawn().await;
+    let mut b = Browser::new(&app);
+    assert_eq!(b.sign_up("limited@example.com", PASSWORD).await.status, 303);
+    b.cookies.remove("easel_session");
+
+    let wrong = b
+        .sign_in("limited@example.com", "wrong password here")
+        .await;
+    let unknown = b.sign_in("nobody@example.com", "wrong password here").await;
+    assert_eq!(wrong.status, 401);
+    assert_eq!(unknown.status, 401);
+    let message = |p: &Page| {
+        let at = p.body.find("role=\"alert\">").unwrap();
+        p.body[at..at + 120].to_string()
+    };
+    assert_eq!(
+        message(&wrong),
+        message(&unknown),
+        "the same words for both"
+    );
+
+    for _ in 1..easel::web::auth::FAILURES_PER_EMAIL {
+        assert_eq!(
+            b.sign_in("limited@example.com", "nope nope nope")
+                .await
+                .status,
+            401
+        );
+    }
+    // Past the per-email limit, even the right password is refused for a while.
+    let refused = b.sign_in("limited@example.com", PASSWORD).await;
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert!(!b.cookies.contains_key("easel_session"));
+
+    // The per-address limit: this client has failed 6 times; keep failing on other emails.
+    let used = easel::web::auth::FAILURES_PER_EMAIL + 1;
+    for i in used..easel::web::auth::FAILURES_PER_ADDRESS {
+        let page = b
+            .sign_in(&format!("x{i}@example.com"), "nope nope nope")
+            .await;
+        assert_eq!(page.status, 401);
+    }
+    let other = b
+        .sign_in("someone-else@example.com", "nope nope nope")
+        .await;
+    assert_eq!(other.status, 429, "the address is over its limit");
+}
+
+#[tokio::test]
+async fn accounts_never_see_each_others_tasks_or_keys() {
+    let app = TestApp::spawn().await;
+    let mut alice = Browser::new(&app);
+    alice.sign_up("alice@example.com", PASSWORD).await;
+    let key = alice.create_key("alice's program").await;
+    let (status, body) = app
+        .post_as(
+            &key,
+            "/api/v1/imagine",
+            &json!({"prompt": "alice secret lighthouse"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let task = body["task_id"].as_str().unwrap().to_string();
+    common::wait_for(Duration::from_secs(20), || async {
+        let (_, t) = app.get_as(&key, &format!("/api/v1/tasks/{task}")).await;
+        (t["status"] == "finished").then_some(())
+    })
+    .await
+    .expect("finished");
+
+    let own = alice.get(&format!("/tasks/{task}")).await;
+    assert_eq!(own.status, 200);
+    assert!(own.body.contains("alice secret lighthouse"));
+    assert_eq!(
+        alice
+            .get(&format!("/tasks/{task}/image/1?w=96"))
+            .await
+            .status,
+        200
+    );
+    assert!(alice
+        .get("/tasks")
+        .await
+        .body
+        .contains("alice secret lighthouse"));
+
+    let mut bob = Browser::new(&app);
+    bob.sign_up("bob@example.com", PASSWORD).await;
+    for path in [
+        format!("/tasks/{task}"),
+        format!("/tasks/{task}/progress"),
+        format!("/tasks/{task}/image/0?w=96"),
+        format!("/tasks/{task}/image/1?w=320"),
+    ] {
+        let page = bob.get(&path).await;
+        assert_eq!(page.status, 404, "{path}");
+        assert!(!page.body.contains("lighthouse"), "{path} leaks the prompt");
+    }
+    let list = bob.get("/tasks").await;
+    assert!(!list.body.contains("lighthouse"));
+    let csrf = list.csrf();
+    let redeliver = bob
+        .post(&format!("/tasks/{task}/redeliver"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(redeliver.status, 404);
+
+    // Bob cannot revoke Alice's key by its id, and does not see it.
+    let key_id = app
+        .store
+        .list_api_keys()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|k| k.name == "alice's program")
+        .unwrap()
+        .id;
+    let revoke = bob
+        .post(
+            &format!("/keys/{key_id}/revoke"),
+            &[("csrf", &csrf), ("confirm", "yes")],
+        )
+        .await;
+    assert_eq!(revoke.status, 404);
+    assert!(!bob.get("/keys").await.body.contains("alice"));
+    let (status, _) = app.get_as(&key, &format!("/api/v1/tasks/{task}")).await;
+    assert_eq!(status, 200, "alice's key still works");
+
+    // Not an operator: the operators' page does not exist for Bob.
+    assert_eq!(bob.get("/admin").await.status, 404);
+}
+
+#[tokio::test]
+async fn revoking_a_key_on_the_page_refuses_it_at_once() {
+    let app = TestApp::spawn().await;
+    let mut b = Browser::new(&app);
+    b.sign_up("revoke@example.com", PASSWORD).await;
+    let page = b.get("/keys").await;
+    let unnamed = b
+        .post("/keys", &[("csrf", &page.csrf()), ("name", "  ")])
+        .await;
+    assert_eq!(unnamed.status, 400);
+    assert!(
+        unnamed.body.contains("Name: must not be empty"),
+        "{}",
+        unnamed.body
+    );
+    let key = b.create_key("short-lived").await;
+    assert_eq!(app.get_as(&key, "/api/v1/account").await.0, 200);
+    let keys = b.get("/keys").await;
+    let csrf = keys.csrf();
+    let at = keys.body.find("/revoke\"").unwrap();
+    let start = keys.body[..at].rfind("/keys/").unwrap();
+    let path = format!("{}/revoke", &keys.body[start..at]);
+    // The first step asks for confirmation and changes nothing.
+    let confirm = b.post(&path, &[("csrf", &csrf)]).await;
+    assert_eq!(confirm.status, 200);
+    assert!(confirm.body.contains("short-lived"));
+    assert_eq!(app.get_as(&key, "/api/v1/account").await.0, 200);
+    let done = b.post(&path, &[("csrf", &csrf), ("confirm", "yes")]).await;
+    assert_eq!(done.status, 303);
+    assert_eq!(app.get_as(&key, "/api/v1/account").await.0, 401);
+    assert!(b.get("/keys").await.body.contains("Revoked"));
+}
+
+#[tokio::test]
+async fn sign_up_can_be_closed() {
+    let app = TestApp::spawn_with(|c| c.signup = "closed".into()).await;
+    let mut b = Browser::new(&app);
+    let page = b.get("/signup").await;
+    assert_eq!(page.status, 403);
+    assert!(page.body.contains("closed"));
+    assert!(!b
+        .get("/signin")
+        .await
+        .body
+        .contains("href=\"/signup\">Sign up</a>."));
+    // A form posted anyway makes nothing.
+    let signin = b.get("/signin").await;
+    let csrf = signin.csrf();
+    let posted = b
+        .post(
+            "/signup",
+            &[
+                ("csrf", &csrf),
+                ("email", "closed@example.com"),
+                ("password", PASSWORD),
+            ],
+        )
+        .await;
+    assert_eq!(posted.status, 403);
+    assert!(!b.cookies.contains_key("easel_session"));
+    assert!(app
+        .store
+        .account_by_email("closed@example.com")
+        .await
+        .unwrap()
+        .is_none());
+}
+
+#[tokio::test]
+async fn assets_are_embedded_and_cached_for_good() {
+    let app = TestApp::spawn().await;
+    let mut b = Browser::new(&app);
+    let page = b.get("/signin").await;
+    let csp = page.headers["content-security-policy"].to_str().unwrap();
+    assert!(csp.contains("script-src 'self'"), "{csp}");
+    let mut found = 0;
+    for asset in page.body.split('"').filter(|s| s.starts_with("/assets/")) {
+        found += 1;
+        let res = b
+            .http
+            .get(format!("{}{asset}", app.base))
+            .header("accept-encoding", "gzip")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200, "{asset}");
+        let cache = res.headers()["cache-control"].to_str().unwrap();
+        assert!(cache.contains("immutable"), "{asset}: {cache}");
+        let etag = res.headers()["etag"].clone();
+        let again = b
+            .http
+            .get(format!("{}{asset}", app.base))
+            .header("if-none-match", etag)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(again.status(), 304, "{asset}");
+    }
+    assert_eq!(found, 3, "the stylesheet, htmx and easel.js");
+    let stale = b.get("/assets/easel.000000000000.css").await;
+    assert_eq!(stale.status, 404);
+}
+
+#[tokio::test]
+async fn the_signing_secret_is_shown_and_rotated_on_request_only() {
+    let app = TestApp::spawn().await;
+    let mut b = Browser::new(&app);
+    b.sign_up("secret@example.com", PASSWORD).await;
+    let account = app
+        .store
+        .account_by_email("secret@example.com")
+        .await
+        .unwrap()
+        .unwrap();
+    let page = b.get("/account").await;
+    assert_eq!(page.status, 200);
+    assert!(
+        !page.body.contains(&account.signing_secret),
+        "not shown until asked"
+    );
+    let csrf = page.csrf();
+    assert_eq!(b.post("/account/secret", &[]).await.status, 403);
+    let shown = b.post("/account/secret", &[("csrf", &csrf)]).await;
+    assert!(shown.body.contains(&account.signing_secret));
+    let rotated = b.post("/account/secret/rotate", &[("csrf", &csrf)]).await;
+    assert_eq!(rotated.status, 200);
+    let after = app
+        .store
+        .account_by_email("secret@example.com")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(after.signing_secret, account.signing_secret);
+    assert!(after.signing_secret.starts_with("whsec_"));
+    assert!(rotated.body.contains(&after.signing_secret));
+}
+
+#[tokio::test]
+async fn operators_see_every_account_and_can_disable_one_or_set_its_credits() {
+    let app = TestApp::spawn().await;
+    // The first account is the operator; its password as `easel accounts set-password` sets it.
+    let admin = app.store.first_account().await.unwrap().unwrap();
+    let hash = easel::accounts::hash_password(PASSWORD.into())
+        .await
+        .unwrap();
+    assert!(app.store.set_password(&admin.id, &hash).await.unwrap());
+    let mut op = Browser::new(&app);
+    assert_eq!(op.sign_in(&admin.email, PASSWORD).await.status, 303);
+
+    let mut bob = Browser::new(&app);
+    bob.sign_up("bob-op@example.com", PASSWORD).await;
+    let key = bob.create_key("bob's").await;
+    let bob_id = app
+        .store
+        .account_by_email("bob-op@example.com")
+        .await
+        .unwrap()
+        .unwrap()
+        .id;
+
+    let page = op.get("/admin").await;
+    assert_eq!(page.status, 200);
+    for part in [
+        "bob-op@example.com",
+        "Queue",
+        "procedural",
+        "Failing webhook destinations",
+    ] {
+        assert!(page.body.contains(part), "{part}");
+    }
+    let csrf = page.csrf();
+    let path = format!("/admin/accounts/{bob_id}");
+    let set = op
+        .post(
+            &path,
+            &[("csrf", &csrf), ("action", "credits"), ("credits", "7")],
+        )
+        .await;
+    assert_eq!(set.status, 303);
+    let (_, account) = app.get_as(&key, "/api/v1/account").await;
+    assert_eq!(account["credits"], 7, "{account}");
+    let bad = op
+        .post(
+            &path,
+            &[("csrf", &csrf), ("action", "credits"), ("credits", "-3")],
+        )
+        .await;
+    assert_eq!(bad.status, 400);
+
+    let disabled = op
+        .post(&path, &[("csrf", &csrf), ("action", "disable")])
+        .await;
+    assert_eq!(disabled.status, 303);
+    assert_eq!(
+        app.get_as(&key, "/api/v1/account").await.0,
+        401,
+        "keys refused"
+    );
+    assert_eq!(bob.get("/keys").await.status, 303, "the session is over");
+    assert_eq!(
+        bob.sign_in("bob-op@example.com", PASSWORD).await.status,
+        401
+    );
+
+    // Not on itself, and not without the token.
+    let own = op
+        .post(
+            &format!("/admin/accounts/{}", admin.id),
+            &[("csrf", &csrf), ("action", "disable")],
+        )
+        .await;
+    assert_eq!(own.status, 200);
+    assert!(own.body.contains("cannot disable your own account"));
+    let enable = op.post(&path, &[("action", "enable")]).await;
+    assert_eq!(enable.status, 403);
+    assert_eq!(app.get_as(&key, "/api/v1/account").await.0, 401);
+}
+
+#[tokio::test]
+async fn the_playground_submits_with_the_accounts_own_keys_only() {
+    let app = TestApp::spawn().await;
+    let mut b = Browser::new(&app);
+    b.sign_up("play@example.com", PASSWORD).await;
+    let key = b.create_key("playground").await;
+    let page = b.get("/playground").await;
+    assert_eq!(page.status, 200);
+    let csrf = page.csrf();
+
+    // Another account's key (the first account's) is refused, and nothing is submitted.
+    let theirs = b
+        .post(
+            "/playground",
+            &[
+                ("csrf", &csrf),
+                ("key", &app.key),
+                ("operation", "imagine"),
+                ("prompt", "not mine"),
+            ],
+        )
+        .await;
+    assert_eq!(theirs.status, 200);
+    assert!(
+        theirs.body.contains("paste one of this account"),
+        "{}",
+        theirs.body
+    );
+    // The API's own validation speaks through the playground.
+    let empty = b
+        .post(
+            "/playground",
+            &[("csrf", &csrf), ("key", &key), ("operation", "imagine")],
+        )
+        .await;
+    assert!(empty.body.contains("prompt"), "{}", empty.body);
+    let bad_extra = b
+        .post(
+            "/playground",
+            &[
+                ("csrf", &csrf),
+                ("key", &key),
+                ("operation", "imagine"),
+                ("prompt", "x"),
+                ("extra", "[1, 2]"),
+            ],
+        )
+        .await;
+    assert!(bad_extra.body.contains("JSON object"), "{}", bad_extra.body);
+
+    let ok = b
+        .post(
+            "/playground",
+            &[
+                ("csrf", &csrf),
+                ("key", &key),
+                ("operation", "imagine"),
+                ("prompt", "a playground kite"),
+                ("extra", r#"{"aspect_ratio": "3:2"}"#),
+            ],
+        )
+        .await;
+    assert_eq!(ok.status, 200);
+    // The fragment polls the task's progress until it is final.
+    let at = ok
+        .body
+        .find("hx-get=\"/tasks/")
+        .expect("a polling fragment");
+    let id = &ok.body[at + "hx-get=\"/tasks/".len()..][..36];
+    let task: uuid::Uuid = id.parse().unwrap();
+    let (status, record) = app.get_as(&key, &format!("/api/v1/tasks/{task}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(record["prompt"], "a playground kite");
+    assert_eq!(record["aspect_ratio"], "3:2");
+    let progress = common::wait_for(Duration::from_secs(20), || async {
+        let p = b_progress(&app, &b.cookie_header(), task).await;
+        (!p.contains("hx-get")).then_some(p)
+    })
+    .await
+    .expect("the fragment stops polling once the task is final");
+    assert!(progress.contains("finished"));
+    assert_eq!(progress.matches("<img").count(), 5);
+    // Only one task was made: the refused forms made none.
+    let (_, list) = app.get_as(&key, "/api/v1/tasks").await;
+    assert_eq!(list["tasks"].as_array().unwrap().len(), 1, "{list}");
+}
+
+async fn b_progress(app: &TestApp, cookies: &str, task: uuid::Uuid) -> String {
+    reqwest::Client::new()
+        .get(app.url(&format!("/tasks/{task}/progress")))
+        .header("cookie", cookies)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
