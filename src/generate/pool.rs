@@ -240,8 +240,15 @@ impl Pool {
                 continue;
             };
             member.in_flight.fetch_add(1, Ordering::Relaxed);
+            let started = Instant::now();
             let result = member.generator.run(job, progress).await;
             member.in_flight.fetch_sub(1, Ordering::Relaxed);
+            let outcome = match &result {
+                Ok(_) => "ok",
+                Err(GenerateError::Transient { .. }) => "retry",
+                Err(_) => "error",
+            };
+            crate::metrics::generation_done(member.generator.name(), outcome, started.elapsed());
             drop(permit);
             self.changed.notify_waiters();
             match result {
