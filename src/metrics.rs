@@ -377,10 +377,8 @@ async fn exposition(state: &AppState) -> Response {
             text,
         )
             .into_response(),
-        Err(e) => {
-            store_error("api", &e);
-            ApiError::from(e).into_response()
-        }
+        // The conversion counts the store error.
+        Err(e) => ApiError::from(e).into_response(),
     }
 }
 

@@ -335,10 +335,8 @@ impl WorkerContext {
                 }
                 Ok(Ran::LostLease)
             }
-            Err(e) => {
-                crate::metrics::store_error("worker", &e);
-                Err(e)
-            }
+            // Counted by the worker loop, which sees every store error of a task's run.
+            Err(e) => Err(e),
         }
     }
 }
