@@ -597,6 +597,43 @@ mod tests {
     }
 
     #[test]
+    fn metrics_and_rate_limit_settings_are_checked() {
+        let c = Config {
+            metrics_token: Some("short".into()),
+            ..Config::default()
+        };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("metrics_token"), "{e}");
+        let shown = format!(
+            "{:?}",
+            Config {
+                metrics_token: Some("a-secret-metrics-token".into()),
+                ..Config::default()
+            }
+        );
+        assert!(!shown.contains("a-secret-metrics-token"), "{shown}");
+        for (rate, burst, account_burst) in [
+            (0.0, 5, None),
+            (f64::NAN, 5, None),
+            (1.0, 0, None),
+            (1.0, 5, Some(0)),
+        ] {
+            let mut c = Config::default();
+            c.rate_limits.insert(
+                "free".into(),
+                PlanRate {
+                    rate,
+                    burst,
+                    account_rate: None,
+                    account_burst,
+                },
+            );
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains("rate_limits.free"), "{e}");
+        }
+    }
+
+    #[test]
     fn blob_store_settings_are_checked_and_named() {
         let c = Config {
             blob_store: "s3".into(),
