@@ -104,9 +104,19 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let owner = look_up(state, &presented_key(parts)?).await?;
+        let hash = presented_key(parts)?;
+        let owner = look_up(state, &hash).await?;
         touch(state, &owner.key_id, owner.last_used_at);
         access::note_account(&owner.account.id);
+        if state.rate_limits.enabled() {
+            state
+                .rate_limits
+                .remember(&hash, &owner.account.id, &owner.account.plan);
+            state
+                .rate_limits
+                .check(&hash, &owner.account.id, &owner.account.plan)
+                .map_err(ApiError::RateLimited)?;
+        }
         Ok(Caller(owner.account))
     }
 }
@@ -135,8 +145,15 @@ impl PresentedKey {
 impl FromRequestParts<AppState> for PresentedKey {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, _: &AppState) -> Result<Self, ApiError> {
-        Ok(PresentedKey(presented_key(parts)?))
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let hash = presented_key(parts)?;
+        if state.rate_limits.enabled() {
+            state
+                .rate_limits
+                .check_presented(state.store.as_ref(), &hash)
+                .await?;
+        }
+        Ok(PresentedKey(hash))
     }
 }
 

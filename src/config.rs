@@ -149,6 +149,40 @@ pub struct Config {
     /// How long a dashboard session lasts after signing in.
     #[serde(with = "duration")]
     pub session_ttl: Duration,
+    /// Serve `GET /metrics` (Prometheus) on this separate address, without credentials: bind it
+    /// to a private interface. Unset: no separate listener.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Serve `GET /metrics` on the main listener to requests with `Authorization: Bearer
+    /// <metrics_token>` (at least 16 characters). Unset: `/metrics` is not on the main listener.
+    pub metrics_token: Option<String>,
+    /// Request rate limits by account plan (`[rate_limits.<plan>]` tables with `rate`, requests
+    /// per second, and `burst`), applied per API key and per account, on each node separately.
+    /// A plan not listed is not limited; empty by default.
+    pub rate_limits: std::collections::BTreeMap<String, PlanRate>,
+}
+
+/// One plan's request rate limits: per API key, a sustained `rate` (requests per second, may be
+/// fractional) and a `burst` of requests allowed at once; per account (all its keys together),
+/// `account_rate` and `account_burst`, by default the same as the key's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanRate {
+    pub rate: f64,
+    pub burst: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account_rate: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account_burst: Option<u32>,
+}
+
+impl PlanRate {
+    /// The account's (rate, burst).
+    pub fn account(&self) -> (f64, u32) {
+        (
+            self.account_rate.unwrap_or(self.rate),
+            self.account_burst.unwrap_or(self.burst),
+        )
+    }
 }
 
 /// What an operation costs unless `costs` says otherwise: one credit per image it makes (4 for
@@ -228,6 +262,9 @@ impl Default for Config {
                 .map(|k| (k.as_str().to_string(), default_cost(*k)))
                 .collect(),
             session_ttl: Duration::from_secs(14 * 86_400),
+            metrics_listen: None,
+            metrics_token: None,
+            rate_limits: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -370,6 +407,28 @@ impl Config {
                 }
             }
         }
+        if self.metrics_token.as_ref().is_some_and(|t| t.len() < 16) {
+            bail!("configuration: metrics_token must be at least 16 characters");
+        }
+        if self.listen.port() != 0 && self.metrics_listen == Some(self.listen) {
+            bail!("configuration: metrics_listen must differ from listen");
+        }
+        for (plan, limit) in &self.rate_limits {
+            let (account_rate, account_burst) = limit.account();
+            for (name, rate) in [("rate", limit.rate), ("account_rate", account_rate)] {
+                if !(rate.is_finite() && (0.001..=1_000_000.0).contains(&rate)) {
+                    bail!(
+                        "configuration: rate_limits.{plan}.{name} must be between 0.001 and \
+                         1000000 requests per second"
+                    );
+                }
+            }
+            if limit.burst == 0 || account_burst == 0 {
+                bail!(
+                    "configuration: rate_limits.{plan}: burst and account_burst must be at least 1"
+                );
+            }
+        }
         match self.blob_store.as_str() {
             "local" => {}
             "s3" => {
@@ -441,6 +500,7 @@ impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut shown = self.clone();
         shown.database_url = shown.database_url.as_deref().map(crate::store::redact);
+        shown.metrics_token = shown.metrics_token.map(|_| "***".into());
         match serde_json::to_string(&shown) {
             Ok(json) => write!(f, "Config {json}"),
             Err(_) => f.write_str("Config { .. }"),
@@ -675,6 +735,43 @@ mod tests {
         ] {
             let e = bad.validate().unwrap_err().to_string();
             assert!(e.contains(named), "{e}");
+        }
+    }
+
+    #[test]
+    fn metrics_and_rate_limit_settings_are_checked() {
+        let c = Config {
+            metrics_token: Some("short".into()),
+            ..Config::default()
+        };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("metrics_token"), "{e}");
+        let shown = format!(
+            "{:?}",
+            Config {
+                metrics_token: Some("a-secret-metrics-token".into()),
+                ..Config::default()
+            }
+        );
+        assert!(!shown.contains("a-secret-metrics-token"), "{shown}");
+        for (rate, burst, account_burst) in [
+            (0.0, 5, None),
+            (f64::NAN, 5, None),
+            (1.0, 0, None),
+            (1.0, 5, Some(0)),
+        ] {
+            let mut c = Config::default();
+            c.rate_limits.insert(
+                "free".into(),
+                PlanRate {
+                    rate,
+                    burst,
+                    account_rate: None,
+                    account_burst,
+                },
+            );
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains("rate_limits.free"), "{e}");
         }
     }
 

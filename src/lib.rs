@@ -9,9 +9,12 @@ pub mod accounts;
 pub mod api;
 pub mod auth;
 pub mod blobs;
+pub mod cli;
 pub mod config;
 pub mod domain;
 pub mod generate;
+pub mod metrics;
+pub mod ratelimit;
 pub mod server;
 pub mod store;
 pub mod telemetry;
@@ -44,6 +47,8 @@ pub const FIRST_ACCOUNT_EMAIL: &str = "admin@localhost";
 /// A built, not yet running, easel: listener bound, store open and migrated.
 pub struct Application {
     listener: TcpListener,
+    /// The `metrics_listen` listener, when configured.
+    metrics_listener: Option<TcpListener>,
     state: AppState,
     worker: WorkerContext,
     dispatcher: Dispatcher,
@@ -62,6 +67,14 @@ impl Application {
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
         let addr = listener.local_addr()?;
+        let metrics_listener = match config.metrics_listen {
+            Some(at) => Some(
+                TcpListener::bind(at)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("cannot listen on {at} (metrics_listen): {e}"))?,
+            ),
+            None => None,
+        };
         let public_url = config
             .public_url
             .clone()
@@ -119,6 +132,7 @@ impl Application {
             destinations,
             content_policy: content_policy.clone(),
             shutdown: CancellationToken::new(),
+            rate_limits: ratelimit::RateLimits::new(&config.rate_limits),
         });
         let worker = WorkerContext {
             store: store.clone(),
@@ -148,6 +162,7 @@ impl Application {
         };
         Ok(Application {
             listener,
+            metrics_listener,
             state,
             worker,
             dispatcher,
@@ -158,6 +173,13 @@ impl Application {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.listener.local_addr().expect("bound listener")
+    }
+
+    /// Where `/metrics` is served without credentials (`metrics_listen`), if it is.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_listener
+            .as_ref()
+            .map(|l| l.local_addr().expect("bound listener"))
     }
 
     /// The base URL image addresses are built from.
@@ -232,6 +254,10 @@ impl Application {
             drain: std::time::Duration::from_secs(2),
         };
         let server = tokio::spawn(server::serve(self.listener, app, limits, shutdown.clone()));
+        let metrics_server = self.metrics_listener.map(|listener| {
+            let app = metrics::router(self.state.clone());
+            tokio::spawn(server::serve(listener, app, limits, shutdown.clone()))
+        });
 
         shutdown.cancelled().await;
         let grace = config.shutdown_timeout + std::time::Duration::from_secs(1);
@@ -246,6 +272,9 @@ impl Application {
         }
         // The server loop closes idle connections at once and waits briefly for busy ones.
         let _ = server.await;
+        if let Some(metrics_server) = metrics_server {
+            let _ = metrics_server.await;
+        }
         let _ = background.await;
         store.close().await;
         tracing::info!("stopped");

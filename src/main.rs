@@ -1,5 +1,6 @@
 //! The `easel` command: `serve` runs the service; `migrate` brings the database's schema up to
-//! date; `keys` and `signing-secret` manage access.
+//! date; `keys` and `signing-secret` manage access; `imagine`, `upscale`, `fetch` and `tasks`
+//! are a client of a running server (src/cli.rs).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -7,6 +8,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+use easel::cli::{self, Server, Waiting};
 use easel::config::{Config, Overrides};
 use easel::store::{SharedStore, Store};
 use easel::{auth, webhooks, Application, FIRST_ACCOUNT_EMAIL};
@@ -71,6 +73,40 @@ enum Command {
         #[arg(long)]
         rotate: bool,
     },
+    /// Client: submit an imagine task to the server at --url (key: EASEL_API_KEY).
+    Imagine {
+        prompt: String,
+        /// Aspect ratio, like 16:9.
+        #[arg(long = "ar", value_name = "W:H")]
+        aspect_ratio: Option<String>,
+        #[command(flatten)]
+        waiting: Waiting,
+        #[command(flatten)]
+        server: Server,
+    },
+    /// Client: upscale image INDEX (1 to 4) of a finished grid task.
+    Upscale {
+        task: String,
+        index: u8,
+        #[command(flatten)]
+        waiting: Waiting,
+        #[command(flatten)]
+        server: Server,
+    },
+    /// Client: show a task (its image URLs, or --json its record).
+    Fetch {
+        task: String,
+        /// Download the images into this folder.
+        #[arg(long, value_name = "DIR")]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        server: Server,
+    },
+    /// Client: list the account's tasks (GET /api/v1/tasks).
+    Tasks {
+        #[command(flatten)]
+        server: Server,
+    },
     /// Benchmark baseline (bench/run): a bare axum handler for `POST /api/v1/imagine` that
     /// parses the body like the real one and answers a fresh UUID, storing nothing.
     #[command(hide = true)]
@@ -134,12 +170,52 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    if let Command::BenchBaseline { listen } = cli.command {
-        return bench_baseline(listen).await;
-    }
+    // The client commands read no settings: they only talk to a server.
+    let Cli {
+        config,
+        data_dir,
+        database_url,
+        command,
+    } = cli;
+    let command = match command {
+        Command::BenchBaseline { listen } => return bench_baseline(listen).await,
+        Command::Imagine {
+            prompt,
+            aspect_ratio,
+            waiting,
+            server,
+        } => {
+            let request = cli::Request::Imagine {
+                prompt,
+                aspect_ratio,
+                waiting,
+            };
+            return cli::run(server, request).await;
+        }
+        Command::Upscale {
+            task,
+            index,
+            waiting,
+            server,
+        } => {
+            let request = cli::Request::Upscale {
+                task,
+                index,
+                waiting,
+            };
+            return cli::run(server, request).await;
+        }
+        Command::Fetch {
+            task,
+            output,
+            server,
+        } => return cli::run(server, cli::Request::Fetch { task, output }).await,
+        Command::Tasks { server } => return cli::run(server, cli::Request::Tasks).await,
+        other => other,
+    };
     let mut overrides = Overrides {
-        data_dir: cli.data_dir,
-        database_url: cli.database_url,
+        data_dir,
+        database_url,
         ..Overrides::default()
     };
     if let Command::Serve {
@@ -147,16 +223,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         public_url,
         workers,
         role,
-    } = &cli.command
+    } = &command
     {
         overrides.listen = *listen;
         overrides.public_url = public_url.clone();
         overrides.workers = *workers;
         overrides.roles = role.clone();
     }
-    let config = Config::load(cli.config, &overrides)?;
+    let config = Config::load(config, &overrides)?;
 
-    match cli.command {
+    match command {
         Command::Serve { .. } => serve(config).await,
         Command::Migrate => {
             create_data_dir(&config)?;
@@ -166,7 +242,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Keys { command } => keys(config, command).await,
         Command::Accounts { command } => accounts(config, command).await,
-        Command::BenchBaseline { .. } => unreachable!("handled before the settings are read"),
+        Command::BenchBaseline { .. }
+        | Command::Imagine { .. }
+        | Command::Upscale { .. }
+        | Command::Fetch { .. }
+        | Command::Tasks { .. } => unreachable!("handled before the settings are read"),
         Command::SigningSecret { account, rotate } => {
             let store = open_store(&config).await?;
             let account = account_or_first(store.as_ref(), account.as_deref()).await?;

@@ -106,6 +106,8 @@ where
         Box::pin(NOTED.scope(RefCell::new(noted), async move {
             let response = inner.call(req).await;
             let status = response.as_ref().map_or(500, |r| r.status().as_u16());
+            let elapsed = started.elapsed();
+            crate::metrics::observe_request(&path, status, elapsed);
             NOTED.with(|n| {
                 let n = n.borrow();
                 tracing::info!(
@@ -115,7 +117,7 @@ where
                     account = n.account.as_deref(),
                     task_id = n.task_id.map(tracing::field::display),
                     status,
-                    latency_ms = started.elapsed().as_secs_f64() * 1000.0,
+                    latency_ms = elapsed.as_secs_f64() * 1000.0,
                     "request done"
                 );
             });

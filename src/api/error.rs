@@ -36,6 +36,9 @@ pub enum ApiError {
     TooManyRequests { msg: String, retry_after_secs: u64 },
     #[error("{msg}")]
     Unavailable { msg: String, retry_after_secs: u64 },
+    /// 429 `rate_limited`: the key's or the account's request rate limit is spent.
+    #[error("too many requests for this {}; try again in {} s", .0.scope.as_str(), .0.retry_after_secs)]
+    RateLimited(crate::ratelimit::Refusal),
     #[error("internal error: {0}")]
     Internal(anyhow::Error),
 }
@@ -69,6 +72,7 @@ impl ApiError {
             }
             ApiError::TooManyRequests { .. } => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
             ApiError::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            ApiError::RateLimited(_) => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         }
     }
@@ -78,6 +82,7 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Unavailable(e) => {
+                crate::metrics::store_error("api", &StoreError::Unavailable(e.clone()));
                 let (request_id, account, task_id) = super::access::context();
                 tracing::warn!(error = %e, request_id, account, task_id, "store unavailable");
                 ApiError::Unavailable {
@@ -85,7 +90,10 @@ impl From<StoreError> for ApiError {
                     retry_after_secs: 5,
                 }
             }
-            other @ StoreError::Other(_) => ApiError::Internal(other.into()),
+            other @ StoreError::Other(_) => {
+                crate::metrics::store_error("api", &other);
+                ApiError::Internal(other.into())
+            }
         }
     }
 }
@@ -109,6 +117,14 @@ impl IntoResponse for ApiError {
             other => json!({"errors": [{"msg": other.to_string(), "code": code}]}),
         };
         let mut response = (status, axum::Json(body)).into_response();
+        if let ApiError::RateLimited(refusal) = &self {
+            for (name, value) in refusal.headers() {
+                response.headers_mut().insert(
+                    name,
+                    HeaderValue::from_str(&value).expect("digits and ASCII names"),
+                );
+            }
+        }
         if let ApiError::TooManyRequests {
             retry_after_secs, ..
         }

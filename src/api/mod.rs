@@ -95,6 +95,8 @@ pub struct Shared {
     pub content_policy: ContentPolicy,
     /// Cancelled when the process starts shutting down.
     pub shutdown: CancellationToken,
+    /// The request rate limits by plan (`rate_limits`), checked where the key is read.
+    pub rate_limits: crate::ratelimit::RateLimits,
 }
 
 /// The OpenAPI 3 document of this API, served at `/api/v1/openapi.json`.
@@ -163,9 +165,13 @@ pub fn app(
 
 /// The routes, the image files and the fallbacks, without the layers of `app`.
 fn router(state: AppState) -> Router {
-    let health = Router::new()
+    let mut health = Router::new()
         .route("/healthz", get(health::alive))
         .route("/readyz", get(health::ready));
+    if state.config.metrics_token.is_some() {
+        // Without a token the path is not routed at all (404, like any unknown path).
+        health = health.route("/metrics", get(crate::metrics::guarded));
+    }
     if !state.config.runs(crate::config::Role::API) {
         // A worker or dispatcher node answers its health checks and nothing else.
         return health

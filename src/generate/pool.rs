@@ -288,7 +288,14 @@ impl Pool {
                 permit: Some(permit),
                 changed: self.changed.clone(),
             });
+            let started = Instant::now();
             let result = member.generator.run(job, &on_backend).await;
+            let outcome = match &result {
+                Ok(_) => "ok",
+                Err(GenerateError::Transient { .. }) => "retry",
+                Err(_) => "error",
+            };
+            crate::metrics::generation_done(member.generator.name(), outcome, started.elapsed());
             // Given back here if the adapter did not give it back earlier.
             let slot = held.lock().unwrap_or_else(|e| e.into_inner()).take();
             drop(slot);

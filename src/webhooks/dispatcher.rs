@@ -15,6 +15,14 @@ use super::{next_attempt_at, signing};
 use crate::config::Config;
 use crate::store::{now_ms, AttemptRecord, DueDelivery, SharedStore, StoreResult};
 
+/// When a delivery was queued: its id (`msg_` and a UUIDv7, made by the transaction that queued
+/// it) carries the time.
+fn queued_at(delivery_id: &str) -> Option<i64> {
+    let uuid = uuid::Uuid::try_parse(delivery_id.strip_prefix("msg_")?).ok()?;
+    let (secs, nanos) = uuid.get_timestamp()?.to_unix();
+    Some(secs as i64 * 1000 + i64::from(nanos / 1_000_000))
+}
+
 fn poll_ms(config: &Config) -> i64 {
     config.poll_interval.as_millis() as i64
 }
@@ -137,6 +145,7 @@ impl Dispatcher {
         let recorded = match self.store.record_attempt(&d.id, d.attempts, &record).await {
             Ok(recorded) => recorded,
             Err(e) => {
+                crate::metrics::store_error("dispatcher", &e);
                 // The lease runs out and the delivery is attempted again: at least once.
                 tracing::error!(task_id = d.task_id, delivery = d.id, attempt, error = %e,
                     "could not record the webhook attempt");
@@ -152,6 +161,16 @@ impl Dispatcher {
             );
             return None;
         }
+        let lag = record
+            .delivered
+            .then(|| queued_at(&d.id))
+            .flatten()
+            .map(|queued| {
+                Duration::from_millis(
+                    (record.attempted_at + record.duration_ms - queued).max(0) as u64
+                )
+            });
+        crate::metrics::webhook_attempt(record.delivery_status(), lag);
         let error = record.error.as_deref().unwrap_or("");
         let status = record.status_code;
         let ended = record.attempted_at + record.duration_ms;
@@ -258,6 +277,7 @@ impl Dispatcher {
                         };
                     }
                     Err(e) => {
+                        crate::metrics::store_error("dispatcher", &e);
                         tracing::error!(error = %e, "dispatcher could not reach the store");
                         next_due = Some((now_ms() + poll_ms(&self.config), Instant::now()));
                     }

@@ -312,9 +312,19 @@ impl WorkerContext {
                 self.blobs
                     .remove_stale_attempts(&task.id, folder.as_deref())
                     .await;
+                let operation = task
+                    .operation
+                    .as_ref()
+                    .map_or("unknown", |op| op.kind().as_str());
                 match outcome {
-                    Outcome::Finished(_) => tracing::info!("task finished"),
-                    Outcome::Failed { error } => tracing::info!(error, "task failed"),
+                    Outcome::Finished(_) => {
+                        crate::metrics::task_ended(operation, "finished");
+                        tracing::info!("task finished")
+                    }
+                    Outcome::Failed { error } => {
+                        crate::metrics::task_ended(operation, "failed");
+                        tracing::info!(error, "task failed")
+                    }
                 }
                 Ok(Ran::Completed)
             }
@@ -325,6 +335,7 @@ impl WorkerContext {
                 }
                 Ok(Ran::LostLease)
             }
+            // Counted by the worker loop, which sees every store error of a task's run.
             Err(e) => Err(e),
         }
     }
@@ -360,7 +371,10 @@ async fn heartbeat(
                 lost.cancel();
                 return;
             }
-            Err(e) => tracing::warn!(error = %e, "heartbeat failed; retrying"),
+            Err(e) => {
+                crate::metrics::store_error("worker", &e);
+                tracing::warn!(error = %e, "heartbeat failed; retrying")
+            }
         }
     }
 }
@@ -403,6 +417,7 @@ async fn worker_loop(
             Ok(Ran::Idle) => true,
             Ok(_) => false,
             Err(e) => {
+                crate::metrics::store_error("worker", &e);
                 tracing::error!(error = %e, "worker could not reach the store");
                 true
             }
@@ -435,7 +450,10 @@ async fn reaper_loop(ctx: WorkerContext, shutdown: CancellationToken) {
                     tracing::warn!(requeued, failed, "recovered tasks whose worker was lost");
                 }
             }
-            Err(e) => tracing::error!(error = %e, "lease reaper could not reach the store"),
+            Err(e) => {
+                crate::metrics::store_error("worker", &e);
+                tracing::error!(error = %e, "lease reaper could not reach the store")
+            }
         }
         tokio::select! {
             _ = tokio::time::sleep(every) => {}

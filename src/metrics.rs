@@ -1,0 +1,450 @@
+//! Prometheus metrics: the process's counters and histograms, and `GET /metrics`.
+//!
+//! Counters and histograms live in one process-wide registry (`METRICS`), so that the places
+//! that count (the access log, the workers, the backend pool, the dispatcher, error mapping) need
+//! no handle passed down to them. Gauges that describe shared state (the queue, the backends) are
+//! computed at scrape time from the store and the pool of the application that serves the scrape.
+//!
+//! `/metrics` is off unless configured: `metrics_listen` serves it, unauthenticated, on its own
+//! address (meant for a private network); `metrics_token` serves it on the main listener to
+//! requests carrying `Authorization: Bearer <token>`. See docs/metrics.md.
+
+use std::sync::{LazyLock, OnceLock};
+use std::time::Duration;
+
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+use subtle::ConstantTimeEq;
+
+use crate::api::{ApiError, AppState};
+use crate::store::StoreError;
+
+/// The media type of the exposition `prometheus-client` writes (OpenMetrics text, which
+/// Prometheus scrapes natively).
+const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    route: &'static str,
+    status: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TaskLabels {
+    operation: &'static str,
+    status: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackendLabels {
+    backend: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StoreErrorLabels {
+    component: &'static str,
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModeLabels {
+    mode: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackendName {
+    backend: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    // 1 ms to about 16 s.
+    Histogram::new(exponential_buckets(0.001, 2.0, 15))
+}
+
+fn generation_histogram() -> Histogram {
+    // 50 ms to about 27 minutes.
+    Histogram::new(exponential_buckets(0.05, 2.0, 16))
+}
+
+fn lag_histogram() -> Histogram {
+    // 10 ms to about 45 hours (retries run for hours).
+    Histogram::new(exponential_buckets(0.01, 2.5, 20))
+}
+
+/// The process's counters and histograms.
+struct Metrics {
+    registry: Registry,
+    http: HistogramFamily<RouteLabels>,
+    /// One series per (route, status) resolved on first use and kept, so that a request costs
+    /// an index computation and one histogram update, not a hash map lookup.
+    http_series: Vec<OnceLock<Histogram>>,
+    tasks: Family<TaskLabels, Counter>,
+    generation: HistogramFamily<BackendLabels>,
+    webhook_attempts: Family<OutcomeLabels, Counter>,
+    webhook_lag: Histogram,
+    store_errors: Family<StoreErrorLabels, Counter>,
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    let mut registry = Registry::with_prefix("easel");
+    let http = HistogramFamily::<RouteLabels>::new_with_constructor(latency_histogram as fn() -> _);
+    registry.register_with_unit(
+        "http_request_duration",
+        "HTTP requests by route template and status, and how long they took to answer",
+        Unit::Seconds,
+        http.clone(),
+    );
+    let tasks = Family::<TaskLabels, Counter>::default();
+    registry.register(
+        "tasks",
+        "Tasks that reached a final state on this node's workers, by operation and status",
+        tasks.clone(),
+    );
+    let generation =
+        HistogramFamily::<BackendLabels>::new_with_constructor(generation_histogram as fn() -> _);
+    registry.register_with_unit(
+        "generation_duration",
+        "Time one generation took on a backend, by backend and outcome (ok, retry, error)",
+        Unit::Seconds,
+        generation.clone(),
+    );
+    let webhook_attempts = Family::<OutcomeLabels, Counter>::default();
+    registry.register(
+        "webhook_attempts",
+        "Webhook delivery attempts by outcome (delivered, retry, undeliverable)",
+        webhook_attempts.clone(),
+    );
+    let webhook_lag = lag_histogram();
+    registry.register_with_unit(
+        "webhook_delivery_lag",
+        "Time from a delivery being queued (its task ending, or a redelivery) to its success",
+        Unit::Seconds,
+        webhook_lag.clone(),
+    );
+    let store_errors = Family::<StoreErrorLabels, Counter>::default();
+    registry.register(
+        "store_errors",
+        "Failed store calls by component (api, worker, dispatcher) and kind (unavailable, other)",
+        store_errors.clone(),
+    );
+    Metrics {
+        registry,
+        http,
+        http_series: (0..route_labels().len() * STATUSES.len())
+            .map(|_| OnceLock::new())
+            .collect(),
+        tasks,
+        generation,
+        webhook_attempts,
+        webhook_lag,
+        store_errors,
+    }
+});
+
+/// The status codes easel answers, each its own label value; anything else is counted by class.
+const STATUSES: [&str; 24] = [
+    "200", "201", "202", "204", "304", "400", "401", "403", "404", "405", "408", "409", "413",
+    "415", "422", "429", "431", "500", "503", "1xx", "2xx", "3xx", "4xx", "5xx",
+];
+
+fn status_index(status: u16) -> usize {
+    let exact = match status {
+        200 => Some(0),
+        201 => Some(1),
+        202 => Some(2),
+        204 => Some(3),
+        304 => Some(4),
+        400 => Some(5),
+        401 => Some(6),
+        403 => Some(7),
+        404 => Some(8),
+        405 => Some(9),
+        408 => Some(10),
+        409 => Some(11),
+        413 => Some(12),
+        415 => Some(13),
+        422 => Some(14),
+        429 => Some(15),
+        431 => Some(16),
+        500 => Some(17),
+        503 => Some(18),
+        _ => None,
+    };
+    exact.unwrap_or(match status {
+        0..=199 => 19,
+        200..=299 => 20,
+        300..=399 => 21,
+        400..=499 => 22,
+        _ => 23,
+    })
+}
+
+/// Every route label: the API's route templates, then the image files, `/metrics`, and `other`
+/// for paths no route matches (so that scanners cannot make new series).
+fn route_labels() -> &'static [&'static str] {
+    static LABELS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+        let mut labels: Vec<&'static str> = crate::api::ROUTES.iter().map(|(_, p)| *p).collect();
+        labels.sort_unstable();
+        labels.dedup();
+        labels.extend(["/files/{key}", "/metrics", "other"]);
+        labels
+    });
+    &LABELS
+}
+
+/// Whether `path` matches `template`, whose `{...}` segments match any one non-empty segment.
+fn matches(template: &str, path: &str) -> bool {
+    if !template.contains('{') {
+        return template == path;
+    }
+    let mut t = template.split('/');
+    let mut p = path.split('/');
+    loop {
+        match (t.next(), p.next()) {
+            (None, None) => return true,
+            (Some(ts), Some(ps)) if ts.starts_with('{') => {
+                if ps.is_empty() {
+                    return false;
+                }
+            }
+            (Some(ts), Some(ps)) if ts == ps => {}
+            _ => return false,
+        }
+    }
+}
+
+/// The index of the route label for `path`.
+fn route_index(path: &str) -> usize {
+    let labels = route_labels();
+    let last = labels.len() - 1;
+    if path.starts_with("/files/") {
+        return last - 2;
+    }
+    if path == "/metrics" {
+        return last - 1;
+    }
+    labels[..last - 2]
+        .iter()
+        .position(|t| matches(t, path))
+        .unwrap_or(last)
+}
+
+/// The route label `path` is counted under (for tests and docs).
+pub fn route_label(path: &str) -> &'static str {
+    route_labels()[route_index(path)]
+}
+
+/// Count one answered request (called by the access log layer).
+pub fn observe_request(path: &str, status: u16, elapsed: Duration) {
+    let m = &*METRICS;
+    let route = route_index(path);
+    let status = status_index(status);
+    let series = m.http_series[route * STATUSES.len() + status].get_or_init(|| {
+        m.http
+            .get_or_create_owned(&RouteLabels {
+                route: route_labels()[route],
+                status: STATUSES[status],
+            })
+            .clone()
+    });
+    series.observe(elapsed.as_secs_f64());
+}
+
+/// Count a task that reached its final state (`finished` or `failed`).
+pub fn task_ended(operation: &'static str, status: &'static str) {
+    METRICS
+        .tasks
+        .get_or_create(&TaskLabels { operation, status })
+        .inc();
+}
+
+/// Record one generation's time on `backend`; `outcome` is `ok`, `retry` (a transient failure
+/// that is tried again) or `error`.
+pub fn generation_done(backend: &str, outcome: &'static str, took: Duration) {
+    METRICS
+        .generation
+        .get_or_create(&BackendLabels {
+            backend: backend.to_string(),
+            outcome,
+        })
+        .observe(took.as_secs_f64());
+}
+
+/// Count a webhook attempt by the delivery status it led to (`delivered`, `pending` counted as
+/// `retry`, `undeliverable`); `lag` is set on success.
+pub fn webhook_attempt(status: &'static str, lag: Option<Duration>) {
+    let outcome = if status == "pending" { "retry" } else { status };
+    METRICS
+        .webhook_attempts
+        .get_or_create(&OutcomeLabels { outcome })
+        .inc();
+    if let Some(lag) = lag {
+        METRICS.webhook_lag.observe(lag.as_secs_f64());
+    }
+}
+
+/// Count a failed store call made by `component` (`api`, `worker` or `dispatcher`).
+pub fn store_error(component: &'static str, error: &StoreError) {
+    let kind = match error {
+        StoreError::Unavailable(_) => "unavailable",
+        StoreError::Other(_) => "other",
+    };
+    METRICS
+        .store_errors
+        .get_or_create(&StoreErrorLabels { component, kind })
+        .inc();
+}
+
+/// The whole exposition: the process's metrics, then the gauges read now from `state`.
+async fn render(state: &AppState) -> Result<String, StoreError> {
+    let mut scrape = Registry::with_prefix("easel");
+
+    let depth = Family::<ModeLabels, Gauge>::default();
+    let oldest = Family::<ModeLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+    let now = crate::store::now_ms();
+    for mode in ["turbo", "fast", "relax"] {
+        // Every mode has its series, even when empty, so that dashboards show zero, not nothing.
+        let _ = depth.get_or_create(&ModeLabels { mode: mode.into() });
+        let _ = oldest.get_or_create(&ModeLabels { mode: mode.into() });
+    }
+    for (mode, count, oldest_at) in state.store.queue_by_mode().await? {
+        let labels = ModeLabels { mode };
+        depth.get_or_create(&labels).set(count);
+        let age = oldest_at.map_or(0.0, |t| (now - t).max(0) as f64 / 1000.0);
+        oldest.get_or_create(&labels).set(age);
+    }
+    scrape.register(
+        "queue_depth",
+        "Tasks waiting to be claimed, by process mode",
+        depth,
+    );
+    scrape.register_with_unit(
+        "queue_oldest_age",
+        "Age of the oldest task waiting to be claimed, by process mode (0 when none waits)",
+        Unit::Seconds,
+        oldest,
+    );
+
+    let up = Family::<BackendName, Gauge>::default();
+    let in_flight = Family::<BackendName, Gauge>::default();
+    for backend in state.pool.health() {
+        let labels = BackendName {
+            backend: backend.name,
+        };
+        up.get_or_create(&labels).set(i64::from(backend.up));
+        in_flight
+            .get_or_create(&labels)
+            .set(backend.in_flight as i64);
+    }
+    scrape.register(
+        "backend_up",
+        "1 when the backend is taking work, 0 while it is marked down",
+        up,
+    );
+    scrape.register(
+        "backend_in_flight",
+        "Generations running on the backend now, from this node",
+        in_flight,
+    );
+
+    let mut text = String::with_capacity(16 * 1024);
+    encode_registry(&mut text, &METRICS.registry).expect("writing to a String");
+    encode_registry(&mut text, &scrape).expect("writing to a String");
+    encode_eof(&mut text).expect("writing to a String");
+    Ok(text)
+}
+
+async fn exposition(state: &AppState) -> Response {
+    match render(state).await {
+        Ok(text) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE))],
+            text,
+        )
+            .into_response(),
+        // The conversion counts the store error.
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+/// `GET /metrics` on the main listener: only with `Authorization: Bearer <metrics_token>`.
+pub async fn guarded(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    headers: HeaderMap,
+) -> Response {
+    let Some(token) = state.config.metrics_token.as_deref() else {
+        return ApiError::RouteNotFound.into_response();
+    };
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    // Constant time, so that the comparison does not tell how much of a guess was right.
+    if !bool::from(presented.as_bytes().ct_eq(token.as_bytes())) {
+        return ApiError::Unauthorized.into_response();
+    }
+    exposition(&state).await
+}
+
+/// `GET /metrics` on the separate `metrics_listen` address: no credentials.
+pub async fn open(axum::extract::State(state): axum::extract::State<AppState>) -> Response {
+    exposition(&state).await
+}
+
+/// The router of the `metrics_listen` address: `/metrics` and nothing else.
+pub fn router(state: AppState) -> axum::Router {
+    axum::Router::new()
+        .route("/metrics", axum::routing::get(open))
+        .fallback(|| async { ApiError::RouteNotFound })
+        .with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_map_to_a_bounded_set_of_route_templates() {
+        assert_eq!(route_label("/api/v1/imagine"), "/api/v1/imagine");
+        let id = uuid::Uuid::new_v4();
+        assert_eq!(
+            route_label(&format!("/api/v1/tasks/{id}")),
+            "/api/v1/tasks/{task_id}"
+        );
+        assert_eq!(
+            route_label(&format!("/api/v1/tasks/{id}/redeliver")),
+            "/api/v1/tasks/{task_id}/redeliver"
+        );
+        assert_eq!(route_label("/files/a/b/c.png"), "/files/{key}");
+        assert_eq!(route_label("/metrics"), "/metrics");
+        assert_eq!(route_label("/wp-admin/login.php"), "other");
+        assert_eq!(route_label("/api/v1/tasks/"), "other");
+        assert_eq!(route_label("/api/v1/tasks/x/y/z"), "other");
+    }
+
+    #[test]
+    fn statuses_map_to_a_fixed_set() {
+        assert_eq!(STATUSES[status_index(200)], "200");
+        assert_eq!(STATUSES[status_index(429)], "429");
+        assert_eq!(STATUSES[status_index(418)], "4xx");
+        assert_eq!(STATUSES[status_index(502)], "5xx");
+        assert_eq!(STATUSES[status_index(101)], "1xx");
+        assert_eq!(STATUSES[status_index(302)], "3xx");
+    }
+}

@@ -1,0 +1,246 @@
+//! Request rate limits by account plan, per API key and per account (`rate_limits` in the
+//! settings; docs/api.md).
+//!
+//! Each limit is a GCRA (the `governor` crate): a sustained rate and a burst. The state is in
+//! this node's memory, so with N API nodes a caller may get up to N times the configured rate; a
+//! shared limiter would cost a database round trip on every request.
+//!
+//! The handlers that check the key in the statement doing their work (submits, reads) have not
+//! looked the key's account up when the limit must be checked; the owner of a key (its account
+//! and plan) is kept here for `OWNER_TTL` after one lookup, so that only the first request of a
+//! key in that time costs a query. A changed plan applies within that time.
+
+use std::collections::{BTreeMap, HashMap};
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use governor::clock::{Clock, DefaultClock};
+use governor::middleware::StateInformationMiddleware;
+use governor::state::keyed::DashMapStateStore;
+use governor::{Quota, RateLimiter};
+
+use crate::api::ApiError;
+use crate::config::PlanRate;
+use crate::store::Store;
+
+/// How long a key's account and plan are remembered.
+const OWNER_TTL: Duration = Duration::from_secs(30);
+/// Every this many checks, forget limiter state that is back to full and owners past their TTL,
+/// so that memory follows the callers of the last moments, not every caller ever seen.
+const SWEEP_EVERY: u64 = 4096;
+
+type Keyed<K> = RateLimiter<K, DashMapStateStore<K>, DefaultClock, StateInformationMiddleware>;
+
+/// One limit: its GCRA state per caller, and how the answer describes it.
+struct Limit<K: std::hash::Hash + Eq + Clone> {
+    burst: u32,
+    /// Seconds to earn a whole burst back at the sustained rate: the draft's policy window.
+    window_secs: u64,
+    limiter: Keyed<K>,
+}
+
+impl<K: std::hash::Hash + Eq + Clone> Limit<K> {
+    fn new(rate: f64, burst: u32) -> Limit<K> {
+        let quota = Quota::with_period(Duration::from_secs_f64(1.0 / rate))
+            .expect("validated: a positive rate")
+            .allow_burst(NonZeroU32::new(burst.max(1)).expect("at least 1"));
+        Limit {
+            burst,
+            window_secs: (f64::from(burst) / rate).ceil().max(1.0) as u64,
+            limiter: RateLimiter::dashmap(quota).with_middleware(),
+        }
+    }
+
+    fn check(&self, key: &K, scope: Scope) -> Result<(), Refusal> {
+        self.limiter.check_key(key).map(drop).map_err(|not_until| {
+            let wait = not_until.wait_time_from(self.limiter.clock().now());
+            Refusal {
+                scope,
+                burst: self.burst,
+                window_secs: self.window_secs,
+                retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
+            }
+        })
+    }
+}
+
+struct PlanLimiters {
+    keys: Limit<[u8; 32]>,
+    accounts: Limit<String>,
+}
+
+/// The limiters of every plan with a limit, and the owners of recently seen keys.
+pub struct RateLimits {
+    plans: HashMap<String, PlanLimiters>,
+    owners: Mutex<HashMap<[u8; 32], (Instant, String, String)>>,
+    checks: AtomicU64,
+}
+
+/// Which limit refused a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    Key,
+    Account,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Key => "key",
+            Scope::Account => "account",
+        }
+    }
+}
+
+/// A refusal: what the 429 answer says.
+#[derive(Clone, Debug)]
+pub struct Refusal {
+    pub scope: Scope,
+    pub burst: u32,
+    pub window_secs: u64,
+    /// Whole seconds until one more request is allowed (at least 1).
+    pub retry_after_secs: u64,
+}
+
+impl RateLimits {
+    pub fn new(plans: &BTreeMap<String, PlanRate>) -> RateLimits {
+        let plans = plans
+            .iter()
+            .map(|(plan, limit)| {
+                let (account_rate, account_burst) = limit.account();
+                let limiters = PlanLimiters {
+                    keys: Limit::new(limit.rate, limit.burst),
+                    accounts: Limit::new(account_rate, account_burst),
+                };
+                (plan.clone(), limiters)
+            })
+            .collect();
+        RateLimits {
+            plans,
+            owners: Mutex::new(HashMap::new()),
+            checks: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether any plan is limited; when not, checking costs nothing.
+    pub fn enabled(&self) -> bool {
+        !self.plans.is_empty()
+    }
+
+    /// Count one request of the key hashed `key` of `account_id` on `plan`; the refusal when
+    /// either the key's or the account's limit is spent.
+    pub fn check(&self, key: &[u8; 32], account_id: &str, plan: &str) -> Result<(), Refusal> {
+        let Some(limits) = self.plans.get(plan) else {
+            return Ok(());
+        };
+        if self.checks.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
+            self.sweep();
+        }
+        // The key's limit first: a request it refuses then spends nothing of the account's, so
+        // one busy key cannot use up its siblings' share by being refused.
+        limits.keys.check(key, Scope::Key)?;
+        limits
+            .accounts
+            .check(&account_id.to_string(), Scope::Account)
+    }
+
+    /// Check a key whose owner the request has not looked up: from the remembered owners, or
+    /// with one lookup. A key that is not live passes here; the handler answers 401.
+    pub async fn check_presented(&self, store: &dyn Store, key: &[u8; 32]) -> Result<(), ApiError> {
+        let known = {
+            let owners = self.owners.lock().expect("not poisoned");
+            owners
+                .get(key)
+                .filter(|(at, _, _)| at.elapsed() < OWNER_TTL)
+                .map(|(_, account, plan)| (account.clone(), plan.clone()))
+        };
+        let (account, plan) = match known {
+            Some(owner) => owner,
+            None => {
+                let Some(owner) = store.key_owner(key).await? else {
+                    return Ok(());
+                };
+                self.remember(key, &owner.account.id, &owner.account.plan);
+                (owner.account.id, owner.account.plan)
+            }
+        };
+        self.check(key, &account, &plan)
+            .map_err(ApiError::RateLimited)
+    }
+
+    /// Note a key's owner found by a lookup the request made anyway.
+    pub fn remember(&self, key: &[u8; 32], account_id: &str, plan: &str) {
+        self.owners.lock().expect("not poisoned").insert(
+            *key,
+            (Instant::now(), account_id.to_string(), plan.to_string()),
+        );
+    }
+
+    fn sweep(&self) {
+        for limits in self.plans.values() {
+            limits.keys.limiter.retain_recent();
+            limits.accounts.limiter.retain_recent();
+        }
+        self.owners
+            .lock()
+            .expect("not poisoned")
+            .retain(|_, (at, _, _)| at.elapsed() < OWNER_TTL);
+    }
+}
+
+impl Refusal {
+    /// The 429 answer's headers: `Retry-After`, and the `RateLimit-Policy` and `RateLimit`
+    /// fields of draft-ietf-httpapi-ratelimit-headers-10 (structured-field lists of named
+    /// policies: `q` the quota of requests per `w` seconds; `r` remaining, `t` seconds to reset).
+    pub fn headers(&self) -> [(&'static str, String); 3] {
+        let name = self.scope.as_str();
+        [
+            ("retry-after", self.retry_after_secs.to_string()),
+            (
+                "ratelimit-policy",
+                format!("\"{name}\";q={};w={}", self.burst, self.window_secs),
+            ),
+            (
+                "ratelimit",
+                format!("\"{name}\";r=0;t={}", self.retry_after_secs),
+            ),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(rate: f64, burst: u32) -> RateLimits {
+        let mut plans = BTreeMap::new();
+        plans.insert(
+            "free".to_string(),
+            PlanRate {
+                rate,
+                burst,
+                account_rate: None,
+                account_burst: None,
+            },
+        );
+        RateLimits::new(&plans)
+    }
+
+    #[test]
+    fn a_burst_passes_then_the_next_is_refused_with_the_wait() {
+        let l = limits(1.0, 3);
+        let key = [1u8; 32];
+        for _ in 0..3 {
+            l.check(&key, "acct", "free").unwrap();
+        }
+        let refusal = l.check(&key, "acct", "free").unwrap_err();
+        assert_eq!(refusal.retry_after_secs, 1);
+        assert_eq!(refusal.window_secs, 3);
+        // A plan without a limit is never refused.
+        for _ in 0..100 {
+            l.check(&key, "acct", "unlimited").unwrap();
+        }
+    }
+}
