@@ -176,6 +176,9 @@ struct Figures {
     finished_before: i64,
     failed: i64,
     finished_after_recovery: i64,
+    /// From the fault's end to `/readyz` answering 200 again.
+    ready_ms: u128,
+    /// From the fault's end to the last task finished.
     recover_ms: u128,
 }
 
@@ -222,7 +225,13 @@ async fn ride_out(
     mut figures: Figures,
     recover: impl FnOnce(),
 ) -> (Vec<String>, Figures) {
-    // Work is paused, not churned: nothing fails and nothing finishes meanwhile.
+    // Work is paused, not churned: once the tasks that were running have ended (or gone back
+    // to the queue), nothing fails and nothing finishes meanwhile.
+    wait_for(Duration::from_secs(30), || async {
+        (count(app, "starting").await + count(app, "processing").await == 0).then_some(())
+    })
+    .await
+    .expect("running tasks end or go back to the queue");
     let finished = count(app, "finished").await;
     let (more, refused) = submit_many(app, 1000, 10).await;
     figures.refused += refused;
@@ -249,6 +258,8 @@ async fn ride_out(
 
     let started = Instant::now();
     recover();
+    wait_ready(app, 200, Duration::from_secs(30)).await;
+    figures.ready_ms = started.elapsed().as_millis();
     let total = ids.len() as i64;
     wait_for(Duration::from_secs(120), || async {
         (count(app, "finished").await + count(app, "failed").await >= total).then_some(())
@@ -645,4 +656,70 @@ async fn a_webhook_attempt_whose_record_cannot_be_written_is_recorded_later_and_
         .sum();
     assert_eq!(stored, 2, "the refused submit was stored");
     app.stop().await;
+}
+
+/// An S3 endpoint that answers every request with `status` and an S3 error `code`.
+async fn s3_answering(status: u16, code: &'static str) -> String {
+    use axum::http::StatusCode;
+    let app = axum::Router::new().fallback(move || async move {
+        (
+            StatusCode::from_u16(status).unwrap(),
+            [("content-type", "application/xml")],
+            format!("<Error><Code>{code}</Code><Message>as told</Message></Error>"),
+        )
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}")
+}
+
+/// Whether a write to an S3 store at `endpoint` fails transiently.
+async fn s3_put_fails_transiently(endpoint: &str) -> bool {
+    common::s3::test_credentials();
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config {
+        blob_store: "s3".into(),
+        s3_bucket: Some("images".into()),
+        s3_endpoint: Some(endpoint.to_string()),
+        s3_path_style: true,
+        s3_region: Some("us-east-1".into()),
+        ..test_config(dir.path())
+    };
+    let blobs = Blobs::open(&config, "http://127.0.0.1").await.unwrap();
+    let key = format!(
+        "{}/0.png",
+        Blobs::new_folder(&uuid::Uuid::new_v4().to_string())
+    );
+    let error = blobs
+        .put(&key, b"png".to_vec())
+        .await
+        .expect_err("the store refuses every request");
+    error.is_transient()
+}
+
+#[tokio::test]
+async fn object_store_answers_are_sorted_by_whether_they_can_pass() {
+    for (status, code, transient) in [
+        (503, "SlowDown", true),
+        (429, "TooManyRequests", true),
+        (500, "InternalError", true),
+        (502, "BadGateway", true),
+        (403, "AccessDenied", false),
+        (404, "NoSuchBucket", false),
+        (400, "InvalidRequest", false),
+    ] {
+        let endpoint = s3_answering(status, code).await;
+        assert_eq!(
+            s3_put_fails_transiently(&endpoint).await,
+            transient,
+            "{status} {code}"
+        );
+    }
+    // Nothing listening: connections refused.
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    assert!(s3_put_fails_transiently(&format!("http://127.0.0.1:{port}")).await);
 }

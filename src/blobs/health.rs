@@ -258,7 +258,7 @@ fn free_space(path: &std::path::Path) -> nix::Result<(u64, u64)> {
     ))
 }
 
-/// `bytes` for people: `1.5 MiB`.
+/// `bytes` for people: `1.50 MiB`.
 fn size(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut value = bytes as f64;
@@ -270,7 +270,7 @@ fn size(bytes: u64) -> String {
     if unit == 0 {
         format!("{bytes} B")
     } else {
-        format!("{value:.1} {}", UNITS[unit])
+        format!("{value:.2} {}", UNITS[unit])
     }
 }
 
@@ -281,8 +281,8 @@ mod tests {
     #[test]
     fn sizes_read_as_people_write_them() {
         assert_eq!(size(512), "512 B");
-        assert_eq!(size(3 << 19), "1.5 MiB");
-        assert_eq!(size(1 << 30), "1.0 GiB");
+        assert_eq!(size(3 << 19), "1.50 MiB");
+        assert_eq!(size(1 << 30), "1.00 GiB");
     }
 
     #[test]
