@@ -359,6 +359,83 @@ async fn a_full_disk_pauses_the_workers_and_every_task_finishes() {
     app.stop().await;
 }
 
+/// Take every byte left on the filesystem of `path` with a file there.
+fn fill(path: &Path) {
+    use std::io::Write;
+    let mut file = std::fs::File::create(path).unwrap();
+    for chunk in [1 << 20, 64 << 10, 4 << 10, 512, 1] {
+        let bytes = vec![7u8; chunk];
+        while file.write_all(&bytes).is_ok() {}
+    }
+    let _ = file.sync_all();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_database_answers_503_and_loses_nothing_it_acknowledged() {
+    if common::sqlite_only("SQLite on a full disk") {
+        return;
+    }
+    let Some(disk) = Tmpfs::mount("8m") else {
+        return;
+    };
+    let config = Config {
+        min_free_space: "0".into(),
+        ..fault_config(&disk.path)
+    };
+    let app = TestApp::start(tempfile::tempdir().unwrap(), config).await;
+    // Acknowledged, and most still waiting when the disk fills: no byte is left for the
+    // images or the database.
+    let (mut ids, _) = submit_many(&app, 0, 30).await;
+    let filler = disk.path.join("filler");
+    fill(&filler);
+    let waiting = ids.len() as i64 - count(&app, "finished").await;
+    let mut refused = 0;
+    for i in 100..3100 {
+        match submit(&app, i).await {
+            Ok(id) => ids.push(id),
+            Err((status, retry_after)) => {
+                assert_eq!(status, 503, "a submit refused with {status}");
+                assert!(retry_after.is_some(), "a 503 without Retry-After");
+                refused += 1;
+                if refused == 20 {
+                    break;
+                }
+            }
+        }
+    }
+    assert!(refused > 0, "the database never ran out of room");
+    println!(
+        "full database: {waiting} tasks waiting, {} more submits acknowledged, then {refused} \
+         answered 503",
+        ids.len() - 30
+    );
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(count(&app, "failed").await, 0);
+
+    let started = Instant::now();
+    std::fs::remove_file(&filler).unwrap();
+    // The database takes writes again at once.
+    let (more, refused) = submit_many(&app, 5000, 5).await;
+    assert_eq!(refused, 0, "submits refused once space is back");
+    ids.extend(more);
+    let total = ids.len() as i64;
+    wait_for(Duration::from_secs(120), || async {
+        (count(&app, "finished").await + count(&app, "failed").await >= total).then_some(())
+    })
+    .await
+    .expect("every acknowledged task ends once space is back");
+    assert_eq!(count(&app, "failed").await, 0);
+    println!(
+        "full database run: {total} acknowledged, 0 failed, every one finished {} ms after \
+         the space came back",
+        started.elapsed().as_millis()
+    );
+    // Each acknowledged task is there, finished, with its images; nothing else is on disk.
+    let referenced = referenced_keys(&app, &ids).await;
+    assert_eq!(files_under(&disk.path.join("files")), referenced);
+    app.stop().await;
+}
+
 /// A TCP relay from a local port to `target`, which can be stopped (its port refuses
 /// connections, and those open are cut) and started again on the same port.
 struct Relay {
