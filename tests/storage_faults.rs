@@ -413,7 +413,9 @@ async fn a_full_database_answers_503_and_loses_nothing_it_acknowledged() {
     assert_eq!(count(&app, "failed").await, 0);
 
     let started = Instant::now();
+    // Room for every task's images this time.
     std::fs::remove_file(&filler).unwrap();
+    disk.grow("64m");
     // The database takes writes again at once.
     let (more, refused) = submit_many(&app, 5000, 5).await;
     assert_eq!(refused, 0, "submits refused once space is back");

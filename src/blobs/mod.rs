@@ -213,7 +213,9 @@ impl Blobs {
     /// cannot be removed now is logged and left behind.
     pub async fn remove_folder(&self, folder: &str) {
         if let Err(e) = self.try_remove_folder(folder).await {
-            tracing::warn!(folder, error = %e, "could not remove a discarded folder");
+            // Not lost: the task's attempt that finishes removes its other folders, and the
+            // sweep at start whatever is left.
+            tracing::warn!(folder, error = %e, "could not remove a discarded folder yet");
         }
     }
 
