@@ -9,6 +9,11 @@
 //! that no permit waits for the store or a caller's server. Twice as many worker loops as
 //! permits run, so every permit can be busy while results are being stored and the next tasks
 //! claimed.
+//!
+//! Storage that fails in a way that may pass (a full disk, an object store that does not
+//! answer) is not the task's failure: the task goes back to the queue uncounted, what it wrote
+//! is removed, and every worker loop waits on the shared `blobs::StorageHealth` before its next
+//! claim, so the queue waits instead of draining into failures.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -202,8 +207,9 @@ impl WorkerContext {
     }
 
     /// Resolve the inputs, generate (holding one of the `workers` permits), then store. Returns
-    /// the outcome and the folder it wrote. Input images are fetched before the permit is taken:
-    /// a slow caller's server must not hold a generation slot.
+    /// the outcome and the folder it wrote, or the storage failure that sends the task back to
+    /// the queue. Input images are fetched before the permit is taken: a slow caller's server
+    /// must not hold a generation slot.
     async fn produce(&self, task: &ClaimedTask, progress: &Progress) -> Produced {
         let operation = match &task.operation {
             Ok(op) => op.clone(),
