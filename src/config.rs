@@ -68,6 +68,12 @@ pub struct Config {
     /// URLs are then `{blobs_public_url}/{key}`. Default: easel serves them at
     /// `{public_url}/files/{key}`.
     pub blobs_public_url: Option<String>,
+    /// Free space to keep on the filesystem of the image folder (`{data_dir}/files`, beside the
+    /// SQLite database) with `blob_store = "local"`: below it workers stop writing images until
+    /// space returns, so that the database keeps room for submits, key checks and webhook
+    /// records. A size (`512MiB`, `1GiB`, `2GB`; plain digits are bytes) or a share of the
+    /// filesystem (`5%`); `0` turns it off. Not used with `s3`.
+    pub min_free_space: String,
 
     /// How many tasks this node generates at once. Zero runs no workers here (an API-only node;
     /// the queue is served by other nodes sharing the store).
@@ -224,6 +230,7 @@ impl Default for Config {
             s3_region: None,
             s3_path_style: false,
             blobs_public_url: None,
+            min_free_space: "256MiB".into(),
             workers: 2,
             image_size: 1024,
             lease: Duration::from_secs(60),
@@ -465,6 +472,7 @@ impl Config {
         if !SESSION_TTL_RANGE.contains(&self.session_ttl) {
             bail!("configuration: session_ttl must be from 1 minute to 366 days");
         }
+        self.min_free_space()?;
         Ok(())
     }
 
@@ -479,6 +487,12 @@ impl Config {
     /// Whether anyone may sign up in the dashboard.
     pub fn signup_open(&self) -> bool {
         self.signup == "open"
+    }
+
+    /// `min_free_space`, parsed.
+    pub fn min_free_space(&self) -> anyhow::Result<FreeSpace> {
+        FreeSpace::parse(&self.min_free_space)
+            .map_err(|e| anyhow::anyhow!("configuration: min_free_space: {e}"))
     }
 
     /// Whether this node runs `role` (one of [`Role::ALL`]).
@@ -505,6 +519,70 @@ impl std::fmt::Debug for Config {
             Ok(json) => write!(f, "Config {json}"),
             Err(_) => f.write_str("Config { .. }"),
         }
+    }
+}
+
+/// A floor of free space: a number of bytes, or a share of the filesystem.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum FreeSpace {
+    Bytes(u64),
+    /// Per cent of the filesystem's size, above 0 and below 100.
+    Percent(f64),
+}
+
+impl FreeSpace {
+    /// `512MiB`, `1GiB`, `2GB`, `1048576` (bytes), `5%`, `0`. Units: B, KB, MB, GB, TB (powers of
+    /// 1000) and KiB, MiB, GiB, TiB (powers of 1024), in any case; a space may come before the
+    /// unit.
+    pub fn parse(text: &str) -> Result<FreeSpace, String> {
+        let text = text.trim();
+        let bad = || {
+            format!(
+                "`{text}` is neither a size (like 512MiB, 1GiB, 2GB or a number of bytes) nor \
+                 a share of the filesystem (like 5%)"
+            )
+        };
+        if let Some(share) = text.strip_suffix('%') {
+            let share: f64 = share.trim().parse().map_err(|_| bad())?;
+            if !(share.is_finite() && share > 0.0 && share < 100.0) {
+                return Err(format!("`{text}`: a share must be above 0% and below 100%"));
+            }
+            return Ok(FreeSpace::Percent(share));
+        }
+        let split = text
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(text.len());
+        let (number, unit) = text.split_at(split);
+        let number: f64 = number.parse().map_err(|_| bad())?;
+        let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "kb" | "k" => 1000,
+            "mb" | "m" => 1000_u64.pow(2),
+            "gb" | "g" => 1000_u64.pow(3),
+            "tb" | "t" => 1000_u64.pow(4),
+            "kib" => 1 << 10,
+            "mib" => 1 << 20,
+            "gib" => 1 << 30,
+            "tib" => 1 << 40,
+            _ => return Err(bad()),
+        };
+        let bytes = number * scale as f64;
+        if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+            return Err(bad());
+        }
+        Ok(FreeSpace::Bytes(bytes as u64))
+    }
+
+    /// The floor in bytes on a filesystem of `total` bytes.
+    pub fn bytes_of(&self, total: u64) -> u64 {
+        match *self {
+            FreeSpace::Bytes(bytes) => bytes,
+            FreeSpace::Percent(share) => (total as f64 * share / 100.0) as u64,
+        }
+    }
+
+    pub fn is_off(&self) -> bool {
+        *self == FreeSpace::Bytes(0)
     }
 }
 
@@ -773,6 +851,31 @@ mod tests {
             let e = c.validate().unwrap_err().to_string();
             assert!(e.contains("rate_limits.free"), "{e}");
         }
+    }
+
+    #[test]
+    fn min_free_space_takes_sizes_and_shares() {
+        let parse = |t: &str| FreeSpace::parse(t);
+        assert_eq!(parse("1GiB"), Ok(FreeSpace::Bytes(1 << 30)));
+        assert_eq!(parse("512 MiB"), Ok(FreeSpace::Bytes(512 << 20)));
+        assert_eq!(parse("2GB"), Ok(FreeSpace::Bytes(2_000_000_000)));
+        assert_eq!(parse("1.5gib"), Ok(FreeSpace::Bytes(3 << 29)));
+        assert_eq!(parse("4096"), Ok(FreeSpace::Bytes(4096)));
+        assert_eq!(parse("0"), Ok(FreeSpace::Bytes(0)));
+        assert!(parse("0").unwrap().is_off());
+        assert_eq!(parse("5%"), Ok(FreeSpace::Percent(5.0)));
+        assert_eq!(parse("5%").unwrap().bytes_of(1000), 50);
+        for bad in [
+            "", "GiB", "-1GiB", "1 parsec", "0%", "100%", "150%", "x%", "1e400",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+        let c = Config {
+            min_free_space: "lots".into(),
+            ..Config::default()
+        };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("min_free_space") && e.contains("`lots`"), "{e}");
     }
 
     #[test]

@@ -92,6 +92,7 @@ conformance!(
     credits_are_charged_in_the_insert_refunded_on_failure_and_ledgered,
     tasks_are_listed_newest_first_by_cursor_with_filters_children_and_usage,
     operators_see_the_queue_by_status_and_mode_and_failing_destinations,
+    upkeep_reads_tasks_by_id_whatever_their_account_with_their_output,
 );
 
 fn task(mode: &str, webhook: Option<&str>) -> NewTask {
@@ -600,6 +601,40 @@ async fn reads_show_only_the_keys_own_tasks_with_their_delivery_state(s: &Shared
         .is_none());
     // The first task stored has the id the store makes of the first place in its order.
     assert_eq!(mine, s.task_id(1));
+}
+
+/// The sweep of unreferenced images reads tasks by id alone, finished ones with their output;
+/// and a task the worker hands back (its image store failing) keeps its attempts.
+async fn upkeep_reads_tasks_by_id_whatever_their_account_with_their_output(s: &SharedStore) {
+    let (_, key) = account_and_key(s, "a@example.com").await;
+    let (_, other) = account_and_key(s, "b@example.com").await;
+    let mine = queued(s, &task("turbo", None), &key).await;
+    let theirs = queued(s, &task("fast", None), &other).await;
+    let claimed = s.claim_task("w", 60_000).await.unwrap().unwrap();
+    assert_eq!(claimed.id, mine.to_string());
+    let ending = finished(&claimed.id);
+    assert!(s
+        .complete_task(claimed.seq, claimed.attempts, &ending)
+        .await
+        .unwrap());
+    let again = s.claim_task("w", 60_000).await.unwrap().unwrap();
+    assert_eq!(again.id, theirs.to_string());
+    assert!(s.release_task(again.seq, again.attempts).await.unwrap());
+
+    let mut found = s
+        .tasks_by_id(&[mine, theirs, uuid::Uuid::new_v4()])
+        .await
+        .unwrap();
+    found.sort_by_key(|t| t.seq);
+    assert_eq!(found.len(), 2, "both accounts' tasks, and no unknown one");
+    assert_eq!(found[0].id, mine.to_string());
+    assert_eq!(found[0].status, "finished");
+    let columns = found[0].output.as_ref().unwrap().to_columns();
+    assert_eq!(columns.grid_key, Some(format!("{mine}/f/grid.png")));
+    assert_eq!(found[1].id, theirs.to_string());
+    assert_eq!(found[1].status, "pending");
+    assert_eq!(found[1].attempts, 0, "a released claim is not counted");
+    assert!(s.tasks_by_id(&[]).await.unwrap().is_empty());
 }
 
 async fn submits_and_endings_wake_idle_workers_and_the_dispatcher(s: &SharedStore) {

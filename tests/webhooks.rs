@@ -314,7 +314,15 @@ async fn a_hanging_receiver_does_not_hold_up_deliveries_to_others() {
     );
     let first_slow = slow.received()[0].at;
     assert!(fast.received()[0].at.duration_since(first_slow) < Duration::from_secs(9));
-    assert_eq!(app.fetch(&fast_id).await["webhook"]["status"], "delivered");
+    // The receiver has the body before the dispatcher records the attempt: wait for the record.
+    let recorded = wait_for(Duration::from_secs(2), || async {
+        (app.fetch(&fast_id).await["webhook"]["status"] == "delivered").then_some(())
+    })
+    .await;
+    assert!(
+        recorded.is_some(),
+        "the fast delivery is recorded as delivered"
+    );
 }
 
 /// Claimed deliveries wait in a queue ahead of the senders. Those still waiting at shutdown are

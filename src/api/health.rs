@@ -9,7 +9,8 @@ pub async fn alive() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// Readiness: the store answers and the process is not shutting down.
+/// Readiness: the store answers, the process is not shutting down and, on a worker node, images
+/// can be written (see `blobs::StorageHealth`).
 pub async fn ready(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     if state.shutdown.is_cancelled() {
         return Err(ApiError::Unavailable {
@@ -18,6 +19,14 @@ pub async fn ready(State(state): State<AppState>) -> Result<Json<Value>, ApiErro
         });
     }
     state.store.ping().await?;
+    if state.config.runs(crate::config::Role::WORKER) {
+        if let Some(cause) = state.blobs.health().paused() {
+            return Err(ApiError::Unavailable {
+                msg: format!("workers are paused: {cause}"),
+                retry_after_secs: 5,
+            });
+        }
+    }
     if !state.config.backends.is_empty() && state.config.runs(crate::config::Role::WORKER) {
         // A worker node with configured backends is ready while one of them is; the answer
         // names each backend and its state either way.

@@ -80,6 +80,38 @@ impl BlobStore for Local {
         .await
     }
 
+    async fn list_old(
+        &self,
+        before: std::time::SystemTime,
+        limit: usize,
+    ) -> Result<Vec<String>, BlobError> {
+        let root = self.root.clone();
+        blocking(move || {
+            let mut keys = Vec::new();
+            let mut seen = 0;
+            walk_old(&root, &root, before, limit, &mut seen, &mut keys)?;
+            Ok(keys)
+        })
+        .await
+    }
+
+    async fn prune(&self, folder: &str) {
+        let root = self.root.clone();
+        let dir = root.join(folder);
+        let _ = blocking(move || {
+            let mut dir = Some(dir.as_path());
+            // `remove_dir` refuses a folder that holds anything, which ends the walk.
+            while let Some(d) = dir.filter(|d| *d != root) {
+                if std::fs::remove_dir(d).is_err() {
+                    break;
+                }
+                dir = d.parent();
+            }
+            Ok(())
+        })
+        .await;
+    }
+
     /// fsync `folder` and each folder above it up to the root: a file's own fsync does not
     /// persist its name; its directory's does. Nothing to do unless durable.
     async fn sync_folder(&self, folder: &str) -> Result<(), BlobError> {
@@ -138,16 +170,68 @@ fn walk(root: &Path, dir: &Path, keys: &mut Vec<String>) -> std::io::Result<()> 
     Ok(())
 }
 
-/// Write through a temporary file renamed into place, so a reader never sees half a file.
+/// As `walk`, keeping the files last modified before `before` and stopping after `limit`
+/// files; `seen` counts them.
+fn walk_old(
+    root: &Path,
+    dir: &Path,
+    before: std::time::SystemTime,
+    limit: usize,
+    seen: &mut usize,
+    keys: &mut Vec<String>,
+) -> std::io::Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        if *seen >= limit {
+            return Ok(());
+        }
+        let entry = entry?;
+        let path = entry.path();
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            walk_old(root, &path, before, limit, seen, keys)?;
+            continue;
+        }
+        *seen += 1;
+        // A file removed meanwhile is simply not a candidate.
+        let Ok(modified) = entry.metadata().and_then(|m| m.modified()) else {
+            continue;
+        };
+        if modified >= before {
+            continue;
+        }
+        if let Some(key) = path
+            .strip_prefix(root)
+            .ok()
+            .and_then(|p| p.to_str())
+            .map(|p| p.replace(std::path::MAIN_SEPARATOR, "/"))
+        {
+            keys.push(key);
+        }
+    }
+    Ok(())
+}
+
+/// Write through a temporary file renamed into place, so a reader never sees half a file. A
+/// write that fails (a full disk) removes its temporary file: nothing of it stays behind.
 fn write_atomic(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()> {
     let dir = path.parent().expect("keys have a folder");
     std::fs::create_dir_all(dir)?;
     let tmp = path.with_extension("partial");
-    let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(bytes)?;
-    if durable {
-        file.sync_all()?;
+    let written = (|| {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        if durable {
+            file.sync_all()?;
+        }
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
     }
-    std::fs::rename(&tmp, path)?;
-    Ok(())
+    written
 }

@@ -8,8 +8,11 @@
 //! force, so `public_url` or `blobs_public_url` can change, and any node serves any task's images
 //! (through `/files/{key}` and [`Blobs::get`]).
 
+mod health;
 mod local;
 mod s3;
+
+pub use health::StorageHealth;
 
 use std::sync::Arc;
 
@@ -56,10 +59,20 @@ trait BlobStore: Send + Sync + std::fmt::Debug {
     async fn delete(&self, key: &str) -> Result<(), BlobError>;
     /// Every key below the folder `prefix`, in no particular order.
     async fn list(&self, prefix: &str) -> Result<Vec<String>, BlobError>;
+    /// Keys last written before `before`, from the first `limit` keys of the whole store (in
+    /// no particular order): the candidates of the sweep.
+    async fn list_old(
+        &self,
+        before: std::time::SystemTime,
+        limit: usize,
+    ) -> Result<Vec<String>, BlobError>;
     /// Make what was put under `folder` durable, where `put` alone does not.
     async fn sync_folder(&self, _folder: &str) -> Result<(), BlobError> {
         Ok(())
     }
+    /// Remove `folder` and the folders above it that are left empty, where folders exist
+    /// apart from keys (a write that failed can leave one).
+    async fn prune(&self, _folder: &str) {}
 }
 
 /// The configured blob store and the base its URLs are built on. Cheap to clone.
@@ -68,18 +81,24 @@ pub struct Blobs {
     store: Arc<dyn BlobStore>,
     /// `blobs_public_url`, or `{public_url}/files`; without a trailing slash.
     base_url: Arc<str>,
+    /// Whether images can be written now (see [`StorageHealth`]).
+    health: StorageHealth,
+    /// The key this process's storage probes write (outside the image layout).
+    probe_key: Arc<str>,
 }
 
 impl Blobs {
     /// The store named by `blob_store`. Nothing is contacted yet, so a store that is briefly
     /// down does not stop easel from starting; settings that cannot work do.
     pub async fn open(config: &Config, public_url: &str) -> anyhow::Result<Blobs> {
+        let mut floor = None;
         let store: Arc<dyn BlobStore> = match config.blob_store.as_str() {
             "local" => {
                 let root = config.data_dir.join("files");
                 tokio::fs::create_dir_all(&root).await.map_err(|e| {
                     anyhow::anyhow!("cannot create the image folder {}: {e}", root.display())
                 })?;
+                floor = Some((root.clone(), config.min_free_space()?));
                 // Image files are as durable as the database's commits that point at them.
                 Arc::new(local::Local::new(root, config.sqlite_synchronous == "full"))
             }
@@ -92,10 +111,28 @@ impl Blobs {
             Some(url) => url.trim_end_matches('/').to_string(),
             None => format!("{}/files", public_url.trim_end_matches('/')),
         };
+        let mut token = [0u8; 8];
+        rand::rngs::OsRng.fill_bytes(&mut token);
         Ok(Blobs {
             store,
             base_url: base_url.into(),
+            health: StorageHealth::new(floor),
+            probe_key: format!("{PROBE_FOLDER}/{}.bin", hex::encode(token)).into(),
         })
+    }
+
+    /// Whether images can be written now; shared by every clone.
+    pub fn health(&self) -> &StorageHealth {
+        &self.health
+    }
+
+    /// Write `bytes` bytes to a key outside the image layout and remove them: whether the store
+    /// takes a task's images again.
+    async fn probe(&self, bytes: usize) -> Result<(), BlobError> {
+        self.store
+            .put(&self.probe_key, Bytes::from(vec![0u8; bytes]))
+            .await?;
+        self.store.delete(&self.probe_key).await
     }
 
     /// A fresh, unguessable folder key for one task attempt's images.
@@ -144,11 +181,41 @@ impl Blobs {
         self.store.sync_folder(folder).await
     }
 
+    /// Keys in easel's layout (a task's image, or a storage probe) last written before
+    /// `before`, from the first `limit` keys of the store.
+    pub async fn old_keys(
+        &self,
+        before: std::time::SystemTime,
+        limit: usize,
+    ) -> Result<Vec<String>, BlobError> {
+        let mut keys = self.store.list_old(before, limit).await?;
+        keys.retain(|key| Layout::of(key).is_some());
+        Ok(keys)
+    }
+
+    /// Delete `keys` (each must be valid); the first error. Empty folders left behind go too.
+    pub async fn delete_keys(&self, keys: Vec<String>) -> Result<(), BlobError> {
+        for key in &keys {
+            check_key(key)?;
+        }
+        let folders: std::collections::BTreeSet<String> = keys
+            .iter()
+            .filter_map(|k| k.rsplit_once('/').map(|(folder, _)| folder.to_string()))
+            .collect();
+        self.delete_all(keys).await?;
+        for folder in folders {
+            self.store.prune(&folder).await;
+        }
+        Ok(())
+    }
+
     /// Remove a folder written by an attempt whose result was discarded. Best effort: what
     /// cannot be removed now is logged and left behind.
     pub async fn remove_folder(&self, folder: &str) {
         if let Err(e) = self.try_remove_folder(folder).await {
-            tracing::warn!(folder, error = %e, "could not remove a discarded folder");
+            // Not lost: the task's attempt that finishes removes its other folders, and the
+            // sweep at start whatever is left.
+            tracing::warn!(folder, error = %e, "could not remove a discarded folder yet");
         }
     }
 
@@ -182,7 +249,9 @@ impl Blobs {
 
     async fn try_remove_folder(&self, folder: &str) -> Result<(), BlobError> {
         let keys = self.list(folder).await?;
-        self.delete_all(keys).await
+        self.delete_all(keys).await?;
+        self.store.prune(folder).await;
+        Ok(())
     }
 
     /// Delete `keys` a few at a time (one request each on object storage); the first error.
@@ -193,6 +262,45 @@ impl Blobs {
             .collect()
             .await;
         results.into_iter().collect()
+    }
+}
+
+/// Where storage probes write, beside the task folders; never a task id.
+const PROBE_FOLDER: &str = "storage-probe";
+
+/// What a key of easel's own is.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Layout<'a> {
+    /// `{task_id}/{token}/{name}`: one of a task attempt's images (or what a failed write of
+    /// one left); the folder is `{task_id}/{token}`.
+    Image {
+        task_id: uuid::Uuid,
+        folder: &'a str,
+    },
+    /// `storage-probe/{name}`: a probe's test write.
+    Probe,
+}
+
+impl<'a> Layout<'a> {
+    /// The layout `key` follows, or None for a key easel did not make (left alone).
+    pub fn of(key: &'a str) -> Option<Layout<'a>> {
+        let parts: Vec<&str> = key.split('/').collect();
+        match parts.as_slice() {
+            [PROBE_FOLDER, name] if name.ends_with(".bin") => Some(Layout::Probe),
+            [task, token, name] => {
+                let task_id = uuid::Uuid::parse_str(task).ok()?;
+                let token_ok = token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit());
+                let name_ok =
+                    (name.ends_with(".png") || name.ends_with(".partial")) && is_valid_key(name);
+                (token_ok && name_ok && task == &task_id.hyphenated().to_string()).then(|| {
+                    Layout::Image {
+                        task_id,
+                        folder: &key[..task.len() + 1 + token.len()],
+                    }
+                })
+            }
+            _ => None,
+        }
     }
 }
 
@@ -281,6 +389,31 @@ mod tests {
             "a/\0",
         ] {
             assert!(!is_valid_key(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn only_keys_in_easels_layout_are_its_own() {
+        let folder = Blobs::new_folder("0190d6c1-2b7e-7c3a-9f00-000000000001");
+        let key = format!("{folder}/grid.png");
+        match Layout::of(&key) {
+            Some(Layout::Image { task_id, folder: f }) => {
+                assert_eq!(task_id.to_string(), "0190d6c1-2b7e-7c3a-9f00-000000000001");
+                assert_eq!(f, folder);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(Layout::of(&format!("{folder}/0.partial")).is_some());
+        assert_eq!(Layout::of("storage-probe/0a1b.bin"), Some(Layout::Probe));
+        for foreign in [
+            "backups/db.tar",
+            "0190d6c1-2b7e-7c3a-9f00-000000000001/short/0.png",
+            "0190d6c1-2b7e-7c3a-9f00-000000000001/0.png",
+            "not-a-uuid/0123456789abcdef0123456789abcdef/0.png",
+            "0190d6c1-2b7e-7c3a-9f00-000000000001/0123456789abcdef0123456789abcdef/notes.txt",
+            "0190d6c1-2b7e-7c3a-9f00-000000000001/0123456789abcdef0123456789abcdef/a/0.png",
+        ] {
+            assert_eq!(Layout::of(foreign), None, "{foreign}");
         }
     }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::path::Path;
 use object_store::prefix::PrefixStore;
@@ -120,6 +120,23 @@ impl BlobStore for S3 {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(object_store_error(e)),
         }
+    }
+
+    async fn list_old(
+        &self,
+        before: std::time::SystemTime,
+        limit: usize,
+    ) -> Result<Vec<String>, BlobError> {
+        let before: chrono::DateTime<chrono::Utc> = before.into();
+        self.store
+            .list(None)
+            .take(limit)
+            .try_filter_map(|meta| async move {
+                Ok((meta.last_modified < before).then(|| meta.location.to_string()))
+            })
+            .try_collect()
+            .await
+            .map_err(object_store_error)
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<String>, BlobError> {

@@ -113,6 +113,10 @@ pub trait TaskQueue: Send + Sync {
     async fn task_for_account(&self, account_id: &str, task_id: &Uuid)
         -> StoreResult<Option<Task>>;
 
+    /// The tasks among `ids` (in no particular order), whatever their account: for easel's own
+    /// upkeep (the sweep of images no task refers to), never for a caller.
+    async fn tasks_by_id(&self, ids: &[Uuid]) -> StoreResult<Vec<Task>>;
+
     /// Claim the next pending task (turbo before fast before relax, oldest first) with a lease
     /// of `lease_ms`, in one statement.
     async fn claim_task(&self, owner: &str, lease_ms: i64) -> StoreResult<Option<ClaimedTask>>;

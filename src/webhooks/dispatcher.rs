@@ -142,13 +142,13 @@ impl Dispatcher {
     /// themselves: a span per attempt cost its three fields' formatting on every delivery.
     async fn record(&self, d: &DueDelivery, record: AttemptRecord) -> Option<i64> {
         let attempt = d.attempts + 1;
-        let recorded = match self.store.record_attempt(&d.id, d.attempts, &record).await {
+        let recorded = match self.write_record(d, &record).await {
             Ok(recorded) => recorded,
             Err(e) => {
                 crate::metrics::store_error("dispatcher", &e);
                 // The lease runs out and the delivery is attempted again: at least once.
                 tracing::error!(task_id = d.task_id, delivery = d.id, attempt, error = %e,
-                    "could not record the webhook attempt");
+                    "could not record the webhook attempt; it is sent again once its lease runs out");
                 return None;
             }
         };
@@ -204,6 +204,30 @@ impl Dispatcher {
             );
         }
         record.next_attempt_at
+    }
+
+    /// Write the attempt's record, again while the store refuses it (a database restarting or
+    /// out of space), until shortly before the delivery's lease runs out: the attempt was made,
+    /// and a record written late spares the receiver a second copy. Should the lease run out
+    /// first, the delivery is claimed and sent again: retried, never lost.
+    async fn write_record(&self, d: &DueDelivery, record: &AttemptRecord) -> StoreResult<bool> {
+        const MARGIN_MS: i64 = 1000;
+        let mut wait = Duration::from_millis(50);
+        let mut logged = false;
+        loop {
+            match self.store.record_attempt(&d.id, d.attempts, record).await {
+                Err(e) if now_ms() + (wait.as_millis() as i64) + MARGIN_MS < d.lease_until => {
+                    if !logged {
+                        tracing::warn!(task_id = d.task_id, delivery = d.id, error = %e,
+                            "could not record the webhook attempt; writing it again shortly");
+                        logged = true;
+                    }
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(2));
+                }
+                written => return written,
+            }
+        }
     }
 
     /// Deliver until `shutdown`, then give attempts in flight up to `shutdown_timeout` to end.

@@ -9,6 +9,11 @@
 //! that no permit waits for the store or a caller's server. Twice as many worker loops as
 //! permits run, so every permit can be busy while results are being stored and the next tasks
 //! claimed.
+//!
+//! Storage that fails in a way that may pass (a full disk, an object store that does not
+//! answer) is not the task's failure: the task goes back to the queue uncounted, what it wrote
+//! is removed, and every worker loop waits on the shared `blobs::StorageHealth` before its next
+//! claim, so the queue waits instead of draining into failures.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +23,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::blobs::Blobs;
+use crate::blobs::{BlobError, Blobs};
 use crate::config::Config;
 use base64::Engine;
 
@@ -27,7 +32,7 @@ use crate::domain::{prompt_text, AspectRatio, ContentPolicy, Operation, Outcome,
 use crate::generate::inputs::{decode, ImageFetcher, InputLimits};
 use crate::generate::raster::{decode_png, RgbaImage};
 use crate::generate::{Generator, Job, Product, Progress};
-use crate::store::{ClaimedTask, Ending, SharedStore, StoreResult};
+use crate::store::{ClaimedTask, Ending, SharedStore, StoreError, StoreResult};
 
 /// Everything a worker needs. Cheap to clone.
 #[derive(Clone)]
@@ -63,6 +68,31 @@ pub enum Ran {
     LostLease,
     /// Shutdown came first; the task went back to the queue.
     Released,
+    /// The image store failed in a way that may pass: the task went back to the queue, the
+    /// attempt not counted, and the workers pause until storage works again.
+    Requeued,
+}
+
+/// What generating and storing a task's images came to.
+enum Produced {
+    /// The task's outcome, and the folder its images were written to.
+    Done(Outcome, Option<String>),
+    /// The image store failed in a way that may pass; nothing written is left.
+    StorageUnavailable(BlobError),
+}
+
+/// Why an input could not be used.
+enum Refused {
+    /// The task fails with this error.
+    Task(String),
+    /// The image store failed in a way that may pass.
+    Storage(BlobError),
+}
+
+impl From<String> for Refused {
+    fn from(error: String) -> Refused {
+        Refused::Task(error)
+    }
 }
 
 impl WorkerContext {
@@ -132,19 +162,60 @@ impl WorkerContext {
                 tracing::warn!("lease lost during generation; result discarded");
                 Ok(Ran::LostLease)
             }
-            Some((outcome, folder)) => self.record(&task, &outcome, folder).await,
+            Some(Produced::Done(outcome, folder)) => self.record(&task, &outcome, folder).await,
+            Some(Produced::StorageUnavailable(e)) => {
+                self.blobs.health().failing(&e);
+                let released = self
+                    .persist(|| self.store.release_task(task.seq, task.attempts))
+                    .await?;
+                if released {
+                    tracing::info!(error = %e, "image store unavailable; task back in the queue");
+                    Ok(Ran::Requeued)
+                } else {
+                    Ok(Ran::LostLease)
+                }
+            }
+        }
+    }
+
+    /// Run a store write again while the store is unavailable (a database restarting, or out of
+    /// space), for up to `lease`: a worker that gave up at once would leave its task to the
+    /// reaper, and the task would lose an attempt to the store's trouble.
+    async fn persist<T, F, Fut>(&self, write: F) -> StoreResult<T>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = StoreResult<T>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.config.lease;
+        let mut wait = Duration::from_millis(50);
+        let mut logged = false;
+        loop {
+            match write().await {
+                Err(StoreError::Unavailable(e))
+                    if tokio::time::Instant::now() + wait < deadline =>
+                {
+                    if !logged {
+                        tracing::warn!(error = %e, "store unavailable; writing again shortly");
+                        logged = true;
+                    }
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(2));
+                }
+                written => return written,
+            }
         }
     }
 
     /// Resolve the inputs, generate (holding one of the `workers` permits), then store. Returns
-    /// the outcome and the folder it wrote. Input images are fetched before the permit is taken:
-    /// a slow caller's server must not hold a generation slot.
-    async fn produce(&self, task: &ClaimedTask, progress: &Progress) -> (Outcome, Option<String>) {
+    /// the outcome and the folder it wrote, or the storage failure that sends the task back to
+    /// the queue. Input images are fetched before the permit is taken: a slow caller's server
+    /// must not hold a generation slot.
+    async fn produce(&self, task: &ClaimedTask, progress: &Progress) -> Produced {
         let operation = match &task.operation {
             Ok(op) => op.clone(),
             Err(e) => {
                 tracing::error!(error = %e, "unreadable task parameters");
-                return (
+                return Produced::Done(
                     internal_failure("the task's parameters cannot be read"),
                     None,
                 );
@@ -152,10 +223,11 @@ impl WorkerContext {
         };
         let (inputs, mask) = match self.inputs(&operation).await {
             Ok(resolved) => resolved,
-            Err(error) => {
+            Err(Refused::Task(error)) => {
                 tracing::info!(error, "an input image could not be used");
-                return (Outcome::Failed { error }, None);
+                return Produced::Done(Outcome::Failed { error }, None);
             }
+            Err(Refused::Storage(e)) => return Produced::StorageUnavailable(e),
         };
         progress.report(10);
         let job = Job {
@@ -177,7 +249,7 @@ impl WorkerContext {
             Ok(product) => product,
             Err(e) => {
                 tracing::info!(error = %e, "generation failed");
-                return (
+                return Produced::Done(
                     Outcome::Failed {
                         error: e.to_string(),
                     },
@@ -224,24 +296,45 @@ impl WorkerContext {
                 };
                 (vec![(image_key, png)], output)
             }
-            Product::Text(content) => return (Outcome::Finished(Output::Text { content }), None),
-            Product::Seed(seed) => return (Outcome::Finished(Output::Seed { seed }), None),
+            Product::Text(content) => {
+                return Produced::Done(Outcome::Finished(Output::Text { content }), None)
+            }
+            Product::Seed(seed) => {
+                return Produced::Done(Outcome::Finished(Output::Seed { seed }), None)
+            }
         };
-        // Written side by side, so that their fsyncs overlap.
+        let bytes: u64 = files.iter().map(|(_, png)| png.len() as u64).sum();
+        // Written side by side, so that their fsyncs overlap. Every write ends before the
+        // outcome is judged, so that a failure's clean-up finds all that was written.
         let writes = files
             .into_iter()
             .map(|(key, bytes)| async move { self.blobs.put(&key, bytes).await });
         // Durable only once their folder is synced too (a file's fsync does not persist its name).
         let stored = async {
-            futures::future::try_join_all(writes).await?;
-            self.blobs.sync_folder(&folder).await
+            let results = futures::future::join_all(writes).await;
+            // A transient failure outranks a permanent one: the task may still succeed later.
+            let failed = results.into_iter().filter_map(Result::err).reduce(|a, b| {
+                if a.is_transient() {
+                    a
+                } else {
+                    b
+                }
+            });
+            match failed {
+                Some(e) => Err(e),
+                None => self.blobs.sync_folder(&folder).await,
+            }
         };
         if let Err(e) = stored.await {
-            tracing::error!(error = %e, "could not store the images");
             self.blobs.remove_folder(&folder).await;
-            return (internal_failure("could not store the images"), None);
+            if e.is_transient() {
+                return Produced::StorageUnavailable(e);
+            }
+            tracing::error!(error = %e, "could not store the images");
+            return Produced::Done(internal_failure("could not store the images"), None);
         }
-        (Outcome::Finished(output), Some(folder))
+        self.blobs.health().wrote(bytes);
+        Produced::Done(Outcome::Finished(output), Some(folder))
     }
 
     /// The operation's input images and mask, decoded; or the error that fails the task, naming
@@ -249,7 +342,7 @@ impl WorkerContext {
     async fn inputs(
         &self,
         operation: &Operation,
-    ) -> Result<(Vec<RgbaImage>, Option<RgbaImage>), String> {
+    ) -> Result<(Vec<RgbaImage>, Option<RgbaImage>), Refused> {
         let limits = self.inputs.limits;
         let reads = operation
             .inputs()
@@ -258,12 +351,16 @@ impl WorkerContext {
                 let bytes = match &input {
                     ImageInput::Stored(image) => match self.blobs.get(&image.key).await {
                         Ok(Some(bytes)) => bytes,
-                        Ok(None) => return Err(format!("{name}: the image is no longer stored")),
+                        Ok(None) => {
+                            return Err(format!("{name}: the image is no longer stored").into())
+                        }
+                        Err(e) if e.is_transient() => return Err(Refused::Storage(e)),
                         Err(e) => {
                             tracing::error!(error = %e, key = image.key, "could not read an input");
                             return Err(format!(
                                 "{name}: internal error: could not read the image"
-                            ));
+                            )
+                            .into());
                         }
                     },
                     ImageInput::Url { url } => self
@@ -273,21 +370,22 @@ impl WorkerContext {
                         .await
                         .map_err(|e| format!("{name}: {e}"))?,
                 };
-                tokio::task::spawn_blocking(move || decode(&bytes, &limits))
+                let image = tokio::task::spawn_blocking(move || decode(&bytes, &limits))
                     .await
                     .map_err(|e| format!("{name}: the decoder crashed: {e}"))?
-                    .map_err(|e| format!("{name}: {e}"))
+                    .map_err(|e| format!("{name}: {e}"))?;
+                Ok::<_, Refused>(image)
             });
         let images = futures::future::try_join_all(reads).await?;
         let mask = match operation {
             Operation::Inpaint { mask, .. } => {
                 let png = base64::engine::general_purpose::STANDARD
                     .decode(mask)
-                    .map_err(|e| format!("mask: {e}"))?;
+                    .map_err(|e| Refused::Task(format!("mask: {e}")))?;
                 let mask = tokio::task::spawn_blocking(move || decode_png(&png))
                     .await
-                    .map_err(|e| format!("mask: the decoder crashed: {e}"))?
-                    .map_err(|e| format!("mask: {e}"))?;
+                    .map_err(|e| Refused::Task(format!("mask: the decoder crashed: {e}")))?
+                    .map_err(|e| Refused::Task(format!("mask: {e}")))?;
                 Some(mask)
             }
             _ => None,
@@ -304,8 +402,7 @@ impl WorkerContext {
         let url = |key: &str| self.blobs.url(key);
         let ending = Ending::new(outcome.clone(), &task.payload_head(), &url);
         let written = self
-            .store
-            .complete_task(task.seq, task.attempts, &ending)
+            .persist(|| self.store.complete_task(task.seq, task.attempts, &ending))
             .await;
         match written {
             Ok(true) => {
@@ -394,6 +491,7 @@ pub async fn run_pool(ctx: WorkerContext, shutdown: CancellationToken) {
         );
     }
     set.spawn(reaper_loop(ctx.clone(), shutdown.clone()));
+    set.spawn(sweep_at_start(ctx.clone(), shutdown.clone()));
 
     shutdown.cancelled().await;
     let drained = tokio::time::timeout(ctx.config.shutdown_timeout, async {
@@ -413,6 +511,15 @@ async fn worker_loop(
     hard_stop: CancellationToken,
 ) {
     while !shutdown.is_cancelled() {
+        // No claim while images cannot be written: the task would only fail or come back.
+        if !ctx
+            .blobs
+            .health()
+            .wait_writable(&ctx.blobs, &shutdown)
+            .await
+        {
+            break;
+        }
         let idle = match ctx.run_one_task(&hard_stop).await {
             Ok(Ran::Idle) => true,
             Ok(_) => false,
@@ -429,6 +536,19 @@ async fn worker_loop(
                 _ = shutdown.cancelled() => {}
             }
         }
+    }
+}
+
+/// One sweep of images no task refers to, in the background of a worker node's start.
+async fn sweep_at_start(ctx: WorkerContext, shutdown: CancellationToken) {
+    let min_age = SWEEP_MIN_AGE.max(ctx.config.lease * 4);
+    tokio::select! {
+        swept = sweep_orphans(&ctx.store, &ctx.blobs, min_age, SWEEP_LIMIT) => match swept {
+            Ok(0) => {}
+            Ok(removed) => tracing::info!(removed, "removed images that no task refers to"),
+            Err(e) => tracing::warn!(error = %e, "the sweep of unreferenced images stopped"),
+        },
+        _ = shutdown.cancelled() => {}
     }
 }
 
@@ -460,4 +580,88 @@ async fn reaper_loop(ctx: WorkerContext, shutdown: CancellationToken) {
             _ = shutdown.cancelled() => return,
         }
     }
+}
+
+/// Most keys one sweep looks at: it runs once per start, and a store with more is swept a part
+/// at a time, one part per start.
+pub const SWEEP_LIMIT: usize = 100_000;
+/// Images younger than this are never swept. A task's images are written and then recorded;
+/// a worker keeps trying to record them for up to `lease` (see `persist`), so anything in use
+/// is far younger.
+pub const SWEEP_MIN_AGE: Duration = Duration::from_secs(3600);
+/// Tasks looked up per query of the sweep.
+const SWEEP_CHUNK: usize = 200;
+
+/// Remove the images that no task refers to, among the first `limit` keys of the blob store
+/// that were written more than `min_age` ago and follow easel's layout (other keys are left
+/// alone): folders of attempts that did not finish (a worker killed between writing and
+/// recording, a clean-up that failed), of tasks that failed or no longer exist, and old
+/// storage probes. A running task's folders are left to its own attempt, which removes its
+/// earlier attempts' folders when it ends. Returns how many keys were removed.
+pub async fn sweep_orphans(
+    store: &SharedStore,
+    blobs: &Blobs,
+    min_age: Duration,
+    limit: usize,
+) -> anyhow::Result<usize> {
+    use crate::blobs::Layout;
+    use crate::domain::TaskStatus;
+    use std::collections::{HashMap, HashSet};
+
+    let before = std::time::SystemTime::now() - min_age;
+    let keys = blobs.old_keys(before, limit).await?;
+    let mut orphans = Vec::new();
+    let mut by_task: HashMap<uuid::Uuid, Vec<String>> = HashMap::new();
+    for key in keys {
+        match Layout::of(&key) {
+            Some(Layout::Image { task_id, .. }) => by_task.entry(task_id).or_default().push(key),
+            Some(Layout::Probe) => orphans.push(key),
+            None => {}
+        }
+    }
+    let ids: Vec<uuid::Uuid> = by_task.keys().copied().collect();
+    for chunk in ids.chunks(SWEEP_CHUNK) {
+        let tasks: HashMap<String, crate::store::Task> = store
+            .tasks_by_id(chunk)
+            .await?
+            .into_iter()
+            .map(|task| (task.id.clone(), task))
+            .collect();
+        for id in chunk {
+            let task = tasks.get(&id.to_string());
+            let status = task.and_then(|t| t.status.parse::<TaskStatus>().ok());
+            if matches!(status, Some(TaskStatus::Starting | TaskStatus::Processing)) {
+                continue;
+            }
+            // The folders a finished task's output names are kept; nothing else is.
+            let kept: HashSet<String> = task
+                .and_then(|t| t.output.as_ref())
+                .map(|output| {
+                    let columns = output.to_columns();
+                    columns
+                        .grid_key
+                        .into_iter()
+                        .chain(columns.image_keys.unwrap_or_default())
+                        .filter_map(|key| key.rsplit_once('/').map(|(f, _)| f.to_string()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            for key in by_task.remove(id).unwrap_or_default() {
+                let keep = match Layout::of(&key) {
+                    Some(Layout::Image { folder, .. }) => kept.contains(folder),
+                    _ => true,
+                };
+                if !keep {
+                    orphans.push(key);
+                }
+            }
+        }
+        // In the background: let the node's own work go first.
+        tokio::task::yield_now().await;
+    }
+    let removed = orphans.len();
+    if removed > 0 {
+        blobs.delete_keys(orphans).await?;
+    }
+    Ok(removed)
 }

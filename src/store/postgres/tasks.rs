@@ -97,6 +97,21 @@ impl TaskQueue for PgStore {
         Ok(row.map(|row| row.into_task(&self.ids)))
     }
 
+    async fn tasks_by_id(&self, ids: &[Uuid]) -> StoreResult<Vec<Task>> {
+        let seqs: Vec<i64> = ids.iter().map(|id| self.seq_of(id)).collect();
+        let rows: Vec<TaskRow> = sqlx::query_as(&format!(
+            "SELECT {TASK_COLUMNS} FROM tasks t LEFT JOIN webhook_deliveries d ON d.task_seq = t.seq
+             WHERE t.seq = ANY($1)"
+        ))
+        .bind(&seqs)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| row.into_task(&self.ids))
+            .collect())
+    }
+
     async fn claim_task(&self, owner: &str, lease_ms: i64) -> StoreResult<Option<ClaimedTask>> {
         let now = now_ms();
         type Claimed = (

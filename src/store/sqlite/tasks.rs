@@ -123,6 +123,26 @@ impl TaskQueue for SqliteStore {
         Ok(row.map(|row| row.into_task(&self.ids)))
     }
 
+    async fn tasks_by_id(&self, ids: &[Uuid]) -> StoreResult<Vec<Task>> {
+        let keys: Vec<TaskKey> = ids.iter().map(|id| self.ids.key(id)).collect();
+        let seqs: Vec<i64> = keys.iter().filter_map(|k| k.seq).collect();
+        let legacy: Vec<&str> = keys.iter().map(|k| k.legacy.as_str()).collect();
+        let rows: Vec<TaskRow> = sqlx::query_as(&format!(
+            "SELECT {TASK_COLUMNS} FROM tasks t LEFT JOIN webhook_deliveries d ON d.task_seq = t.seq
+             LEFT JOIN tasks p ON p.seq = t.parent_seq
+             WHERE (t.seq IN (SELECT value FROM json_each(?1)) AND t.id IS NULL)
+                OR t.id IN (SELECT value FROM json_each(?2))"
+        ))
+        .bind(to_json(&seqs))
+        .bind(to_json(&legacy))
+        .fetch_all(&self.reader)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| row.into_task(&self.ids))
+            .collect())
+    }
+
     async fn claim_task(&self, owner: &str, lease_ms: i64) -> StoreResult<Option<ClaimedTask>> {
         let owner = owner.to_string();
         let ids = self.ids.clone();
