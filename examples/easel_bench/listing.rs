@@ -1,5 +1,6 @@
-//! The listing benchmark: `GET /api/v1/tasks` for an account with 100,000 tasks (beside another
-//! account's 100,000, interleaved), at several page depths, with and without filters. The
+//! The listing benchmark: `GET /api/v1/tasks` and the dashboard's tasks page (`GET /tasks`, signed
+//! in) for an account with 100,000 tasks (beside another account's 100,000, interleaved), at
+//! several page depths, with and without filters. The
 //! figure is the server's own time for each request, read from its access log (`latency_ms` of
 //! the `request done` lines, JSON logs), p50 and p99 of sequential requests from one client; the
 //! baseline is the first page. Goal (issue 18): p99 under 20 ms at any depth.
@@ -106,7 +107,7 @@ async fn measure(ctx: &Ctx, db: Db) -> anyhow::Result<(Vec<Row>, Value)> {
     };
     fresh_dir(&data)?;
     let filled = Instant::now();
-    let (key, cursors) = fill(&db, &data).await?;
+    let (key, session, cursors) = fill(&db, &data).await?;
     println!(
         "   {name}: {} tasks written in {:.1} s",
         report::count(2 * TASKS as usize),
@@ -124,30 +125,61 @@ async fn measure(ctx: &Ctx, db: Db) -> anyhow::Result<(Vec<Row>, Value)> {
     let server = Server::start(&ctx.easel, &["serve"], &env, &data, "easel").await?;
     let http = reqwest::Client::new();
     let requests = ctx.plan.listing_requests;
+    let cases = cases();
+    // Series 0..n are the API's cases, n..2n the page's (the same filter and depth; the page
+    // always shows PAGE_TASKS, so a case of another limit has no page series).
+    let n = cases.len();
     let mut order: Vec<usize> = Vec::new();
-    let mut client_ms: Vec<Vec<f64>> = Vec::new();
-    for (i, case) in cases().iter().enumerate() {
-        let mut url = server.url(&format!("/api/v1/tasks?{}", case.query));
+    let mut client_ms: Vec<Vec<f64>> = vec![Vec::new(); 2 * n];
+    for (i, case) in cases.iter().enumerate() {
+        let mut api = server.url(&format!("/api/v1/tasks?{}", case.query));
+        let mut page = server.url(&format!(
+            "/tasks?status={}&type={}",
+            case.status.unwrap_or(""),
+            case.task_type.unwrap_or("")
+        ));
         if let Some(cursor) = &cursors[i] {
-            url.push_str(&format!("&cursor={cursor}"));
+            api.push_str(&format!("&cursor={cursor}"));
+            page.push_str(&format!("&cursor={cursor}"));
         }
-        let mut times = Vec::with_capacity(requests);
-        // The first requests warm the page cache; they are measured and dropped like the rest
-        // would be, so each case is logged as `requests + WARMUP` lines.
-        for n in 0..requests + WARMUP {
-            let sent = Instant::now();
-            let res = http.get(&url).header("Authorization", &key).send().await?;
-            let status = res.status();
-            let body: Value = res.json().await?;
-            ensure!(status == 200, "{url}: {status} {body}");
-            let got = body["tasks"].as_array().map_or(0, Vec::len);
-            ensure!(got == case.limit, "{url}: {got} tasks, not {}", case.limit);
-            if n >= WARMUP {
-                times.push(sent.elapsed().as_secs_f64() * 1e3);
+        let mut series = vec![(i, api)];
+        if case.limit == 20 {
+            series.push((n + i, page));
+        }
+        for (s, url) in series {
+            // The first requests warm the page cache; they are logged like the rest, so each
+            // series is `requests + WARMUP` lines of the log.
+            for k in 0..requests + WARMUP {
+                let sent = Instant::now();
+                if s < n {
+                    let res = http.get(&url).header("Authorization", &key).send().await?;
+                    let status = res.status();
+                    let body: Value = res.json().await?;
+                    ensure!(status == 200, "{url}: {status} {body}");
+                    let got = body["tasks"].as_array().map_or(0, Vec::len);
+                    ensure!(got == case.limit, "{url}: {got} tasks, not {}", case.limit);
+                } else {
+                    let res = http
+                        .get(&url)
+                        .header("Cookie", format!("easel_session={session}"))
+                        .send()
+                        .await?;
+                    let status = res.status();
+                    let body = res.text().await?;
+                    ensure!(status == 200, "{url}: {status}");
+                    // Each task on the page links to its own page.
+                    let got = body.matches("href=\"/tasks/").count();
+                    ensure!(
+                        got >= PAGE_TASKS,
+                        "{url}: {got} task links, not {PAGE_TASKS}"
+                    );
+                }
+                if k >= WARMUP {
+                    client_ms[s].push(sent.elapsed().as_secs_f64() * 1e3);
+                }
+                order.push(if k >= WARMUP { s } else { usize::MAX });
             }
-            order.push(if n >= WARMUP { i } else { usize::MAX });
         }
-        client_ms.push(times);
     }
     // Let the last log lines reach the file.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -161,7 +193,7 @@ async fn measure(ctx: &Ctx, db: Db) -> anyhow::Result<(Vec<Row>, Value)> {
         log.display(),
         order.len()
     );
-    let mut by_case: Vec<Vec<f64>> = vec![Vec::new(); client_ms.len()];
+    let mut by_case: Vec<Vec<f64>> = vec![Vec::new(); 2 * n];
     for (case, ms) in order.iter().zip(server_ms) {
         if *case != usize::MAX {
             by_case[*case].push(ms);
@@ -169,32 +201,42 @@ async fn measure(ctx: &Ctx, db: Db) -> anyhow::Result<(Vec<Row>, Value)> {
     }
     let mut rows = Vec::new();
     let mut details = serde_json::Map::new();
-    let mut first = [0.0, 0.0];
-    for (i, case) in cases().iter().enumerate() {
-        let server = [percentile(&by_case[i], 0.5), percentile(&by_case[i], 0.99)];
+    // Each series against its first page.
+    let mut first = [[0.0, 0.0]; 2];
+    for (s, measured) in by_case.iter().enumerate() {
+        if measured.is_empty() {
+            continue;
+        }
+        let case = &cases[s % n];
+        let what = if s < n {
+            "GET /api/v1/tasks"
+        } else {
+            "the tasks page"
+        };
+        let server = [percentile(measured, 0.5), percentile(measured, 0.99)];
         let client = [
-            percentile(&client_ms[i], 0.5),
-            percentile(&client_ms[i], 0.99),
+            percentile(&client_ms[s], 0.5),
+            percentile(&client_ms[s], 0.99),
         ];
-        if i == 0 {
-            first = server;
+        if s % n == 0 {
+            first[s / n] = server;
         }
         println!(
-            "   {name} {}: server p50 {:.2} ms, p99 {:.2} ms (client {:.2} / {:.2} ms)",
+            "   {name} {what}, {}: server p50 {:.2} ms, p99 {:.2} ms (client {:.2} / {:.2} ms)",
             case.label, server[0], server[1], client[0], client[1]
         );
         details.insert(
-            case.label.to_string(),
+            format!("{what}, {}", case.label),
             json!({ "server_ms": server, "client_ms": client, "requests": requests }),
         );
         rows.push(
             Row::new(
                 "listing",
-                format!("{name}: GET /api/v1/tasks, {} (p50 / p99)", case.label),
+                format!("{name}: {what}, {} (p50 / p99)", case.label),
                 "ms",
             )
             .value(&server)
-            .baseline(&first)
+            .baseline(&first[s / n])
             .goal(format!("p99 < {GOAL_MS:.0} ms"), server[1] < GOAL_MS),
         );
     }
@@ -203,6 +245,8 @@ async fn measure(ctx: &Ctx, db: Db) -> anyhow::Result<(Vec<Row>, Value)> {
 
 /// Requests per case left out of the figures.
 const WARMUP: usize = 10;
+/// Tasks on one dashboard tasks page (`easel::web::tasks::PAGE_SIZE`).
+const PAGE_TASKS: usize = 24;
 
 fn percentile(v: &[f64], q: f64) -> f64 {
     let mut v = v.to_vec();
@@ -213,7 +257,8 @@ fn percentile(v: &[f64], q: f64) -> f64 {
     v[((v.len() as f64 - 1.0) * q).round() as usize]
 }
 
-/// `latency_ms` of every `GET /api/v1/tasks` in the server's JSON access log, in order.
+/// `latency_ms` of every `GET /api/v1/tasks` and `GET /tasks` in the server's JSON access log,
+/// in order.
 fn server_latencies(log: &Path) -> anyhow::Result<Vec<f64>> {
     let text = std::fs::read_to_string(log)?;
     let mut out = Vec::new();
@@ -222,7 +267,8 @@ fn server_latencies(log: &Path) -> anyhow::Result<Vec<f64>> {
             continue;
         };
         let f = &v["fields"];
-        if f["message"] == "request done" && f["path"] == "/api/v1/tasks" {
+        if f["message"] == "request done" && (f["path"] == "/api/v1/tasks" || f["path"] == "/tasks")
+        {
             out.push(f["latency_ms"].as_f64().context("latency_ms")?);
         }
     }
@@ -231,8 +277,9 @@ fn server_latencies(log: &Path) -> anyhow::Result<Vec<f64>> {
 
 /// Make the two accounts and their 2 x `TASKS` tasks, interleaved, straight in the database:
 /// the measured account's are mostly finished imagine tasks with four images, every tenth a
-/// describe, every twentieth failed. Returns the measured account's key and each case's cursor.
-async fn fill(db: &Db, data: &Path) -> anyhow::Result<(String, Vec<Option<String>>)> {
+/// describe, every twentieth failed. Returns the measured account's key, a dashboard session's
+/// token for it, and each case's cursor.
+async fn fill(db: &Db, data: &Path) -> anyhow::Result<(String, String, Vec<Option<String>>)> {
     let store: easel::store::SharedStore = match db {
         Db::Sqlite => std::sync::Arc::new(
             easel::store::sqlite::SqliteStore::open(
@@ -260,6 +307,10 @@ async fn fill(db: &Db, data: &Path) -> anyhow::Result<(String, Vec<Option<String
         ids.push(account.id);
     }
     let key = easel::auth::create_key(store.as_ref(), &ids[0], "listing").await?;
+    let (session, hash) = easel::accounts::new_session_token();
+    store
+        .create_session(&ids[0], &hash, crate::now_ms() + 86_400_000)
+        .await?;
     let now = crate::now_ms() - 2 * TASKS * 1000;
     // Odd `seq`s are the measured account's; `k` counts its tasks (and the other's) from 0.
     let columns = "seq, account_id, task_type, status, priority, prompt, aspect_ratio,
@@ -354,5 +405,5 @@ async fn fill(db: &Db, data: &Path) -> anyhow::Result<(String, Vec<Option<String
         cursors.push(cursor.map(|c| c.to_string()));
     }
     store.close().await;
-    Ok((key, cursors))
+    Ok((key, session, cursors))
 }
