@@ -322,10 +322,16 @@ async fn render(state: &AppState) -> Result<String, StoreError> {
         let _ = depth.get_or_create(&ModeLabels { mode: mode.into() });
         let _ = oldest.get_or_create(&ModeLabels { mode: mode.into() });
     }
-    for (mode, count, oldest_at) in state.store.queue_by_mode().await? {
-        let labels = ModeLabels { mode };
-        depth.get_or_create(&labels).set(count);
-        let age = oldest_at.map_or(0.0, |t| (now - t).max(0) as f64 / 1000.0);
+    // The operators' page's query; its pending rows are the queue.
+    for row in state.store.queue_by_status_and_mode().await? {
+        if row.status != "pending" {
+            continue;
+        }
+        let labels = ModeLabels {
+            mode: row.process_mode,
+        };
+        depth.get_or_create(&labels).set(row.tasks);
+        let age = (now - row.oldest_created_at).max(0) as f64 / 1000.0;
         oldest.get_or_create(&labels).set(age);
     }
     scrape.register(

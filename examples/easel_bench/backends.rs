@@ -287,13 +287,15 @@ fn median(v: &[f64]) -> f64 {
     percentile(v, 0.5)
 }
 
-fn percentile(v: &[f64], p: f64) -> f64 {
+/// The `q` quantile of `v` (nearest rank); NaN for none. Shared by the benchmarks whose
+/// samples are milliseconds in a list.
+pub fn percentile(v: &[f64], q: f64) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
     if v.is_empty() {
         return f64::NAN;
     }
-    v[((v.len() - 1) as f64 * p).round() as usize]
+    v[((v.len() - 1) as f64 * q).round() as usize]
 }
 
 /// A busy-share run: its key, its label, its backends (ms per job, concurrency), its tasks.

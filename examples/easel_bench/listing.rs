@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context};
 use serde_json::{json, Value};
 
+use crate::backends::percentile;
 use crate::proc::{fresh_dir, Server};
 use crate::report::{self, Row};
 use crate::Ctx;
@@ -250,15 +251,6 @@ async fn measure(ctx: &Ctx, db: Db) -> anyhow::Result<(Vec<Row>, Value)> {
 const WARMUP: usize = 10;
 /// Tasks on one dashboard tasks page (`easel::web::tasks::PAGE_SIZE`).
 const PAGE_TASKS: usize = 24;
-
-fn percentile(v: &[f64], q: f64) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v[((v.len() as f64 - 1.0) * q).round() as usize]
-}
 
 /// `latency_ms` of every `GET /api/v1/tasks` and `GET /tasks` in the server's JSON access log,
 /// in order.

@@ -146,10 +146,6 @@ pub trait TaskQueue: Send + Sync {
 
     /// Counts of tasks by status.
     async fn task_counts(&self) -> StoreResult<Vec<(String, i64)>>;
-
-    /// The pending tasks by process mode: (mode, how many, when the oldest was created), for
-    /// the queue metrics. Only modes with a pending task are listed.
-    async fn queue_by_mode(&self) -> StoreResult<Vec<(String, i64, Option<i64>)>>;
 }
 
 /// The webhook outbox: claim due deliveries with a lease, record attempts fenced by the attempt

@@ -270,16 +270,6 @@ impl TaskQueue for PgStore {
                 .await?,
         )
     }
-
-    async fn queue_by_mode(&self) -> StoreResult<Vec<(String, i64, Option<i64>)>> {
-        // Reads only the pending rows, through the partial index of the queue.
-        Ok(sqlx::query_as(
-            "SELECT process_mode, COUNT(*), MIN(created_at) FROM tasks WHERE status = 'pending' \
-             GROUP BY process_mode",
-        )
-        .fetch_all(&self.pool)
-        .await?)
-    }
 }
 
 /// Notify `channel` when the transaction commits.

@@ -310,16 +310,6 @@ impl TaskQueue for SqliteStore {
                 .await?,
         )
     }
-
-    async fn queue_by_mode(&self) -> StoreResult<Vec<(String, i64, Option<i64>)>> {
-        // Reads only the pending rows, through the partial index of the queue.
-        Ok(sqlx::query_as(
-            "SELECT process_mode, COUNT(*), MIN(created_at) FROM tasks WHERE status = 'pending' \
-             GROUP BY process_mode",
-        )
-        .fetch_all(&self.reader)
-        .await?)
-    }
 }
 
 /// Write the final state of task `seq` if attempt `attempt` still holds it, and queue its webhook
