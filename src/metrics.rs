@@ -119,7 +119,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         HistogramFamily::<BackendLabels>::new_with_constructor(generation_histogram as fn() -> _);
     registry.register_with_unit(
         "generation_duration",
-        "Time one generation took on a backend, by backend and outcome (ok, retry, error)",
+        "Time one generation took on a backend, by backend and outcome (ok, retry, error, canceled)",
         Unit::Seconds,
         generation.clone(),
     );
@@ -265,7 +265,7 @@ pub fn observe_request(path: &str, status: u16, elapsed: Duration) {
     series.observe(elapsed.as_secs_f64());
 }
 
-/// Count a task that reached its final state (`finished` or `failed`).
+/// Count a task that reached its final state (`finished`, `failed` or `canceled`).
 pub fn task_ended(operation: &'static str, status: &'static str) {
     METRICS
         .tasks
@@ -274,7 +274,7 @@ pub fn task_ended(operation: &'static str, status: &'static str) {
 }
 
 /// Record one generation's time on `backend`; `outcome` is `ok`, `retry` (a transient failure
-/// that is tried again) or `error`.
+/// that is tried again), `error` or `canceled` (stopped because its task was canceled).
 pub fn generation_done(backend: &str, outcome: &'static str, took: Duration) {
     METRICS
         .generation

@@ -9,6 +9,7 @@ pub(crate) mod json;
 pub mod record;
 pub(crate) mod submit;
 pub mod tasks;
+pub mod wait;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -125,6 +126,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/fetch-many"),
     ("get", "/api/v1/tasks"),
     ("get", "/api/v1/tasks/{task_id}"),
+    ("post", "/api/v1/tasks/{task_id}/cancel"),
     ("post", "/api/v1/tasks/{task_id}/redeliver"),
     ("get", "/api/v1/tasks/{task_id}/webhook-attempts"),
     ("get", "/api/v1/account"),
@@ -188,6 +190,7 @@ fn router(state: AppState) -> Router {
         .route("/api/v1/fetch-many", post(tasks::fetch_many))
         .route("/api/v1/tasks", get(tasks::list_tasks))
         .route("/api/v1/tasks/{task_id}", get(tasks::get_task))
+        .route("/api/v1/tasks/{task_id}/cancel", post(tasks::cancel))
         .route("/api/v1/tasks/{task_id}/redeliver", post(tasks::redeliver))
         .route(
             "/api/v1/tasks/{task_id}/webhook-attempts",

@@ -4,13 +4,16 @@
 //! then stores the task durably and answers with its id.
 
 use axum::extract::{MatchedPath, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use base64::Engine;
 use serde_json::Value;
 use uuid::Uuid;
 
 use super::json::{task_id, JsonObject};
-use super::{access, ApiError, AppState};
+use super::record::task_record;
+use super::{access, wait, ApiError, AppState};
 use crate::auth::PresentedKey;
 use crate::domain::operation::{
     AltKind, Dimension, ImageInput, PanDirection, StoredImage, VariationOf,
@@ -38,20 +41,43 @@ pub struct Accepted {
     task_id: Uuid,
 }
 
-/// `POST /api/v1/{operation}`: validate, resolve the parent, store durably, answer with the id.
+/// `POST /api/v1/{operation}`: validate, resolve the parent, store durably, answer with the id;
+/// with `Prefer: wait`, answer the task's record once it has ended or the wait is over.
 pub async fn submit(
     State(state): State<AppState>,
     path: MatchedPath,
+    headers: HeaderMap,
     key: PresentedKey,
     body: Result<JsonObject, ApiError>,
-) -> Result<Json<Accepted>, ApiError> {
+) -> Result<Response, ApiError> {
     let kind = path
         .as_str()
         .strip_prefix("/api/v1/")
         .and_then(|name| name.parse::<OpKind>().ok())
         .expect("submit routes are made from the operations' names");
+    let wait = match wait::preferred_wait(&headers) {
+        Ok(wait) => wait,
+        Err(e) => {
+            key.confirm(&state).await?;
+            return Err(e);
+        }
+    };
     let task_id = submit_operation(&state, kind, &key, body).await?;
-    Ok(Json(Accepted { task_id }))
+    let accepted = || Json(Accepted { task_id }).into_response();
+    let Some(secs) = wait else {
+        return Ok(accepted());
+    };
+    // The task is stored: whatever happens to the reads, the caller learns its id.
+    let task = match state.store.task_for_key(&key.0, &task_id).await {
+        Ok(Some((_, Some(task)))) => task,
+        _ => return Ok(accepted()),
+    };
+    let task = wait::until_ended(&state, &key, &task_id, task, secs).await;
+    Ok((
+        [wait::applied(secs)],
+        Json(task_record(&task, &state.blobs)),
+    )
+        .into_response())
 }
 
 /// What a submit of `kind` does with its body, for the API and the dashboard's playground

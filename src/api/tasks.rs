@@ -3,17 +3,18 @@
 use std::collections::HashMap;
 
 use axum::extract::{RawQuery, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::json::{task_id, JsonObject, TaskIdPath};
 use super::record::{rfc3339, task_record};
-use super::{access, ApiError, AppState};
+use super::{access, wait, ApiError, AppState};
 use crate::auth::{Caller, PresentedKey};
-use crate::domain::{OpKind, TaskStatus};
-use crate::store::{Redelivery, TaskFilter, LIST_LIMIT_MAX};
+use crate::domain::{OpKind, Outcome, PayloadHead, TaskStatus};
+use crate::store::{Ending, Redelivery, StoreResult, Task, TaskFilter, LIST_LIMIT_MAX};
 
 /// Tasks on a page of `GET /api/v1/tasks` when `limit` is not given.
 pub const LIST_LIMIT_DEFAULT: u32 = 20;
@@ -153,19 +154,34 @@ pub async fn fetch(
     one_record(&state, &key, id).await
 }
 
-/// `GET /api/v1/tasks/{task_id}`: the same record as fetch.
+/// `GET /api/v1/tasks/{task_id}`: the same record as fetch; with `Prefer: wait`, once the task
+/// has ended or the wait is over.
 pub async fn get_task(
     State(state): State<AppState>,
+    headers: HeaderMap,
     key: PresentedKey,
     id: Result<TaskIdPath, ApiError>,
-) -> Result<Json<Value>, ApiError> {
-    match id {
-        Ok(TaskIdPath(id)) => one_record(&state, &key, id).await,
+) -> Result<Response, ApiError> {
+    let asked = id.and_then(|id| Ok((id, wait::preferred_wait(&headers)?)));
+    let (TaskIdPath(id), wait) = match asked {
+        Ok(asked) => asked,
         Err(e) => {
             key.confirm(&state).await?;
-            Err(e)
+            return Err(e);
         }
-    }
+    };
+    let task = one_task(&state, &key, id).await?;
+    Ok(match wait {
+        None => Json(task_record(&task, &state.blobs)).into_response(),
+        Some(secs) => {
+            let task = wait::until_ended(&state, &key, &id, task, secs).await;
+            (
+                [wait::applied(secs)],
+                Json(task_record(&task, &state.blobs)),
+            )
+                .into_response()
+        }
+    })
 }
 
 /// One task record, the key checked in the same statement.
@@ -174,6 +190,12 @@ async fn one_record(
     key: &PresentedKey,
     id: Uuid,
 ) -> Result<Json<Value>, ApiError> {
+    let task = one_task(state, key, id).await?;
+    Ok(Json(task_record(&task, &state.blobs)))
+}
+
+/// One of the key's account's tasks, the key checked in the same statement.
+async fn one_task(state: &AppState, key: &PresentedKey, id: Uuid) -> Result<Task, ApiError> {
     access::note_task(id);
     let (live, row) = state
         .store
@@ -181,8 +203,64 @@ async fn one_record(
         .await?
         .ok_or(ApiError::Unauthorized)?;
     key.used(state, &live);
-    let row = row.ok_or(ApiError::TaskNotFound)?;
-    Ok(Json(task_record(&row, &state.blobs)))
+    row.ok_or(ApiError::TaskNotFound)
+}
+
+/// `POST /api/v1/tasks/{task_id}/cancel`: a task that has not ended is `canceled` at once (a
+/// running one is stopped on its backend), its credits go back and its webhook is sent; 200 with
+/// the record. 409 when it had already ended.
+pub async fn cancel(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    TaskIdPath(id): TaskIdPath,
+) -> Result<Json<Value>, ApiError> {
+    let (canceled, task) = cancel_task(&state, &account.id, &id)
+        .await?
+        .ok_or(ApiError::TaskNotFound)?;
+    if !canceled {
+        return Err(ApiError::Conflict {
+            code: "task_already_ended",
+            msg: format!("task_id: the task has already {}", task.status),
+        });
+    }
+    Ok(Json(task_record(&task, &state.blobs)))
+}
+
+/// Cancel the account's task `id`, for the API and the dashboard alike: None when it is not the
+/// account's, else whether this call canceled it, and the task as it is now.
+pub(crate) async fn cancel_task(
+    state: &AppState,
+    account_id: &str,
+    id: &Uuid,
+) -> StoreResult<Option<(bool, Task)>> {
+    let Some(task) = state.store.task_for_account(account_id, id).await? else {
+        return Ok(None);
+    };
+    let ending = canceled(state, &task);
+    let canceled = state.store.cancel_task(task.seq, &ending).await?;
+    if canceled {
+        let operation = task.kind().map_or("unknown", OpKind::as_str);
+        crate::metrics::task_ended(operation, TaskStatus::Canceled.as_str());
+        tracing::info!("task canceled by its caller");
+    }
+    let now = state.store.task_for_account(account_id, id).await?;
+    Ok(now.map(|task| (canceled, task)))
+}
+
+/// The end of a canceled task, with the webhook body a canceled task sends.
+fn canceled(state: &AppState, task: &Task) -> Ending {
+    let fields = task
+        .operation
+        .as_ref()
+        .map(|op| op.public_fields())
+        .unwrap_or_default();
+    let head = PayloadHead {
+        task_id: &task.id,
+        task_type: &task.task_type,
+        parent_task_id: task.parent_id.as_deref(),
+        fields,
+    };
+    Ending::new(Outcome::Canceled, &head, &|key| state.blobs.url(key))
 }
 
 /// `POST /api/v1/fetch-many`: up to 20 records in the order asked; unknown ids are left out.

@@ -6,7 +6,11 @@ use super::operation::Output;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
     Finished(Output),
-    Failed { error: String },
+    Failed {
+        error: String,
+    },
+    /// Its caller canceled it before it ended.
+    Canceled,
 }
 
 /// What a finished task's webhook says about the task besides its result: its parent and the
@@ -35,7 +39,8 @@ impl Outcome {
     /// image's address from its key. Finished: `task_id, task_type, status, percentage`, then
     /// `parent_task_id` and the operation's own fields where it has them, then the result
     /// fields of its shape (for imagine exactly the seed's six fields). Failed: `task_id,
-    /// task_type, status, error`, as the seed's events table.
+    /// task_type, status, error`, as the seed's events table. Canceled: `task_id, task_type,
+    /// status`.
     pub fn webhook_payload(&self, head: &PayloadHead<'_>, url: &dyn Fn(&str) -> String) -> String {
         let payload = match self {
             Outcome::Finished(output) => {
@@ -58,6 +63,11 @@ impl Outcome {
                 "task_type": head.task_type,
                 "status": "failed",
                 "error": error,
+            }),
+            Outcome::Canceled => json!({
+                "task_id": head.task_id,
+                "task_type": head.task_type,
+                "status": "canceled",
             }),
         };
         serde_json::to_string(&payload).expect("payload serializes")

@@ -2,7 +2,8 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Where a task is in its life. `pending -> starting -> processing -> finished | failed`; a task
-/// whose worker is lost goes back to `pending` (or to `failed` once it has used all attempts).
+/// whose worker is lost goes back to `pending` (or to `failed` once it has used all attempts); a
+/// task that has not ended may be `canceled` by its caller at any point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TaskStatus {
     Pending,
@@ -10,15 +11,17 @@ pub enum TaskStatus {
     Processing,
     Finished,
     Failed,
+    Canceled,
 }
 
 impl TaskStatus {
-    pub const ALL: [TaskStatus; 5] = [
+    pub const ALL: [TaskStatus; 6] = [
         TaskStatus::Pending,
         TaskStatus::Starting,
         TaskStatus::Processing,
         TaskStatus::Finished,
         TaskStatus::Failed,
+        TaskStatus::Canceled,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -28,12 +31,16 @@ impl TaskStatus {
             TaskStatus::Processing => "processing",
             TaskStatus::Finished => "finished",
             TaskStatus::Failed => "failed",
+            TaskStatus::Canceled => "canceled",
         }
     }
 
-    /// `finished` and `failed` are final: nothing moves a task out of them.
+    /// `finished`, `failed` and `canceled` are final: nothing moves a task out of them.
     pub fn is_final(self) -> bool {
-        matches!(self, TaskStatus::Finished | TaskStatus::Failed)
+        matches!(
+            self,
+            TaskStatus::Finished | TaskStatus::Failed | TaskStatus::Canceled
+        )
     }
 
     /// Whether the state machine allows going from `self` to `next`.
@@ -48,6 +55,9 @@ impl TaskStatus {
                 | (Processing, Failed)
                 | (Starting, Pending)
                 | (Processing, Pending)
+                | (Pending, Canceled)
+                | (Starting, Canceled)
+                | (Processing, Canceled)
         )
     }
 }

@@ -48,20 +48,29 @@ impl Generator for Procedural {
         Box::pin(async move {
             // Drawing and encoding run as one job on one blocking thread: each hand-off between
             // the runtime and the blocking pool can leave a core idle.
-            let (job, progress, min_duration) = (job.clone(), progress.clone(), self.min_duration);
-            tokio::task::spawn_blocking(move || {
+            let (job, on_thread, min_duration) = (job.clone(), progress.clone(), self.min_duration);
+            let drawing = tokio::task::spawn_blocking(move || {
                 let pace = Pace {
                     started: Instant::now(),
                     min_duration,
-                    progress: &progress,
+                    progress: &on_thread,
                 };
                 draw(&job, &pace)
-            })
-            .await
-            .map_err(|e| GenerateError::Failed(format!("renderer crashed: {e}")))?
+            });
+            // A stopped job answers at once; its thread skips the rest of its pacing and its
+            // result is dropped.
+            tokio::select! {
+                drawn = drawing => {
+                    drawn.map_err(|e| GenerateError::Failed(format!("renderer crashed: {e}")))?
+                }
+                _ = progress.stopped() => Err(GenerateError::Canceled),
+            }
         })
     }
 }
+
+/// The longest sleep of the pacing between looks at whether the job was stopped.
+const PACE_STEP: Duration = Duration::from_millis(50);
 
 /// Reports progress as the parts of a result are drawn, spreading any configured latency over
 /// them.
@@ -77,8 +86,12 @@ impl Pace<'_> {
         let due = self
             .min_duration
             .mul_f64(f64::from(done) / f64::from(parts.max(1)));
-        if let Some(wait) = due.checked_sub(self.started.elapsed()) {
-            std::thread::sleep(wait);
+        // In short steps, so that a stopped job frees its thread soon.
+        while let Some(wait) = due.checked_sub(self.started.elapsed()) {
+            if self.progress.is_stopped() {
+                break;
+            }
+            std::thread::sleep(wait.min(PACE_STEP));
         }
         self.progress
             .report(i64::from(done) * 80 / i64::from(parts.max(1)));

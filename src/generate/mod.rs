@@ -51,6 +51,9 @@ impl Job {
 pub struct Progress {
     percent: Arc<AtomicI64>,
     slot: Option<Arc<Mutex<Option<pool::Slot>>>>,
+    /// Cancelled when the task's result is no longer wanted (it was canceled, or another worker
+    /// holds it now): backends take the job off the server and answer [`GenerateError::Canceled`].
+    stop: tokio_util::sync::CancellationToken,
 }
 
 impl std::fmt::Debug for Progress {
@@ -76,8 +79,23 @@ impl Progress {
         let progress = Progress {
             percent: self.percent.clone(),
             slot: Some(held.clone()),
+            stop: self.stop.clone(),
         };
         (progress, held)
+    }
+
+    /// Ask the generation to stop: its result is no longer wanted.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// Completes once the generation has been asked to stop.
+    pub async fn stopped(&self) {
+        self.stop.cancelled().await
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.stop.is_cancelled()
     }
 
     /// The backend has sent everything this job needs from it: its slot goes to the next job
@@ -107,6 +125,9 @@ pub enum GenerateError {
         message: String,
         retry_after: Option<std::time::Duration>,
     },
+    /// The job was stopped ([`Progress::stop`]) and taken off the backend; nobody wants its result.
+    #[error("generation stopped: the task was canceled or is no longer this worker's")]
+    Canceled,
 }
 
 impl GenerateError {

@@ -279,7 +279,10 @@ impl Pool {
                 }
                 // A backend resting after a Retry-After comes back without a signal: look again
                 // at least every second.
-                let _ = tokio::time::timeout(left.min(Duration::from_secs(1)), changed).await;
+                tokio::select! {
+                    _ = tokio::time::timeout(left.min(Duration::from_secs(1)), changed) => {}
+                    _ = progress.stopped() => return Err(GenerateError::Canceled),
+                }
                 continue;
             };
             member.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -292,7 +295,8 @@ impl Pool {
             let result = member.generator.run(job, &on_backend).await;
             let outcome = match &result {
                 Ok(_) => "ok",
-                Err(GenerateError::Transient { .. }) => "retry",
+                Err(GenerateError::Transient { .. }) if !progress.is_stopped() => "retry",
+                Err(GenerateError::Transient { .. } | GenerateError::Canceled) => "canceled",
                 Err(_) => "error",
             };
             crate::metrics::generation_done(member.generator.name(), outcome, started.elapsed());
@@ -303,6 +307,11 @@ impl Pool {
                 Ok(product) => {
                     member.succeeded();
                     return Ok(product);
+                }
+                // A stopped job is not tried again, and says nothing about the backend.
+                Err(GenerateError::Canceled) => return Err(GenerateError::Canceled),
+                Err(GenerateError::Transient { .. }) if progress.is_stopped() => {
+                    return Err(GenerateError::Canceled)
                 }
                 Err(GenerateError::Transient {
                     message,

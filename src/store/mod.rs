@@ -10,6 +10,7 @@
 //! transaction that writes its final state (the outbox). The rules that can be stated without SQL
 //! live in [`model`], once; the SQL lives in each implementation.
 
+mod ends;
 mod ids;
 mod model;
 pub mod postgres;
@@ -23,6 +24,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+pub use ends::{TaskEnds, TaskWatch};
 pub use ids::TaskIds;
 pub use model::*;
 
@@ -136,6 +138,12 @@ pub trait TaskQueue: Send + Sync {
     /// Record the final state and, in the same transaction, queue the webhook delivery (when
     /// the task has a webhook). False, and nothing written, when the claim is no longer ours.
     async fn complete_task(&self, seq: i64, attempt: i64, ending: &Ending) -> StoreResult<bool>;
+
+    /// Cancel the task stored at `seq` unless it has ended: it becomes `canceled` (`ending`) at
+    /// once, whether it is queued or a worker holds it (that worker's later writes are fenced
+    /// out, and its next heartbeat tells it to stop), its credits go back and its webhook is
+    /// queued, in one transaction. False, and nothing written, when it had ended already.
+    async fn cancel_task(&self, seq: i64, ending: &Ending) -> StoreResult<bool>;
 
     /// Give a claimed task back to the queue without counting the attempt (graceful shutdown).
     async fn release_task(&self, seq: i64, attempt: i64) -> StoreResult<bool>;
@@ -350,7 +358,7 @@ pub trait Store: TaskQueue + Outbox + Accounts + Views {
     fn task_id(&self, seq: i64) -> Uuid;
 
     /// Woken when work may be waiting: a task queued or requeued, a delivery queued or due
-    /// again, on this node or (PostgreSQL) on any node.
+    /// again, on this node or (PostgreSQL) on any node; and the watchers of a task when it ends.
     fn wakeups(&self) -> &Wakeups;
 
     /// Whether the database answers a trivial query.
@@ -372,6 +380,8 @@ pub struct Wakeups {
     pub queue: Notify,
     /// A webhook delivery was queued or made due again.
     pub outbox: Notify,
+    /// A task reached a final state (on any node, with PostgreSQL).
+    pub task_ends: Arc<TaskEnds>,
 }
 
 impl Wakeups {

@@ -114,7 +114,7 @@ impl Ending {
     pub fn images(&self) -> i64 {
         match &self.outcome {
             Outcome::Finished(output) => output.images(),
-            Outcome::Failed { .. } => 0,
+            Outcome::Failed { .. } | Outcome::Canceled => 0,
         }
     }
 
@@ -127,6 +127,7 @@ impl Ending {
                 OutputColumns::default(),
                 Some(error.as_str()),
             ),
+            Outcome::Canceled => (TaskStatus::Canceled, OutputColumns::default(), None),
         }
     }
 }
@@ -441,6 +442,52 @@ pub const KEY_TOUCH_EVERY_MS: i64 = 60_000;
 
 /// The statuses of a task that a worker holds.
 pub(crate) const RUNNING: &str = "('starting', 'processing')";
+/// The statuses of a task that has not ended: what a cancel may end.
+pub(crate) const NOT_ENDED: &str = "('pending', 'starting', 'processing')";
+
+/// Which claim a write of a task's final state must still hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fence {
+    /// The worker's claim with this attempt number (the task is `starting` or `processing`).
+    Attempt(i64),
+    /// None: the caller cancels, whoever holds the task and whether or not it was claimed.
+    Cancel,
+}
+
+impl Fence {
+    /// The SQL condition, after `WHERE seq = ... AND`, with `attempts` compared to `param`.
+    pub(crate) fn condition(self, attempts: &str, status: &str, param: &str) -> String {
+        match self {
+            Fence::Attempt(_) => format!("{attempts} = {param} AND {status} IN {RUNNING}"),
+            Fence::Cancel => format!("{param} IS NULL AND {status} IN {NOT_ENDED}"),
+        }
+    }
+
+    /// The attempt number bound to the condition's parameter.
+    pub(crate) fn attempt(self) -> Option<i64> {
+        match self {
+            Fence::Attempt(attempt) => Some(attempt),
+            Fence::Cancel => None,
+        }
+    }
+}
+
+impl Ending {
+    /// The task's percentage once ended: 100 finished, 0 failed, and a canceled task keeps how
+    /// far it got (None: unchanged).
+    pub fn percentage(&self) -> Option<i64> {
+        match self.outcome {
+            Outcome::Finished(_) => Some(100),
+            Outcome::Failed { .. } => Some(0),
+            Outcome::Canceled => None,
+        }
+    }
+
+    /// Whether the task's credits go back: it made nothing (failed or canceled).
+    pub fn refunds(&self) -> bool {
+        !matches!(self.outcome, Outcome::Finished(_))
+    }
+}
 
 /// The per-account quota over a group of submits, decided in arrival order: each account's
 /// tasks queued or running before the group, plus those the group has let in so far; and each

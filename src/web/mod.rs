@@ -37,6 +37,7 @@ pub fn routes() -> Router<AppState> {
         .route("/tasks/{task_id}/progress", get(tasks::progress))
         .route("/tasks/{task_id}/image/{n}", get(tasks::thumbnail))
         .route("/tasks/{task_id}/redeliver", post(tasks::redeliver))
+        .route("/tasks/{task_id}/cancel", post(tasks::cancel))
         .route("/keys", get(keys::page).post(keys::create))
         .route("/keys/{key_id}/revoke", post(keys::revoke))
         .route(

@@ -265,6 +265,7 @@ struct TaskPage {
     webhook: Option<Fact>,
     attempts: Vec<AttemptView>,
     can_redeliver: bool,
+    can_cancel: bool,
     notice: Option<String>,
 }
 
@@ -286,6 +287,8 @@ async fn own_task(state: &AppState, user: &SignedIn, raw: &str) -> Result<Task, 
 pub struct PageQuery {
     #[serde(default)]
     redelivery: String,
+    #[serde(default)]
+    cancel: String,
 }
 
 /// `GET /tasks/{task_id}`.
@@ -343,10 +346,10 @@ pub async fn page(
         timeline.push(fact("Started", when(t)));
     }
     if let Some(t) = task.finished_at {
-        let name = if task.status == "failed" {
-            "Failed"
-        } else {
-            "Finished"
+        let name = match task.status.as_str() {
+            "failed" => "Failed",
+            "canceled" => "Canceled",
+            _ => "Finished",
         };
         timeline.push(fact(name, when(t)));
     }
@@ -386,7 +389,11 @@ pub async fn page(
         "queued" => Some("A new delivery of the result is on its way.".to_string()),
         "no_webhook" => Some("This task has no webhook to deliver to.".to_string()),
         "not_final" => Some("The task has not finished yet; nothing to deliver.".to_string()),
-        _ => None,
+        _ => match q.cancel.as_str() {
+            "done" => Some("The task was canceled.".to_string()),
+            "ended" => Some("The task had already ended; nothing to cancel.".to_string()),
+            _ => None,
+        },
     };
     let page = TaskPage {
         layout: Layout::new(format!("Task {}", task.id), "tasks", Some(&user)),
@@ -402,6 +409,7 @@ pub async fn page(
         webhook,
         attempts,
         can_redeliver: task.webhook.is_some() && is_final,
+        can_cancel: !is_final,
         notice,
     };
     render(&page)
@@ -432,6 +440,22 @@ pub async fn redeliver(
         Redelivery::NotFinal => "not_final",
     };
     Ok(Redirect::to(&format!("/tasks/{id}?redelivery={outcome}")).into_response())
+}
+
+/// `POST /tasks/{task_id}/cancel`: what `POST /api/v1/tasks/{id}/cancel` does, for the
+/// signed-in account.
+pub async fn cancel(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+    Posted { user, .. }: Posted<super::auth::Empty>,
+) -> Result<Response, WebError> {
+    let id = task_id(&raw)?;
+    let outcome = match crate::api::tasks::cancel_task(&state, &user.account.id, &id).await? {
+        None => return Err(WebError::NotFound),
+        Some((true, _)) => "done",
+        Some((false, _)) => "ended",
+    };
+    Ok(Redirect::to(&format!("/tasks/{id}?cancel={outcome}")).into_response())
 }
 
 #[derive(Deserialize)]

@@ -129,7 +129,7 @@ impl WorkerContext {
             .mark_processing(task.seq, task.attempts, self.lease_ms())
             .await?
         {
-            tracing::warn!("lease lost before processing started");
+            tracing::warn!("claim gone before processing started (canceled, or lease lost)");
             return Ok(Ran::LostLease);
         }
 
@@ -146,8 +146,9 @@ impl WorkerContext {
             .in_current_span(),
         );
         let generate = self.produce(&task, &progress);
+        tokio::pin!(generate);
         let produced = tokio::select! {
-            produced = generate => Some(produced),
+            produced = &mut generate => Some(produced),
             _ = lost.cancelled() => None,
             _ = hard_stop.cancelled() => {
                 heartbeat.abort();
@@ -159,7 +160,18 @@ impl WorkerContext {
         heartbeat.abort();
         match produced {
             None => {
-                tracing::warn!("lease lost during generation; result discarded");
+                // Canceled, or another worker holds the task now: stop the job on its backend
+                // (which takes it off the server) and drop whatever it still made.
+                progress.stop();
+                match tokio::time::timeout(STOP_GRACE, generate).await {
+                    Ok(Produced::Done(_, Some(folder))) => self.blobs.remove_folder(&folder).await,
+                    Ok(_) => {}
+                    Err(_) => tracing::warn!("the stopped generation did not end in time"),
+                }
+                tracing::info!(
+                    "the task was canceled or is another worker's now; its generation was \
+                     stopped and nothing recorded"
+                );
                 Ok(Ran::LostLease)
             }
             Some(Produced::Done(outcome, folder)) => self.record(&task, &outcome, folder).await,
@@ -422,6 +434,10 @@ impl WorkerContext {
                         crate::metrics::task_ended(operation, "failed");
                         tracing::info!(error, "task failed")
                     }
+                    Outcome::Canceled => {
+                        crate::metrics::task_ended(operation, "canceled");
+                        tracing::info!("task canceled")
+                    }
                 }
                 Ok(Ran::Completed)
             }
@@ -444,8 +460,11 @@ fn internal_failure(what: &str) -> Outcome {
     }
 }
 
+/// How long a stopped generation may take to take its job off the backend and end.
+const STOP_GRACE: Duration = Duration::from_secs(15);
+
 /// Renew the lease and record progress every `heartbeat` until aborted; cancel `lost` when the
-/// task turns out to belong to someone else.
+/// task turns out to be canceled or to belong to someone else.
 async fn heartbeat(
     ctx: WorkerContext,
     seq: i64,
@@ -453,11 +472,20 @@ async fn heartbeat(
     progress: Progress,
     lost: CancellationToken,
 ) {
+    // The task's end (a cancel, on any node) makes the next heartbeat at once, which then finds
+    // the claim gone.
+    let watch = ctx.store.wakeups().task_ends.watch(seq);
     let mut tick = tokio::time::interval(ctx.config.heartbeat);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     loop {
-        tick.tick().await;
+        let ended = watch.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = &mut ended => {}
+        }
         match ctx
             .store
             .heartbeat(seq, attempt, progress.get(), ctx.lease_ms())

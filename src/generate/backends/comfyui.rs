@@ -615,21 +615,26 @@ impl Generator for ComfyUi {
         progress: &'a Progress,
     ) -> BoxFuture<'a, Result<Product, GenerateError>> {
         Box::pin(async move {
-            // The prompt id of a job that is on the backend, for cancelling it past the timeout.
+            // The prompt id of a job that is on the backend, for taking it off past the timeout
+            // or when the job is stopped.
             let queued = Mutex::new(None);
-            match tokio::time::timeout(self.timeout, self.run_job(job, progress, &queued)).await {
-                Ok(result) => result,
-                Err(_) => {
-                    let id = queued.lock().unwrap_or_else(|e| e.into_inner()).take();
-                    if let Some(id) = id {
-                        self.cancel(&id).await;
+            let stopped = tokio::select! {
+                timed = tokio::time::timeout(self.timeout, self.run_job(job, progress, &queued)) => {
+                    match timed {
+                        Ok(result) => return result,
+                        Err(_) => GenerateError::transient(format!(
+                            "timed out after {}",
+                            humantime::format_duration(self.timeout)
+                        )),
                     }
-                    Err(GenerateError::transient(format!(
-                        "timed out after {}",
-                        humantime::format_duration(self.timeout)
-                    )))
                 }
+                _ = progress.stopped() => GenerateError::Canceled,
+            };
+            let id = queued.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(id) = id {
+                self.cancel(&id).await;
             }
+            Err(stopped)
         })
     }
 

@@ -497,12 +497,18 @@ impl Generator for OpenAi {
         Box::pin(async move {
             // The images API has no cancel endpoint: past the timeout the requests are dropped,
             // which closes their connections; that is all a client can do to stop the work.
-            match tokio::time::timeout(self.config.timeout, self.generate(job, progress)).await {
-                Ok(result) => result,
-                Err(_) => Err(GenerateError::transient(format!(
-                    "timed out after {}",
-                    humantime::format_duration(self.config.timeout)
-                ))),
+            // A stopped job is dropped the same way.
+            tokio::select! {
+                timed = tokio::time::timeout(self.config.timeout, self.generate(job, progress)) => {
+                    match timed {
+                        Ok(result) => result,
+                        Err(_) => Err(GenerateError::transient(format!(
+                            "timed out after {}",
+                            humantime::format_duration(self.config.timeout)
+                        ))),
+                    }
+                }
+                _ = progress.stopped() => Err(GenerateError::Canceled),
             }
         })
     }

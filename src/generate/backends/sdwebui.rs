@@ -3,7 +3,7 @@
 //! outpaint and inpaint are `img2img` on the parent (with a mask where part of it is redrawn);
 //! upscales are `extra-single-image`; describe is `interrogate`. The WebUI reports progress at
 //! `progress`, polled while a job runs, and stops a job at `interrupt`, called when one runs past
-//! the backend's timeout.
+//! the backend's timeout or is stopped (its task canceled).
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -173,7 +173,7 @@ impl SdWebUi {
             .request(Method::POST, INTERRUPT)
             .timeout(Duration::from_secs(10));
         if let Err(e) = self.call(request).await {
-            tracing::warn!(backend = %self.config.name, "could not interrupt a timed-out job: {e}");
+            tracing::warn!(backend = %self.config.name, "could not interrupt a job: {e}");
         }
     }
 
@@ -248,16 +248,20 @@ impl Generator for SdWebUi {
         progress: &'a Progress,
     ) -> BoxFuture<'a, Result<Product, GenerateError>> {
         Box::pin(async move {
-            match tokio::time::timeout(self.config.timeout, self.perform(job, progress)).await {
-                Ok(result) => result,
-                Err(_) => {
-                    self.interrupt().await;
-                    Err(GenerateError::transient(format!(
-                        "timed out after {}",
-                        humantime::format_duration(self.config.timeout)
-                    )))
+            let stopped = tokio::select! {
+                timed = tokio::time::timeout(self.config.timeout, self.perform(job, progress)) => {
+                    match timed {
+                        Ok(result) => return result,
+                        Err(_) => GenerateError::transient(format!(
+                            "timed out after {}",
+                            humantime::format_duration(self.config.timeout)
+                        )),
+                    }
                 }
-            }
+                _ = progress.stopped() => GenerateError::Canceled,
+            };
+            self.interrupt().await;
+            Err(stopped)
         })
     }
 

@@ -35,6 +35,8 @@ use crate::config::Config;
 const QUEUE_CHANNEL: &str = "easel_queue";
 /// The channel a commit that queues or re-arms a webhook delivery notifies.
 const OUTBOX_CHANNEL: &str = "easel_outbox";
+/// A task reached a final state; the payload is its `seq`.
+const TASK_END_CHANNEL: &str = "easel_task_end";
 
 /// How the PostgreSQL store is set up, from the configuration.
 #[derive(Clone, Debug)]
@@ -138,7 +140,10 @@ impl PgStore {
                     }
                 }
             };
-            if let Err(e) = listener.listen_all([QUEUE_CHANNEL, OUTBOX_CHANNEL]).await {
+            if let Err(e) = listener
+                .listen_all([QUEUE_CHANNEL, OUTBOX_CHANNEL, TASK_END_CHANNEL])
+                .await
+            {
                 tracing::warn!(error = %e, "LISTEN failed; retrying");
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
@@ -160,6 +165,10 @@ impl PgStore {
                             self.wakeups.queue.notify_one();
                             self.wakeups.queue.notify_waiters();
                         }
+                        TASK_END_CHANNEL => match note.payload().parse() {
+                            Ok(seq) => self.wakeups.task_ends.ended(seq),
+                            Err(_) => self.wakeups.task_ends.wake_all(),
+                        },
                         _ => self.wakeups.outbox.notify_one(),
                     },
                     // The connection was lost: `try_recv` reconnects on the next call, but
@@ -175,9 +184,11 @@ impl PgStore {
         }
     }
 
+    /// After the listener (re)connected or may have missed notifications: everyone looks again.
     fn wake_all(&self) {
         self.wakeups.queue.notify_waiters();
         self.wakeups.outbox.notify_one();
+        self.wakeups.task_ends.wake_all();
     }
 }
 

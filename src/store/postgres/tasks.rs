@@ -4,12 +4,11 @@ use async_trait::async_trait;
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
-use super::{PgStore, OUTBOX_CHANNEL, QUEUE_CHANNEL};
-use crate::domain::TaskStatus;
+use super::{PgStore, OUTBOX_CHANNEL, QUEUE_CHANNEL, TASK_END_CHANNEL};
 use crate::store::rows::{key_and_tasks, TaskRow};
 use crate::store::{
-    now_ms, worker_lost, ClaimedRow, ClaimedTask, Ending, LiveKey, NewTask, StoreResult, Submitted,
-    Task, TaskQueue, RUNNING,
+    now_ms, worker_lost, ClaimedRow, ClaimedTask, Ending, Fence, LiveKey, NewTask, StoreResult,
+    Submitted, Task, TaskQueue, RUNNING,
 };
 
 /// The columns of a task and its delivery, named and typed as `TaskRow` decodes them (the
@@ -192,14 +191,11 @@ impl TaskQueue for PgStore {
     }
 
     async fn complete_task(&self, seq: i64, attempt: i64, ending: &Ending) -> StoreResult<bool> {
-        let mut tx = self.pool.begin().await?;
-        let written =
-            complete_in_tx(&mut tx, &self.ids.id(seq).to_string(), seq, attempt, ending).await?;
-        tx.commit().await?;
-        if written == Some(true) {
-            self.wakeups.outbox.notify_one();
-        }
-        Ok(written.is_some())
+        self.end_task(seq, Fence::Attempt(attempt), ending).await
+    }
+
+    async fn cancel_task(&self, seq: i64, ending: &Ending) -> StoreResult<bool> {
+        self.end_task(seq, Fence::Cancel, ending).await
     }
 
     async fn release_task(&self, seq: i64, attempt: i64) -> StoreResult<bool> {
@@ -253,7 +249,8 @@ impl TaskQueue for PgStore {
         for (seq, task_type, attempts) in exhausted {
             let id = self.ids.id(seq).to_string();
             let ending = worker_lost(&id, &task_type, attempts);
-            if let Some(delivery) = complete_in_tx(&mut tx, &id, seq, attempts, &ending).await? {
+            let fence = Fence::Attempt(attempts);
+            if let Some(delivery) = complete_in_tx(&mut tx, &id, seq, fence, &ending).await? {
                 queued |= delivery;
                 failed.push(id);
             }
@@ -272,6 +269,22 @@ impl TaskQueue for PgStore {
     }
 }
 
+impl PgStore {
+    /// Write the final state of the task at `seq` if `fence` holds, with its webhook, in one
+    /// transaction; whether it was written. Every node's watchers of the task hear of it through
+    /// the listener.
+    async fn end_task(&self, seq: i64, fence: Fence, ending: &Ending) -> StoreResult<bool> {
+        let mut tx = self.pool.begin().await?;
+        let id = self.ids.id(seq).to_string();
+        let written = complete_in_tx(&mut tx, &id, seq, fence, ending).await?;
+        tx.commit().await?;
+        if written == Some(true) {
+            self.wakeups.outbox.notify_one();
+        }
+        Ok(written.is_some())
+    }
+}
+
 /// Notify `channel` when the transaction commits.
 pub(super) async fn notify(tx: &mut Transaction<'_, Postgres>, channel: &str) -> StoreResult<()> {
     sqlx::query("SELECT pg_notify($1, '')")
@@ -281,32 +294,30 @@ pub(super) async fn notify(tx: &mut Transaction<'_, Postgres>, channel: &str) ->
     Ok(())
 }
 
-/// Write the final state of task `seq` if attempt `attempt` still holds it, and queue its
-/// webhook in the same transaction. None (and nothing written) when the claim is no longer ours,
+/// Write the final state of task `seq` if `fence` still holds, and queue its webhook in the same
+/// transaction; every node's watchers of the task are told when it commits. None (and nothing
+/// written) when the fence does not hold (the claim is no longer ours, or the task has ended),
 /// else whether a delivery was queued.
 async fn complete_in_tx(
     tx: &mut Transaction<'_, Postgres>,
     task_id: &str,
     seq: i64,
-    attempt: i64,
+    fence: Fence,
     ending: &Ending,
 ) -> StoreResult<Option<bool>> {
     let now = now_ms();
     let (status, output, error) = ending.columns();
-    let percentage = if status == TaskStatus::Finished {
-        100
-    } else {
-        0
-    };
+    let percentage = ending.percentage();
     // The old secret is read under the row's lock, then cleared: it moves to the delivery (claims
     // read it from there) and no second copy stays.
     let ended: Option<(String, Option<String>, Option<String>, i64)> = sqlx::query_as(&format!(
-        "UPDATE tasks t SET status = $1, percentage = $2, finished_at = $3, grid_key = $4,
+        "UPDATE tasks t SET status = $1, percentage = COALESCE($2, t.percentage), finished_at = $3, grid_key = $4,
              image_keys = $5, result = $9, error = $6, lease_owner = NULL, lease_expires_at = NULL,
              webhook_secret = NULL
          FROM (SELECT seq, webhook_secret FROM tasks WHERE seq = $7 FOR UPDATE) old
-         WHERE t.seq = old.seq AND t.attempts = $8 AND t.status IN {RUNNING}
-         RETURNING t.account_id, t.webhook_url, old.webhook_secret, t.cost"
+         WHERE t.seq = old.seq AND {}
+         RETURNING t.account_id, t.webhook_url, old.webhook_secret, t.cost",
+        fence.condition("t.attempts", "t.status", "$8::bigint")
     ))
     .bind(status.as_str())
     .bind(percentage)
@@ -315,20 +326,21 @@ async fn complete_in_tx(
     .bind(&output.image_keys)
     .bind(error)
     .bind(seq)
-    .bind(attempt)
+    .bind(fence.attempt())
     .bind(&output.result)
     .fetch_optional(&mut **tx)
     .await?;
     let Some((account_id, webhook_url, webhook_secret, cost)) = ended else {
         return Ok(None);
     };
-    // A failed task gives its credits back, in the transaction that records the failure (an
-    // account made unlimited since has no balance to give them to).
-    let refund = if status == TaskStatus::Failed {
-        cost
-    } else {
-        0
-    };
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(TASK_END_CHANNEL)
+        .bind(seq.to_string())
+        .execute(&mut **tx)
+        .await?;
+    // A failed or canceled task gives its credits back, in the transaction that records its end
+    // (an account made unlimited since has no balance to give them to).
+    let refund = if ending.refunds() { cost } else { 0 };
     let refunded: Option<i64> = sqlx::query_scalar(
         "UPDATE accounts SET active_tasks = active_tasks - 1, total_images = total_images + $1,
              credits = credits + $3

@@ -8,11 +8,10 @@ use uuid::Uuid;
 use super::super::ids::TaskKey;
 use super::writer::Durability;
 use super::{to_json, SqliteStore};
-use crate::domain::TaskStatus;
 use crate::store::rows::{key_and_tasks, TaskRow};
 use crate::store::{
-    chunks, now_ms, worker_lost, ClaimedRow, ClaimedTask, Ending, LiveKey, NewTask, Quota, Refused,
-    StoreResult, Submitted, Task, TaskIds, TaskQueue, KEY_TOUCH_EVERY_MS, RUNNING,
+    chunks, now_ms, worker_lost, ClaimedRow, ClaimedTask, Ending, Fence, LiveKey, NewTask, Quota,
+    Refused, StoreResult, Submitted, Task, TaskIds, TaskQueue, KEY_TOUCH_EVERY_MS, RUNNING,
 };
 
 pub(super) const TASK_COLUMNS: &str =
@@ -233,12 +232,23 @@ impl TaskQueue for SqliteStore {
         let queued = self
             .writer
             .call(Durability::Synced, move |conn| {
-                complete_in_tx(conn, &ids, seq, attempt, &ending)
+                complete_in_tx(conn, &ids, seq, Fence::Attempt(attempt), &ending)
             })
             .await?;
-        if queued == Some(true) {
-            self.wakeups.outbox.notify_one();
-        }
+        self.after_end(seq, queued);
+        Ok(queued.is_some())
+    }
+
+    async fn cancel_task(&self, seq: i64, ending: &Ending) -> StoreResult<bool> {
+        let ending = ending.clone();
+        let ids = self.ids.clone();
+        let queued = self
+            .writer
+            .call(Durability::Synced, move |conn| {
+                complete_in_tx(conn, &ids, seq, Fence::Cancel, &ending)
+            })
+            .await?;
+        self.after_end(seq, queued);
         Ok(queued.is_some())
     }
 
@@ -291,16 +301,20 @@ impl TaskQueue for SqliteStore {
                 for (seq, legacy_id, task_type, attempts) in exhausted {
                     let id = ids.of_row(seq, legacy_id.as_deref());
                     let ending = worker_lost(&id, &task_type, attempts);
-                    if let Some(delivery) = complete_in_tx(conn, &ids, seq, attempts, &ending)? {
+                    let fence = Fence::Attempt(attempts);
+                    if let Some(delivery) = complete_in_tx(conn, &ids, seq, fence, &ending)? {
                         queued |= delivery;
-                        failed.push(id);
+                        failed.push((seq, id));
                     }
                 }
                 Ok((requeued as u64, failed, queued))
             })
             .await?;
         self.wakeups.after_recovery(requeued, queued);
-        Ok((requeued, failed))
+        for (seq, _) in &failed {
+            self.wakeups.task_ends.ended(*seq);
+        }
+        Ok((requeued, failed.into_iter().map(|(_, id)| id).collect()))
     }
 
     async fn task_counts(&self) -> StoreResult<Vec<(String, i64)>> {
@@ -312,14 +326,27 @@ impl TaskQueue for SqliteStore {
     }
 }
 
-/// Write the final state of task `seq` if attempt `attempt` still holds it, and queue its webhook
-/// in the same transaction. None (and nothing written) when the claim is no longer ours, else
-/// whether a delivery was queued.
+impl SqliteStore {
+    /// After the task at `seq` was ended (`Some`, with whether a delivery was queued) or not:
+    /// wake the dispatcher and the task's watchers.
+    fn after_end(&self, seq: i64, queued: Option<bool>) {
+        if queued == Some(true) {
+            self.wakeups.outbox.notify_one();
+        }
+        if queued.is_some() {
+            self.wakeups.task_ends.ended(seq);
+        }
+    }
+}
+
+/// Write the final state of task `seq` if `fence` still holds, and queue its webhook in the same
+/// transaction. None (and nothing written) when it does not (the claim is no longer ours, or the
+/// task has ended), else whether a delivery was queued.
 fn complete_in_tx(
     conn: &Connection,
     ids: &TaskIds,
     seq: i64,
-    attempt: i64,
+    fence: Fence,
     ending: &Ending,
 ) -> StoreResult<Option<bool>> {
     let now = now_ms();
@@ -327,18 +354,15 @@ fn complete_in_tx(
     let keys = output
         .image_keys
         .map(|keys| serde_json::to_string(&keys).expect("keys serialize"));
-    let percentage = if status == TaskStatus::Finished {
-        100
-    } else {
-        0
-    };
+    let percentage = ending.percentage();
     type Ended = (String, Option<String>, Option<String>, Option<String>, i64);
     let ended: Option<Ended> = conn
         .prepare_cached(&format!(
-            "UPDATE tasks SET status = ?, percentage = ?, finished_at = ?, grid_key = ?,
+            "UPDATE tasks SET status = ?, percentage = COALESCE(?, percentage), finished_at = ?, grid_key = ?,
                  image_keys = ?, result = ?, error = ?, lease_owner = NULL, lease_expires_at = NULL
-             WHERE seq = ? AND attempts = ? AND status IN {ACTIVE}
-             RETURNING account_id, webhook_url, webhook_secret, id, cost"
+             WHERE seq = ? AND {}
+             RETURNING account_id, webhook_url, webhook_secret, id, cost",
+            fence.condition("attempts", "status", "?")
         ))?
         .query_row(
             params![
@@ -350,7 +374,7 @@ fn complete_in_tx(
                 output.result,
                 error,
                 seq,
-                attempt
+                fence.attempt()
             ],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
         )
@@ -358,9 +382,9 @@ fn complete_in_tx(
     let Some((account_id, webhook_url, webhook_secret, legacy_id, cost)) = ended else {
         return Ok(None);
     };
-    if status == TaskStatus::Failed && cost > 0 {
-        // A failed task gives its credits back, in the transaction that records the failure
-        // (an account made unlimited since has no balance to give them to).
+    if ending.refunds() && cost > 0 {
+        // A failed or canceled task gives its credits back, in the transaction that records its
+        // end (an account made unlimited since has no balance to give them to).
         let refunded = conn
             .prepare_cached(
                 "UPDATE accounts SET credits = credits + ? WHERE id = ? AND credits IS NOT NULL",

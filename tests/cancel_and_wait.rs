@@ -1,0 +1,369 @@
+//! Canceling tasks (`POST /api/v1/tasks/{task_id}/cancel`) and waiting for them in one request
+//! (`Prefer: wait`), through the HTTP API of a server in this process. Runs on SQLite, and on
+//! PostgreSQL with `EASEL_TEST_STORE=postgres`; tests/multinode.rs does both across two nodes.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use common::receiver::{Behaviour, Receiver};
+use common::{wait_for, TestApp};
+use easel::store::NewAccount;
+
+const WITHIN: Duration = Duration::from_secs(30);
+
+/// An account with `credits` and a key of it.
+async fn account_with(app: &TestApp, email: &str, credits: Option<i64>) -> (String, String) {
+    let account = app
+        .store
+        .create_user(&NewAccount {
+            email: email.into(),
+            password_hash: None,
+            signing_secret: easel::webhooks::signing::generate_secret(),
+            admin: false,
+            credits,
+        })
+        .await
+        .unwrap()
+        .expect("a new email");
+    let key = easel::auth::create_key(app.store.as_ref(), &account.id, "test")
+        .await
+        .unwrap();
+    (account.id, key)
+}
+
+/// POST with a key and extra headers; status, headers and JSON body.
+async fn post_with(
+    app: &TestApp,
+    key: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> (u16, reqwest::header::HeaderMap, Value) {
+    let mut request = app
+        .http
+        .post(app.url(path))
+        .header("Authorization", key)
+        .json(body);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let res = request.send().await.unwrap();
+    let headers = res.headers().clone();
+    let (status, body) = common::split(res).await;
+    (status, headers, body)
+}
+
+/// GET with a key and extra headers; status, headers and JSON body.
+async fn get_with(
+    app: &TestApp,
+    key: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, reqwest::header::HeaderMap, Value) {
+    let mut request = app.http.get(app.url(path)).header("Authorization", key);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let res = request.send().await.unwrap();
+    let headers = res.headers().clone();
+    let (status, body) = common::split(res).await;
+    (status, headers, body)
+}
+
+async fn cancel(app: &TestApp, key: &str, id: &str) -> (u16, Value) {
+    app.post_as(key, &format!("/api/v1/tasks/{id}/cancel"), &json!({}))
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_task_is_canceled_at_once_its_credits_come_back_and_its_webhook_says_so() {
+    // No workers: the task stays queued. One queued task at most per account.
+    let app = TestApp::spawn_with(|c| {
+        c.workers = 0;
+        c.max_pending_per_account = 1;
+    })
+    .await;
+    let (_, key) = account_with(&app, "canceler@example.com", Some(10)).await;
+    let receiver = Receiver::start(vec![Behaviour::Status(200)]).await;
+    let (status, body) = app
+        .post_as(
+            &key,
+            "/api/v1/imagine",
+            &json!({"prompt": "a quiet harbour", "webhook_url": receiver.url}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let id = body["task_id"].as_str().unwrap().to_string();
+    let (_, account) = app.get_as(&key, "/api/v1/account").await;
+    assert_eq!(account["credits"], 6, "imagine costs four: {account}");
+
+    let (status, record) = cancel(&app, &key, &id).await;
+    assert_eq!(status, 200, "{record}");
+    assert_eq!(record["status"], "canceled");
+    assert_eq!(record["task_id"], id.as_str());
+    assert!(record["finished_at"].is_string(), "{record}");
+    let (_, account) = app.get_as(&key, "/api/v1/account").await;
+    assert_eq!(account["credits"], 10, "the credits came back: {account}");
+
+    // The webhook says it was canceled, and nothing more.
+    let delivered = wait_for(WITHIN, || async { receiver.received().into_iter().next() })
+        .await
+        .expect("the webhook of a canceled task is sent");
+    let payload: Value = serde_json::from_slice(&delivered.body).unwrap();
+    assert_eq!(
+        payload,
+        json!({"task_id": id, "task_type": "imagine", "status": "canceled"})
+    );
+
+    // It is final: a second cancel is 409, and the listing's filter finds it.
+    let (status, body) = cancel(&app, &key, &id).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["errors"][0]["code"], "task_already_ended");
+    assert_eq!(
+        body["errors"][0]["msg"],
+        "task_id: the task has already canceled"
+    );
+    let (status, page) = app.get_as(&key, "/api/v1/tasks?status=canceled").await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["tasks"][0]["task_id"], id.as_str());
+
+    // It no longer counts as queued: the account's one queued task may be another.
+    let (status, body) = app
+        .post_as(&key, "/api/v1/imagine", &json!({"prompt": "the next one"}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = app
+        .post_as(&key, "/api/v1/imagine", &json!({"prompt": "one too many"}))
+        .await;
+    assert_eq!(status, 429, "the quota of one is taken again: {body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_task_is_canceled_and_its_worker_stops_and_takes_the_next_one() {
+    // One worker, and generations that take long enough to be caught running.
+    let app = TestApp::spawn_with(|c| {
+        c.workers = 1;
+        c.procedural_min_duration = Duration::from_secs(20);
+        c.heartbeat = Duration::from_secs(10);
+        c.lease = Duration::from_secs(30);
+    })
+    .await;
+    let first = app.imagine(json!({"prompt": "a long exposure"})).await;
+    wait_for(WITHIN, || async {
+        (app.fetch(&first).await["status"] == "processing").then_some(())
+    })
+    .await
+    .expect("the first task runs");
+    let second = app.imagine(json!({"prompt": "a second one"})).await;
+    let asked = Instant::now();
+    let (status, record) = cancel(&app, &app.key, &first).await;
+    assert_eq!(status, 200, "{record}");
+    assert_eq!(record["status"], "canceled");
+
+    // The worker is told at once (not at its next heartbeat, 10 s away) and its only slot goes
+    // to the next task; nothing the canceled generation made is recorded.
+    wait_for(WITHIN, || async {
+        (app.fetch(&second).await["status"] == "processing").then_some(())
+    })
+    .await
+    .expect("the second task runs once the first is stopped");
+    eprintln!(
+        "the second task was running {:?} after the cancel",
+        asked.elapsed()
+    );
+    let first = app.fetch(&first).await;
+    assert_eq!(first["status"], "canceled", "{first}");
+    assert!(first.get("image_urls").is_none(), "{first}");
+    // A task canceled while processing keeps the percentage it had reached.
+    assert!(first["percentage"].is_string(), "{first}");
+    let (status, second) = cancel(&app, &app.key, &second).await;
+    assert_eq!(status, 200, "{second}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ended_and_unknown_tasks_cannot_be_canceled() {
+    let app = TestApp::spawn().await;
+    let id = app.imagine(json!({"prompt": "a finished thing"})).await;
+    let done = app.wait_final(&id, WITHIN).await;
+    assert_eq!(done["status"], "finished");
+    let (status, body) = cancel(&app, &app.key, &id).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(
+        body["errors"][0]["msg"],
+        "task_id: the task has already finished"
+    );
+    assert_eq!(app.fetch(&id).await["status"], "finished");
+
+    // Another account's task is not found, never revealed; nor is a made-up id.
+    let other = app.key_for("someone@example.com").await;
+    let (status, body) = cancel(&app, &other, &id).await;
+    assert_eq!(status, 404, "{body}");
+    let (status, _) = cancel(&app, &app.key, &uuid::Uuid::new_v4().to_string()).await;
+    assert_eq!(status, 404);
+    let (status, body) = cancel(&app, &app.key, "not-a-uuid").await;
+    assert_eq!(status, 400, "{body}");
+    // The key comes first.
+    let (status, body) = cancel(&app, "easel_wrong", &id).await;
+    assert_eq!((status, body), (401, json!({})));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submit_that_prefers_to_wait_answers_the_ended_record() {
+    let app = TestApp::spawn().await;
+    let (status, headers, record) = post_with(
+        &app,
+        &app.key,
+        "/api/v1/imagine",
+        &[("Prefer", "wait=30")],
+        &json!({"prompt": "a lighthouse at dusk"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{record}");
+    assert_eq!(headers["preference-applied"], "wait=30");
+    assert_eq!(record["status"], "finished", "{record}");
+    assert_eq!(record["image_urls"].as_array().unwrap().len(), 4);
+    // The same record as a fetch gives.
+    let id = record["task_id"].as_str().unwrap();
+    assert_eq!(app.fetch(id).await, record);
+
+    // A follow-up waits too.
+    let (status, headers, upscale) = post_with(
+        &app,
+        &app.key,
+        "/api/v1/upscale-1x",
+        &[("Prefer", "respond-async, wait")],
+        &json!({"parent_task_id": id, "index": 2}),
+    )
+    .await;
+    assert_eq!(status, 200, "{upscale}");
+    assert_eq!(headers["preference-applied"], "wait=60");
+    assert_eq!(upscale["status"], "finished", "{upscale}");
+    assert!(upscale["image_url"].is_string(), "{upscale}");
+
+    // Without the preference, the answer is the id alone, as before.
+    let (status, headers, body) = post_with(
+        &app,
+        &app.key,
+        "/api/v1/imagine",
+        &[("Prefer", "return=minimal")],
+        &json!({"prompt": "no waiting"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(headers.get("preference-applied").is_none());
+    assert_eq!(body.as_object().unwrap().len(), 1, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_that_runs_out_answers_the_task_as_it_is() {
+    let app = TestApp::spawn_with(|c| c.workers = 0).await;
+    let id = app.imagine(json!({"prompt": "never picked up"})).await;
+    let (status, headers, record) = get_with(
+        &app,
+        &app.key,
+        &format!("/api/v1/tasks/{id}"),
+        &[("Prefer", "wait=1")],
+    )
+    .await;
+    assert_eq!(status, 200, "{record}");
+    assert_eq!(headers["preference-applied"], "wait=1");
+    assert_eq!(record["status"], "pending");
+    // Nobody is left watching the task.
+    assert_eq!(app.store.wakeups().task_ends.watched(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_requests_are_answered_when_their_task_is_canceled() {
+    let app = TestApp::spawn_with(|c| c.workers = 0).await;
+    let id = app.imagine(json!({"prompt": "waited on"})).await;
+    let other = app.imagine(json!({"prompt": "not waited on"})).await;
+    let waiters: Vec<_> = (0..20)
+        .map(|_| {
+            let (http, url, key) = (
+                app.http.clone(),
+                app.url(&format!("/api/v1/tasks/{id}")),
+                app.key.clone(),
+            );
+            tokio::spawn(async move {
+                let res = http
+                    .get(url)
+                    .header("Authorization", key)
+                    .header("Prefer", "wait=60")
+                    .send()
+                    .await
+                    .unwrap();
+                common::split(res).await
+            })
+        })
+        .collect();
+    // Every waiter is registered, on one entry for the task.
+    wait_for(WITHIN, || async {
+        (app.store.wakeups().task_ends.watched() == 1).then_some(())
+    })
+    .await
+    .expect("the waiters watch their task");
+    // Another task's end wakes none of them.
+    let (status, _) = cancel(&app, &app.key, &other).await;
+    assert_eq!(status, 200);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(waiters.iter().all(|w| !w.is_finished()));
+
+    let (status, _) = cancel(&app, &app.key, &id).await;
+    assert_eq!(status, 200);
+    for waiter in waiters {
+        let (status, record) = tokio::time::timeout(WITHIN, waiter)
+            .await
+            .expect("woken by the cancel")
+            .unwrap();
+        assert_eq!(status, 200, "{record}");
+        assert_eq!(record["status"], "canceled");
+    }
+    assert_eq!(app.store.wakeups().task_ends.watched(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_wait_is_a_400_after_the_key_is_checked() {
+    let app = TestApp::spawn_with(|c| c.workers = 0).await;
+    let id = app.imagine(json!({"prompt": "something"})).await;
+    for bad in ["wait=0", "wait=61", "wait=soon"] {
+        let (status, _, body) = post_with(
+            &app,
+            &app.key,
+            "/api/v1/imagine",
+            &[("Prefer", bad)],
+            &json!({"prompt": "x"}),
+        )
+        .await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert_eq!(body["errors"][0]["code"], "invalid_value");
+        assert!(
+            body["errors"][0]["msg"]
+                .as_str()
+                .unwrap()
+                .starts_with("Prefer: wait must be"),
+            "{body}"
+        );
+        let (status, _, body) = get_with(
+            &app,
+            &app.key,
+            &format!("/api/v1/tasks/{id}"),
+            &[("Prefer", bad)],
+        )
+        .await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        let (status, _, body) = get_with(
+            &app,
+            "easel_wrong",
+            &format!("/api/v1/tasks/{id}"),
+            &[("Prefer", bad)],
+        )
+        .await;
+        assert_eq!((status, body), (401, json!({})));
+    }
+    // Nothing was stored by the refused submits.
+    let (_, page) = app.get("/api/v1/tasks").await;
+    assert_eq!(page["tasks"].as_array().unwrap().len(), 1, "{page}");
+}
