@@ -966,3 +966,49 @@ async fn two_backends_of_different_speeds_share_the_load_within_their_concurrenc
     assert!(fast.most.load(Ordering::SeqCst) <= 2);
     assert_eq!(slow.most.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canceled_task_is_taken_off_its_backend_and_the_slot_goes_to_the_next() {
+    let mock = Arc::new(ComfyMock::default());
+    let url = mock.start().await;
+    let app = TestApp::spawn_with(|c| {
+        let mut backend = comfy("comfy", &url);
+        backend.timeout = Duration::from_secs(120);
+        c.backends = vec![backend];
+    })
+    .await;
+    // The job hangs on the backend until easel takes it off.
+    mock.script.set(Fault::Hang);
+    let id = submit(&app, "imagine", json!({"prompt": "a long job"})).await;
+    let on_backend = common::wait_for(WITHIN, || async {
+        let prompts = mock.prompts.lock().unwrap();
+        prompts
+            .first()
+            .map(|p| p["prompt_id"].as_str().unwrap().to_string())
+    })
+    .await
+    .expect("the job reaches the backend");
+    let (status, record) = app
+        .post(&format!("/api/v1/tasks/{id}/cancel"), &json!({}))
+        .await;
+    assert_eq!(status, 200, "{record}");
+    assert_eq!(record["status"], "canceled");
+    // Deleted from the backend's queue and interrupted, by its id.
+    common::wait_for(WITHIN, || async {
+        let deleted = mock.deletes.lock().unwrap().contains(&on_backend);
+        let interrupted = mock
+            .interrupts
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|b| b["prompt_id"] == on_backend.as_str());
+        (deleted && interrupted).then_some(())
+    })
+    .await
+    .expect("the canceled job is taken off the backend");
+    // Its one slot is free for the next task.
+    mock.script.set(Fault::Ok);
+    let next = outcome(&app, "imagine", json!({"prompt": "the next job"})).await;
+    assert_eq!(next["status"], "finished", "{next}");
+    assert_eq!(app.fetch(&id).await["status"], "canceled");
+}

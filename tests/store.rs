@@ -93,6 +93,7 @@ conformance!(
     tasks_are_listed_newest_first_by_cursor_with_filters_children_and_usage,
     operators_see_the_queue_by_status_and_mode_and_failing_destinations,
     upkeep_reads_tasks_by_id_whatever_their_account_with_their_output,
+    a_cancel_ends_a_queued_or_claimed_task_once_refunds_it_and_fences_out_its_worker,
 );
 
 fn task(mode: &str, webhook: Option<&str>) -> NewTask {
@@ -1294,4 +1295,121 @@ async fn operators_see_the_queue_by_status_and_mode_and_failing_destinations(s: 
     assert_eq!((failing[0].failures, failing[0].deliveries), (2, 1));
     assert!(failing[0].last_error.is_some() || failing[0].last_status_code.is_some());
     assert!(s.failing_destinations(now + 1).await.unwrap().is_empty());
+}
+
+fn canceled(id: &str) -> Ending {
+    Ending::new(Outcome::Canceled, &PayloadHead::of(id, "imagine"), &|key| {
+        key.to_string()
+    })
+}
+
+async fn a_cancel_ends_a_queued_or_claimed_task_once_refunds_it_and_fences_out_its_worker(
+    s: &SharedStore,
+) {
+    let (account, key) = funded(s, "c@example.com", Some(10)).await;
+    let charged = NewTask {
+        cost: 4,
+        ..task("fast", Some("https://hooks.example/c"))
+    };
+    // Queued: canceled at once, its credits back, its webhook queued, its watchers told.
+    let id = queued(s, &charged, &key).await;
+    let queued_task = s.task_for_account(&account, &id).await.unwrap().unwrap();
+    let watch = s.wakeups().task_ends.watch(queued_task.seq);
+    let stop = tokio_util::sync::CancellationToken::new();
+    if s.kind() == "postgres" {
+        // Every node hears of ends through its listener, which wakes every watcher once it is up.
+        let up = watch.notified();
+        tokio::pin!(up);
+        up.as_mut().enable();
+        let (store, stop) = (s.clone(), stop.clone());
+        tokio::spawn(async move { store.run_background(stop).await });
+        tokio::time::timeout(Duration::from_secs(10), up)
+            .await
+            .expect("the listener is up");
+    }
+    let told = watch.notified();
+    tokio::pin!(told);
+    told.as_mut().enable();
+    assert!(s
+        .cancel_task(queued_task.seq, &canceled(&queued_task.id))
+        .await
+        .unwrap());
+    tokio::time::timeout(Duration::from_secs(10), told)
+        .await
+        .expect("the task's watchers are told of its end");
+    let done = s.task_for_account(&account, &id).await.unwrap().unwrap();
+    assert_eq!(done.status, "canceled");
+    assert!(done.finished_at.is_some());
+    assert_eq!(done.webhook.as_ref().unwrap().status, "pending");
+    let due = s.claim_due_deliveries(10, 60_000).await.unwrap();
+    assert_eq!(due.len(), 1);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&due[0].payload).unwrap(),
+        serde_json::json!({"task_id": id.to_string(), "task_type": "imagine", "status": "canceled"})
+    );
+    let balance = s.account_by_id(&account).await.unwrap().unwrap().credits;
+    assert_eq!(balance, Some(10), "the charge came back");
+    let ledger = s.credit_ledger(&account, 10).await.unwrap();
+    assert_eq!(ledger[0].reason, "refund");
+    assert_eq!(ledger[0].delta, 4);
+    // Once only: a second cancel changes nothing, and refunds nothing.
+    assert!(!s
+        .cancel_task(queued_task.seq, &canceled(&queued_task.id))
+        .await
+        .unwrap());
+    assert_eq!(
+        s.account_by_id(&account).await.unwrap().unwrap().credits,
+        Some(10)
+    );
+    // Nothing claims a canceled task.
+    assert!(s.claim_task("w", 60_000).await.unwrap().is_none());
+
+    // Claimed and running: canceled all the same, keeping its progress; the worker's heartbeat,
+    // result and release are refused from then on.
+    let id = queued(s, &charged, &key).await;
+    let claim = s.claim_task("w", 60_000).await.unwrap().unwrap();
+    assert!(s
+        .mark_processing(claim.seq, claim.attempts, 60_000)
+        .await
+        .unwrap());
+    assert!(s
+        .heartbeat(claim.seq, claim.attempts, 30, 60_000)
+        .await
+        .unwrap());
+    assert!(s
+        .cancel_task(claim.seq, &canceled(&claim.id))
+        .await
+        .unwrap());
+    assert!(!s
+        .heartbeat(claim.seq, claim.attempts, 40, 60_000)
+        .await
+        .unwrap());
+    assert!(!s
+        .complete_task(claim.seq, claim.attempts, &finished(&claim.id))
+        .await
+        .unwrap());
+    assert!(!s.release_task(claim.seq, claim.attempts).await.unwrap());
+    let done = s.task_for_account(&account, &id).await.unwrap().unwrap();
+    assert_eq!((done.status.as_str(), done.percentage), ("canceled", 30));
+    assert!(done.output.is_none());
+    // The reaper leaves it alone.
+    assert_eq!(s.recover_expired(1).await.unwrap(), (0, vec![]));
+    assert_eq!(
+        s.account_by_id(&account).await.unwrap().unwrap().credits,
+        Some(10)
+    );
+    // A finished task is not canceled.
+    let id = queued(s, &charged, &key).await;
+    let claim = s.claim_task("w", 60_000).await.unwrap().unwrap();
+    assert!(s
+        .complete_task(claim.seq, claim.attempts, &finished(&claim.id))
+        .await
+        .unwrap());
+    assert!(!s
+        .cancel_task(claim.seq, &canceled(&claim.id))
+        .await
+        .unwrap());
+    let done = s.task_for_account(&account, &id).await.unwrap().unwrap();
+    assert_eq!(done.status, "finished");
+    stop.cancel();
 }
