@@ -806,3 +806,133 @@ async fn a_paused_worker_that_lost_its_lease_overwrites_nothing() {
     );
     drop((a, b, c));
 }
+
+/// GET with a key and `Prefer: wait=N` (or a submit with it); status, `Preference-Applied`, body.
+async fn waiting(request: reqwest::RequestBuilder, key: &str, secs: u64) -> (u16, String, Value) {
+    let res = request
+        .header("Authorization", key)
+        .header("Prefer", format!("wait={secs}"))
+        .send()
+        .await
+        .unwrap();
+    let applied = res
+        .headers()
+        .get("preference-applied")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    let (status, body) = split(res).await;
+    (status, applied, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_and_cancels_on_one_node_reach_tasks_run_by_another() {
+    let Some((postgres, endpoint)) =
+        services("waits_and_cancels_on_one_node_reach_tasks_run_by_another")
+    else {
+        return;
+    };
+    let database_url = common::fresh_postgres_url(&postgres);
+    let bucket = new_bucket(&endpoint).await;
+    let env = cluster_env(&database_url, &endpoint, &bucket);
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // A answers the API only; B only works, one task at a time, each taking 2 s, and logs what
+    // its worker does.
+    let a = start_node(dir_a.path(), &["--role", "api"], &env);
+    let key = a.first_key.clone().expect("the first node prints a key");
+    let mut env_b: Vec<(&str, String)> = env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    env_b.extend([
+        ("EASEL_ROLES", "worker,dispatcher".to_string()),
+        ("EASEL_WORKERS", "1".to_string()),
+        ("EASEL_PROCEDURAL_MIN_DURATION", "2s".to_string()),
+        ("RUST_LOG", "easel=info".to_string()),
+    ]);
+    let env_b: Vec<(&str, &str)> = env_b.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let log_b = dir_b.path().join("stderr.log");
+    let b = Easel::start_serve(
+        dir_b.path(),
+        &[],
+        &env_b,
+        Stdio::from(std::fs::File::create(&log_b).unwrap()),
+    );
+    let http = reqwest::Client::new();
+
+    // A submit on A that waits is answered when B finishes the task: B's commit is announced
+    // to A, which reads the task once more (it never polls).
+    let asked = Instant::now();
+    let (status, applied, record) = waiting(
+        http.post(format!("{}/api/v1/imagine", a.base))
+            .json(&json!({"prompt": "made elsewhere"})),
+        &key,
+        50,
+    )
+    .await;
+    assert_eq!(status, 200, "{record}");
+    assert_eq!(applied, "wait=50");
+    assert_eq!(record["status"], "finished", "{record}");
+    let took = asked.elapsed();
+    eprintln!("a 2 s task waited on across nodes was answered after {took:?}");
+    assert!(
+        took < Duration::from_secs(45),
+        "woken by the task's end, not by the wait running out"
+    );
+
+    // A task canceled on A is stopped by B's worker, which takes the next one.
+    let (status, body) = a
+        .post(
+            &key,
+            "/api/v1/imagine",
+            json!({"prompt": "canceled elsewhere"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let id = body["task_id"].as_str().unwrap().to_string();
+    wait_for(Duration::from_secs(30), || async {
+        (a.fetch(&key, &id).await["status"] == "processing").then_some(())
+    })
+    .await
+    .expect("B runs the task");
+    // Waiters on A for the same task are answered by the cancel.
+    let watcher = {
+        let (request, key) = (
+            http.get(format!("{}/api/v1/tasks/{id}", a.base)),
+            key.clone(),
+        );
+        tokio::spawn(async move { waiting(request, &key, 50).await })
+    };
+    let (status, record) = a
+        .post(&key, &format!("/api/v1/tasks/{id}/cancel"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{record}");
+    assert_eq!(record["status"], "canceled");
+    let (status, _, watched) = tokio::time::timeout(Duration::from_secs(45), watcher)
+        .await
+        .expect("the waiter is answered")
+        .unwrap();
+    assert_eq!(
+        (status, watched["status"].as_str()),
+        (200, Some("canceled"))
+    );
+    wait_for(Duration::from_secs(30), || async {
+        let log = std::fs::read_to_string(&log_b).unwrap_or_default();
+        log.lines()
+            .any(|l| l.contains(&id) && l.contains("generation was stopped"))
+            .then_some(())
+    })
+    .await
+    .unwrap_or_else(|| {
+        panic!(
+            "B stops the canceled generation; its log:\n{}",
+            std::fs::read_to_string(&log_b).unwrap_or_default()
+        )
+    });
+    let (status, _, next) = waiting(
+        http.post(format!("{}/api/v1/imagine", a.base))
+            .json(&json!({"prompt": "after the cancel"})),
+        &key,
+        50,
+    )
+    .await;
+    assert_eq!((status, next["status"].as_str()), (200, Some("finished")));
+    assert_eq!(a.fetch(&key, &id).await["status"], "canceled");
+    drop(b);
+}
