@@ -59,6 +59,9 @@ pub enum Request {
         output: Option<PathBuf>,
     },
     Tasks,
+    Cancel {
+        task: String,
+    },
 }
 
 /// Run a client command against `server`.
@@ -92,6 +95,22 @@ pub async fn run(server: Server, request: Request) -> anyhow::Result<()> {
         Request::Fetch { task, output } => {
             let record = client.task(&task).await?;
             client.show(&record, output.as_deref(), server.json).await
+        }
+        Request::Cancel { task } => {
+            let path = format!("/api/v1/tasks/{task}/cancel");
+            let url = format!("{}{path}", client.base);
+            let record = client
+                .call(
+                    client.http.post(url).json(&json!({})),
+                    &format!("POST {path}"),
+                )
+                .await?;
+            if server.json {
+                println!("{}", serde_json::to_string_pretty(&record)?);
+            } else {
+                println!("{} canceled", record["task_id"].as_str().unwrap_or(&task));
+            }
+            Ok(())
         }
         Request::Tasks => {
             let list = client.get("/api/v1/tasks").await?;
@@ -242,7 +261,7 @@ impl Client {
                 .unwrap_or(0);
             bar.set_message(status.to_string());
             bar.set_position(percentage.min(100));
-            if matches!(status, "finished" | "failed") {
+            if matches!(status, "finished" | "failed" | "canceled") {
                 bar.finish_and_clear();
                 return Ok(record);
             }
@@ -309,6 +328,12 @@ impl Client {
                 "task {} failed: {}",
                 record["task_id"].as_str().unwrap_or("-"),
                 record["error"].as_str().unwrap_or("no reason given")
+            );
+        }
+        if record["status"] == "canceled" {
+            bail!(
+                "task {} was canceled",
+                record["task_id"].as_str().unwrap_or("-")
             );
         }
         Ok(())

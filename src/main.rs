@@ -107,6 +107,12 @@ enum Command {
         #[command(flatten)]
         server: Server,
     },
+    /// Client: cancel a task that has not ended (POST /api/v1/tasks/TASK/cancel).
+    Cancel {
+        task: String,
+        #[command(flatten)]
+        server: Server,
+    },
     /// Benchmark baseline (bench/run): a bare axum handler for `POST /api/v1/imagine` that
     /// parses the body like the real one and answers a fresh UUID, storing nothing.
     #[command(hide = true)]
@@ -211,6 +217,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             server,
         } => return cli::run(server, cli::Request::Fetch { task, output }).await,
         Command::Tasks { server } => return cli::run(server, cli::Request::Tasks).await,
+        Command::Cancel { task, server } => {
+            return cli::run(server, cli::Request::Cancel { task }).await
+        }
         other => other,
     };
     let mut overrides = Overrides {
@@ -246,7 +255,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         | Command::Imagine { .. }
         | Command::Upscale { .. }
         | Command::Fetch { .. }
-        | Command::Tasks { .. } => unreachable!("handled before the settings are read"),
+        | Command::Tasks { .. }
+        | Command::Cancel { .. } => unreachable!("handled before the settings are read"),
         Command::SigningSecret { account, rotate } => {
             let store = open_store(&config).await?;
             let account = account_or_first(store.as_ref(), account.as_deref()).await?;

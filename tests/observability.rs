@@ -460,3 +460,49 @@ async fn the_cli_fails_clearly_with_the_apis_message() {
     assert!(!ok);
     assert!(err.contains("400") && err.contains("prompt"), "{err}");
 }
+
+#[tokio::test]
+async fn the_cli_lists_the_accounts_tasks_and_cancels_one() {
+    let app = TestApp::spawn_with(|c| c.workers = 0).await;
+    let first = app.imagine(json!({"prompt": "the first kite"})).await;
+    let second = app.imagine(json!({"prompt": "the second kite"})).await;
+    // Another account's task is not listed.
+    let other = app.key_for("elsewhere@example.com").await;
+    let (status, _) = app
+        .post_as(&other, "/api/v1/imagine", &json!({"prompt": "not mine"}))
+        .await;
+    assert_eq!(status, 200);
+
+    let (ok, out, err) = easel(&app, &app.key, &["tasks"]).await;
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    // Newest first: id, type, status, percentage, prompt.
+    assert!(lines[0].starts_with(&second), "{out}");
+    assert!(lines[1].starts_with(&first), "{out}");
+    for line in &lines {
+        assert!(
+            line.contains("imagine") && line.contains("pending"),
+            "{line}"
+        );
+    }
+    assert!(lines[0].ends_with("the second kite"), "{out}");
+
+    let (ok, out, err) = easel(&app, &app.key, &["cancel", &first]).await;
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), format!("{first} canceled"));
+    let (ok, out, err) = easel(&app, &app.key, &["tasks", "--json"]).await;
+    assert!(ok, "{err}");
+    let listed: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(listed["tasks"][1]["task_id"], first.as_str());
+    assert_eq!(listed["tasks"][1]["status"], "canceled");
+    assert_eq!(listed["tasks"][0]["status"], "pending");
+
+    // Canceling it again shows the API's refusal.
+    let (ok, _, err) = easel(&app, &app.key, &["cancel", &first]).await;
+    assert!(!ok);
+    assert!(
+        err.contains("409") && err.contains("task_already_ended"),
+        "{err}"
+    );
+}
