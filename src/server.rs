@@ -3,11 +3,13 @@
 //! - at most `max_connections` open connections (the rest wait in the kernel's accept queue);
 //! - request headers must arrive within `header_timeout`, and fit in `MAX_HEADER_BYTES`;
 //! - a connection that says nothing is closed: before its first request after `header_timeout`,
-//!   between requests after `KEEP_ALIVE_IDLE` (hyper's own timeout starts only with a first byte);
+//!   between requests after `KEEP_ALIVE_IDLE` (hyper's own timeout starts only with a first byte),
+//!   but never while one of its requests is being answered;
 //! - on shutdown, idle connections close at once and busy ones after their current request.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -89,15 +91,27 @@ pub async fn serve<S, B>(
         };
         let (stream, peer) = stream;
         let _ = stream.set_nodelay(true);
+        // Requests of this connection being answered: its silence is not idleness meanwhile.
+        let busy = Arc::new(AtomicUsize::new(0));
+        let answering = busy.clone();
         // The client's address, for the dashboard's sign-in limits.
-        let service = TowerToHyperService::new(app.clone().map_request(
-            move |req: hyper::Request<Incoming>| {
-                let mut req = req.map(Body::new);
-                req.extensions_mut().insert(ConnectInfo(peer));
-                req
-            },
-        ));
-        let io = SilenceTimeout::new(stream, limits.header_timeout, KEEP_ALIVE_IDLE);
+        let service = TowerToHyperService::new(
+            app.clone()
+                .map_request(move |req: hyper::Request<Incoming>| {
+                    let mut req = req.map(Body::new);
+                    req.extensions_mut().insert(ConnectInfo(peer));
+                    req
+                })
+                .map_future(move |answer| {
+                    let busy = Busy::start(&answering);
+                    async move {
+                        let answered = answer.await;
+                        drop(busy);
+                        answered
+                    }
+                }),
+        );
+        let io = SilenceTimeout::new(stream, limits.header_timeout, KEEP_ALIVE_IDLE, busy);
         let conn = builder
             .serve_connection(TokioIo::new(io), service)
             .into_owned();
@@ -117,10 +131,28 @@ pub async fn serve<S, B>(
     }
 }
 
+/// One request of a connection being answered, from the handler's call until its answer (or
+/// its cancellation).
+struct Busy(Arc<AtomicUsize>);
+
+impl Busy {
+    fn start(count: &Arc<AtomicUsize>) -> Busy {
+        count.fetch_add(1, Ordering::Relaxed);
+        Busy(count.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// A stream whose reads fail with `TimedOut` when the peer stays silent too long: `first` before
-/// any byte has arrived, `idle` afterwards. Only a pending read counts, so a slow handler or a
-/// slow reader of our answer is not affected. Every handler answers quickly, so a connection
-/// whose read stays pending this long is an idle client.
+/// any byte has arrived, `idle` afterwards. Only a pending read counts, so a slow reader of our
+/// answer is not affected, and not while a request of the connection is being answered (`busy`):
+/// hyper keeps a read pending then to notice a client that goes away, and a request held by
+/// `Prefer: wait` may take a minute.
 struct SilenceTimeout<T> {
     inner: T,
     first: bool,
@@ -128,10 +160,16 @@ struct SilenceTimeout<T> {
     idle_timeout: Duration,
     deadline: Pin<Box<tokio::time::Sleep>>,
     armed: bool,
+    busy: Arc<AtomicUsize>,
 }
 
 impl<T> SilenceTimeout<T> {
-    fn new(inner: T, first_timeout: Duration, idle_timeout: Duration) -> Self {
+    fn new(
+        inner: T,
+        first_timeout: Duration,
+        idle_timeout: Duration,
+        busy: Arc<AtomicUsize>,
+    ) -> Self {
         SilenceTimeout {
             inner,
             first: true,
@@ -139,6 +177,7 @@ impl<T> SilenceTimeout<T> {
             idle_timeout,
             deadline: Box::pin(tokio::time::sleep(first_timeout)),
             armed: false,
+            busy,
         }
     }
 }
@@ -157,6 +196,11 @@ impl<T: AsyncRead + Unpin> AsyncRead for SilenceTimeout<T> {
                 Poll::Ready(result)
             }
             Poll::Pending => {
+                if this.busy.load(Ordering::Relaxed) > 0 {
+                    // Armed afresh once the answer is out: hyper reads again for the next request.
+                    this.armed = false;
+                    return Poll::Pending;
+                }
                 if !this.armed {
                     let wait = if this.first {
                         this.first_timeout

@@ -367,3 +367,26 @@ async fn a_malformed_wait_is_a_400_after_the_key_is_checked() {
     let (_, page) = app.get("/api/v1/tasks").await;
     assert_eq!(page["tasks"].as_array().unwrap().len(), 1, "{page}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_longest_wait_outlasts_the_idle_connection_timeout() {
+    if common::sqlite_only("the HTTP server's connection timeouts") {
+        return;
+    }
+    // A connection is closed after 60 s of silence between requests; a request that waits is
+    // not silence, so the full minute ends in an answer, not a closed connection.
+    let app = TestApp::spawn_with(|c| c.workers = 0).await;
+    let id = app
+        .imagine(json!({"prompt": "waited on for a minute"}))
+        .await;
+    let (status, headers, record) = get_with(
+        &app,
+        &app.key,
+        &format!("/api/v1/tasks/{id}"),
+        &[("Prefer", "wait")],
+    )
+    .await;
+    assert_eq!(status, 200, "{record}");
+    assert_eq!(headers["preference-applied"], "wait=60");
+    assert_eq!(record["status"], "pending");
+}

@@ -3,7 +3,7 @@
 //! shared and noisy. See docs/benchmarks.md for what each figure means.
 //!
 //! ```text
-//! bench/run [--quick] [--only submit,e2e,webhooks,retry,scale,postgres,operations,backends,listing]
+//! bench/run [--quick] [--only submit,e2e,webhooks,retry,scale,postgres,operations,backends,listing,wait]
 //! ```
 //!
 //! It needs the release `easel` binary (`--easel`) and `wrk` on the PATH; bench/run provides both.
@@ -18,6 +18,7 @@ mod report;
 mod scale;
 mod store_alone;
 mod submit;
+mod wait;
 mod webhooks;
 mod wrk;
 
@@ -43,6 +44,7 @@ const BENCHMARKS: &[&str] = &[
     "operations",
     "backends",
     "listing",
+    "wait",
 ];
 
 #[derive(Parser)]
@@ -58,7 +60,7 @@ struct Args {
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/wrk"))]
     lua: PathBuf,
     /// Benchmarks to run, comma-separated (default: all): submit, e2e, webhooks, retry, scale,
-    /// postgres, operations, backends, listing.
+    /// postgres, operations, backends, listing, wait.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Smaller counts and shorter runs (a couple of minutes); figures are rougher.
@@ -333,6 +335,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 let pg = postgres::check_reachable(&args.postgres_url).await.is_ok();
                 listing::run(&ctx, pg.then_some(args.postgres_url.as_str())).await
             }
+            "wait" => wait::run(&ctx).await,
             _ => unreachable!("checked above"),
         };
         match result {
