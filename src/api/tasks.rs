@@ -127,7 +127,7 @@ pub async fn list_tasks(
     let tasks: Vec<Value> = page
         .tasks
         .iter()
-        .map(|t| task_record(t, &state.blobs))
+        .map(|t| task_record(t, &state.blobs, state.config.retention))
         .collect();
     Ok(Json(
         json!({ "tasks": tasks, "next_cursor": page.next_cursor }),
@@ -182,7 +182,11 @@ async fn one_record(
         .ok_or(ApiError::Unauthorized)?;
     key.used(state, &live);
     let row = row.ok_or(ApiError::TaskNotFound)?;
-    Ok(Json(task_record(&row, &state.blobs)))
+    Ok(Json(task_record(
+        &row,
+        &state.blobs,
+        state.config.retention,
+    )))
 }
 
 /// `POST /api/v1/fetch-many`: up to 20 records in the order asked; unknown ids are left out.
@@ -208,7 +212,7 @@ pub async fn fetch_many(
     let tasks: Vec<Value> = ids
         .iter()
         .filter_map(|id| by_id.get(id.to_string().as_str()).copied())
-        .map(|row| task_record(row, &state.blobs))
+        .map(|row| task_record(row, &state.blobs, state.config.retention))
         .collect();
     Ok(Json(json!({ "tasks": tasks })))
 }
@@ -262,7 +266,10 @@ pub async fn redeliver(
         .task_for_account(&account.id, &id)
         .await?
         .ok_or(ApiError::TaskNotFound)?;
-    Ok((StatusCode::ACCEPTED, Json(task_record(&row, &state.blobs))))
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(task_record(&row, &state.blobs, state.config.retention)),
+    ))
 }
 
 /// `GET /api/v1/tasks/{task_id}/webhook-attempts`: every recorded delivery attempt, oldest first.
