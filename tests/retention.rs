@@ -402,3 +402,63 @@ async fn a_sweep_interrupted_between_its_deletes_and_its_mark_finishes_after_a_r
     assert!(after.get("image_urls").is_none(), "{after}");
     app.stop().await;
 }
+
+#[tokio::test]
+async fn more_expired_tasks_than_one_batch_are_all_removed_batch_after_batch() {
+    let idle = common::Idle::build().await;
+    let store = idle.store().clone();
+    let worker = idle.app.worker();
+    let never = tokio_util::sync::CancellationToken::new();
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.push(common::insert(store.as_ref(), &common::new_task("fast", 1), &idle.key).await);
+        assert_eq!(
+            worker.run_one_task(&never).await.unwrap(),
+            easel::worker::Ran::Completed
+        );
+    }
+    let files = idle.dir.path().join("files");
+    let count_files = || {
+        walkdir(&files)
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "png"))
+            .count()
+    };
+    assert_eq!(count_files(), 25, "five grids of five files");
+
+    // Batches of 2: three of them, one after the other, in one round.
+    let removed = easel::worker::retention::sweep_expired(&store, &worker.blobs, Duration::ZERO, 2)
+        .await
+        .unwrap();
+    assert_eq!(removed, 5);
+    assert_eq!(count_files(), 0, "every file is gone");
+    assert!(store
+        .expired_tasks(easel::store::now_ms(), 10)
+        .await
+        .unwrap()
+        .is_empty());
+    for task in store.tasks_by_id(&ids).await.unwrap() {
+        assert!(task.data_removed(), "{}", task.id);
+    }
+    // A round with nothing left to do.
+    let again = easel::worker::retention::sweep_expired(&store, &worker.blobs, Duration::ZERO, 2)
+        .await
+        .unwrap();
+    assert_eq!(again, 0);
+}
+
+/// Every file below `dir`.
+fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                found.extend(walkdir(&path));
+            } else {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
