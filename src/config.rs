@@ -663,7 +663,8 @@ mod retention {
         let retention = match Raw::deserialize(d)? {
             Raw::Secs(s) => Duration::from_secs(s),
             Raw::Text(t) if matches!(t.trim(), "forever" | "") => return Ok(None),
-            Raw::Text(t) => super::duration::parse(&t).map_err(de::Error::custom)?,
+            Raw::Text(t) => super::duration::parse(&t)
+                .map_err(|e| de::Error::custom(format!("retention: {e}; or `forever`")))?,
         };
         if retention < super::RETENTION_MIN {
             return Err(de::Error::custom(
@@ -974,7 +975,8 @@ mod tests {
             let e = load().unwrap_err();
             assert!(e.contains("retention must be at least 1 minute"), "{e}");
             jail.set_env("EASEL_RETENTION", "soon");
-            assert!(load().unwrap_err().contains("retention"));
+            let e = load().unwrap_err();
+            assert!(e.contains("retention") && e.contains("`soon`"), "{e}");
             Ok(())
         });
         let c = Config {
