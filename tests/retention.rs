@@ -136,7 +136,12 @@ async fn an_expired_tasks_files_are_deleted_and_its_record_says_so_keeping_promp
 
 #[tokio::test]
 async fn a_task_that_finishes_while_the_server_runs_is_removed_once_it_expires() {
-    let app = TestApp::spawn_with(expire_fast).await;
+    const TOKEN: &str = "metrics-token-for-tests";
+    let app = TestApp::spawn_with(|c| {
+        expire_fast(c);
+        c.metrics_token = Some(TOKEN.into());
+    })
+    .await;
     let id = app.imagine(json!({"prompt": "a short-lived kite"})).await;
     let record = wait_removed(&app, &id).await;
     assert_eq!(record["status"], "finished");
@@ -145,6 +150,25 @@ async fn a_task_that_finishes_while_the_server_runs_is_removed_once_it_expires()
         ms(&record["finished_at"]) + 1_000
     );
     assert!(record.get("image_urls").is_none(), "{record}");
+    // The sweep counts what it removed (in this process, which other tests share).
+    let text = app
+        .http
+        .get(app.url("/metrics"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let removed: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("easel_retention_removed_tasks_total "))
+        .unwrap_or_else(|| panic!("the counter is exposed: {text}"))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(removed >= 1.0, "{removed}");
     app.stop().await;
 }
 
