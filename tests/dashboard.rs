@@ -805,12 +805,37 @@ async fn a_task_whose_images_retention_removed_shows_a_note_instead_of_images() 
         .await;
     assert_eq!(status, 200, "{body}");
     let task = body["task_id"].as_str().unwrap().to_string();
-    common::wait_for(Duration::from_secs(30), || async {
-        let (_, t) = app.get_as(&key, &format!("/api/v1/tasks/{task}")).await;
-        (t["data_removed"] == true).then_some(())
-    })
-    .await
-    .expect("the task's data was removed");
+    let (status, body) = app
+        .post_as(
+            &key,
+            "/api/v1/shorten",
+            &json!({"prompt": "a very long prompt about an old photograph fading in the sun"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let text_task = body["task_id"].as_str().unwrap().to_string();
+    for id in [&task, &text_task] {
+        common::wait_for(Duration::from_secs(30), || async {
+            let (_, t) = app.get_as(&key, &format!("/api/v1/tasks/{id}")).await;
+            (t["data_removed"] == true).then_some(())
+        })
+        .await
+        .expect("the task's data was removed");
+    }
+    // A text result is the record, not a file: it is still shown.
+    let (_, record) = app
+        .get_as(&key, &format!("/api/v1/tasks/{text_task}"))
+        .await;
+    let first = record["content"][0].as_str().unwrap().to_string();
+    let text_page = b.get(&format!("/tasks/{text_task}/progress")).await;
+    assert_eq!(text_page.status, 200);
+    assert!(
+        text_page
+            .body
+            .contains(&format!("<li>{}</li>", askama_escape(&first))),
+        "{first} in {}",
+        text_page.body
+    );
 
     let page = b.get(&format!("/tasks/{task}")).await;
     assert_eq!(page.status, 200);
@@ -836,4 +861,13 @@ async fn a_task_whose_images_retention_removed_shows_a_note_instead_of_images() 
         let scaled = b.get(&format!("/tasks/{task}/image/{n}?w=96")).await;
         assert_eq!(scaled.status, 404, "image {n}");
     }
+}
+
+/// `text` as the templates escape it (enough for the words of a prompt).
+fn askama_escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&#34;")
+        .replace('\'', "&#39;")
 }

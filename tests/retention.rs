@@ -486,3 +486,21 @@ fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     found
 }
+
+#[tokio::test]
+async fn a_text_tasks_content_stays_when_its_data_is_removed() {
+    let app = TestApp::spawn_with(expire_fast).await;
+    let (status, answer) = app
+        .post(
+            "/api/v1/shorten",
+            &json!({"prompt": "a very long and winding prompt about a castle on a hill at dawn"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let id = answer["task_id"].as_str().unwrap().to_string();
+    let record = wait_removed(&app, &id).await;
+    assert_eq!(record["status"], "finished", "{record}");
+    let content = record["content"].as_array().expect("content stays");
+    assert!(!content.is_empty(), "{record}");
+    app.stop().await;
+}

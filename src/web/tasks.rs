@@ -207,7 +207,12 @@ impl Progress {
         };
         let mut images = Vec::new();
         let (mut text, mut seed) = (Vec::new(), None);
-        match task.output.as_ref().filter(|_| !task.data_removed()) {
+        // A text result is the record itself, not a file: it stays.
+        match task
+            .output
+            .as_ref()
+            .filter(|o| !(task.data_removed() && o.images() > 0))
+        {
             Some(Output::Grid {
                 grid_key,
                 image_keys,
