@@ -165,6 +165,16 @@ pub struct Config {
     /// per second, and `burst`), applied per API key and per account, on each node separately.
     /// A plan not listed is not limited; empty by default.
     pub rate_limits: std::collections::BTreeMap<String, PlanRate>,
+
+    /// How long a task's images (and the record's links to them) are kept after the task became
+    /// final: a duration of at least 1 minute (`30days`, `12h`), or `forever` (the default),
+    /// which removes nothing. Past it, worker nodes delete the files from the blob store and
+    /// the record says `data_removed`; the record itself stays.
+    #[serde(with = "retention")]
+    pub retention: Option<Duration>,
+    /// How often a worker node looks for tasks whose data has expired (with `retention` set).
+    #[serde(with = "duration")]
+    pub retention_sweep_interval: Duration,
 }
 
 /// One plan's request rate limits: per API key, a sustained `rate` (requests per second, may be
@@ -272,6 +282,8 @@ impl Default for Config {
             metrics_listen: None,
             metrics_token: None,
             rate_limits: std::collections::BTreeMap::new(),
+            retention: None,
+            retention_sweep_interval: Duration::from_secs(60),
         }
     }
 }
@@ -472,6 +484,9 @@ impl Config {
         if !SESSION_TTL_RANGE.contains(&self.session_ttl) {
             bail!("configuration: session_ttl must be from 1 minute to 366 days");
         }
+        if self.retention.is_some_and(|r| r.is_zero()) || self.retention_sweep_interval.is_zero() {
+            bail!("configuration: retention and retention_sweep_interval must be non-zero");
+        }
         self.min_free_space()?;
         Ok(())
     }
@@ -623,6 +638,45 @@ pub(crate) mod duration {
             .map_err(|e| format!("`{text}` is not a duration like 10s: {e}"))
     }
 }
+
+/// `retention`: `forever` (None), or a duration of at least [`RETENTION_MIN`] given as for
+/// [`duration`]. The least is checked here, where a person's setting is read, so that tests may
+/// build a `Config` with a shorter one.
+mod retention {
+    use serde::{de, Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => super::duration::serialize(d, s),
+            None => s.serialize_str("forever"),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Secs(u64),
+            Text(String),
+        }
+        let retention = match Raw::deserialize(d)? {
+            Raw::Secs(s) => Duration::from_secs(s),
+            Raw::Text(t) if matches!(t.trim(), "forever" | "") => return Ok(None),
+            Raw::Text(t) => super::duration::parse(&t)
+                .map_err(|e| de::Error::custom(format!("retention: {e}; or `forever`")))?,
+        };
+        if retention < super::RETENTION_MIN {
+            return Err(de::Error::custom(
+                "retention must be at least 1 minute, or `forever`",
+            ));
+        }
+        Ok(Some(retention))
+    }
+}
+
+/// The shortest `retention` a setting may give.
+pub const RETENTION_MIN: Duration = Duration::from_secs(60);
 
 /// A list of durations: a TOML array, or a comma-separated string (`10s,30s,90s`).
 mod duration_list {
@@ -903,5 +957,33 @@ mod tests {
         };
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("s3_endpoint"), "{e}");
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail API returns figment::Error
+    fn retention_is_forever_by_default_and_at_least_a_minute_when_set() {
+        figment::Jail::expect_with(|jail| {
+            let load = || Config::load(None, &Overrides::default()).map_err(|e| e.to_string());
+            assert_eq!(load()?.retention, None);
+            jail.create_file("easel.toml", "retention = \"30days\"\n")?;
+            assert_eq!(load()?.retention, Some(Duration::from_secs(30 * 86_400)));
+            jail.set_env("EASEL_RETENTION", "forever");
+            assert_eq!(load()?.retention, None);
+            jail.set_env("EASEL_RETENTION", "12h");
+            assert_eq!(load()?.retention, Some(Duration::from_secs(12 * 3600)));
+            jail.set_env("EASEL_RETENTION", "30s");
+            let e = load().unwrap_err();
+            assert!(e.contains("retention must be at least 1 minute"), "{e}");
+            jail.set_env("EASEL_RETENTION", "soon");
+            let e = load().unwrap_err();
+            assert!(e.contains("retention") && e.contains("`soon`"), "{e}");
+            Ok(())
+        });
+        let c = Config {
+            retention_sweep_interval: Duration::ZERO,
+            ..Config::default()
+        };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("retention_sweep_interval"), "{e}");
     }
 }

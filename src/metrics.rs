@@ -98,6 +98,7 @@ struct Metrics {
     webhook_attempts: Family<OutcomeLabels, Counter>,
     webhook_lag: Histogram,
     store_errors: Family<StoreErrorLabels, Counter>,
+    retention_removed: Counter,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -142,6 +143,12 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Failed store calls by component (api, worker, dispatcher) and kind (unavailable, other)",
         store_errors.clone(),
     );
+    let retention_removed = Counter::default();
+    registry.register(
+        "retention_removed_tasks",
+        "Tasks whose images this node's retention sweep deleted",
+        retention_removed.clone(),
+    );
     Metrics {
         registry,
         http,
@@ -153,6 +160,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         webhook_attempts,
         webhook_lag,
         store_errors,
+        retention_removed,
     }
 });
 
@@ -308,6 +316,11 @@ pub fn store_error(component: &'static str, error: &StoreError) {
         .store_errors
         .get_or_create(&StoreErrorLabels { component, kind })
         .inc();
+}
+
+/// Count tasks whose images the retention sweep deleted.
+pub fn retention_removed(tasks: u64) {
+    METRICS.retention_removed.inc_by(tasks);
 }
 
 /// The whole exposition: the process's metrics, then the gauges read now from `state`.

@@ -785,3 +785,89 @@ async fn b_progress(app: &TestApp, cookies: &str, task: uuid::Uuid) -> String {
         .await
         .unwrap()
 }
+
+#[tokio::test]
+async fn a_task_whose_images_retention_removed_shows_a_note_instead_of_images() {
+    let app = TestApp::spawn_with(|c| {
+        c.retention = Some(Duration::from_secs(1));
+        c.retention_sweep_interval = Duration::from_millis(100);
+    })
+    .await;
+    let mut b = Browser::new(&app);
+    b.sign_up("kept@example.com", PASSWORD).await;
+    let key = b.create_key("short-lived").await;
+    let (status, body) = app
+        .post_as(
+            &key,
+            "/api/v1/imagine",
+            &json!({"prompt": "a fading photograph"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let task = body["task_id"].as_str().unwrap().to_string();
+    let (status, body) = app
+        .post_as(
+            &key,
+            "/api/v1/shorten",
+            &json!({"prompt": "a very long prompt about an old photograph fading in the sun"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let text_task = body["task_id"].as_str().unwrap().to_string();
+    for id in [&task, &text_task] {
+        common::wait_for(Duration::from_secs(30), || async {
+            let (_, t) = app.get_as(&key, &format!("/api/v1/tasks/{id}")).await;
+            (t["data_removed"] == true).then_some(())
+        })
+        .await
+        .expect("the task's data was removed");
+    }
+    // A text result is the record, not a file: it is still shown.
+    let (_, record) = app
+        .get_as(&key, &format!("/api/v1/tasks/{text_task}"))
+        .await;
+    let first = record["content"][0].as_str().unwrap().to_string();
+    let text_page = b.get(&format!("/tasks/{text_task}/progress")).await;
+    assert_eq!(text_page.status, 200);
+    assert!(
+        text_page
+            .body
+            .contains(&format!("<li>{}</li>", askama_escape(&first))),
+        "{first} in {}",
+        text_page.body
+    );
+
+    let page = b.get(&format!("/tasks/{task}")).await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("a fading photograph"));
+    assert!(
+        page.body.contains("The images were removed"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("Images removed (retention)"));
+    assert!(
+        !page.body.contains(&format!("/tasks/{task}/image/")),
+        "no broken image: {}",
+        page.body
+    );
+    let progress = b.get(&format!("/tasks/{task}/progress")).await;
+    assert_eq!(progress.status, 200);
+    assert!(progress.body.contains("The images were removed"));
+    let list = b.get("/tasks").await;
+    assert!(list.body.contains("a fading photograph"));
+    assert!(!list.body.contains(&format!("/tasks/{task}/image/")));
+    for n in 0..5 {
+        let scaled = b.get(&format!("/tasks/{task}/image/{n}?w=96")).await;
+        assert_eq!(scaled.status, 404, "image {n}");
+    }
+}
+
+/// `text` as the templates escape it (enough for the words of a prompt).
+fn askama_escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&#34;")
+        .replace('\'', "&#39;")
+}

@@ -94,6 +94,7 @@ conformance!(
     operators_see_the_queue_by_status_and_mode_and_failing_destinations,
     upkeep_reads_tasks_by_id_whatever_their_account_with_their_output,
     a_cancel_ends_a_queued_or_claimed_task_once_refunds_it_and_fences_out_its_worker,
+    expired_tasks_are_final_ones_oldest_first_until_their_data_is_marked_removed,
 );
 
 fn task(mode: &str, webhook: Option<&str>) -> NewTask {
@@ -1412,4 +1413,94 @@ async fn a_cancel_ends_a_queued_or_claimed_task_once_refunds_it_and_fences_out_i
     let done = s.task_for_account(&account, &id).await.unwrap().unwrap();
     assert_eq!(done.status, "finished");
     stop.cancel();
+}
+
+/// Retention reads the final tasks that finished by a time and are not marked removed, oldest
+/// first, with their output's keys; marking strips an inpaint's mask and is done once.
+async fn expired_tasks_are_final_ones_oldest_first_until_their_data_is_marked_removed(
+    s: &SharedStore,
+) {
+    use easel::domain::operation::StoredImage;
+    use easel::domain::Operation;
+    let (_, key) = account_and_key(s, "a@example.com").await;
+    let inpaint = NewTask {
+        operation: Operation::Inpaint {
+            source: StoredImage {
+                key: "parent/f/0.png".into(),
+                width: 8,
+                height: 8,
+            },
+            mask: "c2VjcmV0IG1hc2s=".into(),
+        },
+        ..task("fast", None)
+    };
+    let done = queued(s, &task("fast", None), &key).await;
+    let broken = queued(s, &task("fast", None), &key).await;
+    let masked = queued(s, &inpaint, &key).await;
+    let running = queued(s, &task("fast", None), &key).await;
+    let waiting = queued(s, &task("fast", None), &key).await;
+    for (id, ending) in [
+        (done, finished(&done.to_string())),
+        (broken, failed(&broken.to_string(), "no")),
+        (masked, finished(&masked.to_string())),
+    ] {
+        let c = s.claim_task("w", 60_000).await.unwrap().unwrap();
+        assert_eq!(c.id, id.to_string());
+        assert!(s.complete_task(c.seq, c.attempts, &ending).await.unwrap());
+    }
+    let c = s.claim_task("w", 60_000).await.unwrap().unwrap();
+    assert_eq!(c.id, running.to_string());
+
+    let later = easel::store::now_ms() + 1;
+    let expired = s.expired_tasks(later, 10).await.unwrap();
+    let ids: Vec<String> = expired
+        .iter()
+        .map(|t| s.task_id(t.seq).to_string())
+        .collect();
+    assert_eq!(
+        ids,
+        [done.to_string(), broken.to_string(), masked.to_string()],
+        "final tasks only (not {running} nor {waiting}), oldest first"
+    );
+    let grid_keys = |id: uuid::Uuid| -> Vec<String> {
+        std::iter::once(format!("{id}/f/grid.png"))
+            .chain((0..4).map(|i| format!("{id}/f/{i}.png")))
+            .collect()
+    };
+    assert_eq!(expired[0].keys, grid_keys(done));
+    assert!(expired[1].keys.is_empty(), "a failed task has no images");
+    assert_eq!(expired[2].keys, grid_keys(masked));
+    assert!(
+        s.expired_tasks(expired[0].finished_at - 1, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing finished before the first"
+    );
+    assert_eq!(s.expired_tasks(later, 2).await.unwrap(), expired[..2]);
+
+    let seqs = [expired[0].seq, expired[1].seq];
+    assert_eq!(s.mark_data_removed(&seqs, 42).await.unwrap(), 2);
+    assert_eq!(s.mark_data_removed(&seqs, 43).await.unwrap(), 0, "once");
+    assert_eq!(s.mark_data_removed(&[], 43).await.unwrap(), 0);
+    assert_eq!(s.expired_tasks(later, 10).await.unwrap(), expired[2..]);
+    assert_eq!(s.mark_data_removed(&[expired[2].seq], 44).await.unwrap(), 1);
+    assert!(s.expired_tasks(later, 10).await.unwrap().is_empty());
+
+    let mut tasks = s.tasks_by_id(&[done, masked, waiting]).await.unwrap();
+    tasks.sort_by_key(|t| t.seq);
+    assert_eq!(tasks[0].data_removed_at, Some(42));
+    assert!(
+        tasks[0].output.is_some(),
+        "the record of what it made stays"
+    );
+    assert_eq!(tasks[1].data_removed_at, Some(44));
+    match &tasks[1].operation {
+        Some(Operation::Inpaint { source, mask }) => {
+            assert_eq!(mask, "", "the mask is gone");
+            assert_eq!(source.key, "parent/f/0.png", "the rest is readable");
+        }
+        other => panic!("an inpaint's parameters stay readable: {other:?}"),
+    }
+    assert_eq!(tasks[2].data_removed_at, None);
 }

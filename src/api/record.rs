@@ -1,5 +1,7 @@
 //! The task record as the API shows it.
 
+use std::time::Duration;
+
 use serde_json::{json, Value};
 
 use crate::blobs::Blobs;
@@ -14,7 +16,9 @@ pub fn rfc3339(ms: i64) -> String {
 
 /// The record of `task`, with its images' URLs made by `blobs`: the fields every task has, its
 /// parent and the parameters the caller gave, then its result in the fields of its shape.
-pub fn task_record(task: &Task, blobs: &Blobs) -> Value {
+/// `retention` (the node's setting) gives `expires_at`; once retention has removed the task's
+/// images their URLs are left out, and text results stay.
+pub fn task_record(task: &Task, blobs: &Blobs, retention: Option<Duration>) -> Value {
     let mut v = json!({
         "task_id": task.id,
         "task_type": task.task_type,
@@ -25,6 +29,8 @@ pub fn task_record(task: &Task, blobs: &Blobs) -> Value {
         "process_mode": task.process_mode,
         "seed": task.seed,
         "created_at": rfc3339(task.created_at),
+        "expires_at": task.expires_at(retention).map(rfc3339),
+        "data_removed": task.data_removed(),
     });
     let map = v.as_object_mut().expect("an object");
     let mut put = |k: &str, value: Option<Value>| {
@@ -55,7 +61,11 @@ pub fn task_record(task: &Task, blobs: &Blobs) -> Value {
     if let Some(op) = &task.operation {
         map.extend(op.public_fields());
     }
-    if let Some(output) = &task.output {
+    if let Some(output) = task
+        .output
+        .as_ref()
+        .filter(|o| !(task.data_removed() && o.images() > 0))
+    {
         let url = |key: &str| blobs.url(key);
         map.extend(output.public_fields(&url));
     }

@@ -75,7 +75,7 @@ pub async fn submit(
     let task = wait::until_ended(&state, &key, &task_id, task, secs).await;
     Ok((
         [wait::applied(secs)],
-        Json(task_record(&task, &state.blobs)),
+        Json(task_record(&task, &state.blobs, state.config.retention)),
     )
         .into_response())
 }
@@ -779,7 +779,7 @@ async fn scene_words(
 }
 
 /// The image of `parent` an operation reads (image `index` of a grid, or a single's image), with
-/// its size; refused when its long side is over `max_side`.
+/// its size; refused when its long side is over `max_side`, or when retention has removed it.
 async fn source(
     state: &AppState,
     field: &str,
@@ -787,6 +787,13 @@ async fn source(
     index: Option<u8>,
     max_side: Option<u32>,
 ) -> Result<StoredImage, ApiError> {
+    if parent.data_removed() {
+        return Err(ApiError::field(
+            field,
+            "data_removed",
+            "the task's images were removed (retention)",
+        ));
+    }
     let mut image = parent
         .output
         .as_ref()

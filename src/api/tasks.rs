@@ -128,7 +128,7 @@ pub async fn list_tasks(
     let tasks: Vec<Value> = page
         .tasks
         .iter()
-        .map(|t| task_record(t, &state.blobs))
+        .map(|t| task_record(t, &state.blobs, state.config.retention))
         .collect();
     Ok(Json(
         json!({ "tasks": tasks, "next_cursor": page.next_cursor }),
@@ -172,12 +172,12 @@ pub async fn get_task(
     };
     let task = one_task(&state, &key, id).await?;
     Ok(match wait {
-        None => Json(task_record(&task, &state.blobs)).into_response(),
+        None => Json(task_record(&task, &state.blobs, state.config.retention)).into_response(),
         Some(secs) => {
             let task = wait::until_ended(&state, &key, &id, task, secs).await;
             (
                 [wait::applied(secs)],
-                Json(task_record(&task, &state.blobs)),
+                Json(task_record(&task, &state.blobs, state.config.retention)),
             )
                 .into_response()
         }
@@ -191,7 +191,11 @@ async fn one_record(
     id: Uuid,
 ) -> Result<Json<Value>, ApiError> {
     let task = one_task(state, key, id).await?;
-    Ok(Json(task_record(&task, &state.blobs)))
+    Ok(Json(task_record(
+        &task,
+        &state.blobs,
+        state.config.retention,
+    )))
 }
 
 /// One of the key's account's tasks, the key checked in the same statement.
@@ -223,7 +227,11 @@ pub async fn cancel(
             msg: format!("task_id: the task has already {}", task.status),
         });
     }
-    Ok(Json(task_record(&task, &state.blobs)))
+    Ok(Json(task_record(
+        &task,
+        &state.blobs,
+        state.config.retention,
+    )))
 }
 
 /// Cancel the account's task `id`, for the API and the dashboard alike: None when it is not the
@@ -286,7 +294,7 @@ pub async fn fetch_many(
     let tasks: Vec<Value> = ids
         .iter()
         .filter_map(|id| by_id.get(id.to_string().as_str()).copied())
-        .map(|row| task_record(row, &state.blobs))
+        .map(|row| task_record(row, &state.blobs, state.config.retention))
         .collect();
     Ok(Json(json!({ "tasks": tasks })))
 }
@@ -340,7 +348,10 @@ pub async fn redeliver(
         .task_for_account(&account.id, &id)
         .await?
         .ok_or(ApiError::TaskNotFound)?;
-    Ok((StatusCode::ACCEPTED, Json(task_record(&row, &state.blobs))))
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(task_record(&row, &state.blobs, state.config.retention)),
+    ))
 }
 
 /// `GET /api/v1/tasks/{task_id}/webhook-attempts`: every recorded delivery attempt, oldest first.

@@ -347,10 +347,28 @@ pub trait Views: Send + Sync {
     async fn failing_destinations(&self, since: i64) -> StoreResult<Vec<FailingDestination>>;
 }
 
+/// Retention: the final tasks whose data has expired, and marking their data removed once the
+/// blob store has deleted their files (see `worker::retention`).
+#[async_trait]
+pub trait Retention: Send + Sync {
+    /// Up to `limit` final tasks that finished at or before `finished_before` and whose data is
+    /// not marked removed, oldest first (by when they finished).
+    async fn expired_tasks(
+        &self,
+        finished_before: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<ExpiredTask>>;
+
+    /// Mark the data of the tasks stored at `seqs` removed at `at`, in one durable write, and
+    /// strip what the task's parameters held of the caller's images (an inpaint's mask), keeping
+    /// them readable. Tasks already marked are left as they are. Returns how many were marked.
+    async fn mark_data_removed(&self, seqs: &[i64], at: i64) -> StoreResult<u64>;
+}
+
 /// Everything easel needs from its store. The API, the workers and the dispatcher hold an
 /// `Arc<dyn Store>` and never learn which database is behind it.
 #[async_trait]
-pub trait Store: TaskQueue + Outbox + Accounts + Views {
+pub trait Store: TaskQueue + Outbox + Accounts + Views + Retention {
     /// `sqlite` or `postgres`, for logs.
     fn kind(&self) -> &'static str;
 

@@ -72,6 +72,9 @@ pub struct Task {
     pub output: Option<Output>,
     pub error: Option<String>,
     pub webhook: Option<WebhookState>,
+    /// When retention deleted its images (see [`Retention`](super::Retention)); None while
+    /// they are kept.
+    pub data_removed_at: Option<i64>,
 }
 
 impl Task {
@@ -81,6 +84,49 @@ impl Task {
 
     pub fn is_finished(&self) -> bool {
         self.status == TaskStatus::Finished.as_str()
+    }
+}
+
+// Retention: when a task's data expires, and what the sweep reads and writes.
+impl Task {
+    /// When the task's data expires under `retention` (None: kept forever): `retention` after
+    /// it became final. None while it is not final, whatever the retention.
+    pub fn expires_at(&self, retention: Option<std::time::Duration>) -> Option<i64> {
+        let retention = i64::try_from(retention?.as_millis()).unwrap_or(i64::MAX);
+        Some(self.finished_at?.saturating_add(retention))
+    }
+
+    /// Whether retention has deleted its images.
+    pub fn data_removed(&self) -> bool {
+        self.data_removed_at.is_some()
+    }
+}
+
+/// A final task whose data has expired and is not removed yet, as the retention sweep reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExpiredTask {
+    pub seq: i64,
+    pub finished_at: i64,
+    /// The blob keys its output names (its grid and images); empty for a task without images.
+    pub keys: Vec<String>,
+}
+
+impl ExpiredTask {
+    /// The task's keys from its stored columns: the grid's key and the images' keys (JSON text).
+    pub(crate) fn new(
+        seq: i64,
+        finished_at: i64,
+        grid_key: Option<String>,
+        image_keys: Option<&str>,
+    ) -> ExpiredTask {
+        let images: Vec<String> = image_keys
+            .and_then(|keys| serde_json::from_str(keys).ok())
+            .unwrap_or_default();
+        ExpiredTask {
+            seq,
+            finished_at,
+            keys: grid_key.into_iter().chain(images).collect(),
+        }
     }
 }
 

@@ -38,6 +38,7 @@ pub(crate) struct TaskRow {
     wh_last_status_code: Option<i64>,
     wh_last_error: Option<String>,
     wh_next_attempt_at: Option<i64>,
+    data_removed_at: Option<i64>,
 }
 
 impl TaskRow {
@@ -89,6 +90,7 @@ impl TaskRow {
             output,
             error: self.error,
             webhook,
+            data_removed_at: self.data_removed_at,
         }
     }
 }

@@ -52,7 +52,7 @@ impl TaskCard {
             thumb: task
                 .output
                 .as_ref()
-                .filter(|o| o.images() > 0)
+                .filter(|o| o.images() > 0 && !task.data_removed())
                 .map(|_| format!("/tasks/{}/image/0?w={THUMB_WIDTH}", task.id)),
         }
     }
@@ -179,6 +179,8 @@ pub struct Progress {
     pub images: Vec<ImageView>,
     pub text: Vec<String>,
     pub seed: Option<i64>,
+    /// When retention removed the task's images, shown in their place.
+    pub removed: Option<String>,
 }
 
 pub struct ImageView {
@@ -205,7 +207,12 @@ impl Progress {
         };
         let mut images = Vec::new();
         let (mut text, mut seed) = (Vec::new(), None);
-        match &task.output {
+        // A text result is the record itself, not a file: it stays.
+        match task
+            .output
+            .as_ref()
+            .filter(|o| !(task.data_removed() && o.images() > 0))
+        {
             Some(Output::Grid {
                 grid_key,
                 image_keys,
@@ -232,6 +239,7 @@ impl Progress {
             images,
             text,
             seed,
+            removed: task.data_removed_at.map(when),
         }
     }
 }
@@ -352,6 +360,14 @@ pub async fn page(
             _ => "Finished",
         };
         timeline.push(fact(name, when(t)));
+    }
+    match (
+        task.data_removed_at,
+        task.expires_at(state.config.retention),
+    ) {
+        (Some(t), _) => timeline.push(fact("Images removed (retention)", when(t))),
+        (None, Some(t)) => timeline.push(fact("Images kept until (retention)", when(t))),
+        (None, None) => {}
     }
     let webhook = task.webhook.as_ref().map(|w| {
         fact(
@@ -480,7 +496,7 @@ pub async fn thumbnail(
         return Err(WebError::NotFound);
     }
     let task = own_task(&state, &user, &raw).await?;
-    let key = match (&task.output, n) {
+    let key = match (task.output.as_ref().filter(|_| !task.data_removed()), n) {
         (Some(Output::Grid { grid_key, .. }), 0) => grid_key.clone(),
         (Some(Output::Grid { image_keys, .. }), n) => {
             image_keys.get(n - 1).cloned().ok_or(WebError::NotFound)?

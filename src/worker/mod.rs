@@ -15,6 +15,8 @@
 //! is removed, and every worker loop waits on the shared `blobs::StorageHealth` before its next
 //! claim, so the queue waits instead of draining into failures.
 
+pub mod retention;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -520,6 +522,15 @@ pub async fn run_pool(ctx: WorkerContext, shutdown: CancellationToken) {
     }
     set.spawn(reaper_loop(ctx.clone(), shutdown.clone()));
     set.spawn(sweep_at_start(ctx.clone(), shutdown.clone()));
+    if let Some(retention) = ctx.config.retention {
+        set.spawn(retention::run(
+            ctx.store.clone(),
+            ctx.blobs.clone(),
+            retention,
+            ctx.config.retention_sweep_interval,
+            shutdown.clone(),
+        ));
+    }
 
     shutdown.cancelled().await;
     let drained = tokio::time::timeout(ctx.config.shutdown_timeout, async {
@@ -661,8 +672,10 @@ pub async fn sweep_orphans(
             if matches!(status, Some(TaskStatus::Starting | TaskStatus::Processing)) {
                 continue;
             }
-            // The folders a finished task's output names are kept; nothing else is.
+            // The folders a finished task's output names are kept; nothing else is, and
+            // nothing of a task whose data retention removed.
             let kept: HashSet<String> = task
+                .filter(|t| !t.data_removed())
                 .and_then(|t| t.output.as_ref())
                 .map(|output| {
                     let columns = output.to_columns();

@@ -16,6 +16,7 @@
 
 mod accounts;
 mod deliveries;
+mod retention;
 mod submit;
 mod tasks;
 mod views;

@@ -21,7 +21,7 @@ pub(super) const TASK_COLUMNS: &str =
     t.finished_at, t.grid_key, array_to_json(t.image_keys)::text AS image_keys, t.result, t.error,
     t.webhook_url, d.status AS wh_status, d.attempts AS wh_attempts,
     d.last_status_code AS wh_last_status_code, d.last_error AS wh_last_error,
-    d.next_attempt_at AS wh_next_attempt_at";
+    d.next_attempt_at AS wh_next_attempt_at, t.data_removed_at";
 
 /// The presented key (when live), then the tasks asked for (`$2`, an array of `seq`s) that are
 /// its account's, each with its delivery.

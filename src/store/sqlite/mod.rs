@@ -7,6 +7,7 @@
 
 mod accounts;
 mod deliveries;
+mod retention;
 mod tasks;
 mod views;
 mod writer;

@@ -20,7 +20,8 @@ pub(super) const TASK_COLUMNS: &str =
     t.process_mode, t.seed, t.attempts, t.created_at, t.started_at, t.finished_at,
     t.grid_key, t.image_keys, t.result, t.error, t.webhook_url,
     d.status AS wh_status, d.attempts AS wh_attempts, d.last_status_code AS wh_last_status_code,
-    d.last_error AS wh_last_error, d.next_attempt_at AS wh_next_attempt_at";
+    d.last_error AS wh_last_error, d.next_attempt_at AS wh_next_attempt_at,
+    t.data_removed_at";
 
 /// The presented key's row (when live), then the tasks asked for, each with its delivery.
 const KEY_THEN_TASKS: &str = "SELECT k.id AS key_id, k.account_id AS key_account_id,
