@@ -165,6 +165,10 @@ pub struct Config {
     /// per second, and `burst`), applied per API key and per account, on each node separately.
     /// A plan not listed is not limited; empty by default.
     pub rate_limits: std::collections::BTreeMap<String, PlanRate>,
+    /// How long a submit's first answer is replayed to requests with the same `Idempotency-Key`
+    /// (1 minute to 30 days).
+    #[serde(with = "duration")]
+    pub idempotency_ttl: Duration,
 }
 
 /// One plan's request rate limits: per API key, a sustained `rate` (requests per second, may be
@@ -207,6 +211,9 @@ pub fn default_cost(kind: OpKind) -> i64 {
 
 /// Most credits one operation may be configured to cost.
 pub const COST_MAX: i64 = 1_000_000;
+/// Shortest and longest `idempotency_ttl`.
+pub const IDEMPOTENCY_TTL_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_secs(60)..=Duration::from_secs(30 * 86_400);
 /// Shortest and longest `session_ttl`.
 pub const SESSION_TTL_RANGE: std::ops::RangeInclusive<Duration> =
     Duration::from_secs(60)..=Duration::from_secs(366 * 86_400);
@@ -272,6 +279,7 @@ impl Default for Config {
             metrics_listen: None,
             metrics_token: None,
             rate_limits: std::collections::BTreeMap::new(),
+            idempotency_ttl: Duration::from_secs(86_400),
         }
     }
 }
@@ -471,6 +479,9 @@ impl Config {
         }
         if !SESSION_TTL_RANGE.contains(&self.session_ttl) {
             bail!("configuration: session_ttl must be from 1 minute to 366 days");
+        }
+        if !IDEMPOTENCY_TTL_RANGE.contains(&self.idempotency_ttl) {
+            bail!("configuration: idempotency_ttl must be from 1 minute to 30 days");
         }
         self.min_free_space()?;
         Ok(())
@@ -809,6 +820,20 @@ mod tests {
                     ..Config::default()
                 },
                 "session_ttl",
+            ),
+            (
+                Config {
+                    idempotency_ttl: Duration::from_secs(31 * 86_400),
+                    ..Config::default()
+                },
+                "idempotency_ttl",
+            ),
+            (
+                Config {
+                    idempotency_ttl: Duration::from_secs(59),
+                    ..Config::default()
+                },
+                "idempotency_ttl",
             ),
         ] {
             let e = bad.validate().unwrap_err().to_string();

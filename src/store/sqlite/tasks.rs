@@ -9,9 +9,10 @@ use super::super::ids::TaskKey;
 use super::writer::Durability;
 use super::{to_json, SqliteStore};
 use crate::domain::TaskStatus;
+use crate::store::idempotency::{KeyedGroup, StoredAnswer, STORED_STATUS};
 use crate::store::rows::{key_and_tasks, TaskRow};
 use crate::store::{
-    chunks, now_ms, worker_lost, ClaimedRow, ClaimedTask, Ending, LiveKey, NewTask, Quota, Refused,
+    accepted_body, chunks, now_ms, worker_lost, ClaimedRow, ClaimedTask, Ending, LiveKey, NewTask, Quota, Refused,
     StoreResult, Submitted, Task, TaskIds, TaskQueue, KEY_TOUCH_EVERY_MS, RUNNING,
 };
 
@@ -310,6 +311,21 @@ impl TaskQueue for SqliteStore {
                 .await?,
         )
     }
+
+    async fn delete_expired_idempotency_keys(&self, now: i64, limit: i64) -> StoreResult<u64> {
+        self.writer
+            .call(Durability::Committed, move |conn| {
+                let n = conn
+                    .prepare_cached(
+                        "DELETE FROM idempotency_keys WHERE (account_id, idempotency_key) IN (
+                             SELECT account_id, idempotency_key FROM idempotency_keys
+                             WHERE expires_at <= ?1 ORDER BY expires_at LIMIT ?2)",
+                    )?
+                    .execute(params![now, limit])?;
+                Ok(n as u64)
+            })
+            .await
+    }
 }
 
 /// Write the final state of task `seq` if attempt `attempt` still holds it, and queue its webhook
@@ -476,7 +492,10 @@ pub(super) fn apply_submits(
             }
         }
     }
-    // The quota, in arrival order; the group's own earlier tasks count.
+    let answers = stored_answers(conn, batch, &live)?;
+    let mut keyed = KeyedGroup::default();
+    // The quota, in arrival order; the group's own earlier tasks count. A keyed submit answered
+    // from its key (a replay, a reused key, a duplicate) is not counted.
     let mut next_seq = last;
     let outcomes: Vec<Result<(i64, &str, i64), Submitted>> = batch
         .iter()
@@ -484,6 +503,12 @@ pub(super) fn apply_submits(
             let Some(account) = live.get(&w.key_hash) else {
                 return Err(Submitted::KeyNotLive);
             };
+            if let Some(idem) = &w.task.idempotency {
+                let stored = answers.get(&(account.clone(), idem.key.clone()));
+                if let Some(answer) = keyed.decide(account, idem, stored, now) {
+                    return Err(answer);
+                }
+            }
             let charged = quota
                 .admit(account, w.max_active, w.task.cost)
                 .map_err(|refused| match refused {
@@ -532,6 +557,7 @@ pub(super) fn apply_submits(
         }
         insert.execute(rusqlite::params_from_iter(values))?;
     }
+    remember_answers(conn, batch, &outcomes, &state.ids, now)?;
     // Each charge is one ledger row, and the balances move once per account.
     {
         let mut charge =
@@ -579,6 +605,82 @@ pub(super) fn apply_submits(
             Err(refused) => refused,
         })
         .collect())
+}
+
+/// The stored answers of the group's keyed submits from live keys, by (account, key). No
+/// statement runs for a group without keys.
+fn stored_answers(
+    conn: &Connection,
+    batch: &[InsertTask],
+    live: &HashMap<[u8; 32], String>,
+) -> rusqlite::Result<HashMap<(String, String), StoredAnswer>> {
+    let mut answers = HashMap::new();
+    for w in batch {
+        let (Some(idem), Some(account)) = (&w.task.idempotency, live.get(&w.key_hash)) else {
+            continue;
+        };
+        let pair = (account.clone(), idem.key.clone());
+        if answers.contains_key(&pair) {
+            continue;
+        }
+        let found = conn
+            .prepare_cached(
+                "SELECT fingerprint, task_id, status, body, expires_at FROM idempotency_keys
+                 WHERE account_id = ? AND idempotency_key = ?",
+            )?
+            .query_row(params![account, idem.key], |r| {
+                Ok(StoredAnswer {
+                    fingerprint: r.get(0)?,
+                    task_id: r.get(1)?,
+                    status: r.get(2)?,
+                    body: r.get(3)?,
+                    expires_at: r.get(4)?,
+                })
+            })
+            .optional()?;
+        if let Some(found) = found {
+            answers.insert(pair, found);
+        }
+    }
+    Ok(answers)
+}
+
+/// Store the answer of each keyed submit let in, over an expired one, in the transaction that
+/// inserts its task.
+fn remember_answers(
+    conn: &Connection,
+    batch: &[InsertTask],
+    outcomes: &[Result<(i64, &str, i64), Submitted>],
+    ids: &TaskIds,
+    now: i64,
+) -> rusqlite::Result<()> {
+    for (w, outcome) in batch.iter().zip(outcomes) {
+        let (Some(idem), Ok((seq, account, _))) = (&w.task.idempotency, outcome) else {
+            continue;
+        };
+        let task_id = ids.id(*seq);
+        conn.prepare_cached(
+            "INSERT INTO idempotency_keys (account_id, idempotency_key, fingerprint, task_id,
+                 status, body, created_at, expires_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (account_id, idempotency_key) DO UPDATE SET
+                 fingerprint = excluded.fingerprint, task_id = excluded.task_id,
+                 status = excluded.status, body = excluded.body,
+                 created_at = excluded.created_at, expires_at = excluded.expires_at
+             WHERE idempotency_keys.expires_at <= excluded.created_at",
+        )?
+        .execute(params![
+            account,
+            idem.key,
+            idem.fingerprint.as_slice(),
+            task_id.to_string(),
+            STORED_STATUS,
+            accepted_body(&task_id),
+            now,
+            now.saturating_add(idem.ttl_ms),
+        ])?;
+    }
+    Ok(())
 }
 
 /// Most tasks one `INSERT` statement takes; a group is cut into chunks of 1, 2, 4, ... of them
