@@ -32,7 +32,8 @@ if [ -n "${EASEL_TEST_POSTGRES:-}" ]; then
   echo "== the integration suites again, on PostgreSQL"
   EASEL_TEST_STORE=postgres cargo test --locked \
     --test api --test tasks --test webhooks --test reliability --test fuzz --test operations \
-    --test accounts --test dashboard --test observability --test storage_faults "$@"
+    --test accounts --test dashboard --test observability --test storage_faults \
+    --test idempotency "$@"
 fi
 
 SCHEMATHESIS_MAX_TIME="${SCHEMATHESIS_MAX_TIME:-90}" bash scripts/schemathesis.sh
