@@ -3,13 +3,15 @@
 //! shared and noisy. See docs/benchmarks.md for what each figure means.
 //!
 //! ```text
-//! bench/run [--quick] [--only submit,e2e,webhooks,retry,scale,postgres,operations,backends,listing]
+//! bench/run [--quick] [--only submit,e2e,webhooks,retry,scale,postgres,operations,backends,listing,
+//!     idempotency]
 //! ```
 //!
 //! It needs the release `easel` binary (`--easel`) and `wrk` on the PATH; bench/run provides both.
 
 mod backends;
 mod e2e;
+mod idempotency;
 mod listing;
 mod operations;
 mod postgres;
@@ -43,6 +45,7 @@ const BENCHMARKS: &[&str] = &[
     "operations",
     "backends",
     "listing",
+    "idempotency",
 ];
 
 #[derive(Parser)]
@@ -58,7 +61,7 @@ struct Args {
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/wrk"))]
     lua: PathBuf,
     /// Benchmarks to run, comma-separated (default: all): submit, e2e, webhooks, retry, scale,
-    /// postgres, operations, backends, listing.
+    /// postgres, operations, backends, listing, idempotency.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Smaller counts and shorter runs (a couple of minutes); figures are rougher.
@@ -327,6 +330,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             "scale" => scale::run(&ctx).await,
             "postgres" => postgres::run(&ctx, &args.postgres_url).await,
             "operations" => operations::run(&ctx).await,
+            "idempotency" => idempotency::run(&ctx).await,
             "backends" => backends::run(&ctx).await,
             "listing" => {
                 // On PostgreSQL too when its server answers; SQLite alone otherwise.
