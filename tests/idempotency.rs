@@ -31,13 +31,7 @@ impl Answer {
 
 /// POST `raw` (a JSON text, sent as it is) to `path` with `api_key` and, when given, the
 /// `Idempotency-Key` header as raw bytes.
-async fn send(
-    app: &TestApp,
-    api_key: &str,
-    path: &str,
-    key: Option<&[u8]>,
-    raw: &str,
-) -> Answer {
+async fn send(app: &TestApp, api_key: &str, path: &str, key: Option<&[u8]>, raw: &str) -> Answer {
     let mut req = app
         .http
         .post(app.url(path))
@@ -180,14 +174,7 @@ async fn a_malformed_idempotency_key_is_refused_with_400_and_stores_nothing() {
         let msg = refused.body["errors"][0]["msg"].as_str().unwrap();
         assert!(msg.starts_with("Idempotency-Key: "), "{msg}");
         // Authentication comes first: a key that is not live learns nothing more.
-        let stranger = send(
-            &app,
-            &revoked,
-            "/api/v1/imagine",
-            Some(bad),
-            &body,
-        )
-        .await;
+        let stranger = send(&app, &revoked, "/api/v1/imagine", Some(bad), &body).await;
         assert_eq!((stranger.status, stranger.body), (401, json!({})));
     }
     let longest = "k".repeat(255);
@@ -316,7 +303,14 @@ async fn a_duplicate_while_the_first_is_in_flight_is_409_and_may_be_retried() {
     let app = TestApp::spawn().await;
     let body = json!({"prompt": "a slow upload of a long prompt"}).to_string();
     let (key, mut first) = held_slow_submit(&app, &body).await;
-    let duplicate = send(&app, &app.key, "/api/v1/imagine", Some(key.as_bytes()), &body).await;
+    let duplicate = send(
+        &app,
+        &app.key,
+        "/api/v1/imagine",
+        Some(key.as_bytes()),
+        &body,
+    )
+    .await;
     assert_eq!(duplicate.status, 409, "{}", duplicate.body);
     assert_eq!(duplicate.code(), "idempotency_key_in_use");
     assert_eq!(duplicate.retry_after.as_deref(), Some("1"));
@@ -332,7 +326,14 @@ async fn a_duplicate_while_the_first_is_in_flight_is_409_and_may_be_retried() {
     let answer: Value = serde_json::from_str(raw.split("\r\n\r\n").nth(1).unwrap()).unwrap();
     let id = answer["task_id"].as_str().unwrap().to_string();
 
-    let retried = send(&app, &app.key, "/api/v1/imagine", Some(key.as_bytes()), &body).await;
+    let retried = send(
+        &app,
+        &app.key,
+        "/api/v1/imagine",
+        Some(key.as_bytes()),
+        &body,
+    )
+    .await;
     assert!(retried.replayed);
     assert_eq!(retried.task_id(), id);
     assert_eq!(listed(&app, &app.key).await, vec![id]);
@@ -345,7 +346,14 @@ async fn a_slow_submit_that_is_abandoned_lets_its_key_go() {
     let (key, first) = held_slow_submit(&app, &body).await;
     drop(first);
     let retried = common::wait_for(Duration::from_secs(10), || async {
-        let a = send(&app, &app.key, "/api/v1/imagine", Some(key.as_bytes()), &body).await;
+        let a = send(
+            &app,
+            &app.key,
+            "/api/v1/imagine",
+            Some(key.as_bytes()),
+            &body,
+        )
+        .await;
         (a.status != 409).then_some(a)
     })
     .await
@@ -358,15 +366,9 @@ async fn a_slow_submit_that_is_abandoned_lets_its_key_go() {
 async fn concurrent_identical_submits_with_one_key_store_exactly_one_task() {
     let app = TestApp::spawn().await;
     let body = json!({"prompt": "everyone at once"}).to_string();
-    let answers = futures::future::join_all((0..16).map(|_| {
-        send(
-            &app,
-            &app.key,
-            "/api/v1/imagine",
-            Some(b"k-crowd"),
-            &body,
-        )
-    }))
+    let answers = futures::future::join_all(
+        (0..16).map(|_| send(&app, &app.key, "/api/v1/imagine", Some(b"k-crowd"), &body)),
+    )
     .await;
     let mut firsts = Vec::new();
     let mut ids = std::collections::HashSet::new();

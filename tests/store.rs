@@ -1359,7 +1359,12 @@ async fn a_keyed_submit_stores_its_answer_and_replays_it_without_a_charge(s: &Sh
         Submitted::Replayed { .. }
     ));
     // Another account's same key is its own.
-    let theirs = queued(s, &keyed(task("fast", None), "order-1", 1, 60_000), &other_key).await;
+    let theirs = queued(
+        s,
+        &keyed(task("fast", None), "order-1", 1, 60_000),
+        &other_key,
+    )
+    .await;
     assert_ne!(theirs, id);
     assert_eq!(pending(s).await, 2);
 }
@@ -1383,7 +1388,9 @@ async fn an_expired_key_is_stored_over_and_deleted_in_batches(s: &SharedStore) {
     assert_eq!(s.delete_expired_idempotency_keys(now, 2).await.unwrap(), 0);
     // The unexpired one stays.
     assert!(matches!(
-        s.submit(&keyed(task("fast", None), "k", 2, 60_000), &key, 1000).await.unwrap(),
+        s.submit(&keyed(task("fast", None), "k", 2, 60_000), &key, 1000)
+            .await
+            .unwrap(),
         Submitted::Replayed { .. }
     ));
     assert_eq!(pending(s).await, 5);
@@ -1432,5 +1439,8 @@ async fn submits_with_one_key_at_once_store_one_task_and_the_rest_replay_or_are_
             break;
         }
     }
-    assert!(in_use, "two submits with one key in one group: one is in use");
+    assert!(
+        in_use,
+        "two submits with one key in one group: one is in use"
+    );
 }

@@ -119,8 +119,14 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
                 ),
                 "ms",
             )
-            .value(&[median(&keyed, WrkResult::p50_ms), median(&keyed, WrkResult::p99_ms)])
-            .baseline(&[median(&plain, WrkResult::p50_ms), median(&plain, WrkResult::p99_ms)]),
+            .value(&[
+                median(&keyed, WrkResult::p50_ms),
+                median(&keyed, WrkResult::p99_ms),
+            ])
+            .baseline(&[
+                median(&plain, WrkResult::p50_ms),
+                median(&plain, WrkResult::p99_ms),
+            ]),
         );
         details.push(json!({ "clients": clients, "keyed": keyed, "plain": plain }));
     }

@@ -139,7 +139,10 @@ pub fn replay(status: u16, body: String) -> Response {
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
     let mut response = (
         status,
-        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
         body,
     )
         .into_response();
@@ -195,7 +198,10 @@ mod tests {
     #[test]
     fn keys_are_one_to_255_printable_ascii_characters() {
         assert_eq!(parse(&parts(None)).unwrap(), None);
-        assert_eq!(parse(&parts(Some(b"a b~"))).unwrap().as_deref(), Some("a b~"));
+        assert_eq!(
+            parse(&parts(Some(b"a b~"))).unwrap().as_deref(),
+            Some("a b~")
+        );
         assert!(parse(&parts(Some("k".repeat(255).as_bytes()))).is_ok());
         for bad in [
             b"".to_vec(),

@@ -101,7 +101,10 @@ pub(crate) async fn submit_operation(
 enum Answer {
     Accepted(Uuid),
     /// The stored first answer to the same request with the same idempotency key.
-    Replayed { status: u16, body: String },
+    Replayed {
+        status: u16,
+        body: String,
+    },
 }
 
 /// [`submit_operation`], with the request's idempotency key if it has one.

@@ -109,7 +109,10 @@ mod tests {
             group.decide("a", &idem("k", 2), Some(&stored(1, 10)), 5),
             Some(Submitted::IdempotencyKeyReused)
         );
-        assert_eq!(group.decide("a", &idem("k", 2), Some(&stored(1, 10)), 10), None);
+        assert_eq!(
+            group.decide("a", &idem("k", 2), Some(&stored(1, 10)), 10),
+            None
+        );
     }
 
     #[test]

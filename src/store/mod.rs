@@ -10,8 +10,8 @@
 //! transaction that writes its final state (the outbox). The rules that can be stated without SQL
 //! live in [`model`], once; the SQL lives in each implementation.
 
-mod ids;
 mod idempotency;
+mod ids;
 mod model;
 pub mod postgres;
 mod rows;
@@ -24,8 +24,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-pub use ids::TaskIds;
 pub use idempotency::{accepted_body, Idempotency};
+pub use ids::TaskIds;
 pub use model::*;
 
 use crate::config::Config;

@@ -17,8 +17,8 @@ use uuid::Uuid;
 use super::QUEUE_CHANNEL;
 use crate::store::idempotency::{KeyedGroup, StoredAnswer};
 use crate::store::{
-    accepted_body, now_ms, Idempotency, NewTask, Quota, Refused, StoreError, StoreResult, Submitted, TaskIds,
-    KEY_TOUCH_EVERY_MS,
+    accepted_body, now_ms, Idempotency, NewTask, Quota, Refused, StoreError, StoreResult,
+    Submitted, TaskIds, KEY_TOUCH_EVERY_MS,
 };
 
 /// Most submits one transaction takes.
@@ -345,16 +345,18 @@ async fn stored_answers(
     .await?;
     Ok(found
         .into_iter()
-        .map(|(account, key, fingerprint, task_id, status, body, expires_at)| {
-            let answer = StoredAnswer {
-                fingerprint,
-                task_id,
-                status: i64::from(status),
-                body,
-                expires_at,
-            };
-            ((account, key), answer)
-        })
+        .map(
+            |(account, key, fingerprint, task_id, status, body, expires_at)| {
+                let answer = StoredAnswer {
+                    fingerprint,
+                    task_id,
+                    status: i64::from(status),
+                    body,
+                    expires_at,
+                };
+                ((account, key), answer)
+            },
+        )
         .collect())
 }
 

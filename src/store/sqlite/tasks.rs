@@ -12,8 +12,8 @@ use crate::domain::TaskStatus;
 use crate::store::idempotency::{KeyedGroup, StoredAnswer, STORED_STATUS};
 use crate::store::rows::{key_and_tasks, TaskRow};
 use crate::store::{
-    accepted_body, chunks, now_ms, worker_lost, ClaimedRow, ClaimedTask, Ending, LiveKey, NewTask, Quota, Refused,
-    StoreResult, Submitted, Task, TaskIds, TaskQueue, KEY_TOUCH_EVERY_MS, RUNNING,
+    accepted_body, chunks, now_ms, worker_lost, ClaimedRow, ClaimedTask, Ending, LiveKey, NewTask,
+    Quota, Refused, StoreResult, Submitted, Task, TaskIds, TaskQueue, KEY_TOUCH_EVERY_MS, RUNNING,
 };
 
 pub(super) const TASK_COLUMNS: &str =
@@ -52,7 +52,7 @@ impl TaskQueue for SqliteStore {
         let submitted = self
             .writer
             .submit(InsertTask {
-                task: task.clone(),
+                task: Box::new(task.clone()),
                 key_hash: *key_hash,
                 max_active,
             })
@@ -426,7 +426,8 @@ fn complete_in_tx(
 /// A submit, for the writer's group of submits: insert unless the account already has
 /// `max_active` tasks queued or running.
 pub(super) struct InsertTask {
-    task: NewTask,
+    /// Boxed: the writer's queue of jobs is as large as its largest job.
+    task: Box<NewTask>,
     key_hash: [u8; 32],
     max_active: u32,
 }
@@ -527,7 +528,7 @@ pub(super) fn apply_submits(
         .filter_map(|(w, o)| {
             o.as_ref()
                 .ok()
-                .map(|&(seq, account, charged)| (&w.task, seq, account, charged))
+                .map(|&(seq, account, charged)| (&*w.task, seq, account, charged))
         })
         .collect();
     for (k, chunk) in chunks(&rows, INSERT_CHUNK_MAX) {
