@@ -1,6 +1,7 @@
 //! Benchmark `idempotency`: durable `POST /api/v1/imagine` on the SQLite store with workers
 //! stopped, each request with an `Idempotency-Key` of its own, against the same submits without
-//! one, on the same server, back to back. The goal: keyed submits at 0.8x or more.
+//! one, on the same server, back to back. Both are made by bench/wrk/submit_idempotent.lua, so
+//! that wrk spends the same on each request. The goal: keyed submits at 0.8x or more.
 
 use std::time::Duration;
 
@@ -57,7 +58,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
             "  {clients} clients: without and with keys, {ROUNDS} runs of each ({secs} s each)"
         );
         ctx.wrk
-            .run("submit.lua", &url, clients, warmup, &plain_env)
+            .run("submit_idempotent.lua", &url, clients, warmup, &plain_env)
             .await?;
         ctx.wrk
             .run(
@@ -83,7 +84,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
                 } else {
                     let r = ctx
                         .wrk
-                        .run("submit.lua", &url, clients, secs, &plain_env)
+                        .run("submit_idempotent.lua", &url, clients, secs, &plain_env)
                         .await?;
                     check(&r, "easel")?;
                     plain.push(r);

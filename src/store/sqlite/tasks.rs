@@ -12,8 +12,9 @@ use crate::domain::TaskStatus;
 use crate::store::idempotency::{KeyedGroup, StoredAnswer, STORED_STATUS};
 use crate::store::rows::{key_and_tasks, TaskRow};
 use crate::store::{
-    accepted_body, chunks, now_ms, worker_lost, ClaimedRow, ClaimedTask, Ending, LiveKey, NewTask,
-    Quota, Refused, StoreResult, Submitted, Task, TaskIds, TaskQueue, KEY_TOUCH_EVERY_MS, RUNNING,
+    accepted_body, chunks, now_ms, worker_lost, ClaimedRow, ClaimedTask, Ending, Idempotency,
+    LiveKey, NewTask, Quota, Refused, StoreResult, Submitted, Task, TaskIds, TaskQueue,
+    KEY_TOUCH_EVERY_MS, RUNNING,
 };
 
 pub(super) const TASK_COLUMNS: &str =
@@ -647,7 +648,7 @@ fn stored_answers(
 }
 
 /// Store the answer of each keyed submit let in, over an expired one, in the transaction that
-/// inserts its task.
+/// inserts its task; several rows per statement, as the tasks.
 fn remember_answers(
     conn: &Connection,
     batch: &[InsertTask],
@@ -655,34 +656,67 @@ fn remember_answers(
     ids: &TaskIds,
     now: i64,
 ) -> rusqlite::Result<()> {
-    for (w, outcome) in batch.iter().zip(outcomes) {
-        let (Some(idem), Ok((seq, account, _))) = (&w.task.idempotency, outcome) else {
-            continue;
-        };
-        let task_id = ids.id(*seq);
-        conn.prepare_cached(
-            "INSERT INTO idempotency_keys (account_id, idempotency_key, fingerprint, task_id,
-                 status, body, created_at, expires_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT (account_id, idempotency_key) DO UPDATE SET
-                 fingerprint = excluded.fingerprint, task_id = excluded.task_id,
-                 status = excluded.status, body = excluded.body,
-                 created_at = excluded.created_at, expires_at = excluded.expires_at
-             WHERE idempotency_keys.expires_at <= excluded.created_at",
-        )?
-        .execute(params![
-            account,
-            idem.key,
-            idem.fingerprint.as_slice(),
-            task_id.to_string(),
-            STORED_STATUS,
-            accepted_body(&task_id),
-            now,
-            now.saturating_add(idem.ttl_ms),
-        ])?;
+    type Answer<'a> = (&'a str, &'a Idempotency, String, String, i64);
+    let rows: Vec<Answer> = batch
+        .iter()
+        .zip(outcomes)
+        .filter_map(|(w, outcome)| {
+            let (Some(idem), Ok((seq, account, _))) = (&w.task.idempotency, outcome) else {
+                return None;
+            };
+            let task_id = ids.id(*seq);
+            let expires_at = now.saturating_add(idem.ttl_ms);
+            Some((
+                *account,
+                idem,
+                task_id.to_string(),
+                accepted_body(&task_id),
+                expires_at,
+            ))
+        })
+        .collect();
+    for (k, chunk) in chunks(&rows, INSERT_CHUNK_MAX) {
+        let mut insert = conn.prepare_cached(&REMEMBER_ANSWERS[k])?;
+        let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 8);
+        let fingerprints: Vec<&[u8]> = chunk.iter().map(|r| r.1.fingerprint.as_slice()).collect();
+        for ((account, idem, task_id, body, expires_at), fingerprint) in
+            chunk.iter().zip(&fingerprints)
+        {
+            values.extend_from_slice(&[
+                account as &dyn rusqlite::ToSql,
+                &idem.key,
+                fingerprint,
+                task_id,
+                &STORED_STATUS,
+                body,
+                &now,
+                expires_at,
+            ]);
+        }
+        insert.execute(rusqlite::params_from_iter(values))?;
     }
     Ok(())
 }
+
+/// The `INSERT` of 2^k idempotency keys' answers at index k, over expired ones.
+static REMEMBER_ANSWERS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+    let row = "(?, ?, ?, ?, ?, ?, ?, ?)";
+    (0..=INSERT_CHUNK_MAX.ilog2())
+        .map(|k| {
+            format!(
+                "INSERT INTO idempotency_keys (account_id, idempotency_key, fingerprint, task_id,
+                     status, body, created_at, expires_at)
+                 VALUES {}
+                 ON CONFLICT (account_id, idempotency_key) DO UPDATE SET
+                     fingerprint = excluded.fingerprint, task_id = excluded.task_id,
+                     status = excluded.status, body = excluded.body,
+                     created_at = excluded.created_at, expires_at = excluded.expires_at
+                 WHERE idempotency_keys.expires_at <= excluded.created_at",
+                vec![row; 1 << k].join(", ")
+            )
+        })
+        .collect()
+});
 
 /// Most tasks one `INSERT` statement takes; a group is cut into chunks of 1, 2, 4, ... of them
 /// (`store::chunks`), so the writer's statement cache holds one statement per chunk size.
