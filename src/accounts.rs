@@ -200,8 +200,8 @@ pub async fn sign_in_succeeded(store: &dyn Store, email: &str) -> StoreResult<()
 /// How often expired sessions are deleted.
 const SWEEP_EVERY: Duration = Duration::from_secs(600);
 
-/// Delete expired sessions every [`SWEEP_EVERY`] until `stop` (lookups refuse them anyway; this
-/// keeps the table small). Every API node runs it; the deletes are idempotent.
+/// Delete expired sessions (and idempotency keys) every [`SWEEP_EVERY`] until `stop` (lookups
+/// refuse them anyway; this keeps the tables small). Every API node runs it; the deletes are idempotent.
 pub async fn sweep_sessions(store: SharedStore, stop: CancellationToken) {
     loop {
         tokio::select! {
@@ -213,6 +213,8 @@ pub async fn sweep_sessions(store: SharedStore, stop: CancellationToken) {
             Ok(n) => tracing::debug!(sessions = n, "expired sessions deleted"),
             Err(e) => tracing::warn!(error = %e, "could not delete expired sessions"),
         }
+        // Expired idempotency keys ride on the same sweep.
+        crate::api::idempotency::forget_expired(store.as_ref(), &stop).await;
     }
 }
 

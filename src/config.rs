@@ -175,6 +175,10 @@ pub struct Config {
     /// How often a worker node looks for tasks whose data has expired (with `retention` set).
     #[serde(with = "duration")]
     pub retention_sweep_interval: Duration,
+    /// How long a submit's first answer is replayed to requests with the same `Idempotency-Key`
+    /// (1 minute to 30 days).
+    #[serde(with = "duration")]
+    pub idempotency_ttl: Duration,
 }
 
 /// One plan's request rate limits: per API key, a sustained `rate` (requests per second, may be
@@ -217,6 +221,9 @@ pub fn default_cost(kind: OpKind) -> i64 {
 
 /// Most credits one operation may be configured to cost.
 pub const COST_MAX: i64 = 1_000_000;
+/// Shortest and longest `idempotency_ttl`.
+pub const IDEMPOTENCY_TTL_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_secs(60)..=Duration::from_secs(30 * 86_400);
 /// Shortest and longest `session_ttl`.
 pub const SESSION_TTL_RANGE: std::ops::RangeInclusive<Duration> =
     Duration::from_secs(60)..=Duration::from_secs(366 * 86_400);
@@ -284,6 +291,7 @@ impl Default for Config {
             rate_limits: std::collections::BTreeMap::new(),
             retention: None,
             retention_sweep_interval: Duration::from_secs(60),
+            idempotency_ttl: Duration::from_secs(86_400),
         }
     }
 }
@@ -486,6 +494,9 @@ impl Config {
         }
         if self.retention.is_some_and(|r| r.is_zero()) || self.retention_sweep_interval.is_zero() {
             bail!("configuration: retention and retention_sweep_interval must be non-zero");
+        }
+        if !IDEMPOTENCY_TTL_RANGE.contains(&self.idempotency_ttl) {
+            bail!("configuration: idempotency_ttl must be from 1 minute to 30 days");
         }
         self.min_free_space()?;
         Ok(())
@@ -863,6 +874,20 @@ mod tests {
                     ..Config::default()
                 },
                 "session_ttl",
+            ),
+            (
+                Config {
+                    idempotency_ttl: Duration::from_secs(31 * 86_400),
+                    ..Config::default()
+                },
+                "idempotency_ttl",
+            ),
+            (
+                Config {
+                    idempotency_ttl: Duration::from_secs(59),
+                    ..Config::default()
+                },
+                "idempotency_ttl",
             ),
         ] {
             let e = bad.validate().unwrap_err().to_string();

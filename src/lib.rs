@@ -133,6 +133,7 @@ impl Application {
             content_policy: content_policy.clone(),
             shutdown: CancellationToken::new(),
             rate_limits: ratelimit::RateLimits::new(&config.rate_limits),
+            idempotency: Default::default(),
         });
         let worker = WorkerContext {
             store: store.clone(),

@@ -95,6 +95,9 @@ conformance!(
     upkeep_reads_tasks_by_id_whatever_their_account_with_their_output,
     a_cancel_ends_a_queued_or_claimed_task_once_refunds_it_and_fences_out_its_worker,
     expired_tasks_are_final_ones_oldest_first_until_their_data_is_marked_removed,
+    a_keyed_submit_stores_its_answer_and_replays_it_without_a_charge,
+    an_expired_key_is_stored_over_and_deleted_in_batches,
+    submits_with_one_key_at_once_store_one_task_and_the_rest_replay_or_are_in_use,
 );
 
 fn task(mode: &str, webhook: Option<&str>) -> NewTask {
@@ -1503,4 +1506,150 @@ async fn expired_tasks_are_final_ones_oldest_first_until_their_data_is_marked_re
         other => panic!("an inpaint's parameters stay readable: {other:?}"),
     }
     assert_eq!(tasks[2].data_removed_at, None);
+}
+
+// Idempotency keys: the rules both stores decide in the submit's transaction.
+
+fn keyed(t: NewTask, key: &str, fingerprint: u8, ttl_ms: i64) -> NewTask {
+    NewTask {
+        idempotency: Some(easel::store::Idempotency {
+            key: key.into(),
+            fingerprint: [fingerprint; 32],
+            ttl_ms,
+        }),
+        ..t
+    }
+}
+
+async fn pending(s: &SharedStore) -> i64 {
+    let counts = s.task_counts().await.unwrap();
+    counts
+        .iter()
+        .find(|(status, _)| status == "pending")
+        .map_or(0, |(_, n)| *n)
+}
+
+async fn a_keyed_submit_stores_its_answer_and_replays_it_without_a_charge(s: &SharedStore) {
+    let (account, key) = funded(s, "i@example.com", Some(10)).await;
+    let (_, other_key) = funded(s, "j@example.com", None).await;
+    let costly = |fingerprint| {
+        keyed(
+            NewTask {
+                cost: 3,
+                ..task("fast", None)
+            },
+            "order-1",
+            fingerprint,
+            60_000,
+        )
+    };
+    let id = queued(s, &costly(1), &key).await;
+    for _ in 0..2 {
+        assert_eq!(
+            s.submit(&costly(1), &key, 1000).await.unwrap(),
+            Submitted::Replayed {
+                task_id: id.to_string(),
+                status: 200,
+                body: easel::store::accepted_body(&id),
+            }
+        );
+    }
+    assert_eq!(
+        s.submit(&costly(2), &key, 1000).await.unwrap(),
+        Submitted::IdempotencyKeyReused
+    );
+    // Replays are not charged and do not count in the quota: the account is at its one task.
+    assert_eq!(
+        s.account_by_id(&account).await.unwrap().unwrap().credits,
+        Some(7)
+    );
+    assert!(matches!(
+        s.submit(&costly(1), &key, 1).await.unwrap(),
+        Submitted::Replayed { .. }
+    ));
+    // Another account's same key is its own.
+    let theirs = queued(
+        s,
+        &keyed(task("fast", None), "order-1", 1, 60_000),
+        &other_key,
+    )
+    .await;
+    assert_ne!(theirs, id);
+    assert_eq!(pending(s).await, 2);
+}
+
+async fn an_expired_key_is_stored_over_and_deleted_in_batches(s: &SharedStore) {
+    let (_, key) = funded(s, "e@example.com", None).await;
+    // A time to live of 0 expires at once.
+    let first = queued(s, &keyed(task("fast", None), "k", 1, 0), &key).await;
+    let second = queued(s, &keyed(task("fast", None), "k", 2, 60_000), &key).await;
+    assert_ne!(first, second);
+    assert!(matches!(
+        s.submit(&keyed(task("fast", None), "k", 2, 60_000), &key, 1000).await.unwrap(),
+        Submitted::Replayed { task_id, .. } if task_id == second.to_string()
+    ));
+    for name in ["a", "b", "c"] {
+        queued(s, &keyed(task("fast", None), name, 1, 0), &key).await;
+    }
+    let now = easel::store::now_ms() + 1;
+    assert_eq!(s.delete_expired_idempotency_keys(now, 2).await.unwrap(), 2);
+    assert_eq!(s.delete_expired_idempotency_keys(now, 2).await.unwrap(), 1);
+    assert_eq!(s.delete_expired_idempotency_keys(now, 2).await.unwrap(), 0);
+    // The unexpired one stays.
+    assert!(matches!(
+        s.submit(&keyed(task("fast", None), "k", 2, 60_000), &key, 1000)
+            .await
+            .unwrap(),
+        Submitted::Replayed { .. }
+    ));
+    assert_eq!(pending(s).await, 5);
+}
+
+async fn submits_with_one_key_at_once_store_one_task_and_the_rest_replay_or_are_in_use(
+    s: &SharedStore,
+) {
+    let (_, key) = funded(s, "d@example.com", None).await;
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..32 {
+        let s = s.clone();
+        calls.spawn(async move {
+            let t = keyed(task("fast", None), "crowd", 1, 60_000);
+            s.submit(&t, &key, 1000).await.unwrap()
+        });
+    }
+    let mut queued_ids = Vec::new();
+    let mut replayed = Vec::new();
+    while let Some(done) = calls.join_next().await {
+        match done.unwrap() {
+            Submitted::Queued { task_id, .. } => queued_ids.push(task_id.to_string()),
+            Submitted::Replayed { task_id, .. } => replayed.push(task_id),
+            Submitted::IdempotencyKeyInUse => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(queued_ids.len(), 1, "one task: {queued_ids:?}");
+    assert!(replayed.iter().all(|id| *id == queued_ids[0]));
+    assert_eq!(pending(s).await, 1);
+    // The same key twice in one group: the second is a concurrent duplicate. Groups are what
+    // arrives together, so this is tried until two land in one (the first is then stored).
+    let mut in_use = false;
+    for round in 0..50 {
+        let name = format!("pair-{round}");
+        let t = keyed(task("fast", None), &name, 1, 60_000);
+        let (a, b) = tokio::join!(s.submit(&t, &key, 1000), s.submit(&t, &key, 1000));
+        let outcomes = [a.unwrap(), b.unwrap()];
+        let queued_n = outcomes
+            .iter()
+            .filter(|o| matches!(o, Submitted::Queued { .. }))
+            .count();
+        assert_eq!(queued_n, 1, "{outcomes:?}");
+        if outcomes.contains(&Submitted::IdempotencyKeyInUse) {
+            in_use = true;
+            break;
+        }
+    }
+    assert!(
+        in_use,
+        "two submits with one key in one group: one is in use"
+    );
 }

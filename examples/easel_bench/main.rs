@@ -3,13 +3,15 @@
 //! shared and noisy. See docs/benchmarks.md for what each figure means.
 //!
 //! ```text
-//! bench/run [--quick] [--only submit,e2e,webhooks,retry,scale,postgres,operations,backends,listing,wait]
+//! bench/run [--quick] [--only submit,e2e,webhooks,retry,scale,postgres,operations,backends,listing,
+//!     wait,idempotency]
 //! ```
 //!
 //! It needs the release `easel` binary (`--easel`) and `wrk` on the PATH; bench/run provides both.
 
 mod backends;
 mod e2e;
+mod idempotency;
 mod listing;
 mod operations;
 mod postgres;
@@ -45,6 +47,7 @@ const BENCHMARKS: &[&str] = &[
     "backends",
     "listing",
     "wait",
+    "idempotency",
 ];
 
 #[derive(Parser)]
@@ -60,7 +63,7 @@ struct Args {
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/wrk"))]
     lua: PathBuf,
     /// Benchmarks to run, comma-separated (default: all): submit, e2e, webhooks, retry, scale,
-    /// postgres, operations, backends, listing, wait.
+    /// postgres, operations, backends, listing, wait, idempotency.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Smaller counts and shorter runs (a couple of minutes); figures are rougher.
@@ -329,6 +332,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             "scale" => scale::run(&ctx).await,
             "postgres" => postgres::run(&ctx, &args.postgres_url).await,
             "operations" => operations::run(&ctx).await,
+            "idempotency" => idempotency::run(&ctx).await,
             "backends" => backends::run(&ctx).await,
             "listing" => {
                 // On PostgreSQL too when its server answers; SQLite alone otherwise.

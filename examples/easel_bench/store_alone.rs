@@ -77,6 +77,7 @@ pub async fn submits(
                         webhook_url: None,
                         webhook_secret: None,
                         cost: 0,
+                        idempotency: None,
                     };
                     let done = store.submit(&task, &key_hash, u32::MAX).await?;
                     anyhow::ensure!(

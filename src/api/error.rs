@@ -41,6 +41,16 @@ pub enum ApiError {
     RateLimited(crate::ratelimit::Refusal),
     #[error("internal error: {0}")]
     Internal(anyhow::Error),
+    /// 422 `idempotency_key_reused`: the key's first answer was to another request.
+    #[error(
+        "Idempotency-Key: this key was used for a different request (another operation or \
+         body) within its time to live; send this request with a new key"
+    )]
+    IdempotencyKeyReused,
+    /// 409 `idempotency_key_in_use`, with `Retry-After: 1`: a request with the same account and
+    /// key is being handled.
+    #[error("Idempotency-Key: a request with this key is in progress; retry it shortly")]
+    IdempotencyKeyInUse,
 }
 
 impl ApiError {
@@ -74,6 +84,10 @@ impl ApiError {
             ApiError::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::RateLimited(_) => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
+            ApiError::IdempotencyKeyReused => {
+                (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused")
+            }
+            ApiError::IdempotencyKeyInUse => (StatusCode::CONFLICT, "idempotency_key_in_use"),
         }
     }
 }
@@ -136,6 +150,11 @@ impl IntoResponse for ApiError {
                 header::RETRY_AFTER,
                 HeaderValue::from_str(&retry_after_secs.to_string()).expect("digits"),
             );
+        }
+        if let ApiError::IdempotencyKeyInUse = &self {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         response
     }

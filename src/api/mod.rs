@@ -5,6 +5,7 @@ mod account;
 mod error;
 mod files;
 mod health;
+pub mod idempotency;
 pub(crate) mod json;
 pub mod record;
 pub(crate) mod submit;
@@ -98,6 +99,8 @@ pub struct Shared {
     pub shutdown: CancellationToken,
     /// The request rate limits by plan (`rate_limits`), checked where the key is read.
     pub rate_limits: crate::ratelimit::RateLimits,
+    /// The submits with an `Idempotency-Key` in flight on this node.
+    pub idempotency: Arc<idempotency::InFlight>,
 }
 
 /// The OpenAPI 3 document of this API, served at `/api/v1/openapi.json`.

@@ -11,6 +11,7 @@ use base64::Engine;
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::idempotency::{self, KeyHeader};
 use super::json::{task_id, JsonObject};
 use super::record::task_record;
 use super::{access, wait, ApiError, AppState};
@@ -22,7 +23,7 @@ use crate::domain::{AspectRatio, OpKind, Operation, ProcessMode, Prompt, Shape};
 use crate::generate::ops::{important_words, mask_redraws};
 use crate::generate::raster::decode_png;
 use crate::generate::Generator;
-use crate::store::{NewTask, Submitted, Task};
+use crate::store::{Idempotency, NewTask, Submitted, Task};
 use crate::webhooks::ssrf::validate_webhook_url;
 
 /// Most characters of a `webhook_secret`.
@@ -42,12 +43,14 @@ pub struct Accepted {
 }
 
 /// `POST /api/v1/{operation}`: validate, resolve the parent, store durably, answer with the id;
-/// with `Prefer: wait`, answer the task's record once it has ended or the wait is over.
+/// or, for a request whose `Idempotency-Key` has an answer stored, that answer again; with
+/// `Prefer: wait`, answer the task's record once it has ended or the wait is over.
 pub async fn submit(
     State(state): State<AppState>,
     path: MatchedPath,
     headers: HeaderMap,
     key: PresentedKey,
+    idempotency: KeyHeader,
     body: Result<JsonObject, ApiError>,
 ) -> Result<Response, ApiError> {
     let kind = path
@@ -62,7 +65,42 @@ pub async fn submit(
             return Err(e);
         }
     };
-    let task_id = submit_operation(&state, kind, &key, body).await?;
+    // Held until the store has answered, and let go on every way out of this function.
+    let held = match idempotency {
+        KeyHeader::Absent => None,
+        KeyHeader::Held(held) => Some(held),
+        refused @ (KeyHeader::Invalid(_) | KeyHeader::InUse) => {
+            // Only a live key learns what was wrong with its request.
+            key.confirm(&state).await?;
+            return Err(match refused {
+                KeyHeader::Invalid(e) => e,
+                _ => ApiError::IdempotencyKeyInUse,
+            });
+        }
+    };
+    let keyed = match (&held, &body) {
+        (Some(held), Ok(body)) => Some(Idempotency {
+            key: held.key().to_string(),
+            fingerprint: idempotency::fingerprint(kind, &body.0),
+            ttl_ms: state.config.idempotency_ttl.as_millis() as i64,
+        }),
+        _ => None,
+    };
+    let answer = submit_keyed(&state, kind, &key, body, keyed).await;
+    // The store has answered: a duplicate may come now, and will be replayed. A wait below
+    // does not hold the key.
+    drop(held);
+    let (task_id, replayed) = match answer? {
+        Answer::Accepted(task_id) => (task_id, None),
+        Answer::Replayed {
+            task_id,
+            status,
+            body,
+        } => match (task_id, wait) {
+            (Some(task_id), Some(_)) => (task_id, Some(())),
+            _ => return Ok(idempotency::replay(status, body)),
+        },
+    };
     let accepted = || Json(Accepted { task_id }).into_response();
     let Some(secs) = wait else {
         return Ok(accepted());
@@ -73,11 +111,19 @@ pub async fn submit(
         _ => return Ok(accepted()),
     };
     let task = wait::until_ended(&state, &key, &task_id, task, secs).await;
-    Ok((
+    let mut response = (
         [wait::applied(secs)],
         Json(task_record(&task, &state.blobs, state.config.retention)),
     )
-        .into_response())
+        .into_response();
+    if replayed.is_some() {
+        // A replay that waits answers the record as a first request would, marked as a replay.
+        response.headers_mut().insert(
+            idempotency::REPLAYED,
+            axum::http::HeaderValue::from_static("true"),
+        );
+    }
+    Ok(response)
 }
 
 /// What a submit of `kind` does with its body, for the API and the dashboard's playground
@@ -88,6 +134,34 @@ pub(crate) async fn submit_operation(
     key: &PresentedKey,
     body: Result<JsonObject, ApiError>,
 ) -> Result<Uuid, ApiError> {
+    match submit_keyed(state, kind, key, body, None).await? {
+        Answer::Accepted(task_id) => Ok(task_id),
+        Answer::Replayed { .. } => Err(ApiError::Internal(anyhow::anyhow!(
+            "a submit without an idempotency key was answered with a replay"
+        ))),
+    }
+}
+
+/// How a submit was answered.
+enum Answer {
+    Accepted(Uuid),
+    /// The stored first answer to the same request with the same idempotency key.
+    Replayed {
+        /// The task the first request made.
+        task_id: Option<Uuid>,
+        status: u16,
+        body: String,
+    },
+}
+
+/// [`submit_operation`], with the request's idempotency key if it has one.
+async fn submit_keyed(
+    state: &AppState,
+    kind: OpKind,
+    key: &PresentedKey,
+    body: Result<JsonObject, ApiError>,
+    idempotency: Option<Idempotency>,
+) -> Result<Answer, ApiError> {
     let draft = body.and_then(|body| {
         if !state.pool.supports(kind) {
             return Err(ApiError::BadRequest {
@@ -117,12 +191,14 @@ pub(crate) async fn submit_operation(
             Some((field, parent.ok_or(ApiError::TaskNotFound)?))
         }
     };
-    let task = draft.resolve(state, key, parent).await?;
+    let mut task = draft.resolve(state, key, parent).await?;
+    task.idempotency = idempotency;
     accept(state, key, &task).await
 }
 
-/// Store `task` for `key`'s account and answer with its id.
-async fn accept(state: &AppState, key: &PresentedKey, task: &NewTask) -> Result<Uuid, ApiError> {
+/// Store `task` for `key`'s account and answer with its id, or with the stored answer of its
+/// idempotency key.
+async fn accept(state: &AppState, key: &PresentedKey, task: &NewTask) -> Result<Answer, ApiError> {
     if state.shutdown.is_cancelled() {
         return Err(ApiError::Unavailable {
             msg: "the server is shutting down; try again shortly".into(),
@@ -157,11 +233,28 @@ async fn accept(state: &AppState, key: &PresentedKey, task: &NewTask) -> Result<
                 retry_after_secs: 10,
             })
         }
+        Submitted::Replayed {
+            task_id,
+            status,
+            body,
+        } => {
+            let task_id = Uuid::try_parse(&task_id).ok();
+            if let Some(id) = task_id {
+                access::note_task(id);
+            }
+            return Ok(Answer::Replayed {
+                task_id,
+                status,
+                body,
+            });
+        }
+        Submitted::IdempotencyKeyReused => return Err(ApiError::IdempotencyKeyReused),
+        Submitted::IdempotencyKeyInUse => return Err(ApiError::IdempotencyKeyInUse),
     };
     // The request's own line ("request done", with the task id) says it was accepted; a second
     // line per submit at `info` cost about as much as the first.
     tracing::debug!(mode = task.process_mode, "task accepted");
-    Ok(id)
+    Ok(Answer::Accepted(id))
 }
 
 /// `index` as clients send it: an integer or a string, a number 1..=4 or a strength.
@@ -559,6 +652,7 @@ impl Draft {
             webhook_url: self.webhook_url,
             webhook_secret: self.webhook_secret,
             cost: state.config.cost(kind),
+            idempotency: None,
         })
     }
 }

@@ -11,6 +11,7 @@
 //! live in [`model`], once; the SQL lives in each implementation.
 
 mod ends;
+mod idempotency;
 mod ids;
 mod model;
 pub mod postgres;
@@ -25,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 pub use ends::{TaskEnds, TaskWatch};
+pub use idempotency::{accepted_body, Idempotency};
 pub use ids::TaskIds;
 pub use model::*;
 
@@ -154,6 +156,11 @@ pub trait TaskQueue: Send + Sync {
 
     /// Counts of tasks by status.
     async fn task_counts(&self) -> StoreResult<Vec<(String, i64)>>;
+
+    /// Forget at most `limit` idempotency keys whose answers expired at or before `now`, oldest
+    /// first; how many were forgotten. Lookups ignore expired keys anyway; this keeps the table
+    /// as small as the keys' time to live.
+    async fn delete_expired_idempotency_keys(&self, now: i64, limit: i64) -> StoreResult<u64>;
 }
 
 /// The webhook outbox: claim due deliveries with a lease, record attempts fenced by the attempt

@@ -26,6 +26,8 @@ pub struct NewTask {
     /// Credits the submit takes from an account that has a balance; given
     /// back if the task fails. Accounts with unlimited credits are charged nothing.
     pub cost: i64,
+    /// The request's `Idempotency-Key`, when it has one: decided in the submit's transaction.
+    pub idempotency: Option<super::Idempotency>,
 }
 
 impl NewTask {
@@ -45,6 +47,18 @@ pub enum Submitted {
     KeyNotLive,
     /// Nothing stored: the account's balance is below the task's cost.
     InsufficientCredits,
+    /// Nothing stored: an unexpired first answer with this idempotency key and the same
+    /// request, to be sent again as it was.
+    Replayed {
+        task_id: String,
+        status: u16,
+        body: String,
+    },
+    /// Nothing stored: the idempotency key's first answer was to another request.
+    IdempotencyKeyReused,
+    /// Nothing stored: a submit with the same account and idempotency key is being stored in
+    /// the same transaction; this one may be retried.
+    IdempotencyKeyInUse,
 }
 
 /// A task as stored, with the state of its webhook delivery if it has a webhook.

@@ -64,6 +64,7 @@ pub fn new_task(mode: &str, priority: i64) -> easel::store::NewTask {
         webhook_url: None,
         webhook_secret: None,
         cost: 0,
+        idempotency: None,
     }
 }
 

@@ -12,11 +12,13 @@ use std::sync::Arc;
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
 use super::QUEUE_CHANNEL;
+use crate::store::idempotency::{KeyedGroup, StoredAnswer};
 use crate::store::{
-    now_ms, NewTask, Quota, Refused, StoreError, StoreResult, Submitted, TaskIds,
-    KEY_TOUCH_EVERY_MS,
+    accepted_body, now_ms, Idempotency, NewTask, Quota, Refused, StoreError, StoreResult,
+    Submitted, TaskIds, KEY_TOUCH_EVERY_MS,
 };
 
 /// Most submits one transaction takes.
@@ -162,6 +164,10 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
         quota.set(&account, active, credits);
         accounts.insert(hash, account);
     }
+    // Read after the accounts' rows are locked, so an earlier group's committed answer is seen.
+    let answers = stored_answers(&mut tx, group, &accounts).await?;
+    let mut keyed = KeyedGroup::default();
+    let mut remembered = Answers::default();
     let mut rows = Rows::default();
     let mut outcomes = Vec::with_capacity(group.len());
     for (job, seq) in group.iter().zip(seqs) {
@@ -169,6 +175,13 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
             outcomes.push(Submitted::KeyNotLive);
             continue;
         };
+        if let Some(idem) = &job.task.idempotency {
+            let stored = answers.get(&(account.clone(), idem.key.clone()));
+            if let Some(answer) = keyed.decide(account, idem, stored, now) {
+                outcomes.push(answer);
+                continue;
+            }
+        }
         let charged = match quota.admit(account, job.max_active, job.task.cost) {
             Ok(charged) => charged,
             Err(Refused::Quota) => {
@@ -181,6 +194,9 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
             }
         };
         rows.push(seq, account, &job.task, charged);
+        if let Some(idem) = &job.task.idempotency {
+            remembered.push(account, idem, &ids.id(seq), now);
+        }
         outcomes.push(Submitted::Queued {
             account_id: account.to_string(),
             task_id: ids.id(seq),
@@ -201,9 +217,50 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
         .iter()
         .map(|a| charged.get(a.as_str()).copied().unwrap_or(0))
         .collect();
-    // Data-modifying CTEs run whether or not the final SELECT reads them.
-    sqlx::query(
-        "WITH inserted AS (
+    // Data-modifying CTEs run whether or not the final SELECT reads them. Groups without keyed
+    // submits run the statement without the idempotency keys' part.
+    let statement = if remembered.key.is_empty() {
+        SUBMIT
+    } else {
+        SUBMIT_REMEMBERING.as_str()
+    };
+    let done: (i64,) = sqlx::query_as(statement)
+        .bind(&rows.seq)
+        .bind(&rows.account_id)
+        .bind(&rows.task_type)
+        .bind(&rows.priority)
+        .bind(&rows.prompt)
+        .bind(&rows.aspect_ratio)
+        .bind(&rows.process_mode)
+        .bind(&rows.seed)
+        .bind(now)
+        .bind(&rows.webhook_url)
+        .bind(&rows.webhook_secret)
+        .bind(&moved)
+        .bind(&by)
+        .bind(&hashes)
+        .bind(KEY_TOUCH_EVERY_MS)
+        .bind(QUEUE_CHANNEL)
+        .bind(&rows.params)
+        .bind(&rows.parent_seq)
+        .bind(&rows.cost)
+        .bind(&spent)
+        .bind_idempotency(&remembered)
+        .fetch_one(&mut *tx)
+        .await?;
+    // The primary key is the last guard: an unexpired answer that this group did not see (it
+    // cannot be, with the accounts locked) fails the group, whose submits are then tried alone.
+    if done.0 != remembered.key.len() as i64 {
+        return Err(StoreError::Other(Arc::new(crate::store::Failure(
+            "an idempotency key was stored by another transaction".into(),
+        ))));
+    }
+    tx.commit().await?;
+    Ok(outcomes)
+}
+
+/// The grouped submit's one statement; [`REMEMBER`] adds the idempotency keys' answers.
+const SUBMIT: &str = "WITH inserted AS (
              INSERT INTO tasks (seq, account_id, task_type, params, parent_seq, status,
                  priority, prompt, aspect_ratio, process_mode, seed, created_at, webhook_url,
                  webhook_secret, cost)
@@ -231,32 +288,119 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
              WHERE key_hash = ANY($14) AND revoked_at IS NULL
                AND (last_used_at IS NULL OR last_used_at <= $9 - $15)
              RETURNING 1)
-         SELECT pg_notify($16, '')",
+         SELECT 0::bigint, pg_notify($16, '')";
+
+/// [`SUBMIT`] with [`REMEMBER`].
+static SUBMIT_REMEMBERING: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let tail = " SELECT 0::bigint, pg_notify($16, '')";
+    assert!(SUBMIT.ends_with(tail));
+    format!("{}{REMEMBER}", &SUBMIT[..SUBMIT.len() - tail.len()])
+});
+
+/// The idempotency keys' part of [`SUBMIT`]: each keyed submit's answer, over an expired one;
+/// the statement answers how many were written.
+const REMEMBER: &str = ",
+         remembered AS (
+             INSERT INTO idempotency_keys (account_id, idempotency_key, fingerprint, task_id,
+                 status, body, created_at, expires_at)
+             SELECT account_id, idempotency_key, fingerprint, task_id, 200, body, $9, expires_at
+             FROM UNNEST($21::text[], $22::text[], $23::bytea[], $24::text[], $25::text[],
+                         $26::bigint[])
+                  AS i(account_id, idempotency_key, fingerprint, task_id, body, expires_at)
+             ON CONFLICT (account_id, idempotency_key) DO UPDATE SET
+                 fingerprint = excluded.fingerprint, task_id = excluded.task_id,
+                 status = excluded.status, body = excluded.body,
+                 created_at = excluded.created_at, expires_at = excluded.expires_at
+             WHERE idempotency_keys.expires_at <= $9
+             RETURNING 1)
+         SELECT (SELECT count(*) FROM remembered), pg_notify($16, '')";
+
+/// The stored answers of the group's keyed submits from live keys, by (account, key), read in
+/// one statement. No statement runs for a group without keys.
+async fn stored_answers(
+    tx: &mut sqlx::PgConnection,
+    group: &[Job],
+    accounts: &HashMap<Vec<u8>, String>,
+) -> StoreResult<HashMap<(String, String), StoredAnswer>> {
+    let (wanted_accounts, wanted_keys): (Vec<&str>, Vec<&str>) = group
+        .iter()
+        .filter_map(|job| {
+            let idem = job.task.idempotency.as_ref()?;
+            let account = accounts.get(job.key_hash.as_slice())?;
+            Some((account.as_str(), idem.key.as_str()))
+        })
+        .unzip();
+    if wanted_keys.is_empty() {
+        return Ok(HashMap::new());
+    }
+    type Row = (String, String, Vec<u8>, String, i32, String, i64);
+    let found: Vec<Row> = sqlx::query_as(
+        "SELECT account_id, idempotency_key, fingerprint, task_id, status, body, expires_at
+         FROM idempotency_keys
+         WHERE (account_id, idempotency_key) IN (SELECT * FROM UNNEST($1::text[], $2::text[]))",
     )
-    .bind(&rows.seq)
-    .bind(&rows.account_id)
-    .bind(&rows.task_type)
-    .bind(&rows.priority)
-    .bind(&rows.prompt)
-    .bind(&rows.aspect_ratio)
-    .bind(&rows.process_mode)
-    .bind(&rows.seed)
-    .bind(now)
-    .bind(&rows.webhook_url)
-    .bind(&rows.webhook_secret)
-    .bind(&moved)
-    .bind(&by)
-    .bind(&hashes)
-    .bind(KEY_TOUCH_EVERY_MS)
-    .bind(QUEUE_CHANNEL)
-    .bind(&rows.params)
-    .bind(&rows.parent_seq)
-    .bind(&rows.cost)
-    .bind(&spent)
-    .execute(&mut *tx)
+    .bind(&wanted_accounts)
+    .bind(&wanted_keys)
+    .fetch_all(&mut *tx)
     .await?;
-    tx.commit().await?;
-    Ok(outcomes)
+    Ok(found
+        .into_iter()
+        .map(
+            |(account, key, fingerprint, task_id, status, body, expires_at)| {
+                let answer = StoredAnswer {
+                    fingerprint,
+                    task_id,
+                    status: i64::from(status),
+                    body,
+                    expires_at,
+                };
+                ((account, key), answer)
+            },
+        )
+        .collect())
+}
+
+/// The answers of a group's keyed submits as columns, for [`REMEMBER`].
+#[derive(Default)]
+struct Answers {
+    account_id: Vec<String>,
+    key: Vec<String>,
+    fingerprint: Vec<Vec<u8>>,
+    task_id: Vec<String>,
+    body: Vec<String>,
+    expires_at: Vec<i64>,
+}
+
+impl Answers {
+    fn push(&mut self, account: &str, idem: &Idempotency, task_id: &Uuid, now: i64) {
+        self.account_id.push(account.to_string());
+        self.key.push(idem.key.clone());
+        self.fingerprint.push(idem.fingerprint.to_vec());
+        self.task_id.push(task_id.to_string());
+        self.body.push(accepted_body(task_id));
+        self.expires_at.push(now.saturating_add(idem.ttl_ms));
+    }
+}
+
+/// Binds [`Answers`] only to the statement that has [`REMEMBER`].
+trait BindIdempotency<'q> {
+    fn bind_idempotency(self, answers: &'q Answers) -> Self;
+}
+
+impl<'q, O> BindIdempotency<'q>
+    for sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>
+{
+    fn bind_idempotency(self, answers: &'q Answers) -> Self {
+        if answers.key.is_empty() {
+            return self;
+        }
+        self.bind(&answers.account_id)
+            .bind(&answers.key)
+            .bind(&answers.fingerprint)
+            .bind(&answers.task_id)
+            .bind(&answers.body)
+            .bind(&answers.expires_at)
+    }
 }
 
 /// The tasks of a group as columns, for one `INSERT ... SELECT FROM UNNEST`.

@@ -267,6 +267,19 @@ impl TaskQueue for PgStore {
                 .await?,
         )
     }
+
+    async fn delete_expired_idempotency_keys(&self, now: i64, limit: i64) -> StoreResult<u64> {
+        Ok(sqlx::query(
+            "DELETE FROM idempotency_keys WHERE (account_id, idempotency_key) IN (
+                 SELECT account_id, idempotency_key FROM idempotency_keys
+                 WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2)",
+        )
+        .bind(now)
+        .bind(limit)
+        .execute(&self.pool)
+        .await?
+        .rows_affected())
+    }
 }
 
 impl PgStore {

@@ -8,10 +8,12 @@ use uuid::Uuid;
 use super::super::ids::TaskKey;
 use super::writer::Durability;
 use super::{to_json, SqliteStore};
+use crate::store::idempotency::{KeyedGroup, StoredAnswer, STORED_STATUS};
 use crate::store::rows::{key_and_tasks, TaskRow};
 use crate::store::{
-    chunks, now_ms, worker_lost, ClaimedRow, ClaimedTask, Ending, Fence, LiveKey, NewTask, Quota,
-    Refused, StoreResult, Submitted, Task, TaskIds, TaskQueue, KEY_TOUCH_EVERY_MS, RUNNING,
+    accepted_body, chunks, now_ms, worker_lost, ClaimedRow, ClaimedTask, Ending, Fence,
+    Idempotency, LiveKey, NewTask, Quota, Refused, StoreResult, Submitted, Task, TaskIds,
+    TaskQueue, KEY_TOUCH_EVERY_MS, RUNNING,
 };
 
 pub(super) const TASK_COLUMNS: &str =
@@ -51,7 +53,7 @@ impl TaskQueue for SqliteStore {
         let submitted = self
             .writer
             .submit(InsertTask {
-                task: task.clone(),
+                task: Box::new(task.clone()),
                 key_hash: *key_hash,
                 max_active,
             })
@@ -325,6 +327,21 @@ impl TaskQueue for SqliteStore {
                 .await?,
         )
     }
+
+    async fn delete_expired_idempotency_keys(&self, now: i64, limit: i64) -> StoreResult<u64> {
+        self.writer
+            .call(Durability::Committed, move |conn| {
+                let n = conn
+                    .prepare_cached(
+                        "DELETE FROM idempotency_keys WHERE (account_id, idempotency_key) IN (
+                             SELECT account_id, idempotency_key FROM idempotency_keys
+                             WHERE expires_at <= ?1 ORDER BY expires_at LIMIT ?2)",
+                    )?
+                    .execute(params![now, limit])?;
+                Ok(n as u64)
+            })
+            .await
+    }
 }
 
 impl SqliteStore {
@@ -435,7 +452,8 @@ fn complete_in_tx(
 /// A submit, for the writer's group of submits: insert unless the account already has
 /// `max_active` tasks queued or running.
 pub(super) struct InsertTask {
-    task: NewTask,
+    /// Boxed: the writer's queue of jobs is as large as its largest job.
+    task: Box<NewTask>,
     key_hash: [u8; 32],
     max_active: u32,
 }
@@ -501,7 +519,10 @@ pub(super) fn apply_submits(
             }
         }
     }
-    // The quota, in arrival order; the group's own earlier tasks count.
+    let answers = stored_answers(conn, batch, &live)?;
+    let mut keyed = KeyedGroup::default();
+    // The quota, in arrival order; the group's own earlier tasks count. A keyed submit answered
+    // from its key (a replay, a reused key, a duplicate) is not counted.
     let mut next_seq = last;
     let outcomes: Vec<Result<(i64, &str, i64), Submitted>> = batch
         .iter()
@@ -509,6 +530,12 @@ pub(super) fn apply_submits(
             let Some(account) = live.get(&w.key_hash) else {
                 return Err(Submitted::KeyNotLive);
             };
+            if let Some(idem) = &w.task.idempotency {
+                let stored = answers.get(&(account.clone(), idem.key.clone()));
+                if let Some(answer) = keyed.decide(account, idem, stored, now) {
+                    return Err(answer);
+                }
+            }
             let charged = quota
                 .admit(account, w.max_active, w.task.cost)
                 .map_err(|refused| match refused {
@@ -527,7 +554,7 @@ pub(super) fn apply_submits(
         .filter_map(|(w, o)| {
             o.as_ref()
                 .ok()
-                .map(|&(seq, account, charged)| (&w.task, seq, account, charged))
+                .map(|&(seq, account, charged)| (&*w.task, seq, account, charged))
         })
         .collect();
     for (k, chunk) in chunks(&rows, INSERT_CHUNK_MAX) {
@@ -557,6 +584,7 @@ pub(super) fn apply_submits(
         }
         insert.execute(rusqlite::params_from_iter(values))?;
     }
+    remember_answers(conn, batch, &outcomes, &state.ids, now)?;
     // Each charge is one ledger row, and the balances move once per account.
     {
         let mut charge =
@@ -605,6 +633,115 @@ pub(super) fn apply_submits(
         })
         .collect())
 }
+
+/// The stored answers of the group's keyed submits from live keys, by (account, key). No
+/// statement runs for a group without keys.
+fn stored_answers(
+    conn: &Connection,
+    batch: &[InsertTask],
+    live: &HashMap<[u8; 32], String>,
+) -> rusqlite::Result<HashMap<(String, String), StoredAnswer>> {
+    let mut answers = HashMap::new();
+    for w in batch {
+        let (Some(idem), Some(account)) = (&w.task.idempotency, live.get(&w.key_hash)) else {
+            continue;
+        };
+        let pair = (account.clone(), idem.key.clone());
+        if answers.contains_key(&pair) {
+            continue;
+        }
+        let found = conn
+            .prepare_cached(
+                "SELECT fingerprint, task_id, status, body, expires_at FROM idempotency_keys
+                 WHERE account_id = ? AND idempotency_key = ?",
+            )?
+            .query_row(params![account, idem.key], |r| {
+                Ok(StoredAnswer {
+                    fingerprint: r.get(0)?,
+                    task_id: r.get(1)?,
+                    status: r.get(2)?,
+                    body: r.get(3)?,
+                    expires_at: r.get(4)?,
+                })
+            })
+            .optional()?;
+        if let Some(found) = found {
+            answers.insert(pair, found);
+        }
+    }
+    Ok(answers)
+}
+
+/// Store the answer of each keyed submit let in, over an expired one, in the transaction that
+/// inserts its task; several rows per statement, as the tasks.
+fn remember_answers(
+    conn: &Connection,
+    batch: &[InsertTask],
+    outcomes: &[Result<(i64, &str, i64), Submitted>],
+    ids: &TaskIds,
+    now: i64,
+) -> rusqlite::Result<()> {
+    type Answer<'a> = (&'a str, &'a Idempotency, String, String, i64);
+    let rows: Vec<Answer> = batch
+        .iter()
+        .zip(outcomes)
+        .filter_map(|(w, outcome)| {
+            let (Some(idem), Ok((seq, account, _))) = (&w.task.idempotency, outcome) else {
+                return None;
+            };
+            let task_id = ids.id(*seq);
+            let expires_at = now.saturating_add(idem.ttl_ms);
+            Some((
+                *account,
+                idem,
+                task_id.to_string(),
+                accepted_body(&task_id),
+                expires_at,
+            ))
+        })
+        .collect();
+    for (k, chunk) in chunks(&rows, INSERT_CHUNK_MAX) {
+        let mut insert = conn.prepare_cached(&REMEMBER_ANSWERS[k])?;
+        let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 8);
+        let fingerprints: Vec<&[u8]> = chunk.iter().map(|r| r.1.fingerprint.as_slice()).collect();
+        for ((account, idem, task_id, body, expires_at), fingerprint) in
+            chunk.iter().zip(&fingerprints)
+        {
+            values.extend_from_slice(&[
+                account as &dyn rusqlite::ToSql,
+                &idem.key,
+                fingerprint,
+                task_id,
+                &STORED_STATUS,
+                body,
+                &now,
+                expires_at,
+            ]);
+        }
+        insert.execute(rusqlite::params_from_iter(values))?;
+    }
+    Ok(())
+}
+
+/// The `INSERT` of 2^k idempotency keys' answers at index k, over expired ones.
+static REMEMBER_ANSWERS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+    let row = "(?, ?, ?, ?, ?, ?, ?, ?)";
+    (0..=INSERT_CHUNK_MAX.ilog2())
+        .map(|k| {
+            format!(
+                "INSERT INTO idempotency_keys (account_id, idempotency_key, fingerprint, task_id,
+                     status, body, created_at, expires_at)
+                 VALUES {}
+                 ON CONFLICT (account_id, idempotency_key) DO UPDATE SET
+                     fingerprint = excluded.fingerprint, task_id = excluded.task_id,
+                     status = excluded.status, body = excluded.body,
+                     created_at = excluded.created_at, expires_at = excluded.expires_at
+                 WHERE idempotency_keys.expires_at <= excluded.created_at",
+                vec![row; 1 << k].join(", ")
+            )
+        })
+        .collect()
+});
 
 /// Most tasks one `INSERT` statement takes; a group is cut into chunks of 1, 2, 4, ... of them
 /// (`store::chunks`), so the writer's statement cache holds one statement per chunk size.

@@ -1,0 +1,246 @@
+//! The `Idempotency-Key` header of submits: its rules, the request's fingerprint, and the node's
+//! set of keys in flight. What a key's stored answer makes of a submit is decided by the store,
+//! in the submit's transaction (see `crate::store::Idempotency`).
+
+use std::collections::HashSet;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{header, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use tokio_util::sync::CancellationToken;
+
+use super::{ApiError, AppState};
+use crate::domain::OpKind;
+use crate::store::{now_ms, Store};
+
+/// The request header.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// The header on a replayed answer.
+pub const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+/// Most characters of an `Idempotency-Key`.
+pub const KEY_MAX_CHARS: usize = 255;
+
+/// The `Idempotency-Key` header: absent, valid (1..=255 printable ASCII characters), or not.
+pub fn parse(parts: &Parts) -> Result<Option<String>, ApiError> {
+    let Some(raw) = parts.headers.get(IDEMPOTENCY_KEY) else {
+        return Ok(None);
+    };
+    let bad = |problem: &str| ApiError::field("Idempotency-Key", "invalid_value", problem);
+    let bytes = raw.as_bytes();
+    if bytes.is_empty() || bytes.len() > KEY_MAX_CHARS {
+        return Err(bad("must be 1 to 255 characters"));
+    }
+    if !bytes.iter().all(|b| (0x20..=0x7e).contains(b)) {
+        return Err(bad("must be printable ASCII characters"));
+    }
+    let key = std::str::from_utf8(bytes).expect("checked ASCII");
+    Ok(Some(key.to_string()))
+}
+
+/// What identifies a request under its key: SHA-256 of the operation's name and the body's JSON
+/// with every object's keys sorted, so the same request with its fields in another order is the
+/// same request, and the same body sent to another operation is not.
+pub fn fingerprint(kind: OpKind, body: &Map<String, Value>) -> [u8; 32] {
+    let mut canonical = Value::Object(body.clone());
+    // `preserve_order` keeps objects in the order received; sorting makes it canonical.
+    canonical.sort_all_objects();
+    let mut hash = Sha256::new();
+    hash.update(kind.as_str().as_bytes());
+    hash.update([0]);
+    hash.update(serde_json::to_vec(&canonical).expect("a JSON value serializes"));
+    hash.finalize().into()
+}
+
+/// The (API key hash, idempotency key) pairs whose requests this node is handling, from when
+/// the header is read (before the body) until the store has answered.
+#[derive(Default)]
+pub struct InFlight(Mutex<HashSet<([u8; 32], String)>>);
+
+impl InFlight {
+    /// Hold the pair, or None when a request with it is in flight here.
+    fn claim(self: &Arc<Self>, api_key: [u8; 32], key: String) -> Option<Held> {
+        let pair = (api_key, key);
+        let mut held = self.0.lock().expect("not poisoned");
+        if !held.insert(pair.clone()) {
+            return None;
+        }
+        Some(Held {
+            set: self.clone(),
+            pair,
+        })
+    }
+}
+
+/// A pair held in [`InFlight`]; let go when dropped, whatever became of the request.
+pub struct Held {
+    set: Arc<InFlight>,
+    pair: ([u8; 32], String),
+}
+
+impl Held {
+    pub fn key(&self) -> &str {
+        &self.pair.1
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Ok(mut held) = self.set.0.lock() {
+            held.remove(&self.pair);
+        }
+    }
+}
+
+/// A submit's `Idempotency-Key` as its handler sees it. An extractor that reads only the
+/// headers: placed before the body's, it holds the key from before the body is read.
+pub enum KeyHeader {
+    Absent,
+    /// A 400 to answer once the API key is known to be live.
+    Invalid(ApiError),
+    /// Another request with the same API key and idempotency key is in flight on this node.
+    InUse,
+    Held(Held),
+}
+
+impl FromRequestParts<AppState> for KeyHeader {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Infallible> {
+        let key = match parse(parts) {
+            Ok(None) => return Ok(KeyHeader::Absent),
+            Ok(Some(key)) => key,
+            Err(e) => return Ok(KeyHeader::Invalid(e)),
+        };
+        // The presented API key's hash: the key extractor before this one refused a request
+        // without a well-formed one.
+        let Some(api_key) = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(crate::auth::hash_key)
+        else {
+            return Ok(KeyHeader::Absent);
+        };
+        Ok(match state.idempotency.claim(api_key, key) {
+            Some(held) => KeyHeader::Held(held),
+            None => KeyHeader::InUse,
+        })
+    }
+}
+
+/// A stored first answer, sent again as it was with `Idempotent-Replayed: true`.
+pub fn replay(status: u16, body: String) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+    let mut response = (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response();
+    response
+        .headers_mut()
+        .insert(REPLAYED, HeaderValue::from_static("true"));
+    response
+}
+
+/// Most expired keys one statement deletes: a sweep deletes in batches of this many, so that
+/// no transaction holds the table (or SQLite's writer) for long.
+pub const FORGET_BATCH: i64 = 1000;
+
+/// Delete the idempotency keys that have expired, a batch at a time until none is left or
+/// `stop`; each batch is a statement of its own.
+pub async fn forget_expired(store: &dyn Store, stop: &CancellationToken) {
+    let mut forgotten = 0;
+    while !stop.is_cancelled() {
+        match store
+            .delete_expired_idempotency_keys(now_ms(), FORGET_BATCH)
+            .await
+        {
+            Ok(n) => {
+                forgotten += n;
+                if n < FORGET_BATCH as u64 {
+                    break;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not delete expired idempotency keys");
+                break;
+            }
+        }
+    }
+    if forgotten > 0 {
+        tracing::debug!(keys = forgotten, "expired idempotency keys deleted");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parts(key: Option<&[u8]>) -> Parts {
+        let mut req = axum::http::Request::builder();
+        if let Some(key) = key {
+            req = req.header(IDEMPOTENCY_KEY, HeaderValue::from_bytes(key).unwrap());
+        }
+        req.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn keys_are_one_to_255_printable_ascii_characters() {
+        assert_eq!(parse(&parts(None)).unwrap(), None);
+        assert_eq!(
+            parse(&parts(Some(b"a b~"))).unwrap().as_deref(),
+            Some("a b~")
+        );
+        assert!(parse(&parts(Some("k".repeat(255).as_bytes()))).is_ok());
+        for bad in [
+            b"".to_vec(),
+            "k".repeat(256).into_bytes(),
+            b"tab\there".to_vec(),
+            "caf\u{e9}".as_bytes().to_vec(),
+        ] {
+            let e = parse(&parts(Some(&bad))).unwrap_err().to_string();
+            assert!(e.starts_with("Idempotency-Key: "), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_fingerprint_ignores_key_order_but_not_the_operation() {
+        let a = json!({"prompt": "a", "x": {"b": 1, "a": [{"d": 1, "c": 2}]}});
+        let b = json!({"x": {"a": [{"c": 2, "d": 1}], "b": 1}, "prompt": "a"});
+        let (a, b) = (a.as_object().unwrap(), b.as_object().unwrap());
+        assert_eq!(
+            fingerprint(OpKind::Imagine, a),
+            fingerprint(OpKind::Imagine, b)
+        );
+        assert_ne!(
+            fingerprint(OpKind::Imagine, a),
+            fingerprint(OpKind::Shorten, a)
+        );
+        let c = json!({"prompt": "b", "x": {"b": 1, "a": [{"d": 1, "c": 2}]}});
+        assert_ne!(
+            fingerprint(OpKind::Imagine, a),
+            fingerprint(OpKind::Imagine, c.as_object().unwrap())
+        );
+    }
+
+    #[test]
+    fn a_held_pair_is_let_go_when_dropped() {
+        let set = Arc::new(InFlight::default());
+        let held = set.claim([1; 32], "k".into()).expect("free");
+        assert!(set.claim([1; 32], "k".into()).is_none());
+        assert!(set.claim([2; 32], "k".into()).is_some());
+        drop(held);
+        assert!(set.claim([1; 32], "k".into()).is_some());
+    }
+}
