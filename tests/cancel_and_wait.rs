@@ -390,3 +390,70 @@ async fn the_longest_wait_outlasts_the_idle_connection_timeout() {
     assert_eq!(headers["preference-applied"], "wait=60");
     assert_eq!(record["status"], "pending");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_submit_lets_its_idempotency_key_go_and_a_replay_can_wait_too() {
+    let app = TestApp::spawn_with(|c| c.workers = 0).await;
+    let body = json!({"prompt": "submitted once, asked twice"});
+    let first = {
+        let (http, url, key, body) = (
+            app.http.clone(),
+            app.url("/api/v1/imagine"),
+            app.key.clone(),
+            body.clone(),
+        );
+        tokio::spawn(async move {
+            let res = http
+                .post(url)
+                .header("Authorization", key)
+                .header("Idempotency-Key", "order-17")
+                .header("Prefer", "wait=5")
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            common::split(res).await
+        })
+    };
+    // Once the task is stored, the first request only waits: the same key is a replay, not 409.
+    wait_for(WITHIN, || async {
+        let (_, page) = app.get("/api/v1/tasks").await;
+        (page["tasks"].as_array().unwrap().len() == 1).then_some(())
+    })
+    .await
+    .expect("the first submit stores its task");
+    let (status, headers, replay) = post_with(
+        &app,
+        &app.key,
+        "/api/v1/imagine",
+        &[("Idempotency-Key", "order-17")],
+        &body,
+    )
+    .await;
+    assert_eq!(status, 200, "{replay}");
+    assert_eq!(headers["idempotent-replayed"], "true");
+    let id = replay["task_id"].as_str().unwrap().to_string();
+    assert_eq!(replay.as_object().unwrap().len(), 1, "{replay}");
+
+    // A replay that prefers to wait answers the task's record, marked as a replay.
+    let (status, headers, record) = post_with(
+        &app,
+        &app.key,
+        "/api/v1/imagine",
+        &[("Idempotency-Key", "order-17"), ("Prefer", "wait=1")],
+        &body,
+    )
+    .await;
+    assert_eq!(status, 200, "{record}");
+    assert_eq!(headers["idempotent-replayed"], "true");
+    assert_eq!(headers["preference-applied"], "wait=1");
+    assert_eq!(record["task_id"], id.as_str());
+    assert_eq!(record["status"], "pending");
+
+    let (status, record) = first.await.unwrap();
+    assert_eq!(status, 200, "{record}");
+    assert_eq!(record["task_id"], id.as_str());
+    assert_eq!(record["status"], "pending", "the wait ran out: {record}");
+    let (_, page) = app.get("/api/v1/tasks").await;
+    assert_eq!(page["tasks"].as_array().unwrap().len(), 1, "one task");
+}
