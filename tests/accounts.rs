@@ -11,27 +11,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use common::TestApp;
-use easel::store::{Accounts, NewAccount, Store};
-
-/// An account with `credits` (None: unlimited) and a key of it.
-async fn account_with(app: &TestApp, email: &str, credits: Option<i64>) -> (String, String) {
-    let account = app
-        .store
-        .create_user(&NewAccount {
-            email: email.into(),
-            password_hash: None,
-            signing_secret: easel::webhooks::signing::generate_secret(),
-            admin: false,
-            credits,
-        })
-        .await
-        .unwrap()
-        .expect("a new email");
-    let key = easel::auth::create_key(app.store.as_ref(), &account.id, "test")
-        .await
-        .unwrap();
-    (account.id, key)
-}
+use easel::store::{Accounts, Store};
 
 async fn balance(app: &TestApp, key: &str) -> Value {
     let (status, body) = app.get_as(key, "/api/v1/account").await;
@@ -67,7 +47,7 @@ async fn submits_spend_credits_402_when_short_and_failed_tasks_give_them_back() 
         c.costs.insert("shorten".into(), 2);
     })
     .await;
-    let (account, key) = account_with(&app, "payer@example.com", Some(7)).await;
+    let (account, key) = app.account_with("payer@example.com", Some(7)).await;
     assert_eq!(balance(&app, &key).await, json!(7));
 
     // 3 + 3 of 7: a third imagine is refused, and stores nothing.
@@ -137,7 +117,7 @@ async fn submits_spend_credits_402_when_short_and_failed_tasks_give_them_back() 
     );
 
     // An unlimited account is never refused nor charged.
-    let (unlimited, free_key) = account_with(&app, "free@example.com", None).await;
+    let (unlimited, free_key) = app.account_with("free@example.com", None).await;
     let (status, _) = app
         .post_as(&free_key, "/api/v1/imagine", &json!({ "prompt": "free" }))
         .await;
@@ -156,7 +136,7 @@ async fn submits_spend_credits_402_when_short_and_failed_tasks_give_them_back() 
 async fn concurrent_submits_never_spend_more_than_the_balance() {
     // No workers: nothing fails and gives credits back while the submits race.
     let app = TestApp::spawn_with(|c| c.workers = 0).await;
-    let (account, key) = account_with(&app, "race@example.com", Some(41)).await;
+    let (account, key) = app.account_with("race@example.com", Some(41)).await;
     let mut calls = tokio::task::JoinSet::new();
     for i in 0..20 {
         let (http, url, key) = (app.http.clone(), app.url("/api/v1/imagine"), key.clone());
@@ -228,8 +208,8 @@ async fn walk(app: &TestApp, key: &str, query: &str, limit: u32) -> (Vec<String>
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_are_listed_newest_first_page_by_page_and_only_the_accounts_own() {
     let app = TestApp::spawn_with(|c| c.workers = 0).await;
-    let (_, mine) = account_with(&app, "lister@example.com", None).await;
-    let (_, theirs) = account_with(&app, "other@example.com", None).await;
+    let (_, mine) = app.account_with("lister@example.com", None).await;
+    let (_, theirs) = app.account_with("other@example.com", None).await;
     let mut submitted = Vec::new();
     for i in 0..23 {
         let (op, body) = if i % 4 == 3 {
@@ -343,7 +323,7 @@ async fn a_revoked_key_is_refused_at_once_by_every_node() {
     } else {
         None
     };
-    let (account, key) = account_with(&first, "revoker@example.com", None).await;
+    let (account, key) = first.account_with("revoker@example.com", None).await;
     let nodes: Vec<&TestApp> = std::iter::once(&first).chain(second.as_ref()).collect();
     for node in &nodes {
         let (status, _) = node.get_as(&key, "/api/v1/account").await;
@@ -352,7 +332,7 @@ async fn a_revoked_key_is_refused_at_once_by_every_node() {
     let keys = first.store.account_keys(&account).await.unwrap();
     assert_eq!(keys.len(), 1);
     // Not revocable by another account.
-    let (other, _) = account_with(&first, "not-owner@example.com", None).await;
+    let (other, _) = first.account_with("not-owner@example.com", None).await;
     assert!(!first
         .store
         .revoke_account_key(&other, &keys[0].id)

@@ -10,29 +10,8 @@ use serde_json::{json, Value};
 
 use common::receiver::{Behaviour, Receiver};
 use common::{wait_for, TestApp};
-use easel::store::NewAccount;
 
 const WITHIN: Duration = Duration::from_secs(30);
-
-/// An account with `credits` and a key of it.
-async fn account_with(app: &TestApp, email: &str, credits: Option<i64>) -> (String, String) {
-    let account = app
-        .store
-        .create_user(&NewAccount {
-            email: email.into(),
-            password_hash: None,
-            signing_secret: easel::webhooks::signing::generate_secret(),
-            admin: false,
-            credits,
-        })
-        .await
-        .unwrap()
-        .expect("a new email");
-    let key = easel::auth::create_key(app.store.as_ref(), &account.id, "test")
-        .await
-        .unwrap();
-    (account.id, key)
-}
 
 /// POST with a key and extra headers; status, headers and JSON body.
 async fn post_with(
@@ -86,7 +65,7 @@ async fn a_queued_task_is_canceled_at_once_its_credits_come_back_and_its_webhook
         c.max_pending_per_account = 1;
     })
     .await;
-    let (_, key) = account_with(&app, "canceler@example.com", Some(10)).await;
+    let (_, key) = app.account_with("canceler@example.com", Some(10)).await;
     let receiver = Receiver::start(vec![Behaviour::Status(200)]).await;
     let (status, body) = app
         .post_as(

@@ -871,3 +871,58 @@ fn askama_escape(text: &str) -> String {
         .replace('"', "&#34;")
         .replace('\'', "&#39;")
 }
+
+#[tokio::test]
+async fn a_task_that_has_not_ended_is_canceled_from_its_page_by_its_owner_only() {
+    let app = TestApp::spawn_with(|c| c.workers = 0).await;
+    let mut alice = Browser::new(&app);
+    alice.sign_up("alice@example.com", PASSWORD).await;
+    let key = alice.create_key("alice's program").await;
+    let (status, body) = app
+        .post_as(
+            &key,
+            "/api/v1/imagine",
+            &json!({"prompt": "a queued comet"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let task = body["task_id"].as_str().unwrap().to_string();
+    let page = alice.get(&format!("/tasks/{task}")).await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("Cancel task"), "{}", page.body);
+    let csrf = page.csrf();
+
+    // Someone else's cancel is a 404 and changes nothing.
+    let mut bob = Browser::new(&app);
+    bob.sign_up("bob@example.com", PASSWORD).await;
+    let bobs_csrf = bob.get("/tasks").await.csrf();
+    let refused = bob
+        .post(&format!("/tasks/{task}/cancel"), &[("csrf", &bobs_csrf)])
+        .await;
+    assert_eq!(refused.status, 404);
+    let (_, record) = app.get_as(&key, &format!("/api/v1/tasks/{task}")).await;
+    assert_eq!(record["status"], "pending");
+
+    let done = alice
+        .post(&format!("/tasks/{task}/cancel"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(done.status, 303, "{}", done.body);
+    assert_eq!(done.location(), format!("/tasks/{task}?cancel=done"));
+    let page = alice.get(done.location()).await;
+    assert!(
+        page.body.contains("The task was canceled."),
+        "{}",
+        page.body
+    );
+    assert!(
+        !page.body.contains("Cancel task"),
+        "an ended task has no button"
+    );
+    let (_, record) = app.get_as(&key, &format!("/api/v1/tasks/{task}")).await;
+    assert_eq!(record["status"], "canceled");
+    // Once more, as from a stale page: it had ended already.
+    let again = alice
+        .post(&format!("/tasks/{task}/cancel"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(again.location(), format!("/tasks/{task}?cancel=ended"));
+}

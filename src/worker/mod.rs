@@ -170,10 +170,14 @@ impl WorkerContext {
                     Ok(_) => {}
                     Err(_) => tracing::warn!("the stopped generation did not end in time"),
                 }
-                tracing::info!(
-                    "the task was canceled or is another worker's now; its generation was \
-                     stopped and nothing recorded"
-                );
+                if self.was_canceled(&task).await {
+                    tracing::info!("task canceled; its generation was stopped, nothing recorded");
+                } else {
+                    tracing::warn!(
+                        "lease lost during generation; its generation was stopped and the \
+                         result discarded"
+                    );
+                }
                 Ok(Ran::LostLease)
             }
             Some(Produced::Done(outcome, folder)) => self.record(&task, &outcome, folder).await,
@@ -189,6 +193,20 @@ impl WorkerContext {
                     Ok(Ran::LostLease)
                 }
             }
+        }
+    }
+
+    /// Whether the claim on `task` ended because the task was canceled (rather than because its
+    /// lease passed to another worker), for the log line that says which.
+    async fn was_canceled(&self, task: &ClaimedTask) -> bool {
+        let Ok(id) = uuid::Uuid::try_parse(&task.id) else {
+            return false;
+        };
+        match self.store.tasks_by_id(&[id]).await {
+            Ok(found) => found
+                .iter()
+                .any(|t| t.status == crate::domain::TaskStatus::Canceled.as_str()),
+            Err(_) => false,
         }
     }
 

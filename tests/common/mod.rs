@@ -345,6 +345,26 @@ impl TestApp {
         .unwrap_or_else(|| panic!("task {task_id} did not end within {within:?}"))
     }
 
+    /// A new account with `credits` (None: unlimited), and a key of it: its id and the key.
+    pub async fn account_with(&self, email: &str, credits: Option<i64>) -> (String, String) {
+        let account = self
+            .store
+            .create_user(&easel::store::NewAccount {
+                email: email.into(),
+                password_hash: None,
+                signing_secret: easel::webhooks::signing::generate_secret(),
+                admin: false,
+                credits,
+            })
+            .await
+            .unwrap()
+            .expect("a new email");
+        let key = easel::auth::create_key(self.store.as_ref(), &account.id, "test")
+            .await
+            .unwrap();
+        (account.id, key)
+    }
+
     /// A key for another account.
     pub async fn key_for(&self, email: &str) -> String {
         let account = self
