@@ -179,6 +179,10 @@ pub struct Config {
     /// (1 minute to 30 days).
     #[serde(with = "duration")]
     pub idempotency_ttl: Duration,
+    /// The longest a request with `Prefer: wait` is held (1 to 60 s, whole seconds): a longer
+    /// wait asked for is served this long, and `Preference-Applied` says so.
+    #[serde(with = "duration")]
+    pub max_wait: Duration,
 }
 
 /// One plan's request rate limits: per API key, a sustained `rate` (requests per second, may be
@@ -292,6 +296,7 @@ impl Default for Config {
             retention: None,
             retention_sweep_interval: Duration::from_secs(60),
             idempotency_ttl: Duration::from_secs(86_400),
+            max_wait: Duration::from_secs(60),
         }
     }
 }
@@ -497,6 +502,12 @@ impl Config {
         }
         if !IDEMPOTENCY_TTL_RANGE.contains(&self.idempotency_ttl) {
             bail!("configuration: idempotency_ttl must be from 1 minute to 30 days");
+        }
+        let wait_max = Duration::from_secs(crate::api::wait::WAIT_MAX_SECS);
+        if !(Duration::from_secs(1)..=wait_max).contains(&self.max_wait)
+            || self.max_wait.subsec_nanos() != 0
+        {
+            bail!("configuration: max_wait must be whole seconds from 1 s to 60 s");
         }
         self.min_free_space()?;
         Ok(())
@@ -888,6 +899,20 @@ mod tests {
                     ..Config::default()
                 },
                 "idempotency_ttl",
+            ),
+            (
+                Config {
+                    max_wait: Duration::from_secs(61),
+                    ..Config::default()
+                },
+                "max_wait",
+            ),
+            (
+                Config {
+                    max_wait: Duration::from_millis(1500),
+                    ..Config::default()
+                },
+                "max_wait",
             ),
         ] {
             let e = bad.validate().unwrap_err().to_string();

@@ -436,3 +436,33 @@ async fn a_waiting_submit_lets_its_idempotency_key_go_and_a_replay_can_wait_too(
     let (_, page) = app.get("/api/v1/tasks").await;
     assert_eq!(page["tasks"].as_array().unwrap().len(), 1, "one task");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_can_hold_waits_shorter_and_the_answer_says_how_long() {
+    let app = TestApp::spawn_with(|c| {
+        c.workers = 0;
+        c.max_wait = Duration::from_secs(1);
+    })
+    .await;
+    let (status, headers, record) = post_with(
+        &app,
+        &app.key,
+        "/api/v1/imagine",
+        &[("Prefer", "wait=30")],
+        &json!({"prompt": "held one second"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{record}");
+    assert_eq!(headers["preference-applied"], "wait=1");
+    assert_eq!(record["status"], "pending");
+    let id = record["task_id"].as_str().unwrap();
+    let (status, headers, record) = get_with(
+        &app,
+        &app.key,
+        &format!("/api/v1/tasks/{id}"),
+        &[("Prefer", "wait")],
+    )
+    .await;
+    assert_eq!(status, 200, "{record}");
+    assert_eq!(headers["preference-applied"], "wait=1");
+}

@@ -59,7 +59,7 @@ pub async fn submit(
         .and_then(|name| name.parse::<OpKind>().ok())
         .expect("submit routes are made from the operations' names");
     let wait = match wait::preferred_wait(&headers) {
-        Ok(wait) => wait,
+        Ok(wait) => wait.map(|asked| wait::served(&state, asked)),
         Err(e) => {
             key.confirm(&state).await?;
             return Err(e);

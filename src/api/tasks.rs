@@ -164,7 +164,7 @@ pub async fn get_task(
 ) -> Result<Response, ApiError> {
     let asked = id.and_then(|id| Ok((id, wait::preferred_wait(&headers)?)));
     let (TaskIdPath(id), wait) = match asked {
-        Ok(asked) => asked,
+        Ok((id, wait)) => (id, wait.map(|asked| wait::served(&state, asked))),
         Err(e) => {
             key.confirm(&state).await?;
             return Err(e);

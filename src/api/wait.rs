@@ -57,6 +57,11 @@ pub fn preferred_wait(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     Ok(wait)
 }
 
+/// The wait served for one of `asked` seconds: at most the node's `max_wait`.
+pub fn served(state: &AppState, asked: u64) -> u64 {
+    asked.min(state.config.max_wait.as_secs()).max(1)
+}
+
 /// The `Preference-Applied` header for a wait of `secs`.
 pub fn applied(secs: u64) -> (HeaderName, HeaderValue) {
     (
