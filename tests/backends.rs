@@ -971,10 +971,13 @@ async fn two_backends_of_different_speeds_share_the_load_within_their_concurrenc
 async fn a_canceled_task_is_taken_off_its_backend_and_the_slot_goes_to_the_next() {
     let mock = Arc::new(ComfyMock::default());
     let url = mock.start().await;
+    // Heartbeats a minute apart: only the cancel's announcement can stop the job sooner.
     let app = TestApp::spawn_with(|c| {
         let mut backend = comfy("comfy", &url);
         backend.timeout = Duration::from_secs(120);
         c.backends = vec![backend];
+        c.heartbeat = Duration::from_secs(60);
+        c.lease = Duration::from_secs(120);
     })
     .await;
     // The job hangs on the backend until easel takes it off.
@@ -993,8 +996,8 @@ async fn a_canceled_task_is_taken_off_its_backend_and_the_slot_goes_to_the_next(
         .await;
     assert_eq!(status, 200, "{record}");
     assert_eq!(record["status"], "canceled");
-    // Deleted from the backend's queue and interrupted, by its id.
-    common::wait_for(WITHIN, || async {
+    // Deleted from the backend's queue and interrupted, by its id, well before a heartbeat.
+    common::wait_for(Duration::from_secs(30), || async {
         let deleted = mock.deletes.lock().unwrap().contains(&on_backend);
         let interrupted = mock
             .interrupts

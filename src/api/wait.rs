@@ -10,7 +10,6 @@ use uuid::Uuid;
 
 use super::{ApiError, AppState};
 use crate::auth::PresentedKey;
-use crate::domain::TaskStatus;
 use crate::store::Task;
 
 /// The longest wait a request may ask for, in seconds; plain `wait` asks for this.
@@ -59,7 +58,7 @@ pub fn preferred_wait(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
 
 /// The wait served for one of `asked` seconds: at most the node's `max_wait`.
 pub fn served(state: &AppState, asked: u64) -> u64 {
-    asked.min(state.config.max_wait.as_secs()).max(1)
+    asked.min(state.config.max_wait.as_secs())
 }
 
 /// The `Preference-Applied` header for a wait of `secs`.
@@ -84,7 +83,7 @@ pub async fn until_ended(
     let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
     let watch = state.store.wakeups().task_ends.watch(task.seq);
     loop {
-        if has_ended(&task) {
+        if task.has_ended() {
             return task;
         }
         let ended = watch.notified();
@@ -99,7 +98,7 @@ pub async fn until_ended(
                 return task;
             }
         }
-        if has_ended(&task) {
+        if task.has_ended() {
             return task;
         }
         tokio::select! {
@@ -108,12 +107,6 @@ pub async fn until_ended(
             _ = state.shutdown.cancelled() => return task,
         }
     }
-}
-
-fn has_ended(task: &Task) -> bool {
-    task.status
-        .parse::<TaskStatus>()
-        .is_ok_and(TaskStatus::is_final)
 }
 
 #[cfg(test)]

@@ -600,4 +600,32 @@ mod tests {
             "{err:?}"
         );
     }
+
+    #[tokio::test]
+    async fn a_stopped_job_ends_at_once_as_canceled_and_gives_its_slot_back() {
+        // A procedural job paced to take a minute, on the pool's only slot.
+        let slow: Arc<dyn Generator> =
+            Arc::new(crate::generate::Procedural::new(Duration::from_secs(60)));
+        let pool = Arc::new(Pool::new(vec![(slow, 1)], Duration::from_secs(120)));
+        let progress = Progress::default();
+        let running = {
+            let (pool, progress) = (pool.clone(), progress.clone());
+            tokio::spawn(async move { pool.run(&job(Operation::Imagine), &progress).await })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(pool.pick(OpKind::Imagine).is_none(), "the slot is taken");
+        progress.stop();
+        let stopped = tokio::time::timeout(Duration::from_secs(10), running)
+            .await
+            .expect("a stopped job ends long before its minute")
+            .unwrap();
+        assert!(
+            matches!(stopped, Err(GenerateError::Canceled)),
+            "{stopped:?}"
+        );
+        assert!(
+            pool.pick(OpKind::Imagine).is_some(),
+            "the slot is free again"
+        );
+    }
 }

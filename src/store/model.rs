@@ -99,6 +99,13 @@ impl Task {
     pub fn is_finished(&self) -> bool {
         self.status == TaskStatus::Finished.as_str()
     }
+
+    /// Whether it has ended: finished, failed or canceled.
+    pub fn has_ended(&self) -> bool {
+        self.status
+            .parse::<TaskStatus>()
+            .is_ok_and(TaskStatus::is_final)
+    }
 }
 
 // Retention: when a task's data expires, and what the sweep reads and writes.
@@ -176,6 +183,21 @@ impl Ending {
             Outcome::Finished(output) => output.images(),
             Outcome::Failed { .. } | Outcome::Canceled => 0,
         }
+    }
+
+    /// The task's percentage once ended: 100 finished, 0 failed, and a canceled task keeps how
+    /// far it got (None: unchanged).
+    pub fn percentage(&self) -> Option<i64> {
+        match self.outcome {
+            Outcome::Finished(_) => Some(100),
+            Outcome::Failed { .. } => Some(0),
+            Outcome::Canceled => None,
+        }
+    }
+
+    /// Whether the task's credits go back: it made nothing (failed or canceled).
+    pub fn refunds(&self) -> bool {
+        !matches!(self.outcome, Outcome::Finished(_))
     }
 
     /// The columns of the task's final state: status, output and error.
@@ -529,23 +551,6 @@ impl Fence {
             Fence::Attempt(attempt) => Some(attempt),
             Fence::Cancel => None,
         }
-    }
-}
-
-impl Ending {
-    /// The task's percentage once ended: 100 finished, 0 failed, and a canceled task keeps how
-    /// far it got (None: unchanged).
-    pub fn percentage(&self) -> Option<i64> {
-        match self.outcome {
-            Outcome::Finished(_) => Some(100),
-            Outcome::Failed { .. } => Some(0),
-            Outcome::Canceled => None,
-        }
-    }
-
-    /// Whether the task's credits go back: it made nothing (failed or canceled).
-    pub fn refunds(&self) -> bool {
-        !matches!(self.outcome, Outcome::Finished(_))
     }
 }
 

@@ -194,10 +194,7 @@ pub struct ImageView {
 
 impl Progress {
     pub fn of(state: &AppState, task: &Task) -> Progress {
-        let is_final = task
-            .status
-            .parse::<TaskStatus>()
-            .is_ok_and(TaskStatus::is_final);
+        let is_final = task.has_ended();
         let prompt = prompt_or_type(task);
         let image = |n: usize, key: &str, label: String| ImageView {
             src: format!("/tasks/{}/image/{n}?w={PREVIEW_WIDTH}", task.id),
@@ -397,10 +394,7 @@ pub async fn page(
             }
         })
         .collect();
-    let is_final = task
-        .status
-        .parse::<TaskStatus>()
-        .is_ok_and(TaskStatus::is_final);
+    let is_final = task.has_ended();
     let notice = match q.redelivery.as_str() {
         "queued" => Some("A new delivery of the result is on its way.".to_string()),
         "no_webhook" => Some("This task has no webhook to deliver to.".to_string()),
