@@ -15,9 +15,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
-use tokio_util::sync::CancellationToken;
 
-use crate::store::{now_ms, SharedStore, Store, StoreResult};
+use crate::store::{now_ms, Store, StoreResult};
 
 /// How many characters (not bytes) a password may have. The upper bound keeps one hash's cost
 /// bounded; there is no rule on which characters, as long passphrases are the better passwords.
@@ -197,24 +196,16 @@ pub async fn sign_in_succeeded(store: &dyn Store, email: &str) -> StoreResult<()
     store.clear_sign_in_failures(&email_scope(email)).await
 }
 
-/// How often expired sessions are deleted.
-const SWEEP_EVERY: Duration = Duration::from_secs(600);
+/// How often an API node deletes expired sessions and idempotency keys.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(600);
 
-/// Delete expired sessions (and idempotency keys) every [`SWEEP_EVERY`] until `stop` (lookups
-/// refuse them anyway; this keeps the tables small). Every API node runs it; the deletes are idempotent.
-pub async fn sweep_sessions(store: SharedStore, stop: CancellationToken) {
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(SWEEP_EVERY) => {}
-            _ = stop.cancelled() => return,
-        }
-        match store.delete_expired_sessions(now_ms()).await {
-            Ok(0) => {}
-            Ok(n) => tracing::debug!(sessions = n, "expired sessions deleted"),
-            Err(e) => tracing::warn!(error = %e, "could not delete expired sessions"),
-        }
-        // Expired idempotency keys ride on the same sweep.
-        crate::api::idempotency::forget_expired(store.as_ref(), &stop).await;
+/// Delete expired sessions (lookups refuse them anyway; this keeps the table small). Every API
+/// node does it every [`SWEEP_EVERY`]; the deletes are idempotent.
+pub async fn forget_expired_sessions(store: &dyn Store) {
+    match store.delete_expired_sessions(now_ms()).await {
+        Ok(0) => {}
+        Ok(n) => tracing::debug!(sessions = n, "expired sessions deleted"),
+        Err(e) => tracing::warn!(error = %e, "could not delete expired sessions"),
     }
 }
 

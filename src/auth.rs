@@ -1,19 +1,19 @@
-//! API keys: generation, hashing, and the request extractor.
+//! API keys: generation, hashing, and the checks of a presented key against the store (the
+//! HTTP layer's extractors, `http::extract`, read them from requests).
 //!
 //! A key is `easel_` followed by 32 base64url characters (192 random bits). Only its SHA-256 hash
 //! is stored: the key has full entropy, so a slow password hash adds nothing but latency. Keys
 //! are sent raw in `Authorization`; anything else there (a `Bearer ` prefix included) is refused
 //! with 401 and the body `{}` before the request is looked at further.
 
-use axum::extract::FromRequestParts;
-use axum::http::request::Parts;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-use crate::api::{access, ApiError, AppState};
-use crate::store::{now_ms, Account, KeyOwner, LiveKey, Store, KEY_TOUCH_EVERY_MS};
+use crate::error::ApiError;
+use crate::store::{now_ms, Account, KeyOwner, LiveKey, SharedStore, Store, KEY_TOUCH_EVERY_MS};
+use crate::telemetry::request;
 
 const KEY_PREFIX: &str = "easel_";
 const KEY_RANDOM_BYTES: usize = 24;
@@ -61,33 +61,18 @@ pub async fn create_key(store: &dyn Store, account_id: &str, name: &str) -> anyh
     Ok(key.secret)
 }
 
-/// The key in `Authorization`, if it has the shape of one; 401 otherwise.
-fn presented_key(parts: &Parts) -> Result<[u8; 32], ApiError> {
-    parts
-        .headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .filter(|k| well_formed(k))
-        .map(hash_key)
-        .ok_or(ApiError::Unauthorized)
-}
-
 /// The live key's owner, looked up in the store; 401 when there is none.
-async fn look_up(state: &AppState, hash: &[u8; 32]) -> Result<KeyOwner, ApiError> {
-    state
-        .store
-        .key_owner(hash)
-        .await?
-        .ok_or(ApiError::Unauthorized)
+pub async fn look_up(store: &dyn Store, hash: &[u8; 32]) -> Result<KeyOwner, ApiError> {
+    store.key_owner(hash).await?.ok_or(ApiError::Unauthorized)
 }
 
 /// Record the key's use, at most once per `KEY_TOUCH_EVERY_MS`, off the request's path.
-fn touch(state: &AppState, key_id: &str, last_used_at: Option<i64>) {
+pub fn touch(store: &SharedStore, key_id: &str, last_used_at: Option<i64>) {
     let now = now_ms();
     if last_used_at.is_some_and(|t| now - t <= KEY_TOUCH_EVERY_MS) {
         return;
     }
-    let store = state.store.clone();
+    let store = store.clone();
     let key_id = key_id.to_string();
     tokio::spawn(async move {
         if let Err(e) = store.touch_api_key(&key_id, now).await {
@@ -100,27 +85,6 @@ fn touch(state: &AppState, key_id: &str, last_used_at: Option<i64>) {
 /// handler but the hot ones, which take a [`PresentedKey`].
 pub struct Caller(pub Account);
 
-impl FromRequestParts<AppState> for Caller {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let hash = presented_key(parts)?;
-        let owner = look_up(state, &hash).await?;
-        touch(state, &owner.key_id, owner.last_used_at);
-        access::note_account(&owner.account.id);
-        if state.rate_limits.enabled() {
-            state
-                .rate_limits
-                .remember(&hash, &owner.account.id, &owner.account.plan);
-            state
-                .rate_limits
-                .check(&hash, &owner.account.id, &owner.account.plan)
-                .map_err(ApiError::RateLimited)?;
-        }
-        Ok(Caller(owner.account))
-    }
-}
-
 /// A key of the right shape, not yet checked against the store. Submits and reads check it in
 /// the same statement that does their work (one round trip to the database instead of two), so
 /// a revoked key is refused at once however it was revoked. Every other answer waits for
@@ -129,31 +93,16 @@ pub struct PresentedKey(pub [u8; 32]);
 
 impl PresentedKey {
     /// Check the key against the store; 401 when it is not live.
-    pub async fn confirm(&self, state: &AppState) -> Result<(), ApiError> {
-        let owner = look_up(state, &self.0).await?;
-        access::note_account(&owner.account.id);
+    pub async fn confirm(&self, store: &SharedStore) -> Result<(), ApiError> {
+        let owner = look_up(store.as_ref(), &self.0).await?;
+        request::note_account(&owner.account.id);
         Ok(())
     }
 
     /// The statement that did the work found the key live: note whose it is and its use.
-    pub fn used(&self, state: &AppState, key: &LiveKey) {
-        touch(state, &key.key_id, key.last_used_at);
-        access::note_account(&key.account_id);
-    }
-}
-
-impl FromRequestParts<AppState> for PresentedKey {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let hash = presented_key(parts)?;
-        if state.rate_limits.enabled() {
-            state
-                .rate_limits
-                .check_presented(state.store.as_ref(), &hash)
-                .await?;
-        }
-        Ok(PresentedKey(hash))
+    pub fn used(&self, store: &SharedStore, key: &LiveKey) {
+        touch(store, &key.key_id, key.last_used_at);
+        request::note_account(&key.account_id);
     }
 }
 

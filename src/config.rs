@@ -503,7 +503,7 @@ impl Config {
         if !IDEMPOTENCY_TTL_RANGE.contains(&self.idempotency_ttl) {
             bail!("configuration: idempotency_ttl must be from 1 minute to 30 days");
         }
-        let wait_max = Duration::from_secs(crate::api::wait::WAIT_MAX_SECS);
+        let wait_max = Duration::from_secs(crate::tasks::wait::WAIT_MAX_SECS);
         if !(Duration::from_secs(1)..=wait_max).contains(&self.max_wait)
             || self.max_wait.subsec_nanos() != 0
         {

@@ -12,11 +12,14 @@ pub mod blobs;
 pub mod cli;
 pub mod config;
 pub mod domain;
+pub mod error;
 pub mod generate;
+pub mod http;
 pub mod metrics;
 pub mod ratelimit;
 pub mod server;
 pub mod store;
+pub mod tasks;
 pub mod telemetry;
 pub mod web;
 pub mod webhooks;
@@ -29,12 +32,12 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::AppState;
 use crate::blobs::Blobs;
 use crate::config::{Config, Role};
 use crate::domain::ContentPolicy;
 use crate::generate::inputs::{ImageFetcher, InputLimits};
 use crate::generate::Generator;
+use crate::http::state::{AppState, Shared};
 use crate::store::{SharedStore, Store};
 use crate::webhooks::client::WebhookClient;
 use crate::webhooks::dispatcher::Dispatcher;
@@ -123,17 +126,19 @@ impl Application {
             );
         }
         let generator: Arc<dyn Generator> = pool.clone();
-        let state = AppState::new(api::Shared {
-            config: config.clone(),
-            store: store.clone(),
-            blobs: blobs.clone(),
-            pool: pool.clone(),
-            fetcher: fetcher.clone(),
-            destinations,
-            content_policy: content_policy.clone(),
-            shutdown: CancellationToken::new(),
+        let state = AppState::new(Shared {
+            tasks: tasks::Tasks {
+                config: config.clone(),
+                store: store.clone(),
+                blobs: blobs.clone(),
+                pool: pool.clone(),
+                fetcher: fetcher.clone(),
+                destinations,
+                content_policy: content_policy.clone(),
+                shutdown: CancellationToken::new(),
+                idempotency: Default::default(),
+            },
             rate_limits: ratelimit::RateLimits::new(&config.rate_limits),
-            idempotency: Default::default(),
         });
         let worker = WorkerContext {
             store: store.clone(),
@@ -239,7 +244,7 @@ impl Application {
             tokio::spawn(async move { store.run_background(stop).await })
         };
         if config.runs(Role::API) {
-            tokio::spawn(accounts::sweep_sessions(store.clone(), shutdown.clone()));
+            tokio::spawn(sweep_expired(store.clone(), shutdown.clone()));
         }
         let trigger = shutdown.clone();
         tokio::spawn(async move {
@@ -248,7 +253,7 @@ impl Application {
             trigger.cancel();
         });
 
-        let app = api::app(self.state.clone());
+        let app = http::app::app(self.state.clone());
         let limits = server::ConnectionLimits {
             max_connections: config.max_connections,
             header_timeout: config.header_timeout,
@@ -256,7 +261,7 @@ impl Application {
         };
         let server = tokio::spawn(server::serve(self.listener, app, limits, shutdown.clone()));
         let metrics_server = self.metrics_listener.map(|listener| {
-            let app = metrics::router(self.state.clone());
+            let app = http::metrics::router(self.state.clone());
             tokio::spawn(server::serve(listener, app, limits, shutdown.clone()))
         });
 
@@ -304,5 +309,18 @@ async fn bootstrap_first_account(store: &dyn Store) -> anyhow::Result<Option<Str
     match created {
         Some(account) => Ok(Some(auth::create_key(store, &account.id, "initial").await?)),
         None => Ok(None),
+    }
+}
+
+/// An API node's housekeeping: expired sessions and idempotency keys deleted every
+/// [`accounts::SWEEP_EVERY`] until `stop`.
+async fn sweep_expired(store: SharedStore, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(accounts::SWEEP_EVERY) => {}
+            _ = stop.cancelled() => return,
+        }
+        accounts::forget_expired_sessions(store.as_ref()).await;
+        tasks::idempotency::forget_expired(store.as_ref(), &stop).await;
     }
 }

@@ -1,4 +1,5 @@
-//! Prometheus metrics: the process's counters and histograms, and `GET /metrics`.
+//! Prometheus metrics: the process's counters and histograms, and their exposition (served by
+//! `http::metrics`).
 //!
 //! Counters and histograms live in one process-wide registry (`METRICS`), so that the places
 //! that count (the access log, the workers, the backend pool, the dispatcher, error mapping) need
@@ -12,8 +13,6 @@
 use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -21,14 +20,12 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
-use subtle::ConstantTimeEq;
 
-use crate::api::{ApiError, AppState};
-use crate::store::StoreError;
+use crate::store::{QueueRow, StoreError};
 
 /// The media type of the exposition `prometheus-client` writes (OpenMetrics text, which
 /// Prometheus scrapes natively).
-const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteLabels {
@@ -206,7 +203,8 @@ fn status_index(status: u16) -> usize {
 /// for paths no route matches (so that scanners cannot make new series).
 fn route_labels() -> &'static [&'static str] {
     static LABELS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
-        let mut labels: Vec<&'static str> = crate::api::ROUTES.iter().map(|(_, p)| *p).collect();
+        let mut labels: Vec<&'static str> =
+            crate::api::routes::ROUTES.iter().map(|(_, p)| *p).collect();
         labels.sort_unstable();
         labels.dedup();
         labels.extend(["/files/{key}", "/metrics", "other"]);
@@ -323,8 +321,16 @@ pub fn retention_removed(tasks: u64) {
     METRICS.retention_removed.inc_by(tasks);
 }
 
-/// The whole exposition: the process's metrics, then the gauges read now from `state`.
-async fn render(state: &AppState) -> Result<String, StoreError> {
+/// One backend's gauges.
+pub struct BackendGauges {
+    pub name: String,
+    pub up: bool,
+    pub in_flight: usize,
+}
+
+/// The whole exposition: the process's metrics, then the gauges of the shared state as read now
+/// (the operators' page's queue query, whose pending rows are the queue, and the backends).
+pub fn render(queue: &[QueueRow], backends: impl IntoIterator<Item = BackendGauges>) -> String {
     let mut scrape = Registry::with_prefix("easel");
 
     let depth = Family::<ModeLabels, Gauge>::default();
@@ -335,13 +341,12 @@ async fn render(state: &AppState) -> Result<String, StoreError> {
         let _ = depth.get_or_create(&ModeLabels { mode: mode.into() });
         let _ = oldest.get_or_create(&ModeLabels { mode: mode.into() });
     }
-    // The operators' page's query; its pending rows are the queue.
-    for row in state.store.queue_by_status_and_mode().await? {
+    for row in queue {
         if row.status != "pending" {
             continue;
         }
         let labels = ModeLabels {
-            mode: row.process_mode,
+            mode: row.process_mode.clone(),
         };
         depth.get_or_create(&labels).set(row.tasks);
         let age = (now - row.oldest_created_at).max(0) as f64 / 1000.0;
@@ -361,7 +366,7 @@ async fn render(state: &AppState) -> Result<String, StoreError> {
 
     let up = Family::<BackendName, Gauge>::default();
     let in_flight = Family::<BackendName, Gauge>::default();
-    for backend in state.pool.health() {
+    for backend in backends {
         let labels = BackendName {
             backend: backend.name,
         };
@@ -385,53 +390,7 @@ async fn render(state: &AppState) -> Result<String, StoreError> {
     encode_registry(&mut text, &METRICS.registry).expect("writing to a String");
     encode_registry(&mut text, &scrape).expect("writing to a String");
     encode_eof(&mut text).expect("writing to a String");
-    Ok(text)
-}
-
-async fn exposition(state: &AppState) -> Response {
-    match render(state).await {
-        Ok(text) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE))],
-            text,
-        )
-            .into_response(),
-        // The conversion counts the store error.
-        Err(e) => ApiError::from(e).into_response(),
-    }
-}
-
-/// `GET /metrics` on the main listener: only with `Authorization: Bearer <metrics_token>`.
-pub async fn guarded(
-    axum::extract::State(state): axum::extract::State<AppState>,
-    headers: HeaderMap,
-) -> Response {
-    let Some(token) = state.config.metrics_token.as_deref() else {
-        return ApiError::RouteNotFound.into_response();
-    };
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    // Constant time, so that the comparison does not tell how much of a guess was right.
-    if !bool::from(presented.as_bytes().ct_eq(token.as_bytes())) {
-        return ApiError::Unauthorized.into_response();
-    }
-    exposition(&state).await
-}
-
-/// `GET /metrics` on the separate `metrics_listen` address: no credentials.
-pub async fn open(axum::extract::State(state): axum::extract::State<AppState>) -> Response {
-    exposition(&state).await
-}
-
-/// The router of the `metrics_listen` address: `/metrics` and nothing else.
-pub fn router(state: AppState) -> axum::Router {
-    axum::Router::new()
-        .route("/metrics", axum::routing::get(open))
-        .fallback(|| async { ApiError::RouteNotFound })
-        .with_state(state)
+    text
 }
 
 #[cfg(test)]

@@ -21,9 +21,8 @@ use governor::middleware::StateInformationMiddleware;
 use governor::state::keyed::DashMapStateStore;
 use governor::{Quota, RateLimiter};
 
-use crate::api::ApiError;
 use crate::config::PlanRate;
-use crate::store::Store;
+use crate::store::{Store, StoreResult};
 
 /// How long a key's account and plan are remembered.
 const OWNER_TTL: Duration = Duration::from_secs(30);
@@ -148,7 +147,11 @@ impl RateLimits {
 
     /// Check a key whose owner the request has not looked up: from the remembered owners, or
     /// with one lookup. A key that is not live passes here; the handler answers 401.
-    pub async fn check_presented(&self, store: &dyn Store, key: &[u8; 32]) -> Result<(), ApiError> {
+    pub async fn check_presented(
+        &self,
+        store: &dyn Store,
+        key: &[u8; 32],
+    ) -> StoreResult<Result<(), Refusal>> {
         let known = {
             let owners = self.owners.lock().expect("not poisoned");
             owners
@@ -160,14 +163,13 @@ impl RateLimits {
             Some(owner) => owner,
             None => {
                 let Some(owner) = store.key_owner(key).await? else {
-                    return Ok(());
+                    return Ok(Ok(()));
                 };
                 self.remember(key, &owner.account.id, &owner.account.plan);
                 (owner.account.id, owner.account.plan)
             }
         };
-        self.check(key, &account, &plan)
-            .map_err(ApiError::RateLimited)
+        Ok(self.check(key, &account, &plan))
     }
 
     /// Note a key's owner found by a lookup the request made anyway.

@@ -7,8 +7,9 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 
-use super::{ApiError, AppState};
 use crate::blobs;
+use crate::error::ApiError;
+use crate::http::state::AppState;
 
 /// Keys carry a random token and are written once, so what a client has cached never goes stale.
 const CACHE_CONTROL: &str = "public, max-age=31536000, immutable";

@@ -2,7 +2,8 @@ use axum::extract::State;
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::{ApiError, AppState};
+use crate::error::ApiError;
+use crate::http::state::AppState;
 
 /// Liveness: the process answers.
 pub async fn alive() -> Json<Value> {

@@ -1,4 +1,5 @@
-//! Submitting tasks and reading them back.
+//! Reading tasks back, listing, canceling and redelivering them: the handlers over the use
+//! cases of `crate::tasks`.
 
 use std::collections::HashMap;
 
@@ -9,104 +10,17 @@ use axum::Json;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::json::{task_id, JsonObject, TaskIdPath};
-use super::record::{rfc3339, task_record};
-use super::{access, wait, ApiError, AppState};
 use crate::auth::{Caller, PresentedKey};
-use crate::domain::{OpKind, Outcome, PayloadHead, TaskStatus};
-use crate::store::{Ending, Redelivery, StoreResult, Task, TaskFilter, LIST_LIMIT_MAX};
-
-/// Tasks on a page of `GET /api/v1/tasks` when `limit` is not given.
-pub const LIST_LIMIT_DEFAULT: u32 = 20;
-
-/// The query of a listing: `limit`, `cursor`, `status` and `type`, checked.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ListQuery {
-    pub limit: u32,
-    pub cursor: Option<Uuid>,
-    pub filter: TaskFilter,
-}
-
-impl ListQuery {
-    /// Read a query string. Empty values count as absent; unknown parameters are ignored; a
-    /// parameter given twice, or a value out of range, is a 400 that names it.
-    pub fn parse(raw: Option<&str>) -> Result<ListQuery, ApiError> {
-        let mut query = ListQuery {
-            limit: LIST_LIMIT_DEFAULT,
-            ..ListQuery::default()
-        };
-        let mut seen: Vec<String> = Vec::new();
-        for (name, value) in url::form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
-            if !matches!(name.as_ref(), "limit" | "cursor" | "status" | "type") {
-                continue;
-            }
-            if seen.iter().any(|s| *s == name) {
-                return Err(ApiError::field(
-                    &name,
-                    "invalid_value",
-                    "must be given once",
-                ));
-            }
-            seen.push(name.to_string());
-            if value.is_empty() {
-                continue;
-            }
-            match name.as_ref() {
-                "limit" => {
-                    query.limit = value
-                        .parse::<u32>()
-                        .ok()
-                        .filter(|n| (1..=LIST_LIMIT_MAX).contains(n))
-                        .ok_or_else(|| {
-                            ApiError::field(
-                                "limit",
-                                "invalid_value",
-                                format!("must be an integer from 1 to {LIST_LIMIT_MAX}"),
-                            )
-                        })?;
-                }
-                "cursor" => {
-                    query.cursor = Some(Uuid::parse_str(&value).map_err(|_| invalid_cursor())?);
-                }
-                "status" => {
-                    let status = value.parse::<TaskStatus>().map_err(|_| {
-                        ApiError::field(
-                            "status",
-                            "invalid_value",
-                            format!(
-                                "must be one of {}",
-                                TaskStatus::ALL.map(TaskStatus::as_str).join(", ")
-                            ),
-                        )
-                    })?;
-                    query.filter.status = Some(status.as_str().to_string());
-                }
-                _ => {
-                    let kind = value.parse::<OpKind>().map_err(|_| {
-                        ApiError::field(
-                            "type",
-                            "invalid_value",
-                            format!(
-                                "must be one of {}",
-                                OpKind::ALL.map(OpKind::as_str).join(", ")
-                            ),
-                        )
-                    })?;
-                    query.filter.task_type = Some(kind.as_str().to_string());
-                }
-            }
-        }
-        Ok(query)
-    }
-}
-
-fn invalid_cursor() -> ApiError {
-    ApiError::field(
-        "cursor",
-        "invalid_value",
-        "must be a next_cursor from an earlier page of this listing",
-    )
-}
+use crate::error::ApiError;
+use crate::http::extract::TaskIdPath;
+use crate::http::prefer;
+use crate::http::state::AppState;
+use crate::store::Redelivery;
+use crate::tasks::body::{task_id, JsonObject};
+use crate::tasks::cancel::cancel_task;
+use crate::tasks::list::{invalid_cursor, ListQuery};
+use crate::tasks::record::rfc3339;
+use crate::tasks::wait;
 
 /// `GET /api/v1/tasks`: the key's account's tasks, newest first, a page at a time.
 pub async fn list_tasks(
@@ -125,11 +39,7 @@ pub async fn list_tasks(
         )
         .await?
         .ok_or_else(invalid_cursor)?;
-    let tasks: Vec<Value> = page
-        .tasks
-        .iter()
-        .map(|t| task_record(t, &state.blobs, state.config.retention))
-        .collect();
+    let tasks: Vec<Value> = page.tasks.iter().map(|t| state.record(t)).collect();
     Ok(Json(
         json!({ "tasks": tasks, "next_cursor": page.next_cursor }),
     ))
@@ -147,7 +57,7 @@ pub async fn fetch(
     let id = match body.and_then(|body| task_id("task_id", body.req_str("task_id")?)) {
         Ok(id) => id,
         Err(e) => {
-            key.confirm(&state).await?;
+            key.confirm(&state.store).await?;
             return Err(e);
         }
     };
@@ -162,24 +72,20 @@ pub async fn get_task(
     key: PresentedKey,
     id: Result<TaskIdPath, ApiError>,
 ) -> Result<Response, ApiError> {
-    let asked = id.and_then(|id| Ok((id, wait::preferred_wait(&headers)?)));
+    let asked = id.and_then(|id| Ok((id, prefer::preferred_wait(&headers)?)));
     let (TaskIdPath(id), wait) = match asked {
         Ok((id, wait)) => (id, wait.map(|asked| wait::served(&state, asked))),
         Err(e) => {
-            key.confirm(&state).await?;
+            key.confirm(&state.store).await?;
             return Err(e);
         }
     };
-    let task = one_task(&state, &key, id).await?;
+    let task = state.one(&key, id).await?;
     Ok(match wait {
-        None => Json(task_record(&task, &state.blobs, state.config.retention)).into_response(),
+        None => Json(state.record(&task)).into_response(),
         Some(secs) => {
             let task = wait::until_ended(&state, &key, &id, task, secs).await;
-            (
-                [wait::applied(secs)],
-                Json(task_record(&task, &state.blobs, state.config.retention)),
-            )
-                .into_response()
+            ([prefer::applied(secs)], Json(state.record(&task))).into_response()
         }
     })
 }
@@ -190,24 +96,8 @@ async fn one_record(
     key: &PresentedKey,
     id: Uuid,
 ) -> Result<Json<Value>, ApiError> {
-    let task = one_task(state, key, id).await?;
-    Ok(Json(task_record(
-        &task,
-        &state.blobs,
-        state.config.retention,
-    )))
-}
-
-/// One of the key's account's tasks, the key checked in the same statement.
-async fn one_task(state: &AppState, key: &PresentedKey, id: Uuid) -> Result<Task, ApiError> {
-    access::note_task(id);
-    let (live, row) = state
-        .store
-        .task_for_key(&key.0, &id)
-        .await?
-        .ok_or(ApiError::Unauthorized)?;
-    key.used(state, &live);
-    row.ok_or(ApiError::TaskNotFound)
+    let task = state.one(key, id).await?;
+    Ok(Json(state.record(&task)))
 }
 
 /// `POST /api/v1/tasks/{task_id}/cancel`: a task that has not ended is `canceled` at once (a
@@ -227,48 +117,7 @@ pub async fn cancel(
             msg: format!("task_id: the task has already {}", task.status),
         });
     }
-    Ok(Json(task_record(
-        &task,
-        &state.blobs,
-        state.config.retention,
-    )))
-}
-
-/// Cancel the account's task `id`, for the API and the dashboard alike: None when it is not the
-/// account's, else whether this call canceled it, and the task as it is now.
-pub(crate) async fn cancel_task(
-    state: &AppState,
-    account_id: &str,
-    id: &Uuid,
-) -> StoreResult<Option<(bool, Task)>> {
-    let Some(task) = state.store.task_for_account(account_id, id).await? else {
-        return Ok(None);
-    };
-    let ending = canceled(state, &task);
-    let canceled = state.store.cancel_task(task.seq, &ending).await?;
-    if canceled {
-        let operation = task.kind().map_or("unknown", OpKind::as_str);
-        crate::metrics::task_ended(operation, TaskStatus::Canceled.as_str());
-        tracing::info!("task canceled by its caller");
-    }
-    let now = state.store.task_for_account(account_id, id).await?;
-    Ok(now.map(|task| (canceled, task)))
-}
-
-/// The end of a canceled task, with the webhook body a canceled task sends.
-fn canceled(state: &AppState, task: &Task) -> Ending {
-    let fields = task
-        .operation
-        .as_ref()
-        .map(|op| op.public_fields())
-        .unwrap_or_default();
-    let head = PayloadHead {
-        task_id: &task.id,
-        task_type: &task.task_type,
-        parent_task_id: task.parent_id.as_deref(),
-        fields,
-    };
-    Ending::new(Outcome::Canceled, &head, &|key| state.blobs.url(key))
+    Ok(Json(state.record(&task)))
 }
 
 /// `POST /api/v1/fetch-many`: up to 20 records in the order asked; unknown ids are left out.
@@ -280,7 +129,7 @@ pub async fn fetch_many(
     let ids = match body.and_then(|body| fetch_many_ids(&body)) {
         Ok(ids) => ids,
         Err(e) => {
-            key.confirm(&state).await?;
+            key.confirm(&state.store).await?;
             return Err(e);
         }
     };
@@ -289,12 +138,12 @@ pub async fn fetch_many(
         .tasks_for_key(&key.0, &ids)
         .await?
         .ok_or(ApiError::Unauthorized)?;
-    key.used(&state, &live);
+    key.used(&state.store, &live);
     let by_id: HashMap<&str, &_> = rows.iter().map(|r| (r.id.as_str(), r)).collect();
     let tasks: Vec<Value> = ids
         .iter()
         .filter_map(|id| by_id.get(id.to_string().as_str()).copied())
-        .map(|row| task_record(row, &state.blobs, state.config.retention))
+        .map(|row| state.record(row))
         .collect();
     Ok(Json(json!({ "tasks": tasks })))
 }
@@ -348,10 +197,7 @@ pub async fn redeliver(
         .task_for_account(&account.id, &id)
         .await?
         .ok_or(ApiError::TaskNotFound)?;
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(task_record(&row, &state.blobs, state.config.retention)),
-    ))
+    Ok((StatusCode::ACCEPTED, Json(state.record(&row))))
 }
 
 /// `GET /api/v1/tasks/{task_id}/webhook-attempts`: every recorded delivery attempt, oldest first.

@@ -6,9 +6,10 @@ use axum::extract::State;
 use axum::response::Response;
 
 use super::auth::Empty;
+use super::error::{render, WebError};
+use super::page::{when, Layout};
 use super::session::{Posted, SignedIn};
-use super::{render, when, Layout, WebError};
-use crate::api::AppState;
+use crate::http::state::AppState;
 use crate::store::{now_ms, DayUsage};
 
 /// Days of use the page shows.

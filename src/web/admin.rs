@@ -7,10 +7,11 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
+use super::error::{render, WebError};
+use super::page::{when, Layout};
 use super::session::{Admin, Posted};
-use super::{render, when, Layout, WebError};
-use crate::api::AppState;
 use crate::generate::pool::BackendHealth;
+use crate::http::state::AppState;
 use crate::store::{now_ms, QueueRow};
 
 /// How far back failing destinations are looked for.

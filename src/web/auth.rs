@@ -7,10 +7,11 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum_extra::extract::cookie::CookieJar;
 use serde::Deserialize;
 
+use super::error::{render_status, WebError};
+use super::page::{safe_next, Layout, NavUser};
 use super::session::{self, Posted, PublicPosted, FORM_COOKIE, SESSION_COOKIE};
-use super::{render_status, safe_next, Layout, WebError};
 use crate::accounts;
-use crate::api::AppState;
+use crate::http::state::AppState;
 use crate::store::{now_ms, NewAccount};
 
 pub use crate::accounts::{
@@ -63,7 +64,7 @@ pub fn sign_in_form(
 ) -> Response {
     let (csrf, fresh) = session::form_token(&jar);
     let page = SignInPage {
-        layout: Layout::new("Sign in", "signin", None),
+        layout: Layout::new("Sign in", "signin", None::<NavUser>),
         csrf,
         error: error.map(|(_, m)| m.to_string()),
         email: email.to_string(),
@@ -190,7 +191,7 @@ fn sign_up_form(
     let (csrf, fresh) = session::form_token(&jar);
     let open = signup_open(state);
     let page = SignUpPage {
-        layout: Layout::new("Sign up", "signup", None),
+        layout: Layout::new("Sign up", "signup", None::<NavUser>),
         csrf,
         error: error.as_ref().map(|(_, m)| m.clone()),
         email: email.to_string(),

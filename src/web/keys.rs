@@ -6,9 +6,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
+use super::error::{render, render_status, WebError};
+use super::page::{when, Layout};
 use super::session::{Posted, SignedIn};
-use super::{render, render_status, when, Layout, WebError};
-use crate::api::AppState;
+use crate::http::state::AppState;
 
 pub struct KeyView {
     id: String,

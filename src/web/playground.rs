@@ -8,13 +8,16 @@ use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::error::{render, WebError};
+use super::page::Layout;
 use super::session::{Posted, SignedIn};
 use super::tasks::Progress;
-use super::{render, Layout, WebError};
-use crate::api::json::JsonObject;
-use crate::api::{submit, ApiError, AppState};
 use crate::auth::{hash_key, well_formed, PresentedKey};
 use crate::domain::OpKind;
+use crate::error::ApiError;
+use crate::http::state::AppState;
+use crate::tasks::body::JsonObject;
+use crate::tasks::submit;
 
 #[derive(Template)]
 #[template(path = "playground.html")]

@@ -22,8 +22,9 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use sha2::Sha256;
 
-use super::WebError;
-use crate::api::AppState;
+use super::error::WebError;
+use super::page::NavUser;
+use crate::http::state::AppState;
 use crate::store::{now_ms, Account};
 
 pub const SESSION_COOKIE: &str = "easel_session";
@@ -120,12 +121,22 @@ pub struct SignedIn {
     pub session: [u8; 32],
 }
 
+impl From<&SignedIn> for NavUser {
+    fn from(user: &SignedIn) -> NavUser {
+        NavUser {
+            email: user.account.email.clone(),
+            admin: user.account.admin,
+            csrf: user.csrf.clone(),
+        }
+    }
+}
+
 impl FromRequestParts<AppState> for SignedIn {
     type Rejection = WebError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, WebError> {
         let jar = CookieJar::from_headers(&parts.headers);
-        let htmx = super::is_htmx(&parts.headers);
+        let htmx = super::page::is_htmx(&parts.headers);
         let back = || {
             if htmx {
                 WebError::SignInHx
@@ -150,7 +161,7 @@ impl FromRequestParts<AppState> for SignedIn {
         let Some(account) = state.store.session_account(&hash, now_ms()).await? else {
             return Err(back());
         };
-        crate::api::access::note_account(&account.id);
+        crate::telemetry::request::note_account(&account.id);
         Ok(SignedIn {
             account,
             csrf: csrf_for(&token),

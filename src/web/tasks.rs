@@ -12,10 +12,11 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 use uuid::Uuid;
 
+use super::error::{render, WebError};
+use super::page::{when, Layout};
 use super::session::{Posted, SignedIn};
-use super::{render, when, Layout, WebError};
-use crate::api::AppState;
 use crate::domain::{OpKind, Output, TaskStatus};
+use crate::http::state::AppState;
 use crate::store::{Redelivery, Task, TaskFilter};
 
 /// Tasks on one page of the list.
@@ -460,7 +461,7 @@ pub async fn cancel(
     Posted { user, .. }: Posted<super::auth::Empty>,
 ) -> Result<Response, WebError> {
     let id = task_id(&raw)?;
-    let outcome = match crate::api::tasks::cancel_task(&state, &user.account.id, &id).await? {
+    let outcome = match crate::tasks::cancel::cancel_task(&state, &user.account.id, &id).await? {
         None => return Err(WebError::NotFound),
         Some((true, _)) => "done",
         Some((false, _)) => "ended",

@@ -1,17 +1,21 @@
-//! Request bodies: checked for media type and size, parsed as a JSON object, then read field by
-//! field so that every error names the field it is about.
+//! Extractors: the caller's key, the JSON body, the `{task_id}` path segment. Each refuses in
+//! the contract's shape, and none reads more of the request than its check needs.
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use uuid::Uuid;
 
-use super::{ApiError, AppState};
+use super::state::AppState;
+use crate::auth::{self, Caller, PresentedKey};
+use crate::error::ApiError;
+use crate::tasks::body::JsonObject;
+use crate::telemetry::request;
 
-/// A JSON object body.
-pub struct JsonObject(pub Map<String, Value>);
+/// The route of the operation whose bodies may carry a mask (`mask_body_limit`).
+pub const MASK_ROUTE: &str = "/api/v1/inpaint";
 
 impl FromRequest<AppState> for JsonObject {
     type Rejection = ApiError;
@@ -27,7 +31,7 @@ impl FromRequest<AppState> for JsonObject {
             return Err(ApiError::UnsupportedMediaType);
         }
         // A mask is a whole PNG: its operation's bodies have a limit of their own.
-        let limit = if req.uri().path() == super::submit::MASK_ROUTE {
+        let limit = if req.uri().path() == MASK_ROUTE {
             state.config.mask_body_limit
         } else {
             state.config.body_limit
@@ -71,35 +75,6 @@ impl FromRequest<AppState> for JsonObject {
     }
 }
 
-impl JsonObject {
-    /// A string field; None when absent or null.
-    pub fn opt_str(&self, field: &str) -> Result<Option<&str>, ApiError> {
-        match self.0.get(field) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s)),
-            Some(_) => Err(ApiError::field(field, "invalid_type", "must be a string")),
-        }
-    }
-
-    pub fn req_str(&self, field: &str) -> Result<&str, ApiError> {
-        self.opt_str(field)?
-            .ok_or_else(|| ApiError::field(field, "missing_field", "is required"))
-    }
-
-    pub fn req_array(&self, field: &str) -> Result<&Vec<Value>, ApiError> {
-        match self.0.get(field) {
-            None | Some(Value::Null) => Err(ApiError::field(field, "missing_field", "is required")),
-            Some(Value::Array(items)) => Ok(items),
-            Some(_) => Err(ApiError::field(field, "invalid_type", "must be an array")),
-        }
-    }
-}
-
-/// Parse a task id, naming `field` in the error.
-pub fn task_id(field: &str, raw: &str) -> Result<Uuid, ApiError> {
-    Uuid::try_parse(raw).map_err(|_| ApiError::field(field, "invalid_value", "must be a UUID"))
-}
-
 /// The `{task_id}` path segment as a UUID. Any segment that is not one (invalid percent-encoding
 /// included) is a 400 in the contract's shape.
 pub struct TaskIdPath(pub Uuid);
@@ -113,7 +88,55 @@ impl FromRequestParts<AppState> for TaskIdPath {
             .await
             .map_err(|_| not_uuid())?;
         let id = Uuid::try_parse(&raw).map_err(|_| not_uuid())?;
-        super::access::note_task(id);
+        request::note_task(id);
         Ok(TaskIdPath(id))
+    }
+}
+
+/// The key in `Authorization`, if it has the shape of one; 401 otherwise.
+fn presented_key(parts: &Parts) -> Result<[u8; 32], ApiError> {
+    parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .filter(|k| auth::well_formed(k))
+        .map(auth::hash_key)
+        .ok_or(ApiError::Unauthorized)
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let hash = presented_key(parts)?;
+        let owner = auth::look_up(state.store.as_ref(), &hash).await?;
+        auth::touch(&state.store, &owner.key_id, owner.last_used_at);
+        request::note_account(&owner.account.id);
+        if state.rate_limits.enabled() {
+            state
+                .rate_limits
+                .remember(&hash, &owner.account.id, &owner.account.plan);
+            state
+                .rate_limits
+                .check(&hash, &owner.account.id, &owner.account.plan)
+                .map_err(ApiError::RateLimited)?;
+        }
+        Ok(Caller(owner.account))
+    }
+}
+
+impl FromRequestParts<AppState> for PresentedKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let hash = presented_key(parts)?;
+        if state.rate_limits.enabled() {
+            state
+                .rate_limits
+                .check_presented(state.store.as_ref(), &hash)
+                .await?
+                .map_err(ApiError::RateLimited)?;
+        }
+        Ok(PresentedKey(hash))
     }
 }

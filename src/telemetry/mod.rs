@@ -12,6 +12,8 @@
 //! from 1.8 to 2.2 µs to 0.4 to 0.7 µs (wrk at 64 connections, three runs each, `/proc` per
 //! thread), and a line reaches stderr at most a few milliseconds after it was logged.
 
+pub mod request;
+
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 

@@ -1,38 +1,25 @@
-//! The `Idempotency-Key` header of submits: its rules, the request's fingerprint, and the node's
-//! set of keys in flight. What a key's stored answer makes of a submit is decided by the store,
+//! Idempotency keys of submits: their rules, the request's fingerprint, the node's set of keys
+//! in flight, and the sweep of expired ones (the header itself is read by `http::idempotency`). What a key's stored answer makes of a submit is decided by the store,
 //! in the submit's transaction (see `crate::store::Idempotency`).
 
 use std::collections::HashSet;
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
-use axum::extract::FromRequestParts;
-use axum::http::request::Parts;
-use axum::http::{header, HeaderName, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use tokio_util::sync::CancellationToken;
 
-use super::{ApiError, AppState};
 use crate::domain::OpKind;
+use crate::error::ApiError;
 use crate::store::{now_ms, Store};
 
-/// The request header.
-pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
-/// The header on a replayed answer.
-pub const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 /// Most characters of an `Idempotency-Key`.
 pub const KEY_MAX_CHARS: usize = 255;
 
-/// The `Idempotency-Key` header: absent, valid (1..=255 printable ASCII characters), or not.
-pub fn parse(parts: &Parts) -> Result<Option<String>, ApiError> {
-    let Some(raw) = parts.headers.get(IDEMPOTENCY_KEY) else {
-        return Ok(None);
-    };
+/// An `Idempotency-Key` as sent: valid when 1..=255 printable ASCII characters.
+pub fn check_key(bytes: &[u8]) -> Result<String, ApiError> {
     let bad = |problem: &str| ApiError::field("Idempotency-Key", "invalid_value", problem);
-    let bytes = raw.as_bytes();
     if bytes.is_empty() || bytes.len() > KEY_MAX_CHARS {
         return Err(bad("must be 1 to 255 characters"));
     }
@@ -40,7 +27,7 @@ pub fn parse(parts: &Parts) -> Result<Option<String>, ApiError> {
         return Err(bad("must be printable ASCII characters"));
     }
     let key = std::str::from_utf8(bytes).expect("checked ASCII");
-    Ok(Some(key.to_string()))
+    Ok(key.to_string())
 }
 
 /// What identifies a request under its key: SHA-256 of the operation's name and the body's JSON
@@ -64,7 +51,7 @@ pub struct InFlight(Mutex<HashSet<([u8; 32], String)>>);
 
 impl InFlight {
     /// Hold the pair, or None when a request with it is in flight here.
-    fn claim(self: &Arc<Self>, api_key: [u8; 32], key: String) -> Option<Held> {
+    pub fn claim(self: &Arc<Self>, api_key: [u8; 32], key: String) -> Option<Held> {
         let pair = (api_key, key);
         let mut held = self.0.lock().expect("not poisoned");
         if !held.insert(pair.clone()) {
@@ -95,61 +82,6 @@ impl Drop for Held {
             held.remove(&self.pair);
         }
     }
-}
-
-/// A submit's `Idempotency-Key` as its handler sees it. An extractor that reads only the
-/// headers: placed before the body's, it holds the key from before the body is read.
-pub enum KeyHeader {
-    Absent,
-    /// A 400 to answer once the API key is known to be live.
-    Invalid(ApiError),
-    /// Another request with the same API key and idempotency key is in flight on this node.
-    InUse,
-    Held(Held),
-}
-
-impl FromRequestParts<AppState> for KeyHeader {
-    type Rejection = Infallible;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Infallible> {
-        let key = match parse(parts) {
-            Ok(None) => return Ok(KeyHeader::Absent),
-            Ok(Some(key)) => key,
-            Err(e) => return Ok(KeyHeader::Invalid(e)),
-        };
-        // The presented API key's hash: the key extractor before this one refused a request
-        // without a well-formed one.
-        let Some(api_key) = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .map(crate::auth::hash_key)
-        else {
-            return Ok(KeyHeader::Absent);
-        };
-        Ok(match state.idempotency.claim(api_key, key) {
-            Some(held) => KeyHeader::Held(held),
-            None => KeyHeader::InUse,
-        })
-    }
-}
-
-/// A stored first answer, sent again as it was with `Idempotent-Replayed: true`.
-pub fn replay(status: u16, body: String) -> Response {
-    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
-    let mut response = (
-        status,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        body,
-    )
-        .into_response();
-    response
-        .headers_mut()
-        .insert(REPLAYED, HeaderValue::from_static("true"));
-    response
 }
 
 /// Most expired keys one statement deletes: a sweep deletes in batches of this many, so that
@@ -187,29 +119,17 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn parts(key: Option<&[u8]>) -> Parts {
-        let mut req = axum::http::Request::builder();
-        if let Some(key) = key {
-            req = req.header(IDEMPOTENCY_KEY, HeaderValue::from_bytes(key).unwrap());
-        }
-        req.body(()).unwrap().into_parts().0
-    }
-
     #[test]
     fn keys_are_one_to_255_printable_ascii_characters() {
-        assert_eq!(parse(&parts(None)).unwrap(), None);
-        assert_eq!(
-            parse(&parts(Some(b"a b~"))).unwrap().as_deref(),
-            Some("a b~")
-        );
-        assert!(parse(&parts(Some("k".repeat(255).as_bytes()))).is_ok());
+        assert_eq!(check_key(b"a b~").unwrap(), "a b~");
+        assert!(check_key("k".repeat(255).as_bytes()).is_ok());
         for bad in [
             b"".to_vec(),
             "k".repeat(256).into_bytes(),
             b"tab\there".to_vec(),
             "caf\u{e9}".as_bytes().to_vec(),
         ] {
-            let e = parse(&parts(Some(&bad))).unwrap_err().to_string();
+            let e = check_key(&bad).unwrap_err().to_string();
             assert!(e.starts_with("Idempotency-Key: "), "{e}");
         }
     }

@@ -1,19 +1,10 @@
-//! `Prefer: wait` (RFC 7240): a submit or `GET /api/v1/tasks/{task_id}` held until the task has
-//! ended or the asked-for time has passed, then answered with the task's record. A waiting request
-//! watches its task in the store's [`TaskEnds`](crate::store::TaskEnds): it reads the task when it
-//! starts and once more each time the task ends (on any node), and never polls.
-
-use std::time::Duration;
+//! The `Prefer` header (RFC 7240): the `wait` preference of submits and reads, and the
+//! `Preference-Applied` answer.
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
-use uuid::Uuid;
 
-use super::{ApiError, AppState};
-use crate::auth::PresentedKey;
-use crate::store::Task;
-
-/// The longest wait a request may ask for, in seconds; plain `wait` asks for this.
-pub const WAIT_MAX_SECS: u64 = 60;
+use crate::error::ApiError;
+use crate::tasks::wait::WAIT_MAX_SECS;
 
 /// The header that says which preference was applied.
 pub const PREFERENCE_APPLIED: HeaderName = HeaderName::from_static("preference-applied");
@@ -56,57 +47,12 @@ pub fn preferred_wait(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     Ok(wait)
 }
 
-/// The wait served for one of `asked` seconds: at most the node's `max_wait`.
-pub fn served(state: &AppState, asked: u64) -> u64 {
-    asked.min(state.config.max_wait.as_secs())
-}
-
 /// The `Preference-Applied` header for a wait of `secs`.
 pub fn applied(secs: u64) -> (HeaderName, HeaderValue) {
     (
         PREFERENCE_APPLIED,
         HeaderValue::from_str(&format!("wait={secs}")).expect("a valid header value"),
     )
-}
-
-/// `task` as it is once it has ended, or after `secs` seconds, or when the server starts shutting
-/// down, whichever comes first. The task is read again with `key` after each of its ends is
-/// announced. A read that fails ends the wait with the record last read: the task is there
-/// whatever the store's trouble, and a submit's caller must learn its id.
-pub async fn until_ended(
-    state: &AppState,
-    key: &PresentedKey,
-    id: &Uuid,
-    mut task: Task,
-    secs: u64,
-) -> Task {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    let watch = state.store.wakeups().task_ends.watch(task.seq);
-    loop {
-        if task.has_ended() {
-            return task;
-        }
-        let ended = watch.notified();
-        tokio::pin!(ended);
-        // Registered before the read: an end announced from here on is kept for the wait below.
-        ended.as_mut().enable();
-        match state.store.task_for_key(&key.0, id).await {
-            Ok(Some((_, Some(read)))) => task = read,
-            Ok(_) => return task,
-            Err(e) => {
-                tracing::warn!(error = %e, "a waiting request could not read its task again");
-                return task;
-            }
-        }
-        if task.has_ended() {
-            return task;
-        }
-        tokio::select! {
-            _ = &mut ended => {}
-            _ = tokio::time::sleep_until(deadline) => return task,
-            _ = state.shutdown.cancelled() => return task,
-        }
-    }
 }
 
 #[cfg(test)]

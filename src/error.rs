@@ -1,0 +1,81 @@
+//! The errors of the contract: every way a request can be refused, with its stable code. The
+//! use cases return them; the HTTP layer (`http::error`) alone turns them into responses.
+
+use crate::store::StoreError;
+
+/// Every way a request can fail, as the contract names it.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("unauthorized")]
+    Unauthorized,
+    /// 400. `code` is stable; `msg` names the field first (`prompt: must not be empty`).
+    #[error("{msg}")]
+    BadRequest { code: &'static str, msg: String },
+    #[error("task not found")]
+    TaskNotFound,
+    #[error("no such route")]
+    RouteNotFound,
+    #[error("file not found")]
+    FileNotFound,
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    #[error("{msg}")]
+    Conflict { code: &'static str, msg: String },
+    #[error("request body is larger than {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("the request body did not arrive in time")]
+    RequestTimeout,
+    #[error("Content-Type must be application/json")]
+    UnsupportedMediaType,
+    /// 402: the account's credits do not cover the task.
+    #[error("{msg}")]
+    InsufficientCredits { msg: String },
+    #[error("{msg}")]
+    TooManyRequests { msg: String, retry_after_secs: u64 },
+    #[error("{msg}")]
+    Unavailable { msg: String, retry_after_secs: u64 },
+    /// 429 `rate_limited`: the key's or the account's request rate limit is spent.
+    #[error("too many requests for this {}; try again in {} s", .0.scope.as_str(), .0.retry_after_secs)]
+    RateLimited(crate::ratelimit::Refusal),
+    #[error("internal error: {0}")]
+    Internal(anyhow::Error),
+    /// 422 `idempotency_key_reused`: the key's first answer was to another request.
+    #[error(
+        "Idempotency-Key: this key was used for a different request (another operation or \
+         body) within its time to live; send this request with a new key"
+    )]
+    IdempotencyKeyReused,
+    /// 409 `idempotency_key_in_use`, with `Retry-After: 1`: a request with the same account and
+    /// key is being handled.
+    #[error("Idempotency-Key: a request with this key is in progress; retry it shortly")]
+    IdempotencyKeyInUse,
+}
+
+impl ApiError {
+    pub fn field(field: &str, code: &'static str, problem: impl std::fmt::Display) -> ApiError {
+        ApiError::BadRequest {
+            code,
+            msg: format!("{field}: {problem}"),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(e) => {
+                crate::metrics::store_error("api", &StoreError::Unavailable(e.clone()));
+                let (request_id, account, task_id) = crate::telemetry::request::context();
+                tracing::warn!(error = %e, request_id, account, task_id, "store unavailable");
+                ApiError::Unavailable {
+                    msg: "the task store is unavailable; try again shortly".into(),
+                    retry_after_secs: 5,
+                }
+            }
+            other @ StoreError::Other(_) => {
+                crate::metrics::store_error("api", &other);
+                ApiError::Internal(other.into())
+            }
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! The whole HTTP surface: the API's router and the dashboard's side by side, the health checks,
+//! the image files and `/metrics`, inside the layers every request goes through (request id, the
+//! access log line, panics caught, the body limit), with the node's roles applied.
+
+use std::convert::Infallible;
+
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::DefaultBodyLimit;
+use axum::http::{Request, Response};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use tower::{BoxError, Service};
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+
+use super::access::AccessLogLayer;
+use super::state::AppState;
+use crate::config::Role;
+use crate::error::ApiError;
+
+/// The service that serves every request of the main listener.
+///
+/// The layers wrap the router once, from outside, rather than each route through
+/// `Router::layer`: a route's service is cloned for every request, and with the layers inside
+/// it every clone costs allocations (docs/benchmarks.md).
+pub fn app(
+    state: AppState,
+) -> impl Service<
+    Request<Body>,
+    Response = Response<impl HttpBody<Data = Bytes, Error = impl Into<BoxError>> + Send + 'static>,
+    Error = Infallible,
+    Future: Send + 'static,
+> + Clone
+       + Send
+       + 'static {
+    // The larger limit here; the body extractor applies each route's own.
+    let body_limit = state.config.body_limit.max(state.config.mask_body_limit);
+    tower::ServiceBuilder::new()
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(AccessLogLayer)
+        .layer(CatchPanicLayer::custom(|_| {
+            ApiError::Internal(anyhow::anyhow!("handler panicked")).into_response()
+        }))
+        .layer(DefaultBodyLimit::max(body_limit))
+        .service(router(state))
+}
+
+/// The routes, the image files and the fallbacks, without the layers of `app`.
+fn router(state: AppState) -> Router {
+    let mut health = Router::new()
+        .route("/healthz", get(crate::api::health::alive))
+        .route("/readyz", get(crate::api::health::ready));
+    if state.config.metrics_token.is_some() {
+        // Without a token the path is not routed at all (404, like any unknown path).
+        health = health.route("/metrics", get(super::metrics::guarded));
+    }
+    if !state.config.runs(Role::API) {
+        // A worker or dispatcher node answers its health checks and nothing else.
+        return health
+            .fallback(|| async { ApiError::RouteNotFound })
+            .with_state(state);
+    }
+    health
+        .merge(crate::api::routes())
+        .merge(crate::web::routes())
+        .fallback(|| async { ApiError::RouteNotFound })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .with_state(state)
+}

@@ -1,0 +1,77 @@
+//! The `Idempotency-Key` header of submits, read before the body so that a duplicate arriving
+//! while the first is in flight is refused at once, and the replay of a stored answer.
+
+use std::convert::Infallible;
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{header, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::state::AppState;
+use crate::error::ApiError;
+use crate::tasks::idempotency::{check_key, Held};
+
+/// The request header.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// The header on a replayed answer.
+pub const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
+/// A submit's `Idempotency-Key` as its handler sees it. An extractor that reads only the
+/// headers: placed before the body's, it holds the key from before the body is read.
+pub enum KeyHeader {
+    Absent,
+    /// A 400 to answer once the API key is known to be live.
+    Invalid(ApiError),
+    /// Another request with the same API key and idempotency key is in flight on this node.
+    InUse,
+    Held(Held),
+}
+
+impl FromRequestParts<AppState> for KeyHeader {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Infallible> {
+        let key = match parts
+            .headers
+            .get(IDEMPOTENCY_KEY)
+            .map(|v| check_key(v.as_bytes()))
+        {
+            None => return Ok(KeyHeader::Absent),
+            Some(Ok(key)) => key,
+            Some(Err(e)) => return Ok(KeyHeader::Invalid(e)),
+        };
+        // The presented API key's hash: the key extractor before this one refused a request
+        // without a well-formed one.
+        let Some(api_key) = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(crate::auth::hash_key)
+        else {
+            return Ok(KeyHeader::Absent);
+        };
+        Ok(match state.idempotency.claim(api_key, key) {
+            Some(held) => KeyHeader::Held(held),
+            None => KeyHeader::InUse,
+        })
+    }
+}
+
+/// A stored first answer, sent again as it was with `Idempotent-Replayed: true`.
+pub fn replay(status: u16, body: String) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+    let mut response = (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response();
+    response
+        .headers_mut()
+        .insert(REPLAYED, HeaderValue::from_static("true"));
+    response
+}

@@ -1,0 +1,41 @@
+//! What every handler can reach: the use cases' context and the request rate limits.
+
+use std::sync::Arc;
+
+use crate::ratelimit::RateLimits;
+use crate::tasks::Tasks;
+
+/// Behind one `Arc`: axum clones the state for every request (each extractor that needs it takes
+/// its own copy), and one reference count costs less than the dozen its fields hold.
+#[derive(Clone)]
+pub struct AppState(Arc<Shared>);
+
+impl AppState {
+    pub fn new(shared: Shared) -> AppState {
+        AppState(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// The state's contents.
+pub struct Shared {
+    /// The use cases' context; handlers reach its fields directly (`state.store`).
+    pub tasks: Tasks,
+    /// The request rate limits by plan (`rate_limits`), checked where the key is read.
+    pub rate_limits: RateLimits,
+}
+
+impl std::ops::Deref for Shared {
+    type Target = Tasks;
+
+    fn deref(&self) -> &Tasks {
+        &self.tasks
+    }
+}

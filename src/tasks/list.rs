@@ -1,0 +1,99 @@
+//! The query of a task listing (`GET /api/v1/tasks`): `limit`, `cursor`, `status` and `type`.
+
+use uuid::Uuid;
+
+use crate::domain::{OpKind, TaskStatus};
+use crate::error::ApiError;
+use crate::store::{TaskFilter, LIST_LIMIT_MAX};
+
+/// Tasks on a page of `GET /api/v1/tasks` when `limit` is not given.
+pub const LIST_LIMIT_DEFAULT: u32 = 20;
+
+/// The query of a listing: `limit`, `cursor`, `status` and `type`, checked.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListQuery {
+    pub limit: u32,
+    pub cursor: Option<Uuid>,
+    pub filter: TaskFilter,
+}
+
+impl ListQuery {
+    /// Read a query string. Empty values count as absent; unknown parameters are ignored; a
+    /// parameter given twice, or a value out of range, is a 400 that names it.
+    pub fn parse(raw: Option<&str>) -> Result<ListQuery, ApiError> {
+        let mut query = ListQuery {
+            limit: LIST_LIMIT_DEFAULT,
+            ..ListQuery::default()
+        };
+        let mut seen: Vec<String> = Vec::new();
+        for (name, value) in url::form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
+            if !matches!(name.as_ref(), "limit" | "cursor" | "status" | "type") {
+                continue;
+            }
+            if seen.iter().any(|s| *s == name) {
+                return Err(ApiError::field(
+                    &name,
+                    "invalid_value",
+                    "must be given once",
+                ));
+            }
+            seen.push(name.to_string());
+            if value.is_empty() {
+                continue;
+            }
+            match name.as_ref() {
+                "limit" => {
+                    query.limit = value
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|n| (1..=LIST_LIMIT_MAX).contains(n))
+                        .ok_or_else(|| {
+                            ApiError::field(
+                                "limit",
+                                "invalid_value",
+                                format!("must be an integer from 1 to {LIST_LIMIT_MAX}"),
+                            )
+                        })?;
+                }
+                "cursor" => {
+                    query.cursor = Some(Uuid::parse_str(&value).map_err(|_| invalid_cursor())?);
+                }
+                "status" => {
+                    let status = value.parse::<TaskStatus>().map_err(|_| {
+                        ApiError::field(
+                            "status",
+                            "invalid_value",
+                            format!(
+                                "must be one of {}",
+                                TaskStatus::ALL.map(TaskStatus::as_str).join(", ")
+                            ),
+                        )
+                    })?;
+                    query.filter.status = Some(status.as_str().to_string());
+                }
+                _ => {
+                    let kind = value.parse::<OpKind>().map_err(|_| {
+                        ApiError::field(
+                            "type",
+                            "invalid_value",
+                            format!(
+                                "must be one of {}",
+                                OpKind::ALL.map(OpKind::as_str).join(", ")
+                            ),
+                        )
+                    })?;
+                    query.filter.task_type = Some(kind.as_str().to_string());
+                }
+            }
+        }
+        Ok(query)
+    }
+}
+
+pub fn invalid_cursor() -> ApiError {
+    ApiError::field(
+        "cursor",
+        "invalid_value",
+        "must be a next_cursor from an earlier page of this listing",
+    )
+}

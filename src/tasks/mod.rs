@@ -1,0 +1,66 @@
+//! The use cases on tasks: submit, read, list, wait, cancel. The API's handlers, the dashboard's
+//! views and (through the API) the CLI call these same functions; they know the store, the blob
+//! store, the backends' pool and the URL policies, and nothing of HTTP.
+
+pub mod body;
+pub mod cancel;
+pub mod idempotency;
+pub mod list;
+pub mod record;
+pub mod submit;
+pub mod wait;
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::auth::PresentedKey;
+use crate::blobs::Blobs;
+use crate::config::Config;
+use crate::domain::ContentPolicy;
+use crate::error::ApiError;
+use crate::generate::inputs::ImageFetcher;
+use crate::generate::pool::Pool;
+use crate::store::{SharedStore, Task};
+use crate::telemetry::request;
+use crate::webhooks::ssrf::DestinationPolicy;
+
+/// What the use cases work with.
+pub struct Tasks {
+    pub config: Arc<Config>,
+    pub store: SharedStore,
+    /// Where images are kept: records make their URLs from their keys.
+    pub blobs: Blobs,
+    /// The image backends: submits of an operation none of them can run are refused.
+    pub pool: Arc<Pool>,
+    /// Checks callers' input image URLs at submit (workers fetch them).
+    pub fetcher: ImageFetcher,
+    /// Where webhooks may be sent.
+    pub destinations: DestinationPolicy,
+    pub content_policy: ContentPolicy,
+    /// Cancelled when the process starts shutting down: submits are refused, waits end.
+    pub shutdown: CancellationToken,
+    /// The submits with an `Idempotency-Key` in flight on this node.
+    pub idempotency: Arc<idempotency::InFlight>,
+}
+
+impl Tasks {
+    /// One of the key's account's tasks, the key checked in the same statement: 401 for a key
+    /// that is not live, 404 for a task that is not the account's.
+    pub async fn one(&self, key: &PresentedKey, id: Uuid) -> Result<Task, ApiError> {
+        request::note_task(id);
+        let (live, row) = self
+            .store
+            .task_for_key(&key.0, &id)
+            .await?
+            .ok_or(ApiError::Unauthorized)?;
+        key.used(&self.store, &live);
+        row.ok_or(ApiError::TaskNotFound)
+    }
+
+    /// The record of `task` as callers see it.
+    pub fn record(&self, task: &Task) -> serde_json::Value {
+        record::task_record(task, &self.blobs, self.config.retention)
+    }
+}

@@ -1,0 +1,152 @@
+//! Submitting a task of any operation, for the API, the dashboard's playground and the CLI alike:
+//! the body checked field by field ([`draft`]), the parent checked against the operation's rules
+//! and what the worker needs from it resolved ([`resolve`]), then the task stored durably with
+//! the account's quota, credits and idempotency key decided in the same write.
+
+mod draft;
+mod resolve;
+
+use uuid::Uuid;
+
+use super::body::JsonObject;
+use super::Tasks;
+use crate::auth::PresentedKey;
+use crate::domain::OpKind;
+use crate::error::ApiError;
+use crate::generate::Generator;
+use crate::store::{Idempotency, NewTask, Submitted};
+use crate::telemetry::request;
+use draft::Draft;
+
+pub use draft::{BLEND_INPUTS, FOLLOW_UP_MAX_SIDE, WEBHOOK_SECRET_MAX_CHARS};
+
+/// What a submit of `kind` does with its body, for the API and the dashboard's playground
+/// alike: validate, resolve the parent, store durably; the new task's id.
+pub async fn submit_operation(
+    tasks: &Tasks,
+    kind: OpKind,
+    key: &PresentedKey,
+    body: Result<JsonObject, ApiError>,
+) -> Result<Uuid, ApiError> {
+    match submit_keyed(tasks, kind, key, body, None).await? {
+        Answer::Accepted(task_id) => Ok(task_id),
+        Answer::Replayed { .. } => Err(ApiError::Internal(anyhow::anyhow!(
+            "a submit without an idempotency key was answered with a replay"
+        ))),
+    }
+}
+
+/// How a submit was answered.
+pub enum Answer {
+    Accepted(Uuid),
+    /// The stored first answer to the same request with the same idempotency key.
+    Replayed {
+        /// The task the first request made.
+        task_id: Option<Uuid>,
+        status: u16,
+        body: String,
+    },
+}
+
+/// [`submit_operation`], with the request's idempotency key if it has one.
+pub async fn submit_keyed(
+    tasks: &Tasks,
+    kind: OpKind,
+    key: &PresentedKey,
+    body: Result<JsonObject, ApiError>,
+    idempotency: Option<Idempotency>,
+) -> Result<Answer, ApiError> {
+    let draft = body.and_then(|body| {
+        if !tasks.pool.supports(kind) {
+            return Err(ApiError::BadRequest {
+                code: "unsupported_operation",
+                msg: format!("{kind}: no configured backend can run this operation"),
+            });
+        }
+        Draft::parse(kind, tasks, &body)
+    });
+    let draft = match draft {
+        Ok(draft) => draft,
+        Err(e) => {
+            // Only a live key learns what was wrong with its request.
+            key.confirm(&tasks.store).await?;
+            return Err(e);
+        }
+    };
+    let parent = match draft.parent {
+        None => None,
+        Some((field, id)) => {
+            let (live, parent) = tasks
+                .store
+                .task_for_key(&key.0, &id)
+                .await?
+                .ok_or(ApiError::Unauthorized)?;
+            key.used(&tasks.store, &live);
+            Some((field, parent.ok_or(ApiError::TaskNotFound)?))
+        }
+    };
+    let mut task = draft.resolve(tasks, key, parent).await?;
+    task.idempotency = idempotency;
+    accept(tasks, key, &task).await
+}
+
+/// Store `task` for `key`'s account and answer with its id, or with the stored answer of its
+/// idempotency key.
+async fn accept(tasks: &Tasks, key: &PresentedKey, task: &NewTask) -> Result<Answer, ApiError> {
+    if tasks.shutdown.is_cancelled() {
+        return Err(ApiError::Unavailable {
+            msg: "the server is shutting down; try again shortly".into(),
+            retry_after_secs: 5,
+        });
+    }
+    let limit = tasks.config.max_pending_per_account;
+    let id = match tasks.store.submit(task, &key.0, limit).await? {
+        Submitted::Queued {
+            account_id,
+            task_id,
+        } => {
+            request::note_task(task_id);
+            request::note_account(&account_id);
+            task_id
+        }
+        Submitted::KeyNotLive => return Err(ApiError::Unauthorized),
+        Submitted::InsufficientCredits => {
+            return Err(ApiError::InsufficientCredits {
+                msg: format!(
+                    "{}: the account's credits do not cover this operation, which costs {}",
+                    task.task_type(),
+                    task.cost
+                ),
+            })
+        }
+        Submitted::QuotaFull => {
+            return Err(ApiError::TooManyRequests {
+                msg: format!(
+                "the account already has {limit} tasks queued or running; wait for some to finish"
+            ),
+                retry_after_secs: 10,
+            })
+        }
+        Submitted::Replayed {
+            task_id,
+            status,
+            body,
+        } => {
+            let task_id = Uuid::try_parse(&task_id).ok();
+            if let Some(id) = task_id {
+                request::note_task(id);
+            }
+            return Ok(Answer::Replayed {
+                task_id,
+                status,
+                body,
+            });
+        }
+        Submitted::IdempotencyKeyReused => return Err(ApiError::IdempotencyKeyReused),
+        Submitted::IdempotencyKeyInUse => return Err(ApiError::IdempotencyKeyInUse),
+    };
+    // The request's own line ("request done", with the task id) says it was accepted; a second
+    // line per submit at `info` cost about as much as the first.
+    tracing::debug!(mode = task.process_mode, "task accepted");
+    Ok(Answer::Accepted(id))
+}
