@@ -1,11 +1,15 @@
-//! A submit's body, checked field by field, each error naming its field and rule.
+//! A submit's body: the operation's typed fields (`request`), then the rules across fields,
+//! gathered into the one shape (`Draft`) that `resolve` checks against the parent.
 
 use base64::Engine;
-use serde_json::Value;
 use uuid::Uuid;
 
 use super::super::body::{task_id, JsonObject};
 use super::super::Tasks;
+use super::request::{
+    self, fields, Aspect, Choice, Delivery, Index, Mode, OptionalIndex, Prompted, Reprompt, Seed,
+    TaskId, Text, SEED_RULE,
+};
 use crate::domain::operation::{AltKind, Dimension, PanDirection};
 use crate::domain::{AspectRatio, OpKind, ProcessMode, Prompt, Shape};
 use crate::error::ApiError;
@@ -20,14 +24,6 @@ pub const WEBHOOK_SECRET_MAX_CHARS: usize = 256;
 pub const FOLLOW_UP_MAX_SIDE: u32 = 2048;
 /// How many images `blend` takes.
 pub const BLEND_INPUTS: std::ops::RangeInclusive<usize> = 2..=5;
-
-/// `index` as clients send it: an integer or a string, a number 1..=4 or a strength.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Index {
-    Image(u8),
-    Strong,
-    Subtle,
-}
 
 /// A submit's body, checked field by field but not yet against its parent.
 pub(super) struct Draft {
@@ -54,6 +50,7 @@ pub(super) struct Draft {
 
 impl Draft {
     pub(super) fn parse(kind: OpKind, tasks: &Tasks, body: &JsonObject) -> Result<Draft, ApiError> {
+        let body = &body.0;
         let mut d = Draft {
             kind,
             prompt: None,
@@ -73,54 +70,54 @@ impl Draft {
             image_urls: Vec::new(),
             dimension: Dimension::Square,
         };
-        let prompt = |required: bool| -> Result<Option<Prompt>, ApiError> {
-            let raw = if required {
-                Some(body.req_str("prompt")?)
-            } else {
-                body.opt_str("prompt")?.filter(|s| !s.trim().is_empty())
-            };
-            raw.map(|raw| {
-                Prompt::parse(raw).map_err(|e| ApiError::field("prompt", "invalid_value", e))
+        let prompt = |raw: Option<Text>| -> Result<Option<Prompt>, ApiError> {
+            raw.map(|Text(raw)| {
+                Prompt::parse(&raw).map_err(|e| ApiError::field("prompt", "invalid_value", e))
             })
             .transpose()
         };
-        let parent = |field: &'static str| -> Result<Option<(&'static str, Uuid)>, ApiError> {
-            Ok(Some((field, task_id(field, body.req_str(field)?)?)))
+        // A follow-up's prompt may be left empty: the parent's is used.
+        let reprompt = || -> Result<Option<Prompt>, ApiError> {
+            let Reprompt { prompt: raw } = fields(body)?;
+            prompt(raw.filter(|Text(s)| !s.trim().is_empty()))
         };
+        let aspect = |prompt: Option<&Prompt>| -> Result<Option<AspectRatio>, ApiError> {
+            let Aspect { aspect_ratio } = fields(body)?;
+            aspect(aspect_ratio.map(|Choice(a)| a), prompt)
+        };
+        let parent = |TaskId(id)| Some(("parent_task_id", id));
         match kind {
-            OpKind::Imagine => {
-                d.prompt = prompt(true)?;
-                d.aspect = aspect(body, d.prompt.as_ref())?;
+            OpKind::Imagine | OpKind::Shorten => {
+                let Prompted { prompt: raw } = fields(body)?;
+                d.prompt = prompt(Some(raw))?;
+                if kind == OpKind::Imagine {
+                    d.aspect = aspect(d.prompt.as_ref())?;
+                }
             }
-            OpKind::Shorten => d.prompt = prompt(true)?,
             OpKind::Upscale1x => {
-                d.parent = parent("parent_task_id")?;
-                d.index = Some(index(body, true)?.ok_or_else(index_required)?);
+                let r: request::Upscale1x = fields(body)?;
+                d.parent = parent(r.parent_task_id);
+                d.index = Some(r.index.0);
             }
             OpKind::UpscaleAlt => {
-                d.parent = parent("parent_task_id")?;
-                d.alt = Some(parse_field(body, "type", true)?.expect("required"));
+                let r: request::UpscaleAlt = fields(body)?;
+                d.parent = parent(r.parent_task_id);
+                d.alt = Some(r.kind.0);
             }
             OpKind::UpscaleHighres => {
-                d.factor = Some(match body.req_str("type")? {
-                    "2x" => 2,
-                    "4x" => 4,
-                    _ => {
-                        return Err(ApiError::field(
-                            "type",
-                            "invalid_value",
-                            "must be one of \"2x\", \"4x\"",
-                        ))
+                let r: request::UpscaleHighres = fields(body)?;
+                d.factor = Some(r.factor.0);
+                let image = r.image_url.map(|Text(s)| s).filter(|s| !s.is_empty());
+                d.image_url = image
+                    .map(|raw| check_url(tasks, "image_url", &raw))
+                    .transpose()?;
+                match (r.parent_task_id, d.image_url.is_some()) {
+                    (Some(Text(raw)), false) => {
+                        d.parent = Some(("parent_task_id", task_id("parent_task_id", &raw)?));
+                        let OptionalIndex { index } = fields(body)?;
+                        d.index = index.map(|i| i.0);
                     }
-                });
-                d.image_url = image_url(tasks, body, "image_url", false)?;
-                let given = body.opt_str("parent_task_id")?.is_some();
-                match (given, d.image_url.is_some()) {
-                    (true, false) => {
-                        d.parent = parent("parent_task_id")?;
-                        d.index = index(body, true)?;
-                    }
-                    (false, true) => {}
+                    (None, true) => {}
                     _ => {
                         return Err(ApiError::field(
                             "parent_task_id",
@@ -131,34 +128,40 @@ impl Draft {
                 }
             }
             OpKind::Variations => {
-                d.parent = parent("parent_task_id")?;
-                d.index = Some(index(body, false)?.ok_or_else(index_required)?);
-                d.prompt = prompt(false)?;
-                d.aspect = aspect(body, d.prompt.as_ref())?;
+                let r: request::Variations = fields(body)?;
+                d.parent = parent(r.parent_task_id);
+                d.index = Some(r.index.0);
+                d.prompt = reprompt()?;
+                d.aspect = aspect(d.prompt.as_ref())?;
             }
             OpKind::Reroll => {
-                d.parent = parent("parent_task_id")?;
-                d.prompt = prompt(false)?;
-                d.aspect = aspect(body, d.prompt.as_ref())?;
+                let r: request::Parent = fields(body)?;
+                d.parent = parent(r.parent_task_id);
+                d.prompt = reprompt()?;
+                d.aspect = aspect(d.prompt.as_ref())?;
             }
             OpKind::Pan => {
-                d.parent = parent("parent_task_id")?;
-                d.direction = parse_field(body, "direction", true)?;
-                d.prompt = prompt(false)?;
+                let r: request::Pan = fields(body)?;
+                d.parent = parent(r.parent_task_id);
+                d.direction = Some(r.direction.0);
+                d.prompt = reprompt()?;
             }
             OpKind::Outpaint => {
-                d.parent = parent("parent_task_id")?;
-                d.zoom_ratio = Some(zoom_ratio(body)?);
-                d.prompt = prompt(false)?;
-                d.aspect = aspect(body, d.prompt.as_ref())?;
+                let r: request::Outpaint = fields(body)?;
+                d.parent = parent(r.parent_task_id);
+                d.zoom_ratio = Some(r.zoom_ratio.0);
+                d.prompt = reprompt()?;
+                d.aspect = aspect(d.prompt.as_ref())?;
             }
             OpKind::Inpaint => {
-                d.parent = parent("parent_task_id")?;
-                d.mask = Some(mask(body)?);
-                d.prompt = prompt(false)?;
+                let r: request::Inpaint = fields(body)?;
+                d.parent = parent(r.parent_task_id);
+                d.mask = Some(mask(&r.mask.0)?);
+                d.prompt = reprompt()?;
             }
             OpKind::Blend => {
-                let items = body.req_array("image_urls")?;
+                let r: request::Blend = fields(body)?;
+                let items = r.image_urls.0;
                 if !BLEND_INPUTS.contains(&items.len()) {
                     return Err(ApiError::field(
                         "image_urls",
@@ -178,33 +181,40 @@ impl Draft {
                     })?;
                     d.image_urls.push(check_url(tasks, &field, raw)?);
                 }
-                d.dimension = parse_field(body, "dimension", false)?.unwrap_or(Dimension::Square);
+                d.dimension = r.dimension.map_or(Dimension::Square, |Choice(d)| d);
             }
-            OpKind::Describe => d.image_url = image_url(tasks, body, "image_url", true)?,
-            OpKind::Seed => d.parent = parent("task_id")?,
+            OpKind::Describe => {
+                let r: request::Describe = fields(body)?;
+                d.image_url = Some(check_url(tasks, "image_url", &r.image_url.0)?);
+            }
+            OpKind::Seed => {
+                let r: request::SeedOf = fields(body)?;
+                d.parent = Some(("task_id", r.task_id.0));
+            }
             OpKind::Faceswap => {
-                image_url(tasks, body, "target_image_url", true)?;
-                image_url(tasks, body, "swap_image_url", true)?;
+                let r: request::Faceswap = fields(body)?;
+                check_url(tasks, "target_image_url", &r.target_image_url.0)?;
+                check_url(tasks, "swap_image_url", &r.swap_image_url.0)?;
             }
         }
         if kind.shape() != Shape::Text && kind != OpKind::Seed {
-            d.mode = match body.opt_str("process_mode")? {
-                None => ProcessMode::Fast,
-                Some(raw) => raw
-                    .parse::<ProcessMode>()
-                    .map_err(|e| ApiError::field("process_mode", "invalid_value", e))?,
-            };
+            let Mode { process_mode } = fields(body)?;
+            d.mode = process_mode.map_or(ProcessMode::Fast, |Choice(m)| m);
         }
-        d.seed = seed(body, d.prompt.as_ref())?;
-        d.webhook_url = match body.opt_str("webhook_url")?.filter(|s| !s.is_empty()) {
+        let delivery: Delivery = fields(body)?;
+        d.seed = match delivery.seed {
+            Some(Seed(seed)) => Some(seed),
+            None => seed_in(d.prompt.as_ref())?,
+        };
+        d.webhook_url = match delivery.webhook_url.filter(|Text(s)| !s.is_empty()) {
             None => None,
-            Some(raw) => Some(
-                validate_webhook_url(raw, &tasks.destinations)
+            Some(Text(raw)) => Some(
+                validate_webhook_url(&raw, &tasks.destinations)
                     .map_err(|e| ApiError::field("webhook_url", "invalid_value", e))?
                     .to_string(),
             ),
         };
-        d.webhook_secret = webhook_secret(body)?;
+        d.webhook_secret = webhook_secret(delivery.webhook_secret)?;
         Ok(d)
     }
 }
@@ -213,63 +223,14 @@ pub(super) fn invalid_parent(field: &str, problem: impl std::fmt::Display) -> Ap
     ApiError::field(field, "invalid_parent", problem)
 }
 
-fn index_required() -> ApiError {
-    ApiError::field("index", "missing_field", "is required")
-}
-
-/// `index`: 1..=4 as an integer or a string, or (when `images_only` is false) `"strong"` or
-/// `"subtle"`.
-fn index(body: &JsonObject, images_only: bool) -> Result<Option<Index>, ApiError> {
-    let rule = if images_only {
-        "must be 1, 2, 3 or 4"
-    } else {
-        "must be 1, 2, 3 or 4, or \"strong\" or \"subtle\""
-    };
-    let bad = || ApiError::field("index", "invalid_value", rule);
-    let n = match body.0.get("index") {
-        None | Some(Value::Null) => return Ok(None),
-        Some(Value::Number(n)) => n.as_u64().ok_or_else(bad)?,
-        Some(Value::String(s)) => match (s.as_str(), images_only) {
-            ("strong", false) => return Ok(Some(Index::Strong)),
-            ("subtle", false) => return Ok(Some(Index::Subtle)),
-            _ => s.parse::<u64>().map_err(|_| bad())?,
-        },
-        Some(_) => {
-            return Err(ApiError::field(
-                "index",
-                "invalid_type",
-                "must be an integer or a string",
-            ))
-        }
-    };
-    match n {
-        1..=4 => Ok(Some(Index::Image(n as u8))),
-        _ => Err(bad()),
-    }
-}
-
-/// A string field with a fixed set of values.
-fn parse_field<T: std::str::FromStr<Err = String>>(
-    body: &JsonObject,
-    field: &str,
-    required: bool,
-) -> Result<Option<T>, ApiError> {
-    let raw = if required {
-        Some(body.req_str(field)?)
-    } else {
-        body.opt_str(field)?
-    };
-    raw.map(|raw| {
-        raw.parse::<T>()
-            .map_err(|e| ApiError::field(field, "invalid_value", e))
-    })
-    .transpose()
-}
-
-/// `aspect_ratio`, or else a `--ar W:H` (`--aspect`) in the prompt, as Midjourney reads it.
-fn aspect(body: &JsonObject, prompt: Option<&Prompt>) -> Result<Option<AspectRatio>, ApiError> {
-    if let Some(given) = parse_field(body, "aspect_ratio", false)? {
-        return Ok(Some(given));
+/// `aspect_ratio` as given, or else a `--ar W:H` (`--aspect`) in the prompt, as Midjourney reads
+/// it.
+fn aspect(
+    given: Option<AspectRatio>,
+    prompt: Option<&Prompt>,
+) -> Result<Option<AspectRatio>, ApiError> {
+    if given.is_some() {
+        return Ok(given);
     }
     match prompt.and_then(|p| p.parameter(&["ar", "aspect"])) {
         None => Ok(None),
@@ -280,66 +241,20 @@ fn aspect(body: &JsonObject, prompt: Option<&Prompt>) -> Result<Option<AspectRat
     }
 }
 
-fn zoom_ratio(body: &JsonObject) -> Result<f64, ApiError> {
-    let bad = || {
-        ApiError::field(
-            "zoom_ratio",
-            "invalid_value",
-            "must be a number from 1 to 2",
-        )
-    };
-    let z = match body.0.get("zoom_ratio") {
-        None | Some(Value::Null) => {
-            return Err(ApiError::field(
-                "zoom_ratio",
-                "missing_field",
-                "is required",
-            ))
-        }
-        Some(Value::Number(n)) => n.as_f64().ok_or_else(bad)?,
-        // Some clients send numbers as strings, as they do `index`.
-        Some(Value::String(s)) => s.trim().parse::<f64>().map_err(|_| bad())?,
-        Some(_) => {
-            return Err(ApiError::field(
-                "zoom_ratio",
-                "invalid_type",
-                "must be a number",
-            ))
-        }
-    };
-    if (1.0..=2.0).contains(&z) {
-        Ok(z)
-    } else {
-        Err(bad())
-    }
-}
-
-/// The seed: the body's `seed` (an easel extension), else a `--seed N` in the prompt, as
-/// Midjourney prompts give it; `None` for a fresh random one.
-fn seed(body: &JsonObject, prompt: Option<&Prompt>) -> Result<Option<u32>, ApiError> {
-    let rule = "must be an integer from 0 to 4294967295";
-    match body.0.get("seed") {
-        None | Some(Value::Null) => {}
-        Some(Value::Number(n)) => {
-            return n
-                .as_u64()
-                .and_then(|n| u32::try_from(n).ok())
-                .map(Some)
-                .ok_or_else(|| ApiError::field("seed", "invalid_value", rule))
-        }
-        Some(_) => return Err(ApiError::field("seed", "invalid_type", rule)),
-    }
+/// A `--seed N` in the prompt, as Midjourney prompts give it (the body's `seed` comes first);
+/// `None` for a fresh random one.
+fn seed_in(prompt: Option<&Prompt>) -> Result<Option<u32>, ApiError> {
     match prompt.and_then(|p| p.parameter(&["seed", "sameseed"])) {
         None => Ok(None),
         Some(value) => value
             .parse::<u32>()
             .map(Some)
-            .map_err(|_| ApiError::field("prompt", "invalid_value", format!("--seed {rule}"))),
+            .map_err(|_| ApiError::field("prompt", "invalid_value", format!("--seed {SEED_RULE}"))),
     }
 }
 
-fn webhook_secret(body: &JsonObject) -> Result<Option<String>, ApiError> {
-    let Some(secret) = body.opt_str("webhook_secret")?.filter(|s| !s.is_empty()) else {
+fn webhook_secret(given: Option<Text>) -> Result<Option<String>, ApiError> {
+    let Some(Text(secret)) = given.filter(|Text(s)| !s.is_empty()) else {
         return Ok(None);
     };
     if secret.chars().count() > WEBHOOK_SECRET_MAX_CHARS {
@@ -357,7 +272,7 @@ fn webhook_secret(body: &JsonObject) -> Result<Option<String>, ApiError> {
             "must be printable ASCII",
         ));
     }
-    Ok(Some(secret.to_string()))
+    Ok(Some(secret))
 }
 
 /// An input image's URL, checked without network access: one of easel's own image URLs, or one
@@ -373,24 +288,9 @@ fn check_url(tasks: &Tasks, field: &str, raw: &str) -> Result<String, ApiError> 
         .map_err(|e| ApiError::field(field, "invalid_value", e))
 }
 
-fn image_url(
-    tasks: &Tasks,
-    body: &JsonObject,
-    field: &str,
-    required: bool,
-) -> Result<Option<String>, ApiError> {
-    let raw = if required {
-        Some(body.req_str(field)?)
-    } else {
-        body.opt_str(field)?.filter(|s| !s.is_empty())
-    };
-    raw.map(|raw| check_url(tasks, field, raw)).transpose()
-}
-
 /// `mask`: a `data:image/png;base64,` URL of a PNG that marks at least one pixel to redraw.
 /// The base64 and the image's size; its size is checked against the parent's later.
-fn mask(body: &JsonObject) -> Result<(String, u32, u32), ApiError> {
-    let raw = body.req_str("mask")?;
+fn mask(raw: &str) -> Result<(String, u32, u32), ApiError> {
     let bad = |problem: String| ApiError::field("mask", "invalid_value", problem);
     let data = raw
         .strip_prefix("data:image/png;base64,")

@@ -4,6 +4,7 @@
 //! the account's quota, credits and idempotency key decided in the same write.
 
 mod draft;
+pub mod request;
 mod resolve;
 
 use uuid::Uuid;
@@ -15,7 +16,7 @@ use crate::domain::OpKind;
 use crate::error::ApiError;
 use crate::generate::Generator;
 use crate::store::{Idempotency, NewTask, Submitted};
-use crate::telemetry::request;
+use crate::telemetry::request as noted;
 use draft::Draft;
 
 pub use draft::{BLEND_INPUTS, FOLLOW_UP_MAX_SIDE, WEBHOOK_SECRET_MAX_CHARS};
@@ -105,8 +106,8 @@ async fn accept(tasks: &Tasks, key: &PresentedKey, task: &NewTask) -> Result<Ans
             account_id,
             task_id,
         } => {
-            request::note_task(task_id);
-            request::note_account(&account_id);
+            noted::note_task(task_id);
+            noted::note_account(&account_id);
             task_id
         }
         Submitted::KeyNotLive => return Err(ApiError::Unauthorized),
@@ -134,7 +135,7 @@ async fn accept(tasks: &Tasks, key: &PresentedKey, task: &NewTask) -> Result<Ans
         } => {
             let task_id = Uuid::try_parse(&task_id).ok();
             if let Some(id) = task_id {
-                request::note_task(id);
+                noted::note_task(id);
             }
             return Ok(Answer::Replayed {
                 task_id,

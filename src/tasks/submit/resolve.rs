@@ -4,7 +4,8 @@
 use uuid::Uuid;
 
 use super::super::Tasks;
-use super::draft::{invalid_parent, Draft, Index, FOLLOW_UP_MAX_SIDE};
+use super::draft::{invalid_parent, Draft, FOLLOW_UP_MAX_SIDE};
+use super::request::Index;
 use crate::auth::PresentedKey;
 use crate::domain::operation::{ImageInput, StoredImage, VariationOf};
 use crate::domain::{AspectRatio, OpKind, Operation, Shape};
