@@ -17,7 +17,6 @@ pub mod generate;
 pub mod http;
 pub mod metrics;
 pub mod ratelimit;
-pub mod server;
 pub mod store;
 pub mod tasks;
 pub mod telemetry;
@@ -254,15 +253,20 @@ impl Application {
         });
 
         let app = http::app::app(self.state.clone());
-        let limits = server::ConnectionLimits {
+        let limits = http::server::ConnectionLimits {
             max_connections: config.max_connections,
             header_timeout: config.header_timeout,
             drain: std::time::Duration::from_secs(2),
         };
-        let server = tokio::spawn(server::serve(self.listener, app, limits, shutdown.clone()));
+        let server = tokio::spawn(http::server::serve(
+            self.listener,
+            app,
+            limits,
+            shutdown.clone(),
+        ));
         let metrics_server = self.metrics_listener.map(|listener| {
             let app = http::metrics::router(self.state.clone());
-            tokio::spawn(server::serve(listener, app, limits, shutdown.clone()))
+            tokio::spawn(http::server::serve(listener, app, limits, shutdown.clone()))
         });
 
         shutdown.cancelled().await;

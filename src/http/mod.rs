@@ -9,4 +9,5 @@ pub mod extract;
 pub mod idempotency;
 pub mod metrics;
 pub mod prefer;
+pub mod server;
 pub mod state;
