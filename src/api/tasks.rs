@@ -75,7 +75,11 @@ impl ListQuery {
                             "invalid_value",
                             format!(
                                 "must be one of {}",
-                                TaskStatus::ALL.map(TaskStatus::as_str).join(", ")
+                                TaskStatus::ALL
+                                    .iter()
+                                    .map(|s| s.as_str())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
                             ),
                         )
                     })?;
@@ -88,7 +92,11 @@ impl ListQuery {
                             "invalid_value",
                             format!(
                                 "must be one of {}",
-                                OpKind::ALL.map(OpKind::as_str).join(", ")
+                                OpKind::ALL
+                                    .iter()
+                                    .map(|k| k.as_str())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
                             ),
                         )
                     })?;

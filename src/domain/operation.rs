@@ -6,16 +6,30 @@
 //! size) is resolved at submit and kept in the operation: a parent is final, so it cannot change
 //! under the task.
 
-use std::fmt;
-use std::str::FromStr;
-
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 /// The operations, by their public names (the `task_type` of a record, the path of a submit).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(
+    serialize_all = "kebab-case",
+    parse_err_ty = String,
+    parse_err_fn = unknown_kind
+)]
 pub enum OpKind {
     Imagine,
+    #[strum(serialize = "upscale-1x")]
     Upscale1x,
     UpscaleAlt,
     UpscaleHighres,
@@ -29,6 +43,10 @@ pub enum OpKind {
     Shorten,
     Seed,
     Faceswap,
+}
+
+fn unknown_kind(s: &str) -> String {
+    format!("unknown task type `{s}`")
 }
 
 /// What a finished task holds.
@@ -45,40 +63,11 @@ pub enum Shape {
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 14] = [
-        OpKind::Imagine,
-        OpKind::Upscale1x,
-        OpKind::UpscaleAlt,
-        OpKind::UpscaleHighres,
-        OpKind::Variations,
-        OpKind::Reroll,
-        OpKind::Pan,
-        OpKind::Outpaint,
-        OpKind::Inpaint,
-        OpKind::Blend,
-        OpKind::Describe,
-        OpKind::Shorten,
-        OpKind::Seed,
-        OpKind::Faceswap,
-    ];
+    pub const ALL: &[OpKind] = <OpKind as strum::VariantArray>::VARIANTS;
 
+    /// Its public name.
     pub fn as_str(self) -> &'static str {
-        match self {
-            OpKind::Imagine => "imagine",
-            OpKind::Upscale1x => "upscale-1x",
-            OpKind::UpscaleAlt => "upscale-alt",
-            OpKind::UpscaleHighres => "upscale-highres",
-            OpKind::Variations => "variations",
-            OpKind::Reroll => "reroll",
-            OpKind::Pan => "pan",
-            OpKind::Outpaint => "outpaint",
-            OpKind::Inpaint => "inpaint",
-            OpKind::Blend => "blend",
-            OpKind::Describe => "describe",
-            OpKind::Shorten => "shorten",
-            OpKind::Seed => "seed",
-            OpKind::Faceswap => "faceswap",
-        }
+        self.into()
     }
 
     pub fn shape(self) -> Shape {
@@ -108,22 +97,6 @@ impl OpKind {
     }
 }
 
-impl FromStr for OpKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        OpKind::ALL
-            .into_iter()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| format!("unknown task type `{s}`"))
-    }
-}
-
-impl fmt::Display for OpKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// One image a task reads: one of easel's own (a parent's, or an easel URL given by the caller),
 /// read from the blob store, or a caller's URL, fetched when the task runs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -143,8 +116,24 @@ pub struct StoredImage {
 }
 
 /// `upscale-alt`'s `type`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(
+    serialize_all = "snake_case",
+    parse_err_ty = String,
+    parse_err_fn = one_of::<AltKind>
+)]
 pub enum AltKind {
     Subtle,
     Creative,
@@ -159,8 +148,24 @@ pub enum VariationOf {
     Subtle,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(
+    serialize_all = "snake_case",
+    parse_err_ty = String,
+    parse_err_fn = one_of::<PanDirection>
+)]
 pub enum PanDirection {
     Up,
     Down,
@@ -169,15 +174,47 @@ pub enum PanDirection {
 }
 
 /// `blend`'s `dimension`: the aspect ratio of its images.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(
+    serialize_all = "snake_case",
+    parse_err_ty = String,
+    parse_err_fn = one_of::<Dimension>
+)]
 pub enum Dimension {
     Square,
     Portrait,
     Landscape,
 }
 
+impl AltKind {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+impl PanDirection {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
 impl Dimension {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
     pub fn aspect_ratio(self) -> &'static str {
         match self {
             Dimension::Square => "1:1",
@@ -187,29 +224,13 @@ impl Dimension {
     }
 }
 
-macro_rules! names {
-    ($($t:ty { $($v:ident => $s:literal),+ $(,)? })+) => {$(
-        impl $t {
-            pub fn as_str(self) -> &'static str {
-                match self { $(<$t>::$v => $s),+ }
-            }
-        }
-        impl FromStr for $t {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
-                match s {
-                    $($s => Ok(<$t>::$v),)+
-                    _ => Err(format!("must be one of {}", [$(concat!("\"", $s, "\"")),+].join(", "))),
-                }
-            }
-        }
-    )+};
-}
-
-names! {
-    AltKind { Subtle => "subtle", Creative => "creative" }
-    PanDirection { Up => "up", Down => "down", Left => "left", Right => "right" }
-    Dimension { Square => "square", Portrait => "portrait", Landscape => "landscape" }
+/// The error of a parameter that is none of `T`'s names: the names it may be.
+fn one_of<T: strum::VariantArray + Copy + Into<&'static str>>(_: &str) -> String {
+    let names: Vec<String> = T::VARIANTS
+        .iter()
+        .map(|v| format!("\"{}\"", Into::<&'static str>::into(*v)))
+        .collect();
+    format!("must be one of {}", names.join(", "))
 }
 
 /// An operation and its parameters, as validated at submit. Fields the caller gave appear in the
@@ -676,6 +697,50 @@ mod tests {
             assert!(!public.contains("iVBOR"), "{kind}: {public}");
         }
         assert!(Operation::from_params("upscale-1x", None).is_err());
+    }
+
+    #[test]
+    fn names_are_the_api_contract() {
+        let kinds: Vec<&str> = OpKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "imagine",
+                "upscale-1x",
+                "upscale-alt",
+                "upscale-highres",
+                "variations",
+                "reroll",
+                "pan",
+                "outpaint",
+                "inpaint",
+                "blend",
+                "describe",
+                "shorten",
+                "seed",
+                "faceswap"
+            ]
+        );
+        assert_eq!(OpKind::UpscaleHighres.to_string(), "upscale-highres");
+        assert_eq!(
+            "upscale".parse::<OpKind>(),
+            Err("unknown task type `upscale`".to_string())
+        );
+        assert_eq!(AltKind::Creative.as_str(), "creative");
+        assert_eq!(
+            "bold".parse::<AltKind>(),
+            Err("must be one of \"subtle\", \"creative\"".to_string())
+        );
+        assert_eq!("left".parse::<PanDirection>(), Ok(PanDirection::Left));
+        assert_eq!(
+            "north".parse::<PanDirection>(),
+            Err("must be one of \"up\", \"down\", \"left\", \"right\"".to_string())
+        );
+        assert_eq!(Dimension::Landscape.as_str(), "landscape");
+        assert_eq!(
+            "wide".parse::<Dimension>(),
+            Err("must be one of \"square\", \"portrait\", \"landscape\"".to_string())
+        );
     }
 
     #[test]
