@@ -83,7 +83,7 @@ impl ListQuery {
                             ),
                         )
                     })?;
-                    query.filter.status = Some(status.as_str().to_string());
+                    query.filter.status = Some(status);
                 }
                 _ => {
                     let kind = value.parse::<OpKind>().map_err(|_| {
@@ -100,7 +100,7 @@ impl ListQuery {
                             ),
                         )
                     })?;
-                    query.filter.task_type = Some(kind.as_str().to_string());
+                    query.filter.task_type = Some(kind);
                 }
             }
         }
@@ -255,7 +255,7 @@ pub(crate) async fn cancel_task(
     let ending = canceled(state, &task);
     let canceled = state.store.cancel_task(task.seq, &ending).await?;
     if canceled {
-        let operation = task.kind().map_or("unknown", OpKind::as_str);
+        let operation = task.task_type.as_str();
         crate::metrics::task_ended(operation, TaskStatus::Canceled.as_str());
         tracing::info!("task canceled by its caller");
     }
@@ -272,7 +272,7 @@ fn canceled(state: &AppState, task: &Task) -> Ending {
         .unwrap_or_default();
     let head = PayloadHead {
         task_id: &task.id,
-        task_type: &task.task_type,
+        task_type: task.task_type.as_str(),
         parent_task_id: task.parent_id.as_deref(),
         fields,
     };

@@ -9,6 +9,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+use super::AspectRatio;
+
 /// The operations, by their public names (the `task_type` of a record, the path of a submit).
 #[derive(
     Clone,
@@ -215,12 +217,13 @@ impl Dimension {
         self.into()
     }
 
-    pub fn aspect_ratio(self) -> &'static str {
-        match self {
-            Dimension::Square => "1:1",
-            Dimension::Portrait => "2:3",
-            Dimension::Landscape => "3:2",
-        }
+    pub fn aspect_ratio(self) -> AspectRatio {
+        let (width, height) = match self {
+            Dimension::Square => (1, 1),
+            Dimension::Portrait => (2, 3),
+            Dimension::Landscape => (3, 2),
+        };
+        AspectRatio { width, height }
     }
 }
 

@@ -30,7 +30,7 @@ use crate::config::Config;
 use base64::Engine;
 
 use crate::domain::operation::ImageInput;
-use crate::domain::{prompt_text, AspectRatio, ContentPolicy, Operation, Outcome, Output};
+use crate::domain::{prompt_text, ContentPolicy, Operation, Outcome, Output};
 use crate::generate::inputs::{decode, ImageFetcher, InputLimits};
 use crate::generate::raster::{decode_png, RgbaImage};
 use crate::generate::{Generator, Job, Product, Progress};
@@ -205,7 +205,7 @@ impl WorkerContext {
         match self.store.tasks_by_id(&[id]).await {
             Ok(found) => found
                 .iter()
-                .any(|t| t.status == crate::domain::TaskStatus::Canceled.as_str()),
+                .any(|t| t.status == crate::domain::TaskStatus::Canceled),
             Err(_) => false,
         }
     }
@@ -266,7 +266,7 @@ impl WorkerContext {
             operation,
             prompt: prompt_text(&task.prompt).to_string(),
             seed: task.seed as u64,
-            aspect: task.aspect_ratio.parse().unwrap_or(AspectRatio::SQUARE),
+            aspect: task.aspect_ratio,
             image_size: self.config.image_size,
             inputs,
             mask,
@@ -686,7 +686,7 @@ pub async fn sweep_orphans(
             .collect();
         for id in chunk {
             let task = tasks.get(&id.to_string());
-            let status = task.and_then(|t| t.status.parse::<TaskStatus>().ok());
+            let status = task.map(|t| t.status);
             if matches!(status, Some(TaskStatus::Starting | TaskStatus::Processing)) {
                 continue;
             }

@@ -432,7 +432,7 @@ impl Rows {
         self.parent_seq.push(task.parent_seq);
         self.priority.push(task.priority);
         self.prompt.push(task.prompt.clone());
-        self.aspect_ratio.push(task.aspect_ratio.clone());
+        self.aspect_ratio.push(task.aspect_ratio.to_string());
         self.process_mode.push(task.process_mode.to_string());
         self.seed.push(task.seed);
         self.webhook_url.push(task.webhook_url.clone());

@@ -8,6 +8,7 @@ use super::super::ids::TaskKey;
 use super::tasks::by_id;
 use super::writer::Durability;
 use super::SqliteStore;
+use crate::store::rows::decode;
 use crate::store::{
     chunks, now_ms, AttemptRecord, AttemptRow, DueDelivery, Outbox, Redelivery, StoreResult,
 };
@@ -165,7 +166,9 @@ impl Outbox for SqliteStore {
                 let Some((seq, status, webhook_url)) = task else {
                     return Ok(Redelivery::TaskNotFound);
                 };
-                let decided = Redelivery::decide(&status, webhook_url.is_some());
+                let status: String = status;
+                let decided =
+                    Redelivery::decide(decode(seq, "status", &status)?, webhook_url.is_some());
                 if decided == Redelivery::Queued {
                     let now = now_ms();
                     conn.prepare_cached(

@@ -9,11 +9,11 @@ use super::super::ids::TaskKey;
 use super::writer::Durability;
 use super::{to_json, SqliteStore};
 use crate::store::idempotency::{KeyedGroup, StoredAnswer, STORED_STATUS};
-use crate::store::rows::{key_and_tasks, TaskRow};
+use crate::store::rows::{key_and_tasks, ClaimedRow, TaskRow};
 use crate::store::{
-    accepted_body, chunks, now_ms, worker_lost, ClaimedRow, ClaimedTask, Ending, Fence,
-    Idempotency, LiveKey, NewTask, Quota, Refused, StoreResult, Submitted, Task, TaskIds,
-    TaskQueue, KEY_TOUCH_EVERY_MS, RUNNING,
+    accepted_body, chunks, now_ms, worker_lost, ClaimedTask, Ending, Fence, Idempotency, LiveKey,
+    NewTask, Quota, Refused, StoreResult, Submitted, Task, TaskIds, TaskQueue, KEY_TOUCH_EVERY_MS,
+    RUNNING,
 };
 
 pub(super) const TASK_COLUMNS: &str =
@@ -122,7 +122,7 @@ impl TaskQueue for SqliteStore {
         .bind(account_id)
         .fetch_optional(&self.reader)
         .await?;
-        Ok(row.map(|row| row.into_task(&self.ids)))
+        row.map(|row| row.into_task(&self.ids)).transpose()
     }
 
     async fn tasks_by_id(&self, ids: &[Uuid]) -> StoreResult<Vec<Task>> {
@@ -139,10 +139,9 @@ impl TaskQueue for SqliteStore {
         .bind(to_json(&legacy))
         .fetch_all(&self.reader)
         .await?;
-        Ok(rows
-            .into_iter()
+        rows.into_iter()
             .map(|row| row.into_task(&self.ids))
-            .collect())
+            .collect()
     }
 
     async fn claim_task(&self, owner: &str, lease_ms: i64) -> StoreResult<Option<ClaimedTask>> {
@@ -187,7 +186,7 @@ impl TaskQueue for SqliteStore {
                 Ok(claimed)
             })
             .await?;
-        Ok(claimed.map(ClaimedRow::into_claimed))
+        claimed.map(ClaimedRow::into_claimed).transpose()
     }
 
     async fn mark_processing(&self, seq: i64, attempt: i64, lease_ms: i64) -> StoreResult<bool> {
@@ -560,11 +559,21 @@ pub(super) fn apply_submits(
     for (k, chunk) in chunks(&rows, INSERT_CHUNK_MAX) {
         let mut insert = conn.prepare_cached(&INSERT_TASKS[k])?;
         let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 14);
-        let params: Vec<(&str, Option<String>)> = chunk
+        // The stored forms of the typed fields, kept alive beside the borrowed values.
+        let stored: Vec<(&str, Option<String>, String, &str)> = chunk
             .iter()
-            .map(|(t, _, _, _)| (t.task_type(), t.operation.to_params()))
+            .map(|(t, _, _, _)| {
+                (
+                    t.task_type().as_str(),
+                    t.operation.to_params(),
+                    t.aspect_ratio.to_string(),
+                    t.process_mode.as_str(),
+                )
+            })
             .collect();
-        for ((t, seq, account, charged), (task_type, params)) in chunk.iter().zip(&params) {
+        for ((t, seq, account, charged), (task_type, params, aspect_ratio, process_mode)) in
+            chunk.iter().zip(&stored)
+        {
             values.extend_from_slice(&[
                 seq as &dyn rusqlite::ToSql,
                 account,
@@ -573,8 +582,8 @@ pub(super) fn apply_submits(
                 &t.parent_seq,
                 &t.priority,
                 &t.prompt,
-                &t.aspect_ratio,
-                &t.process_mode,
+                aspect_ratio,
+                process_mode,
                 &t.seed,
                 &now,
                 &t.webhook_url,
