@@ -4,7 +4,7 @@
 
 use uuid::Uuid;
 
-use crate::domain::operation::OutputColumns;
+use crate::domain::output::OutputColumns;
 pub use crate::domain::Outcome;
 use crate::domain::{AspectRatio, OpKind, Operation, Output, PayloadHead, ProcessMode, TaskStatus};
 
@@ -27,13 +27,25 @@ pub struct NewTask {
     /// back if the task fails. Accounts with unlimited credits are charged nothing.
     pub cost: i64,
     /// The request's `Idempotency-Key`, when it has one: decided in the submit's transaction.
-    pub idempotency: Option<super::Idempotency>,
+    pub idempotency: Option<Idempotency>,
 }
 
 impl NewTask {
     pub fn task_type(&self) -> OpKind {
         self.operation.kind()
     }
+}
+
+/// A submit's idempotency key, with what identifies its request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Idempotency {
+    /// The `Idempotency-Key` header's value (1..=255 printable ASCII characters).
+    pub key: String,
+    /// SHA-256 of the operation and the canonical JSON of the body: the same key with another
+    /// fingerprint is another request.
+    pub fingerprint: [u8; 32],
+    /// How long the first answer is replayed, from the time the store commits it.
+    pub ttl_ms: i64,
 }
 
 /// What became of a submit.
@@ -607,6 +619,11 @@ pub(crate) fn worker_lost(task_id: &str, task_type: &str, attempts: i64) -> Endi
     };
     // A failure names no image, so no URL is ever made.
     Ending::new(outcome, &head, &|key| key.to_string())
+}
+
+/// Current time as Unix milliseconds, the unit of every stored time.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use super::{
     Account, ClaimedTask, FailingDestination, Failure, KeyOwner, LiveKey, StoreError, StoreResult,
     Task, TaskIds, WebhookState,
 };
-use crate::domain::operation::OutputColumns;
+use crate::domain::output::OutputColumns;
 use crate::domain::{OpKind, Operation, Output, TaskStatus};
 
 /// A task's row, with its delivery's, as the reads select it.

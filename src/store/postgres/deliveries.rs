@@ -3,8 +3,9 @@
 use async_trait::async_trait;
 use uuid::Uuid;
 
+use super::channels::OUTBOX_CHANNEL;
 use super::tasks::notify;
-use super::{PgStore, OUTBOX_CHANNEL};
+use super::PgStore;
 use crate::store::rows::decode;
 use crate::store::{
     now_ms, AttemptRecord, AttemptRow, DueDelivery, Outbox, Redelivery, StoreResult,

@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::QUEUE_CHANNEL;
+use super::channels::QUEUE_CHANNEL;
 use crate::store::idempotency::{KeyedGroup, StoredAnswer};
 use crate::store::{
     accepted_body, now_ms, Idempotency, NewTask, Quota, Refused, StoreError, StoreResult,

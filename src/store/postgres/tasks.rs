@@ -4,7 +4,8 @@ use async_trait::async_trait;
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
-use super::{PgStore, OUTBOX_CHANNEL, QUEUE_CHANNEL, TASK_END_CHANNEL};
+use super::channels::{OUTBOX_CHANNEL, QUEUE_CHANNEL, TASK_END_CHANNEL};
+use super::PgStore;
 use crate::store::rows::{key_and_tasks, ClaimedRow, TaskRow};
 use crate::store::{
     now_ms, worker_lost, ClaimedTask, Ending, Fence, LiveKey, NewTask, StoreResult, Submitted,
