@@ -487,7 +487,11 @@ impl Config {
             if name.parse::<OpKind>().is_err() {
                 bail!(
                     "configuration: costs: `{name}` is not an operation; the operations are {}",
-                    OpKind::ALL.map(OpKind::as_str).join(", ")
+                    OpKind::ALL
+                        .iter()
+                        .map(|k| k.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 );
             }
             if !(0..=COST_MAX).contains(cost) {

@@ -153,9 +153,11 @@ async fn referenced_keys(app: &TestApp, ids: &[String]) -> BTreeSet<String> {
     for chunk in ids.chunks(100) {
         for task in app.store.tasks_by_id(chunk).await.unwrap() {
             assert_eq!(
-                task.status, "finished",
+                task.status,
+                easel::domain::TaskStatus::Finished,
                 "task {} is {}",
-                task.id, task.status
+                task.id,
+                task.status
             );
             let columns = task
                 .output

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use easel::domain::{Output, PayloadHead};
+use easel::domain::{OpKind, Output, PayloadHead, TaskStatus};
 use easel::store::sqlite::SqliteStore;
 use easel::store::{AttemptRecord, Ending, NewTask, Outcome, Redelivery, SharedStore, Submitted};
 
@@ -291,7 +291,7 @@ async fn every_change_after_a_claim_is_fenced_by_its_attempt(s: &SharedStore) {
         "a final state is final"
     );
     let done = s.task_for_account(&account, &id).await.unwrap().unwrap();
-    assert_eq!(done.status, "finished");
+    assert_eq!(done.status, TaskStatus::Finished);
     assert_eq!(done.percentage, 100);
     assert_eq!(done.attempts, 2);
     let Some(Output::Grid {
@@ -336,7 +336,7 @@ async fn lost_tasks_are_requeued_then_fail_after_max_attempts_with_their_webhook
         }
     }
     let row = s.task_for_account(&account, &id).await.unwrap().unwrap();
-    assert_eq!(row.status, "failed");
+    assert_eq!(row.status, TaskStatus::Failed);
     assert!(row
         .error
         .as_deref()
@@ -633,11 +633,11 @@ async fn upkeep_reads_tasks_by_id_whatever_their_account_with_their_output(s: &S
     found.sort_by_key(|t| t.seq);
     assert_eq!(found.len(), 2, "both accounts' tasks, and no unknown one");
     assert_eq!(found[0].id, mine.to_string());
-    assert_eq!(found[0].status, "finished");
+    assert_eq!(found[0].status, TaskStatus::Finished);
     let columns = found[0].output.as_ref().unwrap().to_columns();
     assert_eq!(columns.grid_key, Some(format!("{mine}/f/grid.png")));
     assert_eq!(found[1].id, theirs.to_string());
-    assert_eq!(found[1].status, "pending");
+    assert_eq!(found[1].status, TaskStatus::Pending);
     assert_eq!(found[1].attempts, 0, "a released claim is not counted");
     assert!(s.tasks_by_id(&[]).await.unwrap().is_empty());
 }
@@ -1147,7 +1147,7 @@ async fn tasks_are_listed_newest_first_by_cursor_with_filters_children_and_usage
     }
     assert_eq!(seen, ids.iter().map(|i| i.to_string()).collect::<Vec<_>>());
     let shorten = TaskFilter {
-        task_type: Some("shorten".into()),
+        task_type: Some(OpKind::Shorten),
         ..Default::default()
     };
     let page = s
@@ -1164,7 +1164,7 @@ async fn tasks_are_listed_newest_first_by_cursor_with_filters_children_and_usage
         .await
         .unwrap());
     let done = TaskFilter {
-        status: Some("finished".into()),
+        status: Some(TaskStatus::Finished),
         ..Default::default()
     };
     let finished_here = s
@@ -1342,7 +1342,7 @@ async fn a_cancel_ends_a_queued_or_claimed_task_once_refunds_it_and_fences_out_i
         .await
         .expect("the task's watchers are told of its end");
     let done = s.task_for_account(&account, &id).await.unwrap().unwrap();
-    assert_eq!(done.status, "canceled");
+    assert_eq!(done.status, TaskStatus::Canceled);
     assert!(done.finished_at.is_some());
     assert_eq!(done.webhook.as_ref().unwrap().status, "pending");
     let due = s.claim_due_deliveries(10, 60_000).await.unwrap();
@@ -1414,7 +1414,7 @@ async fn a_cancel_ends_a_queued_or_claimed_task_once_refunds_it_and_fences_out_i
         .await
         .unwrap());
     let done = s.task_for_account(&account, &id).await.unwrap().unwrap();
-    assert_eq!(done.status, "finished");
+    assert_eq!(done.status, TaskStatus::Finished);
     stop.cancel();
 }
 

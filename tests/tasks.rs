@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::TestApp;
-use easel::domain::{Output, PayloadHead};
+use easel::domain::{Output, PayloadHead, TaskStatus};
 use easel::store::{Ending, Outcome, Submitted};
 use serde_json::json;
 
@@ -260,7 +260,7 @@ async fn a_stale_worker_cannot_overwrite_a_newer_attempt_and_lost_tasks_fail_aft
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(row.status, "finished");
+    assert_eq!(row.status, TaskStatus::Finished);
 
     // A task that keeps losing its worker fails after max_attempts with a clear error.
     let doomed = common::insert(store.as_ref(), &common::new_task("fast", 1), &key).await;
@@ -282,7 +282,7 @@ async fn a_stale_worker_cannot_overwrite_a_newer_attempt_and_lost_tasks_fail_aft
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(row.status, "failed");
+    assert_eq!(row.status, TaskStatus::Failed);
     assert!(row.error.unwrap().contains("interrupted 3 times"));
 }
 

@@ -402,8 +402,8 @@ async fn the_queue_and_the_outbox_can_be_driven_one_step_at_a_time() {
     let task = easel::store::NewTask {
         operation: easel::domain::Operation::Imagine,
         prompt: "one step at a time".into(),
-        aspect_ratio: "1:1".into(),
-        process_mode: "fast",
+        aspect_ratio: easel::domain::AspectRatio::SQUARE,
+        process_mode: easel::domain::ProcessMode::Fast,
         priority: 1,
         seed: 1,
         parent_seq: None,

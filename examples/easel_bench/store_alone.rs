@@ -69,8 +69,11 @@ pub async fn submits(
                     let task = NewTask {
                         operation: easel::domain::Operation::Imagine,
                         prompt: "a red sunset over the ocean, in soft watercolour".into(),
-                        aspect_ratio: "16:9".into(),
-                        process_mode: "fast",
+                        aspect_ratio: easel::domain::AspectRatio {
+                            width: 16,
+                            height: 9,
+                        },
+                        process_mode: easel::domain::ProcessMode::Fast,
                         priority: 1,
                         seed: i64::from(rand::random::<u32>()),
                         parent_seq: None,

@@ -3,11 +3,13 @@
 //! name; the API layer prefixes the field.
 
 pub mod operation;
+pub mod output;
 mod policy;
 mod result;
 mod task;
 
-pub use operation::{OpKind, Operation, Output, Shape};
+pub use operation::{OpKind, Operation, Shape};
+pub use output::Output;
 pub use policy::ContentPolicy;
 pub use result::{Outcome, PayloadHead};
 pub use task::{prompt_text, AspectRatio, ProcessMode, Prompt, TaskStatus};

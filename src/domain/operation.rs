@@ -6,16 +6,32 @@
 //! size) is resolved at submit and kept in the operation: a parent is final, so it cannot change
 //! under the task.
 
-use std::fmt;
-use std::str::FromStr;
-
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+use super::AspectRatio;
+
 /// The operations, by their public names (the `task_type` of a record, the path of a submit).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(
+    serialize_all = "kebab-case",
+    parse_err_ty = String,
+    parse_err_fn = unknown_kind
+)]
 pub enum OpKind {
     Imagine,
+    #[strum(serialize = "upscale-1x")]
     Upscale1x,
     UpscaleAlt,
     UpscaleHighres,
@@ -29,6 +45,10 @@ pub enum OpKind {
     Shorten,
     Seed,
     Faceswap,
+}
+
+fn unknown_kind(s: &str) -> String {
+    format!("unknown task type `{s}`")
 }
 
 /// What a finished task holds.
@@ -45,40 +65,11 @@ pub enum Shape {
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 14] = [
-        OpKind::Imagine,
-        OpKind::Upscale1x,
-        OpKind::UpscaleAlt,
-        OpKind::UpscaleHighres,
-        OpKind::Variations,
-        OpKind::Reroll,
-        OpKind::Pan,
-        OpKind::Outpaint,
-        OpKind::Inpaint,
-        OpKind::Blend,
-        OpKind::Describe,
-        OpKind::Shorten,
-        OpKind::Seed,
-        OpKind::Faceswap,
-    ];
+    pub const ALL: &[OpKind] = <OpKind as strum::VariantArray>::VARIANTS;
 
+    /// Its public name.
     pub fn as_str(self) -> &'static str {
-        match self {
-            OpKind::Imagine => "imagine",
-            OpKind::Upscale1x => "upscale-1x",
-            OpKind::UpscaleAlt => "upscale-alt",
-            OpKind::UpscaleHighres => "upscale-highres",
-            OpKind::Variations => "variations",
-            OpKind::Reroll => "reroll",
-            OpKind::Pan => "pan",
-            OpKind::Outpaint => "outpaint",
-            OpKind::Inpaint => "inpaint",
-            OpKind::Blend => "blend",
-            OpKind::Describe => "describe",
-            OpKind::Shorten => "shorten",
-            OpKind::Seed => "seed",
-            OpKind::Faceswap => "faceswap",
-        }
+        self.into()
     }
 
     pub fn shape(self) -> Shape {
@@ -108,22 +99,6 @@ impl OpKind {
     }
 }
 
-impl FromStr for OpKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        OpKind::ALL
-            .into_iter()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| format!("unknown task type `{s}`"))
-    }
-}
-
-impl fmt::Display for OpKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// One image a task reads: one of easel's own (a parent's, or an easel URL given by the caller),
 /// read from the blob store, or a caller's URL, fetched when the task runs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -143,8 +118,24 @@ pub struct StoredImage {
 }
 
 /// `upscale-alt`'s `type`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(
+    serialize_all = "snake_case",
+    parse_err_ty = String,
+    parse_err_fn = one_of::<AltKind>
+)]
 pub enum AltKind {
     Subtle,
     Creative,
@@ -159,8 +150,24 @@ pub enum VariationOf {
     Subtle,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(
+    serialize_all = "snake_case",
+    parse_err_ty = String,
+    parse_err_fn = one_of::<PanDirection>
+)]
 pub enum PanDirection {
     Up,
     Down,
@@ -169,47 +176,64 @@ pub enum PanDirection {
 }
 
 /// `blend`'s `dimension`: the aspect ratio of its images.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(
+    serialize_all = "snake_case",
+    parse_err_ty = String,
+    parse_err_fn = one_of::<Dimension>
+)]
 pub enum Dimension {
     Square,
     Portrait,
     Landscape,
 }
 
-impl Dimension {
-    pub fn aspect_ratio(self) -> &'static str {
-        match self {
-            Dimension::Square => "1:1",
-            Dimension::Portrait => "2:3",
-            Dimension::Landscape => "3:2",
-        }
+impl AltKind {
+    pub fn as_str(self) -> &'static str {
+        self.into()
     }
 }
 
-macro_rules! names {
-    ($($t:ty { $($v:ident => $s:literal),+ $(,)? })+) => {$(
-        impl $t {
-            pub fn as_str(self) -> &'static str {
-                match self { $(<$t>::$v => $s),+ }
-            }
-        }
-        impl FromStr for $t {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
-                match s {
-                    $($s => Ok(<$t>::$v),)+
-                    _ => Err(format!("must be one of {}", [$(concat!("\"", $s, "\"")),+].join(", "))),
-                }
-            }
-        }
-    )+};
+impl PanDirection {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
 }
 
-names! {
-    AltKind { Subtle => "subtle", Creative => "creative" }
-    PanDirection { Up => "up", Down => "down", Left => "left", Right => "right" }
-    Dimension { Square => "square", Portrait => "portrait", Landscape => "landscape" }
+impl Dimension {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    pub fn aspect_ratio(self) -> AspectRatio {
+        let (width, height) = match self {
+            Dimension::Square => (1, 1),
+            Dimension::Portrait => (2, 3),
+            Dimension::Landscape => (3, 2),
+        };
+        AspectRatio { width, height }
+    }
+}
+
+/// The error of a parameter that is none of `T`'s names: the names it may be.
+fn one_of<T: strum::VariantArray + Copy + Into<&'static str>>(_: &str) -> String {
+    let names: Vec<String> = T::VARIANTS
+        .iter()
+        .map(|v| format!("\"{}\"", Into::<&'static str>::into(*v)))
+        .collect();
+    format!("must be one of {}", names.join(", "))
 }
 
 /// An operation and its parameters, as validated at submit. Fields the caller gave appear in the
@@ -407,201 +431,6 @@ impl Operation {
     }
 }
 
-/// What a finished task produced. Images are named by their blob keys; their URLs are made when
-/// a record or payload is written out, so that `public_url` can change.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Output {
-    /// Four images of `width` x `height` and their grid (the same size).
-    Grid {
-        grid_key: String,
-        image_keys: Vec<String>,
-        width: u32,
-        height: u32,
-    },
-    Single {
-        image_key: String,
-        width: u32,
-        height: u32,
-    },
-    Text {
-        content: Vec<String>,
-    },
-    Seed {
-        seed: i64,
-    },
-}
-
-/// The columns an output is stored in: the grid's key, the images' keys, and the rest as JSON.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct OutputColumns {
-    pub grid_key: Option<String>,
-    pub image_keys: Option<Vec<String>>,
-    pub result: Option<String>,
-}
-
-#[derive(Serialize, Deserialize, Default)]
-struct ResultColumn {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    width: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    height: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    content: Option<Vec<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    seed: Option<i64>,
-}
-
-impl Output {
-    pub fn shape(&self) -> Shape {
-        match self {
-            Output::Grid { .. } => Shape::Grid,
-            Output::Single { .. } => Shape::Single,
-            Output::Text { .. } => Shape::Text,
-            Output::Seed { .. } => Shape::Seed,
-        }
-    }
-
-    /// How many images it counts toward the account's total.
-    pub fn images(&self) -> i64 {
-        match self {
-            Output::Grid { image_keys, .. } => image_keys.len() as i64,
-            Output::Single { .. } => 1,
-            Output::Text { .. } | Output::Seed { .. } => 0,
-        }
-    }
-
-    pub fn to_columns(&self) -> OutputColumns {
-        let result = |r: ResultColumn| Some(serde_json::to_string(&r).expect("serializes"));
-        match self {
-            Output::Grid {
-                grid_key,
-                image_keys,
-                width,
-                height,
-            } => OutputColumns {
-                grid_key: Some(grid_key.clone()),
-                image_keys: Some(image_keys.clone()),
-                result: result(ResultColumn {
-                    width: Some(*width),
-                    height: Some(*height),
-                    ..Default::default()
-                }),
-            },
-            Output::Single {
-                image_key,
-                width,
-                height,
-            } => OutputColumns {
-                grid_key: None,
-                image_keys: Some(vec![image_key.clone()]),
-                result: result(ResultColumn {
-                    width: Some(*width),
-                    height: Some(*height),
-                    ..Default::default()
-                }),
-            },
-            Output::Text { content } => OutputColumns {
-                result: result(ResultColumn {
-                    content: Some(content.clone()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            Output::Seed { seed } => OutputColumns {
-                result: result(ResultColumn {
-                    seed: Some(*seed),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-        }
-    }
-
-    /// A finished task's output from its columns, or `None` when they do not hold one of
-    /// `shape` (a task that has not finished). Grid rows stored before sizes were recorded
-    /// read as 0 x 0.
-    pub fn from_columns(shape: Shape, columns: OutputColumns) -> Option<Output> {
-        let result: ResultColumn = columns
-            .result
-            .as_deref()
-            .and_then(|r| serde_json::from_str(r).ok())
-            .unwrap_or_default();
-        let (width, height) = (result.width.unwrap_or(0), result.height.unwrap_or(0));
-        match shape {
-            Shape::Grid => Some(Output::Grid {
-                grid_key: columns.grid_key?,
-                image_keys: columns.image_keys?,
-                width,
-                height,
-            }),
-            Shape::Single => Some(Output::Single {
-                image_key: columns.image_keys?.into_iter().next()?,
-                width,
-                height,
-            }),
-            Shape::Text => Some(Output::Text {
-                content: result.content?,
-            }),
-            Shape::Seed => Some(Output::Seed { seed: result.seed? }),
-        }
-    }
-
-    /// The result fields of a record or payload, with `url` making an image's address.
-    pub fn public_fields(&self, url: &dyn Fn(&str) -> String) -> Map<String, Value> {
-        let v = match self {
-            Output::Grid {
-                grid_key,
-                image_keys,
-                ..
-            } => json!({
-                "original_image_url": url(grid_key),
-                "image_urls": image_keys.iter().map(|k| url(k)).collect::<Vec<_>>(),
-            }),
-            Output::Single { image_key, .. } => json!({ "image_url": url(image_key) }),
-            Output::Text { content } => json!({ "content": content }),
-            Output::Seed { seed } => json!({ "seed": seed }),
-        };
-        match v {
-            Value::Object(map) => map,
-            _ => unreachable!("every arm builds an object"),
-        }
-    }
-
-    /// The image of a single, or image `index` (1..=4) of a grid, with its size.
-    pub fn image(&self, index: Option<u8>) -> Option<StoredImage> {
-        match (self, index) {
-            (
-                Output::Grid {
-                    image_keys,
-                    width,
-                    height,
-                    ..
-                },
-                Some(i),
-            ) => image_keys
-                .get(usize::from(i).checked_sub(1)?)
-                .map(|key| StoredImage {
-                    key: key.clone(),
-                    width: *width,
-                    height: *height,
-                }),
-            (
-                Output::Single {
-                    image_key,
-                    width,
-                    height,
-                },
-                None,
-            ) => Some(StoredImage {
-                key: image_key.clone(),
-                width: *width,
-                height: *height,
-            }),
-            _ => None,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -679,31 +508,46 @@ mod tests {
     }
 
     #[test]
-    fn outputs_round_trip_through_their_columns() {
-        let outputs = [
-            Output::Grid {
-                grid_key: "t/f/grid.png".into(),
-                image_keys: (0..4).map(|i| format!("t/f/{i}.png")).collect(),
-                width: 1024,
-                height: 576,
-            },
-            Output::Single {
-                image_key: "t/f/0.png".into(),
-                width: 2048,
-                height: 2048,
-            },
-            Output::Text {
-                content: vec!["a".into(), "b".into()],
-            },
-            Output::Seed { seed: 42 },
-        ];
-        for out in outputs {
-            let back = Output::from_columns(out.shape(), out.to_columns()).unwrap();
-            assert_eq!(back, out);
-        }
+    fn names_are_the_api_contract() {
+        let kinds: Vec<&str> = OpKind::ALL.iter().map(|k| k.as_str()).collect();
         assert_eq!(
-            Output::from_columns(Shape::Grid, OutputColumns::default()),
-            None
+            kinds,
+            [
+                "imagine",
+                "upscale-1x",
+                "upscale-alt",
+                "upscale-highres",
+                "variations",
+                "reroll",
+                "pan",
+                "outpaint",
+                "inpaint",
+                "blend",
+                "describe",
+                "shorten",
+                "seed",
+                "faceswap"
+            ]
+        );
+        assert_eq!(OpKind::UpscaleHighres.to_string(), "upscale-highres");
+        assert_eq!(
+            "upscale".parse::<OpKind>(),
+            Err("unknown task type `upscale`".to_string())
+        );
+        assert_eq!(AltKind::Creative.as_str(), "creative");
+        assert_eq!(
+            "bold".parse::<AltKind>(),
+            Err("must be one of \"subtle\", \"creative\"".to_string())
+        );
+        assert_eq!("left".parse::<PanDirection>(), Ok(PanDirection::Left));
+        assert_eq!(
+            "north".parse::<PanDirection>(),
+            Err("must be one of \"up\", \"down\", \"left\", \"right\"".to_string())
+        );
+        assert_eq!(Dimension::Landscape.as_str(), "landscape");
+        assert_eq!(
+            "wide".parse::<Dimension>(),
+            Err("must be one of \"square\", \"portrait\", \"landscape\"".to_string())
         );
     }
 }

@@ -1,6 +1,6 @@
 use serde_json::{json, Map, Value};
 
-use super::operation::Output;
+use super::output::Output;
 
 /// How a task ended, as the worker reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]

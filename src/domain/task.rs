@@ -4,7 +4,23 @@ use std::str::FromStr;
 /// Where a task is in its life. `pending -> starting -> processing -> finished | failed`; a task
 /// whose worker is lost goes back to `pending` (or to `failed` once it has used all attempts); a
 /// task that has not ended may be `canceled` by its caller at any point.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(
+    serialize_all = "lowercase",
+    parse_err_ty = String,
+    parse_err_fn = unknown_status
+)]
 pub enum TaskStatus {
     Pending,
     Starting,
@@ -14,25 +30,16 @@ pub enum TaskStatus {
     Canceled,
 }
 
-impl TaskStatus {
-    pub const ALL: [TaskStatus; 6] = [
-        TaskStatus::Pending,
-        TaskStatus::Starting,
-        TaskStatus::Processing,
-        TaskStatus::Finished,
-        TaskStatus::Failed,
-        TaskStatus::Canceled,
-    ];
+fn unknown_status(s: &str) -> String {
+    format!("unknown task status `{s}`")
+}
 
+impl TaskStatus {
+    pub const ALL: &[TaskStatus] = <TaskStatus as strum::VariantArray>::VARIANTS;
+
+    /// Its name in the API and the database.
     pub fn as_str(self) -> &'static str {
-        match self {
-            TaskStatus::Pending => "pending",
-            TaskStatus::Starting => "starting",
-            TaskStatus::Processing => "processing",
-            TaskStatus::Finished => "finished",
-            TaskStatus::Failed => "failed",
-            TaskStatus::Canceled => "canceled",
-        }
+        self.into()
     }
 
     /// `finished`, `failed` and `canceled` are final: nothing moves a task out of them.
@@ -62,37 +69,39 @@ impl TaskStatus {
     }
 }
 
-impl FromStr for TaskStatus {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        TaskStatus::ALL
-            .into_iter()
-            .find(|t| t.as_str() == s)
-            .ok_or_else(|| format!("unknown task status `{s}`"))
-    }
-}
-
-impl fmt::Display for TaskStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// Queue class. Turbo is served before fast before relax; first come first served within one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(
+    serialize_all = "lowercase",
+    parse_err_ty = String,
+    parse_err_fn = unknown_mode
+)]
 pub enum ProcessMode {
     Turbo,
     Fast,
     Relax,
 }
 
+fn unknown_mode(_: &str) -> String {
+    "must be one of \"relax\", \"fast\", \"turbo\"".into()
+}
+
 impl ProcessMode {
+    /// Its name in the API and the database.
     pub fn as_str(self) -> &'static str {
-        match self {
-            ProcessMode::Turbo => "turbo",
-            ProcessMode::Fast => "fast",
-            ProcessMode::Relax => "relax",
-        }
+        self.into()
     }
 
     /// Lower is served first.
@@ -101,18 +110,6 @@ impl ProcessMode {
             ProcessMode::Turbo => 0,
             ProcessMode::Fast => 1,
             ProcessMode::Relax => 2,
-        }
-    }
-}
-
-impl FromStr for ProcessMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "turbo" => Ok(ProcessMode::Turbo),
-            "fast" => Ok(ProcessMode::Fast),
-            "relax" => Ok(ProcessMode::Relax),
-            _ => Err("must be one of \"relax\", \"fast\", \"turbo\"".into()),
         }
     }
 }
@@ -233,7 +230,7 @@ mod tests {
         assert!(!Pending.can_become(Finished));
         assert!(!Finished.can_become(Pending));
         assert!(!Failed.can_become(Processing));
-        for s in TaskStatus::ALL {
+        for &s in TaskStatus::ALL {
             assert_eq!(s.as_str().parse::<TaskStatus>().unwrap(), s);
             if s.is_final() {
                 assert!(TaskStatus::ALL.iter().all(|n| !s.can_become(*n)));
@@ -287,5 +284,39 @@ mod tests {
         assert!(ProcessMode::Turbo.priority() < ProcessMode::Fast.priority());
         assert!(ProcessMode::Fast.priority() < ProcessMode::Relax.priority());
         assert!("slow".parse::<ProcessMode>().is_err());
+    }
+
+    #[test]
+    fn names_are_the_api_contract() {
+        let statuses: Vec<&str> = TaskStatus::ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(
+            statuses,
+            [
+                "pending",
+                "starting",
+                "processing",
+                "finished",
+                "failed",
+                "canceled"
+            ]
+        );
+        assert_eq!(TaskStatus::Canceled.to_string(), "canceled");
+        assert_eq!(
+            "done".parse::<TaskStatus>(),
+            Err("unknown task status `done`".to_string())
+        );
+        for (mode, name) in [
+            (ProcessMode::Turbo, "turbo"),
+            (ProcessMode::Fast, "fast"),
+            (ProcessMode::Relax, "relax"),
+        ] {
+            assert_eq!(mode.as_str(), name);
+            assert_eq!(mode.to_string(), name);
+            assert_eq!(name.parse::<ProcessMode>(), Ok(mode));
+        }
+        assert_eq!(
+            "Fast".parse::<ProcessMode>(),
+            Err("must be one of \"relax\", \"fast\", \"turbo\"".to_string())
+        );
     }
 }

@@ -6,9 +6,10 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 
+use super::job::{GenerateError, Generator, Job, Product, Progress};
 use super::ops::{self, Detail, Direction, Strength};
+use super::procedural;
 use super::raster::{dimensions, RgbaImage};
-use super::{procedural, GenerateError, Generator, Job, Product, Progress};
 use crate::domain::operation::{AltKind, VariationOf};
 use crate::domain::{OpKind, Operation};
 

@@ -14,7 +14,7 @@ use futures::future::BoxFuture;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use super::{GenerateError, Generator, Job, Product, Progress};
+use super::job::{GenerateError, Generator, Job, Product, Progress};
 use crate::domain::OpKind;
 
 /// Consecutive transient failures that take a backend out until a probe succeeds.

@@ -6,19 +6,7 @@ use std::collections::HashSet;
 
 use uuid::Uuid;
 
-use super::Submitted;
-
-/// A submit's idempotency key, with what identifies its request.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Idempotency {
-    /// The `Idempotency-Key` header's value (1..=255 printable ASCII characters).
-    pub key: String,
-    /// SHA-256 of the operation and the canonical JSON of the body: the same key with another
-    /// fingerprint is another request.
-    pub fingerprint: [u8; 32],
-    /// How long the first answer is replayed, from the time the store commits it.
-    pub ttl_ms: i64,
-}
+use super::model::{Idempotency, Submitted};
 
 /// A first answer as a store's lookup finds it.
 #[derive(Clone, Debug)]

@@ -151,6 +151,13 @@ fn gather(uuid: u128) -> u128 {
     (high << 74) | (mid << 62) | low
 }
 
+/// A fresh key for task ids, for a store that has none yet.
+pub(crate) fn fresh_id_key() -> [u8; 32] {
+    let mut fresh = [0u8; 32];
+    rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut fresh);
+    fresh
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,9 +4,9 @@
 
 use uuid::Uuid;
 
-use crate::domain::operation::OutputColumns;
+use crate::domain::output::OutputColumns;
 pub use crate::domain::Outcome;
-use crate::domain::{OpKind, Operation, Output, PayloadHead, TaskStatus};
+use crate::domain::{AspectRatio, OpKind, Operation, Output, PayloadHead, ProcessMode, TaskStatus};
 
 /// A task as submitted and validated. Its account is the submitting key's; its id is given
 /// when it is stored.
@@ -15,8 +15,8 @@ pub struct NewTask {
     pub operation: Operation,
     /// The prompt it draws from (a follow-up's own, or its parent's), empty when there is none.
     pub prompt: String,
-    pub aspect_ratio: String,
-    pub process_mode: &'static str,
+    pub aspect_ratio: AspectRatio,
+    pub process_mode: ProcessMode,
     pub priority: i64,
     pub seed: i64,
     /// The parent task, by its `seq` (see [`Task::seq`]).
@@ -27,13 +27,25 @@ pub struct NewTask {
     /// back if the task fails. Accounts with unlimited credits are charged nothing.
     pub cost: i64,
     /// The request's `Idempotency-Key`, when it has one: decided in the submit's transaction.
-    pub idempotency: Option<super::Idempotency>,
+    pub idempotency: Option<Idempotency>,
 }
 
 impl NewTask {
-    pub fn task_type(&self) -> &'static str {
-        self.operation.kind().as_str()
+    pub fn task_type(&self) -> OpKind {
+        self.operation.kind()
     }
+}
+
+/// A submit's idempotency key, with what identifies its request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Idempotency {
+    /// The `Idempotency-Key` header's value (1..=255 printable ASCII characters).
+    pub key: String,
+    /// SHA-256 of the operation and the canonical JSON of the body: the same key with another
+    /// fingerprint is another request.
+    pub fingerprint: [u8; 32],
+    /// How long the first answer is replayed, from the time the store commits it.
+    pub ttl_ms: i64,
 }
 
 /// What became of a submit.
@@ -68,15 +80,15 @@ pub struct Task {
     pub seq: i64,
     /// The public id.
     pub id: String,
-    pub task_type: String,
+    pub task_type: OpKind,
     /// `None` when the stored parameters could not be read (written by a newer version).
     pub operation: Option<Operation>,
     pub parent_id: Option<String>,
-    pub status: String,
+    pub status: TaskStatus,
     pub percentage: i64,
     pub prompt: String,
-    pub aspect_ratio: String,
-    pub process_mode: String,
+    pub aspect_ratio: AspectRatio,
+    pub process_mode: ProcessMode,
     pub seed: i64,
     pub attempts: i64,
     pub created_at: i64,
@@ -92,19 +104,13 @@ pub struct Task {
 }
 
 impl Task {
-    pub fn kind(&self) -> Option<OpKind> {
-        self.task_type.parse().ok()
-    }
-
     pub fn is_finished(&self) -> bool {
-        self.status == TaskStatus::Finished.as_str()
+        self.status == TaskStatus::Finished
     }
 
     /// Whether it has ended: finished, failed or canceled.
     pub fn has_ended(&self) -> bool {
-        self.status
-            .parse::<TaskStatus>()
-            .is_ok_and(TaskStatus::is_final)
+        self.status.is_final()
     }
 }
 
@@ -222,12 +228,12 @@ pub struct ClaimedTask {
     /// The public id.
     pub id: String,
     pub account_id: String,
-    pub task_type: String,
+    pub task_type: OpKind,
     /// An `Err` when the stored parameters cannot be read (written by a newer version).
     pub operation: Result<Operation, String>,
     pub parent_id: Option<String>,
     pub prompt: String,
-    pub aspect_ratio: String,
+    pub aspect_ratio: AspectRatio,
     pub seed: i64,
     /// The attempt number this claim holds; every later change is fenced by it.
     pub attempts: i64,
@@ -238,44 +244,13 @@ impl ClaimedTask {
     pub fn payload_head(&self) -> PayloadHead<'_> {
         PayloadHead {
             task_id: &self.id,
-            task_type: &self.task_type,
+            task_type: self.task_type.as_str(),
             parent_task_id: self.parent_id.as_deref(),
             fields: self
                 .operation
                 .as_ref()
                 .map(Operation::public_fields)
                 .unwrap_or_default(),
-        }
-    }
-}
-
-/// A claimed task as both stores read it back, before its parameters are parsed.
-pub(crate) struct ClaimedRow {
-    pub seq: i64,
-    pub id: String,
-    pub account_id: String,
-    pub task_type: String,
-    pub params: Option<String>,
-    pub parent_id: Option<String>,
-    pub prompt: String,
-    pub aspect_ratio: String,
-    pub seed: i64,
-    pub attempts: i64,
-}
-
-impl ClaimedRow {
-    pub(crate) fn into_claimed(self) -> ClaimedTask {
-        ClaimedTask {
-            operation: Operation::from_params(&self.task_type, self.params.as_deref()),
-            seq: self.seq,
-            id: self.id,
-            account_id: self.account_id,
-            task_type: self.task_type,
-            parent_id: self.parent_id,
-            prompt: self.prompt,
-            aspect_ratio: self.aspect_ratio,
-            seed: self.seed,
-            attempts: self.attempts,
         }
     }
 }
@@ -345,10 +320,10 @@ pub enum Redelivery {
 impl Redelivery {
     /// Whether a task in `status`, with a webhook or not, may have its result sent again; `Queued`
     /// when it may.
-    pub fn decide(status: &str, has_webhook: bool) -> Redelivery {
+    pub fn decide(status: TaskStatus, has_webhook: bool) -> Redelivery {
         if !has_webhook {
             Redelivery::NoWebhook
-        } else if status.parse::<TaskStatus>().is_ok_and(|s| s.is_final()) {
+        } else if status.is_final() {
             Redelivery::Queued
         } else {
             Redelivery::NotFinal
@@ -404,8 +379,8 @@ pub struct LedgerRow {
 /// Which of an account's tasks a listing shows.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TaskFilter {
-    pub status: Option<String>,
-    pub task_type: Option<String>,
+    pub status: Option<TaskStatus>,
+    pub task_type: Option<OpKind>,
 }
 
 /// One page of an account's tasks, newest first.
@@ -646,6 +621,11 @@ pub(crate) fn worker_lost(task_id: &str, task_type: &str, attempts: i64) -> Endi
     Ending::new(outcome, &head, &|key| key.to_string())
 }
 
+/// Current time as Unix milliseconds, the unit of every stored time.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -689,9 +669,11 @@ mod tests {
 
     #[test]
     fn only_a_final_task_with_a_webhook_is_redelivered() {
-        assert_eq!(Redelivery::decide("finished", true), Redelivery::Queued);
-        assert_eq!(Redelivery::decide("failed", true), Redelivery::Queued);
-        assert_eq!(Redelivery::decide("processing", true), Redelivery::NotFinal);
-        assert_eq!(Redelivery::decide("finished", false), Redelivery::NoWebhook);
+        use TaskStatus::*;
+        assert_eq!(Redelivery::decide(Finished, true), Redelivery::Queued);
+        assert_eq!(Redelivery::decide(Failed, true), Redelivery::Queued);
+        assert_eq!(Redelivery::decide(Canceled, true), Redelivery::Queued);
+        assert_eq!(Redelivery::decide(Processing, true), Redelivery::NotFinal);
+        assert_eq!(Redelivery::decide(Finished, false), Redelivery::NoWebhook);
     }
 }

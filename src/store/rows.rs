@@ -1,12 +1,16 @@
 //! Rows as both databases' reads select them, decoded the same way: the columns are named and
 //! typed alike in both schemas (times and counts `BIGINT`/`INTEGER`, image keys as JSON text).
 
+use std::str::FromStr;
+use std::sync::Arc;
+
 use sqlx::{ColumnIndex, Database, Decode, FromRow, Row, Type};
 
 use super::{
-    Account, FailingDestination, KeyOwner, LiveKey, StoreResult, Task, TaskIds, WebhookState,
+    Account, ClaimedTask, FailingDestination, Failure, KeyOwner, LiveKey, StoreError, StoreResult,
+    Task, TaskIds, WebhookState,
 };
-use crate::domain::operation::OutputColumns;
+use crate::domain::output::OutputColumns;
 use crate::domain::{OpKind, Operation, Output, TaskStatus};
 
 /// A task's row, with its delivery's, as the reads select it.
@@ -41,8 +45,26 @@ pub(crate) struct TaskRow {
     data_removed_at: Option<i64>,
 }
 
+/// A stored name decoded into its domain type: a value that is not one of them (a damaged row, or
+/// one a newer version wrote) is an error that names the task, the column and the value.
+pub(crate) fn decode<T>(seq: i64, column: &str, value: &str) -> StoreResult<T>
+where
+    T: FromStr,
+    T::Err: std::fmt::Display,
+{
+    value.parse().map_err(|e| {
+        StoreError::Other(Arc::new(Failure(format!(
+            "task {seq}: stored {column} `{value}` cannot be read: {e}"
+        ))))
+    })
+}
+
 impl TaskRow {
-    pub(crate) fn into_task(self, ids: &TaskIds) -> Task {
+    pub(crate) fn into_task(self, ids: &TaskIds) -> StoreResult<Task> {
+        let status: TaskStatus = decode(self.seq, "status", &self.status)?;
+        let task_type: OpKind = decode(self.seq, "task_type", &self.task_type)?;
+        let aspect_ratio = decode(self.seq, "aspect_ratio", &self.aspect_ratio)?;
+        let process_mode = decode(self.seq, "process_mode", &self.process_mode)?;
         let webhook = self.webhook_url.map(|url| WebhookState {
             url,
             status: self.wh_status.unwrap_or_else(|| "pending".into()),
@@ -54,9 +76,9 @@ impl TaskRow {
         let operation = Operation::from_params(&self.task_type, self.params.as_deref())
             .inspect_err(|e| tracing::warn!(seq = self.seq, error = %e, "unreadable task"))
             .ok();
-        let output = (self.status == TaskStatus::Finished.as_str())
+        let output = (status == TaskStatus::Finished)
             .then(|| {
-                let shape = self.task_type.parse::<OpKind>().ok()?.shape();
+                let shape = task_type.shape();
                 let image_keys = self
                     .image_keys
                     .as_deref()
@@ -69,19 +91,19 @@ impl TaskRow {
                 Output::from_columns(shape, columns)
             })
             .flatten();
-        Task {
+        Ok(Task {
             seq: self.seq,
             id: ids.of_row(self.seq, self.legacy_id.as_deref()),
-            task_type: self.task_type,
+            task_type,
             operation,
             parent_id: self
                 .parent_seq
                 .map(|seq| ids.of_row(seq, self.parent_legacy_id.as_deref())),
-            status: self.status,
+            status,
             percentage: self.percentage,
             prompt: self.prompt,
-            aspect_ratio: self.aspect_ratio,
-            process_mode: self.process_mode,
+            aspect_ratio,
+            process_mode,
             seed: self.seed,
             attempts: self.attempts,
             created_at: self.created_at,
@@ -91,7 +113,39 @@ impl TaskRow {
             error: self.error,
             webhook,
             data_removed_at: self.data_removed_at,
-        }
+        })
+    }
+}
+
+/// A claimed task as both stores read it back, before its parameters are parsed.
+pub(crate) struct ClaimedRow {
+    pub seq: i64,
+    pub id: String,
+    pub account_id: String,
+    pub task_type: String,
+    pub params: Option<String>,
+    pub parent_id: Option<String>,
+    pub prompt: String,
+    pub aspect_ratio: String,
+    pub seed: i64,
+    pub attempts: i64,
+}
+
+impl ClaimedRow {
+    /// The claimed task, with its stored names decoded (an error names a value it cannot read).
+    pub(crate) fn into_claimed(self) -> StoreResult<ClaimedTask> {
+        Ok(ClaimedTask {
+            operation: Operation::from_params(&self.task_type, self.params.as_deref()),
+            task_type: decode(self.seq, "task_type", &self.task_type)?,
+            aspect_ratio: decode(self.seq, "aspect_ratio", &self.aspect_ratio)?,
+            seq: self.seq,
+            id: self.id,
+            account_id: self.account_id,
+            parent_id: self.parent_id,
+            prompt: self.prompt,
+            seed: self.seed,
+            attempts: self.attempts,
+        })
     }
 }
 
@@ -122,7 +176,7 @@ where
     let mut tasks = Vec::with_capacity(rows.len());
     for row in rows {
         if row.try_get::<Option<i64>, _>("seq")?.is_some() {
-            tasks.push(TaskRow::from_row(row)?.into_task(ids));
+            tasks.push(TaskRow::from_row(row)?.into_task(ids)?);
         }
     }
     Ok(Some((key, tasks)))

@@ -4,7 +4,7 @@
 use uuid::Uuid;
 
 use super::Tasks;
-use crate::domain::{OpKind, Outcome, PayloadHead, TaskStatus};
+use crate::domain::{Outcome, PayloadHead, TaskStatus};
 use crate::store::{Ending, StoreResult, Task};
 
 /// Cancel the account's task `id`, for the API and the dashboard alike: None when it is not the
@@ -20,7 +20,7 @@ pub async fn cancel_task(
     let ending = canceled(tasks, &task);
     let canceled = tasks.store.cancel_task(task.seq, &ending).await?;
     if canceled {
-        let operation = task.kind().map_or("unknown", OpKind::as_str);
+        let operation = task.task_type.as_str();
         crate::metrics::task_ended(operation, TaskStatus::Canceled.as_str());
         tracing::info!("task canceled by its caller");
     }
@@ -37,7 +37,7 @@ fn canceled(tasks: &Tasks, task: &Task) -> Ending {
         .unwrap_or_default();
     let head = PayloadHead {
         task_id: &task.id,
-        task_type: &task.task_type,
+        task_type: task.task_type.as_str(),
         parent_task_id: task.parent_id.as_deref(),
         fields,
     };

@@ -65,11 +65,15 @@ impl ListQuery {
                             "invalid_value",
                             format!(
                                 "must be one of {}",
-                                TaskStatus::ALL.map(TaskStatus::as_str).join(", ")
+                                TaskStatus::ALL
+                                    .iter()
+                                    .map(|s| s.as_str())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
                             ),
                         )
                     })?;
-                    query.filter.status = Some(status.as_str().to_string());
+                    query.filter.status = Some(status);
                 }
                 _ => {
                     let kind = value.parse::<OpKind>().map_err(|_| {
@@ -78,11 +82,15 @@ impl ListQuery {
                             "invalid_value",
                             format!(
                                 "must be one of {}",
-                                OpKind::ALL.map(OpKind::as_str).join(", ")
+                                OpKind::ALL
+                                    .iter()
+                                    .map(|k| k.as_str())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
                             ),
                         )
                     })?;
-                    query.filter.task_type = Some(kind.as_str().to_string());
+                    query.filter.task_type = Some(kind);
                 }
             }
         }

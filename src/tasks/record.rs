@@ -21,12 +21,12 @@ pub fn rfc3339(ms: i64) -> String {
 pub fn task_record(task: &Task, blobs: &Blobs, retention: Option<Duration>) -> Value {
     let mut v = json!({
         "task_id": task.id,
-        "task_type": task.task_type,
-        "status": task.status,
+        "task_type": task.task_type.as_str(),
+        "status": task.status.as_str(),
         "percentage": task.percentage.to_string(),
         "prompt": task.prompt,
-        "aspect_ratio": task.aspect_ratio,
-        "process_mode": task.process_mode,
+        "aspect_ratio": task.aspect_ratio.to_string(),
+        "process_mode": task.process_mode.as_str(),
         "seed": task.seed,
         "created_at": rfc3339(task.created_at),
         "expires_at": task.expires_at(retention).map(rfc3339),

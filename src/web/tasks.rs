@@ -47,8 +47,8 @@ impl TaskCard {
         TaskCard {
             id: task.id.clone(),
             prompt: prompt_or_type(task),
-            task_type: task.task_type.clone(),
-            status: task.status.clone(),
+            task_type: task.task_type.to_string(),
+            status: task.status.to_string(),
             created: when(task.created_at),
             thumb: task
                 .output
@@ -123,22 +123,25 @@ pub async fn list_page(
 ) -> Result<Response, WebError> {
     let status = match q.status.as_str() {
         "" => None,
-        s if TaskStatus::ALL.iter().any(|t| t.as_str() == s) => Some(s.to_string()),
-        _ => return Err(WebError::BadForm("Status: not one of the statuses.".into())),
+        s => Some(
+            s.parse::<TaskStatus>()
+                .map_err(|_| WebError::BadForm("Status: not one of the statuses.".into()))?,
+        ),
     };
     let task_type = match q.task_type.as_str() {
         "" => None,
-        t if t.parse::<OpKind>().is_ok() => Some(t.to_string()),
-        _ => return Err(WebError::BadForm("Type: not one of the task types.".into())),
+        t => Some(
+            t.parse::<OpKind>()
+                .map_err(|_| WebError::BadForm("Type: not one of the task types.".into()))?,
+        ),
     };
     let cursor = match q.cursor.as_str() {
         "" => None,
         c => Some(c.parse::<Uuid>().map_err(|_| WebError::NotFound)?),
     };
-    let filter = TaskFilter {
-        status: status.clone(),
-        task_type: task_type.clone(),
-    };
+    let filter = TaskFilter { status, task_type };
+    let status = status.map(TaskStatus::as_str);
+    let task_type = task_type.map(OpKind::as_str);
     let page = state
         .store
         .list_tasks(&user.account.id, &filter, cursor.as_ref(), PAGE_SIZE)
@@ -146,21 +149,18 @@ pub async fn list_page(
         .ok_or(WebError::NotFound)?;
     let next = page.next_cursor.map(|c| {
         url::form_urlencoded::Serializer::new(String::new())
-            .append_pair("status", status.as_deref().unwrap_or(""))
-            .append_pair("type", task_type.as_deref().unwrap_or(""))
+            .append_pair("status", status.unwrap_or(""))
+            .append_pair("type", task_type.unwrap_or(""))
             .append_pair("cursor", &c)
             .finish()
     });
     let page = TasksPage {
         layout: Layout::new("Tasks", "tasks", Some(&user)),
         tasks: page.tasks.iter().map(TaskCard::of).collect(),
-        statuses: choices(
-            TaskStatus::ALL.iter().map(|s| s.as_str()),
-            status.as_deref(),
-        ),
-        types: choices(OpKind::ALL.iter().map(|k| k.as_str()), task_type.as_deref()),
-        status: status.unwrap_or_default(),
-        task_type: task_type.unwrap_or_default(),
+        statuses: choices(TaskStatus::ALL.iter().map(|s| s.as_str()), status),
+        types: choices(OpKind::ALL.iter().map(|k| k.as_str()), task_type),
+        status: status.unwrap_or_default().to_string(),
+        task_type: task_type.unwrap_or_default().to_string(),
         next,
         first_page: cursor.is_none(),
     };
@@ -230,7 +230,7 @@ impl Progress {
         }
         Progress {
             id: task.id.clone(),
-            status: task.status.clone(),
+            status: task.status.to_string(),
             percentage: task.percentage,
             is_final,
             error: task.error.clone(),
@@ -321,10 +321,10 @@ pub async fn page(
     };
     let mut facts = vec![
         fact("Task id", task.id.clone()),
-        fact("Type", task.task_type.clone()),
-        fact("Status", task.status.clone()),
-        fact("Mode", task.process_mode.clone()),
-        fact("Aspect ratio", task.aspect_ratio.clone()),
+        fact("Type", task.task_type.to_string()),
+        fact("Status", task.status.to_string()),
+        fact("Mode", task.process_mode.to_string()),
+        fact("Aspect ratio", task.aspect_ratio.to_string()),
         fact("Seed", task.seed.to_string()),
         fact("Attempts", task.attempts.to_string()),
     ];

@@ -52,11 +52,11 @@ pub fn new_task(mode: &str, priority: i64) -> easel::store::NewTask {
     easel::store::NewTask {
         operation: easel::domain::Operation::Imagine,
         prompt: format!("{mode} task"),
-        aspect_ratio: "1:1".into(),
+        aspect_ratio: easel::domain::AspectRatio::SQUARE,
         process_mode: match mode {
-            "turbo" => "turbo",
-            "fast" => "fast",
-            _ => "relax",
+            "turbo" => easel::domain::ProcessMode::Turbo,
+            "fast" => easel::domain::ProcessMode::Fast,
+            _ => easel::domain::ProcessMode::Relax,
         },
         priority,
         seed: 7,

@@ -1498,7 +1498,7 @@ mod tests {
     #[test]
     fn supports_what_the_model_and_the_settings_allow() {
         let backend = backend("http://127.0.0.1:9/v1", Some("gpt-image-1"), None);
-        for kind in OpKind::ALL {
+        for &kind in OpKind::ALL {
             let expected = matches!(
                 kind,
                 OpKind::Imagine

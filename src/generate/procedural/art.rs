@@ -3,7 +3,8 @@
 
 use tiny_skia::{FillRule, Paint, Path, Pixmap, Shader, Transform};
 
-use super::palette::{Palette, Rgb};
+use super::color::Rgb;
+use super::palette::Palette;
 use super::rng::Rng;
 use super::shapes::{circle, radial};
 use super::theme::Mods;

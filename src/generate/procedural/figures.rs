@@ -3,7 +3,7 @@
 use tiny_skia::PathBuilder;
 
 use super::art::Art;
-use super::palette::{Rgb, BLACK};
+use super::color::{Rgb, BLACK};
 use super::shapes::{circle, linear, oval, place, polygon, rect};
 
 impl Art {

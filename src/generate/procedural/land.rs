@@ -3,7 +3,7 @@
 use tiny_skia::{PathBuilder, Rect};
 
 use super::art::Art;
-use super::palette::{Rgb, WHITE};
+use super::color::{Rgb, WHITE};
 use super::rng::{sin, TAU};
 use super::shapes::{linear, polygon};
 

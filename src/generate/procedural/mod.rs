@@ -5,6 +5,7 @@
 //! same inputs give the same pixels whatever the crate versions.
 
 mod art;
+mod color;
 mod figures;
 mod land;
 mod nature;
@@ -26,7 +27,8 @@ use tiny_skia::Pixmap;
 use crate::generate::raster::RgbaImage;
 
 use art::Art;
-use palette::{Palette, Rgb};
+use color::Rgb;
+use palette::Palette;
 use rng::{clamp01, seed_hash, Rng};
 use theme::Theme;
 

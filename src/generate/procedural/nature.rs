@@ -4,7 +4,7 @@
 use tiny_skia::{PathBuilder, Rect};
 
 use super::art::Art;
-use super::palette::{Rgb, WHITE};
+use super::color::{Rgb, WHITE};
 use super::rng::{cos, sin, PI, TAU};
 use super::shapes::{circle, linear, oval, place, polygon, rect};
 use super::vocab::Subj;

@@ -5,7 +5,7 @@
 use tiny_skia::PathBuilder;
 
 use super::art::Art;
-use super::palette::{Rgb, WHITE};
+use super::color::{Rgb, WHITE};
 use super::rng::{cos, sin, HALF_PI, PI, TAU};
 use super::shapes::{circle, oval, polygon, radial, rect};
 use super::vocab::Subj;

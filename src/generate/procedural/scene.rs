@@ -4,7 +4,7 @@
 use tiny_skia::{FillRule, Paint, PathBuilder, Rect, Transform};
 
 use super::art::Art;
-use super::palette::{Rgb, BLACK};
+use super::color::{Rgb, BLACK};
 use super::shapes::{linear, radial, rect};
 use super::theme::Theme;
 use super::vocab::{Subj, FAMILIES, MAX_SUBJECTS};

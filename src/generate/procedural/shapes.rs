@@ -6,7 +6,7 @@ use tiny_skia::{
     SpreadMode, Transform,
 };
 
-use super::palette::Rgb;
+use super::color::Rgb;
 use super::rng::{cos, sin};
 
 pub(super) fn circle(x: f32, y: f32, r: f32) -> Option<Path> {

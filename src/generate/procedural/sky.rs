@@ -3,7 +3,7 @@
 use tiny_skia::{PathBuilder, Rect};
 
 use super::art::Art;
-use super::palette::Rgb;
+use super::color::Rgb;
 use super::rng::{cos, sin, PI, TAU};
 use super::shapes::{circle, place, polygon, radial, rect};
 

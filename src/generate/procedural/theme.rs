@@ -1,7 +1,7 @@
 //! A prompt parsed into a theme: the colours, subjects and mood flags its words
 //! carry, plus a hue and shape family for each unknown word.
 
-use super::palette::Rgb;
+use super::color::Rgb;
 use super::rng::fnv;
 use super::vocab::{lookup_word, Mood, Subj, Tr, FAMILIES};
 

@@ -3,7 +3,7 @@
 use tiny_skia::{FillRule, Paint, PathBuilder, Rect, Transform};
 
 use super::art::Art;
-use super::palette::Rgb;
+use super::color::Rgb;
 use super::shapes::{circle, polygon, rect};
 
 impl Art {

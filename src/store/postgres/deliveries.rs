@@ -3,8 +3,10 @@
 use async_trait::async_trait;
 use uuid::Uuid;
 
+use super::channels::OUTBOX_CHANNEL;
 use super::tasks::notify;
-use super::{PgStore, OUTBOX_CHANNEL};
+use super::PgStore;
+use crate::store::rows::decode;
 use crate::store::{
     now_ms, AttemptRecord, AttemptRow, DueDelivery, Outbox, Redelivery, StoreResult,
 };
@@ -182,7 +184,7 @@ impl Outbox for PgStore {
         let Some((status, webhook_url)) = task else {
             return Ok(Redelivery::TaskNotFound);
         };
-        let decided = Redelivery::decide(&status, webhook_url.is_some());
+        let decided = Redelivery::decide(decode(seq, "status", &status)?, webhook_url.is_some());
         if decided == Redelivery::Queued {
             sqlx::query(
                 "UPDATE webhook_deliveries SET status = 'pending', attempts = 0,

@@ -15,6 +15,7 @@
 //!   once it is back.
 
 mod accounts;
+mod channels;
 mod deliveries;
 mod retention;
 mod submit;
@@ -29,15 +30,9 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use sqlx::ConnectOptions;
 use tokio_util::sync::CancellationToken;
 
-use super::{fresh_id_key, redact, Cause, Store, StoreError, StoreResult, TaskIds, Wakeups};
+use super::{fresh_id_key, redact, Store, StoreResult, TaskIds, Wakeups};
 use crate::config::Config;
-
-/// The channel a commit that queues a task notifies.
-const QUEUE_CHANNEL: &str = "easel_queue";
-/// The channel a commit that queues or re-arms a webhook delivery notifies.
-const OUTBOX_CHANNEL: &str = "easel_outbox";
-/// A task reached a final state; the payload is its `seq`.
-const TASK_END_CHANNEL: &str = "easel_task_end";
+use channels::{OUTBOX_CHANNEL, QUEUE_CHANNEL, TASK_END_CHANNEL};
 
 /// How the PostgreSQL store is set up, from the configuration.
 #[derive(Clone, Debug)]
@@ -63,20 +58,6 @@ pub struct PgStore {
     ids: Arc<TaskIds>,
     wakeups: Arc<Wakeups>,
     submits: submit::Submitter,
-}
-
-/// A PostgreSQL error, sorted by its SQLSTATE: connection exceptions (class 08), insufficient
-/// resources (53), an operator or crash shutdown or a server still starting (57P01 to 57P03),
-/// and a serialization failure or deadlock (40001, 40P01) pass; the rest is a fault.
-pub(super) fn sorted(code: &str, cause: Cause) -> StoreError {
-    let passes = code.starts_with("08")
-        || code.starts_with("53")
-        || matches!(code, "57P01" | "57P02" | "57P03" | "40001" | "40P01");
-    if passes {
-        StoreError::Unavailable(cause)
-    } else {
-        StoreError::Other(cause)
-    }
 }
 
 /// Whether an error at start is worth retrying: the server is unreachable or not ready yet, as

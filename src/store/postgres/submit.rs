@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::QUEUE_CHANNEL;
+use super::channels::QUEUE_CHANNEL;
 use crate::store::idempotency::{KeyedGroup, StoredAnswer};
 use crate::store::{
     accepted_body, now_ms, Idempotency, NewTask, Quota, Refused, StoreError, StoreResult,
@@ -432,7 +432,7 @@ impl Rows {
         self.parent_seq.push(task.parent_seq);
         self.priority.push(task.priority);
         self.prompt.push(task.prompt.clone());
-        self.aspect_ratio.push(task.aspect_ratio.clone());
+        self.aspect_ratio.push(task.aspect_ratio.to_string());
         self.process_mode.push(task.process_mode.to_string());
         self.seed.push(task.seed);
         self.webhook_url.push(task.webhook_url.clone());

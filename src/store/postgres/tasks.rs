@@ -4,11 +4,12 @@ use async_trait::async_trait;
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
-use super::{PgStore, OUTBOX_CHANNEL, QUEUE_CHANNEL, TASK_END_CHANNEL};
-use crate::store::rows::{key_and_tasks, TaskRow};
+use super::channels::{OUTBOX_CHANNEL, QUEUE_CHANNEL, TASK_END_CHANNEL};
+use super::PgStore;
+use crate::store::rows::{key_and_tasks, ClaimedRow, TaskRow};
 use crate::store::{
-    now_ms, worker_lost, ClaimedRow, ClaimedTask, Ending, Fence, LiveKey, NewTask, StoreResult,
-    Submitted, Task, TaskQueue, RUNNING,
+    now_ms, worker_lost, ClaimedTask, Ending, Fence, LiveKey, NewTask, StoreResult, Submitted,
+    Task, TaskQueue, RUNNING,
 };
 
 /// The columns of a task and its delivery, named and typed as `TaskRow` decodes them (the
@@ -93,7 +94,7 @@ impl TaskQueue for PgStore {
         .bind(account_id)
         .fetch_optional(&self.pool)
         .await?;
-        Ok(row.map(|row| row.into_task(&self.ids)))
+        row.map(|row| row.into_task(&self.ids)).transpose()
     }
 
     async fn tasks_by_id(&self, ids: &[Uuid]) -> StoreResult<Vec<Task>> {
@@ -105,10 +106,9 @@ impl TaskQueue for PgStore {
         .bind(&seqs)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .into_iter()
+        rows.into_iter()
             .map(|row| row.into_task(&self.ids))
-            .collect())
+            .collect()
     }
 
     async fn claim_task(&self, owner: &str, lease_ms: i64) -> StoreResult<Option<ClaimedTask>> {
@@ -138,23 +138,35 @@ impl TaskQueue for PgStore {
         .bind(now)
         .fetch_optional(&self.pool)
         .await?;
-        Ok(claimed.map(
-            |(seq, account_id, task_type, params, prompt, aspect_ratio, seed, attempts, parent)| {
-                ClaimedRow {
+        claimed
+            .map(
+                |(
                     seq,
-                    id: self.ids.id(seq).to_string(),
                     account_id,
                     task_type,
                     params,
-                    parent_id: parent.map(|p| self.ids.id(p).to_string()),
                     prompt,
                     aspect_ratio,
                     seed,
                     attempts,
-                }
-                .into_claimed()
-            },
-        ))
+                    parent,
+                )| {
+                    ClaimedRow {
+                        seq,
+                        id: self.ids.id(seq).to_string(),
+                        account_id,
+                        task_type,
+                        params,
+                        parent_id: parent.map(|p| self.ids.id(p).to_string()),
+                        prompt,
+                        aspect_ratio,
+                        seed,
+                        attempts,
+                    }
+                    .into_claimed()
+                },
+            )
+            .transpose()
     }
 
     async fn mark_processing(&self, seq: i64, attempt: i64, lease_ms: i64) -> StoreResult<bool> {

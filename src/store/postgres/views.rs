@@ -43,12 +43,12 @@ impl Views for PgStore {
         let mut sql =
             format!("SELECT {TASK_COLUMNS} {TASK_JOINS} WHERE t.account_id = $1 AND t.seq < $2");
         let mut binds: Vec<&str> = Vec::new();
-        if let Some(status) = &filter.status {
-            binds.push(status);
+        if let Some(status) = filter.status {
+            binds.push(status.as_str());
             sql.push_str(&format!(" AND t.status = ${}", binds.len() + 2));
         }
-        if let Some(task_type) = &filter.task_type {
-            binds.push(task_type);
+        if let Some(task_type) = filter.task_type {
+            binds.push(task_type.as_str());
             sql.push_str(&format!(" AND t.task_type = ${}", binds.len() + 2));
         }
         sql.push_str(&format!(" ORDER BY t.seq DESC LIMIT ${}", binds.len() + 3));
@@ -62,7 +62,10 @@ impl Views for PgStore {
             .bind(i64::from(limit) + 1)
             .fetch_all(&self.pool)
             .await?;
-        let mut tasks: Vec<Task> = rows.into_iter().map(|r| r.into_task(&self.ids)).collect();
+        let mut tasks = rows
+            .into_iter()
+            .map(|r| r.into_task(&self.ids))
+            .collect::<StoreResult<Vec<Task>>>()?;
         Ok(Some(TaskPage::cut(&mut tasks, limit)))
     }
 
@@ -75,7 +78,7 @@ impl Views for PgStore {
         .bind(account_id)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.into_iter().map(|r| r.into_task(&self.ids)).collect())
+        rows.into_iter().map(|r| r.into_task(&self.ids)).collect()
     }
 
     async fn usage_by_day(

@@ -3,9 +3,10 @@
 //! the next request on.
 
 use async_trait::async_trait;
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, OptionalExtension};
 use uuid::Uuid;
 
+use super::ledger::ledger;
 use super::writer::Durability;
 use super::SqliteStore;
 use crate::store::rows::{KeyOwnerRow, ACCOUNT_COLUMNS};
@@ -27,23 +28,6 @@ pub(super) fn account_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Account> {
         created_at: r.get(8)?,
         has_password: r.get(9)?,
     })
-}
-
-/// Write one ledger row.
-pub(super) fn ledger(
-    conn: &Connection,
-    account_id: &str,
-    task_seq: Option<i64>,
-    delta: i64,
-    reason: &str,
-    at: i64,
-) -> rusqlite::Result<()> {
-    conn.prepare_cached(
-        "INSERT INTO credit_ledger (account_id, task_seq, delta, reason, created_at)
-         VALUES (?, ?, ?, ?, ?)",
-    )?
-    .execute(params![account_id, task_seq, delta, reason, at])?;
-    Ok(())
 }
 
 impl SqliteStore {

@@ -1,15 +1,17 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use rusqlite::{params, Connection, OptionalExtension, ToSql};
+use rusqlite::{params, OptionalExtension};
 use uuid::Uuid;
 
 use super::super::ids::TaskKey;
+use super::records::RecordAttempt;
 use super::tasks::by_id;
 use super::writer::Durability;
 use super::SqliteStore;
+use crate::store::rows::decode;
 use crate::store::{
-    chunks, now_ms, AttemptRecord, AttemptRow, DueDelivery, Outbox, Redelivery, StoreResult,
+    now_ms, AttemptRecord, AttemptRow, DueDelivery, Outbox, Redelivery, StoreResult,
 };
 
 #[async_trait]
@@ -165,7 +167,9 @@ impl Outbox for SqliteStore {
                 let Some((seq, status, webhook_url)) = task else {
                     return Ok(Redelivery::TaskNotFound);
                 };
-                let decided = Redelivery::decide(&status, webhook_url.is_some());
+                let status: String = status;
+                let decided =
+                    Redelivery::decide(decode(seq, "status", &status)?, webhook_url.is_some());
                 if decided == Redelivery::Queued {
                     let now = now_ms();
                     conn.prepare_cached(
@@ -185,86 +189,3 @@ impl Outbox for SqliteStore {
         Ok(decided)
     }
 }
-
-/// An attempt's record and the delivery's next state, for the writer's group of records.
-pub(super) struct RecordAttempt {
-    pub(super) delivery_id: String,
-    pub(super) claimed_attempts: i64,
-    pub(super) record: AttemptRecord,
-}
-
-/// Record a group of attempts, inside the writer's transaction. Each moves its delivery to its
-/// next state if the delivery still has the attempt count seen at claim (a stale dispatcher
-/// changes nothing), one after another: so should a group hold two records for one delivery,
-/// the first is recorded and the second finds the count moved on. Then the attempt rows of the
-/// records that passed go in together, in chunks (an `INSERT` writes the AUTOINCREMENT counter
-/// once per statement). True for each record that was written.
-pub(super) fn apply_records(
-    conn: &Connection,
-    batch: &[RecordAttempt],
-) -> rusqlite::Result<Vec<bool>> {
-    let now = now_ms();
-    let mut update = conn.prepare_cached(
-        "UPDATE webhook_deliveries SET status = ?1, attempts = attempts + 1,
-             next_attempt_at = ?2, first_failed_at = ?3, lease_until = NULL,
-             last_status_code = ?4, last_error = ?5, updated_at = ?6
-         WHERE id = ?7 AND attempts = ?8 AND status = 'pending'",
-    )?;
-    let written: Vec<bool> = batch
-        .iter()
-        .map(|w| {
-            let r = &w.record;
-            let changed = update.execute(params![
-                r.delivery_status(),
-                r.next_attempt_at,
-                r.first_failed_at,
-                r.status_code,
-                r.error,
-                now,
-                w.delivery_id,
-                w.claimed_attempts,
-            ])?;
-            Ok(changed == 1)
-        })
-        .collect::<rusqlite::Result<_>>()?;
-    let rows: Vec<&RecordAttempt> = batch
-        .iter()
-        .zip(&written)
-        .filter(|(_, w)| **w)
-        .map(|(r, _)| r)
-        .collect();
-    for (k, chunk) in chunks(&rows, INSERT_CHUNK_MAX) {
-        let mut insert = conn.prepare_cached(&INSERT_ATTEMPTS[k])?;
-        let mut values: Vec<&dyn ToSql> = Vec::with_capacity(chunk.len() * 6);
-        for w in chunk {
-            let r = &w.record;
-            values.extend_from_slice(&[
-                &w.delivery_id as &dyn ToSql,
-                &r.attempted_at,
-                &r.duration_ms,
-                &r.status_code,
-                &r.error,
-                &r.next_attempt_at,
-            ]);
-        }
-        insert.execute(rusqlite::params_from_iter(values))?;
-    }
-    Ok(written)
-}
-
-/// Most attempt rows one `INSERT` takes (in chunks of 1, 2, 4, ... of them, see `store::chunks`).
-const INSERT_CHUNK_MAX: usize = 64;
-
-/// The `INSERT` of 2^k attempt rows at index k, in `apply_records`' order.
-static INSERT_ATTEMPTS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
-    (0..=INSERT_CHUNK_MAX.ilog2())
-        .map(|k| {
-            format!(
-                "INSERT INTO webhook_attempts (delivery_id, attempted_at, duration_ms,
-                     status_code, error, next_attempt_at)
-                 VALUES {}",
-                vec!["(?, ?, ?, ?, ?, ?)"; 1 << k].join(", ")
-            )
-        })
-        .collect()
-});

@@ -7,7 +7,10 @@
 
 mod accounts;
 mod deliveries;
+mod ledger;
+mod records;
 mod retention;
+mod submit;
 mod tasks;
 mod views;
 mod writer;
@@ -24,37 +27,9 @@ use sqlx::sqlite::{
 use sqlx::Connection;
 use tokio_util::sync::CancellationToken;
 
-use super::{fresh_id_key, Failure, Store, StoreError, StoreResult, TaskIds, Wakeups};
-
-/// A SQLite error, sorted by its primary result code: SQLITE_BUSY (5), SQLITE_LOCKED (6),
-/// SQLITE_IOERR (10), SQLITE_FULL (13) and SQLITE_CANTOPEN (14) pass; the rest is a fault.
-fn by_code(code: Option<i32>, cause: super::Cause) -> StoreError {
-    match code.map(|c| c & 0xff) {
-        Some(5 | 6 | 10 | 13 | 14) => StoreError::Unavailable(cause),
-        _ => StoreError::Other(cause),
-    }
-}
-
-/// An error of sqlx's SQLite driver (the readers), sorted by SQLite's result code.
-pub(super) fn sorted(code: &str, cause: super::Cause) -> StoreError {
-    by_code(code.parse::<i32>().ok(), cause)
-}
-
-impl From<rusqlite::Error> for StoreError {
-    fn from(e: rusqlite::Error) -> Self {
-        let code = match &e {
-            rusqlite::Error::SqliteFailure(failure, _) => Some(failure.extended_code),
-            _ => None,
-        };
-        by_code(code, Arc::new(e))
-    }
-}
+use super::{fresh_id_key, Store, StoreResult, TaskIds, Wakeups};
 
 /// The writer has stopped: the store is closing.
-fn closed() -> StoreError {
-    StoreError::Unavailable(Arc::new(Failure("the store is closed".into())))
-}
-
 /// The key that task ids are made with, created on first use. It must never change: every id
 /// handed out so far is made with it.
 async fn task_id_key(conn: &mut SqliteConnection) -> anyhow::Result<[u8; 32]> {
@@ -159,7 +134,7 @@ impl SqliteStore {
                 cache_kib: CACHE_KIB,
                 busy_timeout_ms: 5000,
             },
-            tasks::SubmitState::new(ids.clone()),
+            submit::SubmitState::new(ids.clone()),
         )?;
         // A local file has nothing to test: skip sqlx's ping before every checkout, a round
         // trip to the connection's thread.

@@ -49,13 +49,13 @@ impl Views for SqliteStore {
         let mut sql =
             format!("SELECT {TASK_COLUMNS} {TASK_JOINS} WHERE t.account_id = ? AND t.seq < ?");
         let mut binds: Vec<&str> = Vec::new();
-        if let Some(status) = &filter.status {
+        if let Some(status) = filter.status {
             sql.push_str(" AND t.status = ?");
-            binds.push(status);
+            binds.push(status.as_str());
         }
-        if let Some(task_type) = &filter.task_type {
+        if let Some(task_type) = filter.task_type {
             sql.push_str(" AND t.task_type = ?");
-            binds.push(task_type);
+            binds.push(task_type.as_str());
         }
         sql.push_str(" ORDER BY t.seq DESC LIMIT ?");
         let mut query = sqlx::query_as::<_, TaskRow>(&sql)
@@ -68,7 +68,10 @@ impl Views for SqliteStore {
             .bind(i64::from(limit) + 1)
             .fetch_all(&self.reader)
             .await?;
-        let mut tasks: Vec<Task> = rows.into_iter().map(|r| r.into_task(&self.ids)).collect();
+        let mut tasks = rows
+            .into_iter()
+            .map(|r| r.into_task(&self.ids))
+            .collect::<StoreResult<Vec<Task>>>()?;
         Ok(Some(TaskPage::cut(&mut tasks, limit)))
     }
 
@@ -81,7 +84,7 @@ impl Views for SqliteStore {
         .bind(account_id)
         .fetch_all(&self.reader)
         .await?;
-        Ok(rows.into_iter().map(|r| r.into_task(&self.ids)).collect())
+        rows.into_iter().map(|r| r.into_task(&self.ids)).collect()
     }
 
     async fn usage_by_day(

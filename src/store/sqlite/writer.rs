@@ -37,8 +37,8 @@ use std::sync::Arc;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{mpsc, oneshot};
 
-use super::deliveries::RecordAttempt;
-use super::tasks::{InsertTask, SubmitState};
+use super::records::{apply_records, RecordAttempt};
+use super::submit::{apply_submits, InsertTask, SubmitState};
 use crate::store::{Failure, StoreError, StoreResult, Submitted};
 
 /// Most jobs applied in one transaction.
@@ -171,21 +171,21 @@ impl Writer {
             (ok, answer)
         });
         self.send(Job::Call(call, durability)).await?;
-        answer.await.map_err(|_| super::closed())?
+        answer.await.map_err(|_| closed())?
     }
 
     /// Store a submit in the next transaction, with the others queued beside it.
     pub(super) async fn submit(&self, write: InsertTask) -> StoreResult<Submitted> {
         let (reply, answer) = oneshot::channel();
         self.send(Job::Submit(write, reply)).await?;
-        answer.await.map_err(|_| super::closed())?
+        answer.await.map_err(|_| closed())?
     }
 
     /// Record a webhook attempt in the next transaction, with the others queued beside it.
     pub(super) async fn record(&self, write: RecordAttempt) -> StoreResult<bool> {
         let (reply, answer) = oneshot::channel();
         self.send(Job::Record(write, reply)).await?;
-        answer.await.map_err(|_| super::closed())?
+        answer.await.map_err(|_| closed())?
     }
 
     /// Apply what is queued, close the connection (which checkpoints the WAL), and stop.
@@ -199,7 +199,7 @@ impl Writer {
 
     async fn send(&self, job: Job) -> StoreResult<()> {
         let wake = !matches!(job, Job::Record(..));
-        self.queue.send(job).await.map_err(|_| super::closed())?;
+        self.queue.send(job).await.map_err(|_| closed())?;
         if wake {
             // Cheap unless the thread is parked in `gather_records` (an atomic swap otherwise).
             self.thread.unpark();
@@ -343,7 +343,7 @@ fn apply(conn: &Connection, jobs: Vec<Job>, submits: &mut SubmitState, sync: &mu
     if !submit_jobs.is_empty() {
         let (writes, senders): (Vec<InsertTask>, Vec<_>) = submit_jobs.into_iter().unzip();
         let results = group(conn, &writes, |conn, writes| {
-            super::tasks::apply_submits(conn, writes, submits)
+            apply_submits(conn, writes, submits)
         });
         replies.extend(
             senders
@@ -354,7 +354,7 @@ fn apply(conn: &Connection, jobs: Vec<Job>, submits: &mut SubmitState, sync: &mu
     }
     if !record_jobs.is_empty() {
         let (writes, senders): (Vec<RecordAttempt>, Vec<_>) = record_jobs.into_iter().unzip();
-        let results = group(conn, &writes, super::deliveries::apply_records);
+        let results = group(conn, &writes, apply_records);
         replies.extend(
             senders
                 .into_iter()
@@ -442,6 +442,11 @@ fn group<W, O>(
             .unwrap_or_else(|| Err(lost()))
         })
         .collect()
+}
+
+/// The error of a write that the writer can no longer take or answer.
+fn closed() -> StoreError {
+    StoreError::Unavailable(Arc::new(Failure("the store is closed".into())))
 }
 
 /// The error of every write in a transaction that SQLite abandoned.

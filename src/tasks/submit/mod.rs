@@ -148,6 +148,6 @@ async fn accept(tasks: &Tasks, key: &PresentedKey, task: &NewTask) -> Result<Ans
     };
     // The request's own line ("request done", with the task id) says it was accepted; a second
     // line per submit at `info` cost about as much as the first.
-    tracing::debug!(mode = task.process_mode, "task accepted");
+    tracing::debug!(mode = task.process_mode.as_str(), "task accepted");
     Ok(Answer::Accepted(id))
 }

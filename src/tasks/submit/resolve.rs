@@ -24,7 +24,7 @@ impl Draft {
     ) -> Result<NewTask, ApiError> {
         let kind = self.kind;
         let mut prompt = self.prompt.as_ref().map(|p| p.as_str().to_string());
-        let mut aspect = self.aspect.map(|a| a.to_string());
+        let mut aspect = self.aspect;
         let mut seed = self.seed.map(i64::from);
         let mut parent_seq = None;
         let operation = match &parent {
@@ -32,7 +32,7 @@ impl Draft {
                 OpKind::Imagine => Operation::Imagine,
                 OpKind::Shorten => Operation::Shorten,
                 OpKind::Blend => {
-                    aspect = Some(self.dimension.aspect_ratio().to_string());
+                    aspect = Some(self.dimension.aspect_ratio());
                     let mut inputs = Vec::with_capacity(self.image_urls.len());
                     for url in &self.image_urls {
                         inputs.push(input_of(tasks, url));
@@ -69,7 +69,7 @@ impl Draft {
             },
             Some((field, p)) => {
                 let field = *field;
-                let parent_kind = p.kind();
+                let parent_kind = Some(p.task_type);
                 let shape = parent_kind.map(OpKind::shape);
                 if !p.is_finished() {
                     return Err(invalid_parent(
@@ -79,7 +79,7 @@ impl Draft {
                 }
                 parent_seq = Some(p.seq);
                 prompt = prompt.or_else(|| Some(p.prompt.clone()));
-                aspect = aspect.or_else(|| Some(p.aspect_ratio.clone()));
+                aspect = aspect.or(Some(p.aspect_ratio));
                 let need = |ok: bool, what: &str| {
                     if ok {
                         Ok(())
@@ -214,8 +214,8 @@ impl Draft {
         Ok(NewTask {
             operation,
             prompt: prompt.unwrap_or_default(),
-            aspect_ratio: aspect.unwrap_or_else(|| AspectRatio::SQUARE.to_string()),
-            process_mode: self.mode.as_str(),
+            aspect_ratio: aspect.unwrap_or(AspectRatio::SQUARE),
+            process_mode: self.mode,
             priority: self.mode.priority(),
             seed,
             parent_seq,

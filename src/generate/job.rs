@@ -1,0 +1,197 @@
+//! What a generation is: the job a generator runs, its progress and stop signal, what it hands
+//! back, how it fails, and the [`Generator`] trait every backend (and the pool) implements.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+
+use super::raster::{compose_grid, dimensions, encode_png, RgbaImage};
+
+use crate::domain::{AspectRatio, OpKind, Operation};
+
+/// What to do: the operation with its parameters, and the inputs the worker resolved for it.
+#[derive(Clone, Debug)]
+pub struct Job {
+    pub operation: Operation,
+    /// The prompt to draw from; empty when the task has none.
+    pub prompt: String,
+    pub seed: u64,
+    pub aspect: AspectRatio,
+    /// The long side of a new image (`image_size`).
+    pub image_size: u32,
+    /// The images the operation reads, decoded, in `Operation::inputs` order.
+    pub inputs: Vec<RgbaImage>,
+    /// Inpaint's mask, decoded, the size of `inputs[0]`.
+    pub mask: Option<RgbaImage>,
+}
+
+impl Job {
+    /// The size of a new image: the aspect ratio at `image_size` on the long side.
+    pub fn new_image_size(&self) -> (u32, u32) {
+        dimensions(self.aspect.width, self.aspect.height, self.image_size)
+    }
+}
+
+/// A backend's slot while a job holds it. The pool's own type is erased here so that the job's
+/// types need not know the pool: all the holder does with it is drop it, which frees the slot.
+pub(crate) type Held = Arc<Mutex<Option<Box<dyn Send>>>>;
+
+/// Progress of one generation, 0..=100, written by the generator and read by the worker's
+/// heartbeat; and, while the pool runs the job on a backend, that backend's slot, which the
+/// generator gives back as soon as the backend has answered ([`Progress::backend_done`]).
+#[derive(Clone, Default)]
+pub struct Progress {
+    percent: Arc<AtomicI64>,
+    /// What the job holds on its backend (the pool's slot), released by `backend_done`.
+    slot: Option<Held>,
+    /// Cancelled when the task's result is no longer wanted (it was canceled, or another worker
+    /// holds it now): backends take the job off the server and answer [`GenerateError::Canceled`].
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Progress").field(&self.get()).finish()
+    }
+}
+
+impl Progress {
+    pub fn report(&self, percent: i64) {
+        self.percent
+            .fetch_max(percent.clamp(0, 100), Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> i64 {
+        self.percent.load(Ordering::Relaxed)
+    }
+
+    /// The same progress, carrying `slot` until the generator calls `backend_done` (or the
+    /// holder takes it back).
+    pub(crate) fn holding(&self, slot: impl Send + 'static) -> (Progress, Held) {
+        let held: Held = Arc::new(Mutex::new(Some(Box::new(slot))));
+        let progress = Progress {
+            percent: self.percent.clone(),
+            slot: Some(held.clone()),
+            stop: self.stop.clone(),
+        };
+        (progress, held)
+    }
+
+    /// Ask the generation to stop: its result is no longer wanted.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// Completes once the generation has been asked to stop.
+    pub async fn stopped(&self) {
+        self.stop.cancelled().await
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.stop.is_cancelled()
+    }
+
+    /// The backend has sent everything this job needs from it: its slot goes to the next job
+    /// while the answer is decoded, encoded and stored here, so that the backend does not wait
+    /// for easel.
+    pub fn backend_done(&self) {
+        if let Some(slot) = &self.slot {
+            let freed = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+            drop(freed);
+        }
+    }
+}
+
+/// Why a generation did not produce its result.
+#[derive(Debug, thiserror::Error)]
+pub enum GenerateError {
+    /// The backend refused the prompt (for example its own content filter): the task fails.
+    #[error("content policy violation: {0}")]
+    Refused(String),
+    /// The backend rejected the job or answered something unusable: the task fails.
+    #[error("generation failed: {0}")]
+    Failed(String),
+    /// The backend could not run it now (connection refused or reset, 429, 5xx, a timeout): the
+    /// job may be tried again, here after `retry_after` if the backend said so, or elsewhere.
+    #[error("backend unavailable: {message}")]
+    Transient {
+        message: String,
+        retry_after: Option<std::time::Duration>,
+    },
+    /// The job was stopped ([`Progress::stop`]) and taken off the backend; nobody wants its result.
+    #[error("generation stopped: the task was canceled or is no longer this worker's")]
+    Canceled,
+}
+
+impl GenerateError {
+    pub fn transient(message: impl Into<String>) -> GenerateError {
+        GenerateError::Transient {
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+}
+
+/// What a generation hands to the worker, in the shape of its operation.
+#[derive(Clone, Debug)]
+pub enum Product {
+    /// Four PNG images of `width` x `height` and their 2x2 grid (the same size).
+    Grid {
+        images: [Vec<u8>; 4],
+        grid: Vec<u8>,
+        width: u32,
+        height: u32,
+    },
+    /// One PNG image.
+    Single {
+        png: Vec<u8>,
+        width: u32,
+        height: u32,
+    },
+    Text(Vec<String>),
+    Seed(i64),
+}
+
+impl Product {
+    /// Compose the grid of `images` (all the same size) and encode all five. CPU work: run it
+    /// where the images were made (a blocking thread), not on the async runtime.
+    pub fn grid(images: &[RgbaImage; 4]) -> Product {
+        let grid = encode_png(&compose_grid(images));
+        Product::Grid {
+            images: images.each_ref().map(encode_png),
+            grid,
+            width: images[0].width,
+            height: images[0].height,
+        }
+    }
+
+    /// One image, encoded.
+    pub fn single(image: &RgbaImage) -> Product {
+        Product::Single {
+            png: encode_png(image),
+            width: image.width,
+            height: image.height,
+        }
+    }
+}
+
+/// An image backend.
+pub trait Generator: Send + Sync + 'static {
+    /// Its name in logs and `/readyz` (a configured backend's `name`).
+    fn name(&self) -> &str;
+    /// Whether it can run operation `kind` at all.
+    fn supports(&self, kind: OpKind) -> bool;
+    /// Run `job`, reporting progress as it goes. A job that runs past the backend's `timeout` is
+    /// cancelled on the backend and answered as [`GenerateError::Transient`].
+    fn run<'a>(
+        &'a self,
+        job: &'a Job,
+        progress: &'a Progress,
+    ) -> BoxFuture<'a, Result<Product, GenerateError>>;
+    /// Whether the backend answers now (a cheap request, such as listing its models); `Err`
+    /// says why not. The pool calls it to take a failing backend out and to bring it back.
+    fn probe(&self) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+}

@@ -1,0 +1,93 @@
+//! What can go wrong in the store, sorted by what the caller should do about it, whichever
+//! database and driver reported it.
+
+use std::sync::Arc;
+
+/// An error from a database driver, shared: one failed commit answers every write that was in it.
+pub type Cause = Arc<dyn std::error::Error + Send + Sync>;
+
+/// What can go wrong in the store, sorted by what the caller should do about it.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database cannot be reached or is overloaded right now; try again later.
+    #[error("store unavailable: {0}")]
+    Unavailable(Cause),
+    /// Anything else: a bug or a damaged database.
+    #[error("store error: {0}")]
+    Other(Cause),
+}
+
+impl StoreError {
+    pub(crate) fn unavailable(what: &str) -> StoreError {
+        StoreError::Unavailable(Arc::new(Failure(what.to_string())))
+    }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        match &e {
+            sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::WorkerCrashed => StoreError::Unavailable(Arc::new(e)),
+            sqlx::Error::Database(db) => {
+                let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+                if db
+                    .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                    .is_some()
+                {
+                    postgres_sorted(&code, Arc::new(e))
+                } else {
+                    sqlite_sorted(&code, Arc::new(e))
+                }
+            }
+            _ => StoreError::Other(Arc::new(e)),
+        }
+    }
+}
+
+/// A store failure that no driver reported.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Failure(pub String);
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A PostgreSQL error, sorted by its SQLSTATE: connection exceptions (class 08), insufficient
+/// resources (53), an operator or crash shutdown or a server still starting (57P01 to 57P03),
+/// and a serialization failure or deadlock (40001, 40P01) pass; the rest is a fault.
+fn postgres_sorted(code: &str, cause: Cause) -> StoreError {
+    let passes = code.starts_with("08")
+        || code.starts_with("53")
+        || matches!(code, "57P01" | "57P02" | "57P03" | "40001" | "40P01");
+    if passes {
+        StoreError::Unavailable(cause)
+    } else {
+        StoreError::Other(cause)
+    }
+}
+
+/// A SQLite error, sorted by its primary result code: SQLITE_BUSY (5), SQLITE_LOCKED (6),
+/// SQLITE_IOERR (10), SQLITE_FULL (13) and SQLITE_CANTOPEN (14) pass; the rest is a fault.
+fn by_code(code: Option<i32>, cause: Cause) -> StoreError {
+    match code.map(|c| c & 0xff) {
+        Some(5 | 6 | 10 | 13 | 14) => StoreError::Unavailable(cause),
+        _ => StoreError::Other(cause),
+    }
+}
+
+/// An error of sqlx's SQLite driver (the readers), sorted by SQLite's result code.
+fn sqlite_sorted(code: &str, cause: Cause) -> StoreError {
+    by_code(code.parse::<i32>().ok(), cause)
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        let code = match &e {
+            rusqlite::Error::SqliteFailure(failure, _) => Some(failure.extended_code),
+            _ => None,
+        };
+        by_code(code, Arc::new(e))
+    }
+}

@@ -1,0 +1,355 @@
+//! The store's interface, in the roles that use it: the queue, the outbox, accounts, the views
+//! and retention, and the wake-ups a store gives its idle workers and dispatchers.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::ends::TaskEnds;
+use super::error::{Failure, StoreError, StoreResult};
+use super::model::*;
+
+/// The queue: submit, read, claim with a lease, heartbeat, end fenced by attempt.
+#[async_trait]
+pub trait TaskQueue: Send + Sync {
+    /// Store a new task submitted with the key hashed `key_hash`, unless that key is no longer
+    /// live or the account already has `max_active` tasks queued or running; both are checked in
+    /// the transaction that inserts. Durable when it returns `Queued`, and idle workers on every
+    /// node are woken.
+    async fn submit(
+        &self,
+        task: &NewTask,
+        key_hash: &[u8; 32],
+        max_active: u32,
+    ) -> StoreResult<Submitted>;
+
+    /// The task `task_id` if it is the key's account's, checked in one statement with the key
+    /// itself: None when the key is not live, else the key and the task if found.
+    async fn task_for_key(
+        &self,
+        key_hash: &[u8; 32],
+        task_id: &Uuid,
+    ) -> StoreResult<Option<(LiveKey, Option<Task>)>>;
+
+    /// The key's account's tasks among `ids` (in no particular order), checked in one statement
+    /// with the key itself: None when the key is not live.
+    async fn tasks_for_key(
+        &self,
+        key_hash: &[u8; 32],
+        ids: &[Uuid],
+    ) -> StoreResult<Option<(LiveKey, Vec<Task>)>>;
+
+    /// One of the account's tasks, or None when it does not exist or belongs to someone else.
+    async fn task_for_account(&self, account_id: &str, task_id: &Uuid)
+        -> StoreResult<Option<Task>>;
+
+    /// The tasks among `ids` (in no particular order), whatever their account: for easel's own
+    /// upkeep (the sweep of images no task refers to), never for a caller.
+    async fn tasks_by_id(&self, ids: &[Uuid]) -> StoreResult<Vec<Task>>;
+
+    /// Claim the next pending task (turbo before fast before relax, oldest first) with a lease
+    /// of `lease_ms`, in one statement.
+    async fn claim_task(&self, owner: &str, lease_ms: i64) -> StoreResult<Option<ClaimedTask>>;
+
+    /// Move a claimed task to `processing`. False when the claim is no longer ours.
+    async fn mark_processing(&self, seq: i64, attempt: i64, lease_ms: i64) -> StoreResult<bool>;
+
+    /// Renew the lease and record progress. False when the claim is no longer ours.
+    async fn heartbeat(
+        &self,
+        seq: i64,
+        attempt: i64,
+        percentage: i64,
+        lease_ms: i64,
+    ) -> StoreResult<bool>;
+
+    /// Record the final state and, in the same transaction, queue the webhook delivery (when
+    /// the task has a webhook). False, and nothing written, when the claim is no longer ours.
+    async fn complete_task(&self, seq: i64, attempt: i64, ending: &Ending) -> StoreResult<bool>;
+
+    /// Cancel the task stored at `seq` unless it has ended: it becomes `canceled` (`ending`) at
+    /// once, whether it is queued or a worker holds it (that worker's later writes are fenced
+    /// out, and its next heartbeat tells it to stop), its credits go back and its webhook is
+    /// queued, in one transaction. False, and nothing written, when it had ended already.
+    async fn cancel_task(&self, seq: i64, ending: &Ending) -> StoreResult<bool>;
+
+    /// Give a claimed task back to the queue without counting the attempt (graceful shutdown).
+    async fn release_task(&self, seq: i64, attempt: i64) -> StoreResult<bool>;
+
+    /// Tasks whose lease ran out go back to the queue, or fail once they used `max_attempts`.
+    /// Returns how many were requeued and the ids of those that failed.
+    async fn recover_expired(&self, max_attempts: u32) -> StoreResult<(u64, Vec<String>)>;
+
+    /// Counts of tasks by status.
+    async fn task_counts(&self) -> StoreResult<Vec<(String, i64)>>;
+
+    /// Forget at most `limit` idempotency keys whose answers expired at or before `now`, oldest
+    /// first; how many were forgotten. Lookups ignore expired keys anyway; this keeps the table
+    /// as small as the keys' time to live.
+    async fn delete_expired_idempotency_keys(&self, now: i64, limit: i64) -> StoreResult<u64>;
+}
+
+/// The webhook outbox: claim due deliveries with a lease, record attempts fenced by the attempt
+/// count seen at claim, redeliver.
+#[async_trait]
+pub trait Outbox: Send + Sync {
+    /// Claim up to `limit` due deliveries for `lease_ms`. A delivery whose dispatcher died is
+    /// claimed again once its lease runs out, so nothing is lost (it may be sent twice).
+    async fn claim_due_deliveries(
+        &self,
+        limit: i64,
+        lease_ms: i64,
+    ) -> StoreResult<Vec<DueDelivery>>;
+
+    /// Record an attempt and the delivery's next state, fenced by the attempt count seen at
+    /// claim. False when a newer claim has moved the delivery on.
+    async fn record_attempt(
+        &self,
+        delivery_id: &str,
+        claimed_attempts: i64,
+        record: &AttemptRecord,
+    ) -> StoreResult<bool>;
+
+    /// Hand back claimed deliveries that were not attempted, so that they are due again at once
+    /// instead of when their lease runs out. A delivery claimed again since is left alone.
+    /// Returns how many were handed back.
+    async fn release_deliveries(&self, claimed: &[DueDelivery]) -> StoreResult<u64>;
+
+    /// When the next delivery that is not in flight becomes due.
+    async fn next_delivery_due(&self) -> StoreResult<Option<i64>>;
+
+    /// Every recorded attempt to deliver the task's result, oldest first; None when the task is
+    /// not the account's.
+    async fn delivery_attempts(
+        &self,
+        account_id: &str,
+        task_id: &Uuid,
+    ) -> StoreResult<Option<Vec<AttemptRow>>>;
+
+    /// Start a fresh delivery schedule for a task's result (see [`Redelivery::decide`]).
+    async fn redeliver(&self, account_id: &str, task_id: &Uuid) -> StoreResult<Redelivery>;
+}
+
+/// Accounts and their API keys (stored only as hashes), sign-in sessions (stored only as
+/// hashes) and sign-in throttling. Emails are compared without regard to ASCII case.
+#[async_trait]
+pub trait Accounts: Send + Sync {
+    async fn account_count(&self) -> StoreResult<i64>;
+    /// Create an account; None (and nothing changed) when the email (in any case) has one
+    /// already. Of nodes racing to create the same account, one gets it. A starting balance is
+    /// written as one `signup` ledger row in the same transaction.
+    async fn create_user(&self, new: &NewAccount) -> StoreResult<Option<Account>>;
+    /// Create an account with this email and signing secret, no password, unlimited credits;
+    /// None (and nothing changed) when the email has one already.
+    async fn create_account(
+        &self,
+        email: &str,
+        signing_secret: &str,
+    ) -> StoreResult<Option<Account>> {
+        self.create_user(&NewAccount {
+            email: email.to_string(),
+            password_hash: None,
+            signing_secret: signing_secret.to_string(),
+            admin: false,
+            credits: None,
+        })
+        .await
+    }
+    /// The account with this email, created (with the given signing secret) if it does not exist.
+    async fn ensure_account(&self, email: &str, signing_secret: &str) -> StoreResult<Account> {
+        if let Some(created) = self.create_account(email, signing_secret).await? {
+            return Ok(created);
+        }
+        self.account_by_email(email).await?.ok_or_else(|| {
+            StoreError::Other(Arc::new(Failure(format!("account {email} vanished"))))
+        })
+    }
+    /// The oldest account, if any.
+    async fn first_account(&self) -> StoreResult<Option<Account>>;
+    /// The account with this email, in any case.
+    async fn account_by_email(&self, email: &str) -> StoreResult<Option<Account>>;
+    async fn account_by_id(&self, account_id: &str) -> StoreResult<Option<Account>>;
+    /// The account with this email and its password hash (None when it has no password), for
+    /// signing in. Disabled accounts are returned too: the caller refuses them after checking
+    /// the password, so that a wrong password reveals nothing.
+    async fn account_for_sign_in(
+        &self,
+        email: &str,
+    ) -> StoreResult<Option<(Account, Option<String>)>>;
+    /// Every account, oldest first (operators).
+    async fn list_accounts(&self) -> StoreResult<Vec<Account>>;
+    /// Replace the password hash, and sign the account out everywhere (its sessions are
+    /// deleted in the same transaction). False when there is no such account.
+    async fn set_password(&self, account_id: &str, password_hash: &str) -> StoreResult<bool>;
+    async fn set_admin(&self, account_id: &str, admin: bool) -> StoreResult<bool>;
+    /// Disable (or enable again) an account. Disabling deletes its sessions in the same
+    /// transaction; its keys are refused from the next request on, on every node.
+    async fn set_disabled(&self, account_id: &str, disabled: bool) -> StoreResult<bool>;
+    /// Set the balance (None: unlimited). Going to or staying at a balance writes one `admin`
+    /// ledger row of the difference between the ledger's sum and the new balance, so the
+    /// ledger still sums to the balance. False when there is no such account.
+    async fn set_credits(&self, account_id: &str, credits: Option<i64>) -> StoreResult<bool>;
+    /// The account's latest ledger rows, newest first.
+    async fn credit_ledger(&self, account_id: &str, limit: i64) -> StoreResult<Vec<LedgerRow>>;
+    async fn set_signing_secret(&self, account_id: &str, secret: &str) -> StoreResult<()>;
+
+    /// Store a new key's hash. Returns the key's id.
+    async fn insert_api_key(
+        &self,
+        account_id: &str,
+        name: &str,
+        prefix: &str,
+        key_hash: &[u8],
+    ) -> StoreResult<String>;
+    /// The owner of a live (not revoked) key with this hash, whose account is not disabled.
+    async fn key_owner(&self, key_hash: &[u8]) -> StoreResult<Option<KeyOwner>>;
+    async fn touch_api_key(&self, key_id: &str, at: i64) -> StoreResult<()>;
+    /// Every key of every account (`easel keys list`).
+    async fn list_api_keys(&self) -> StoreResult<Vec<ApiKeyInfo>>;
+    /// The account's keys, revoked ones included, newest first.
+    async fn account_keys(&self, account_id: &str) -> StoreResult<Vec<KeyRow>>;
+    /// Revoke a key by id: refused from the next request on, on every node (keys are checked
+    /// against the store on every request, never cached). Returns whether a live key was revoked.
+    async fn revoke_api_key(&self, id: &str) -> StoreResult<bool>;
+    /// Revoke one of the account's keys; false when it is not the account's or not live.
+    async fn revoke_account_key(&self, account_id: &str, key_id: &str) -> StoreResult<bool>;
+
+    /// Store a session whose token hashes (SHA-256) to `token_hash`.
+    async fn create_session(
+        &self,
+        account_id: &str,
+        token_hash: &[u8; 32],
+        expires_at: i64,
+    ) -> StoreResult<()>;
+    /// The account of a session that has not expired by `now`, unless the account is disabled.
+    async fn session_account(
+        &self,
+        token_hash: &[u8; 32],
+        now: i64,
+    ) -> StoreResult<Option<Account>>;
+    /// Sign out: forget the session. Whether there was one.
+    async fn delete_session(&self, token_hash: &[u8; 32]) -> StoreResult<bool>;
+    /// Forget every session of the account; how many there were.
+    async fn delete_account_sessions(&self, account_id: &str) -> StoreResult<u64>;
+    /// Forget the sessions that expired before `now`; how many there were.
+    async fn delete_expired_sessions(&self, now: i64) -> StoreResult<u64>;
+
+    /// Failed sign-ins recorded for `scope` (such as `addr:192.0.2.1` or
+    /// `email:a@example.com`) at or after `since`.
+    async fn sign_in_failures(&self, scope: &str, since: i64) -> StoreResult<i64>;
+    /// Record one failed sign-in for each scope at `at`, and forget those of any scope older
+    /// than `forget_before` (the table stays as small as the window).
+    async fn record_sign_in_failure(
+        &self,
+        scopes: &[String],
+        at: i64,
+        forget_before: i64,
+    ) -> StoreResult<()>;
+    /// Forget a scope's failures (after a successful sign-in).
+    async fn clear_sign_in_failures(&self, scope: &str) -> StoreResult<()>;
+}
+
+/// What the dashboard and operators read: an account's tasks, usage, and the state of the
+/// service. Nothing here changes state.
+#[async_trait]
+pub trait Views: Send + Sync {
+    /// One page of the account's tasks, newest first, that pass `filter`: those older than the
+    /// task `cursor` (a public id from an earlier page's `next_cursor`), at most `limit`
+    /// (1..=[`LIST_LIMIT_MAX`]). None when the cursor is not one of the account's tasks.
+    async fn list_tasks(
+        &self,
+        account_id: &str,
+        filter: &TaskFilter,
+        cursor: Option<&Uuid>,
+        limit: u32,
+    ) -> StoreResult<Option<TaskPage>>;
+    /// The account's tasks made from the task stored at `parent_seq`, oldest first.
+    async fn task_children(&self, account_id: &str, parent_seq: i64) -> StoreResult<Vec<Task>>;
+    /// Tasks submitted and images they made, per UTC day, over the `days` days up to `now`
+    /// (days without tasks are left out), oldest first.
+    async fn usage_by_day(
+        &self,
+        account_id: &str,
+        days: u32,
+        now: i64,
+    ) -> StoreResult<Vec<DayUsage>>;
+    /// Tasks queued or running, by status and mode, with the oldest's submit time.
+    async fn queue_by_status_and_mode(&self) -> StoreResult<Vec<QueueRow>>;
+    /// Webhook destinations (by host) whose attempts at or after `since` failed, most failures
+    /// first; only the latest [`FAILING_SCAN_MAX`] attempts are looked at.
+    async fn failing_destinations(&self, since: i64) -> StoreResult<Vec<FailingDestination>>;
+}
+
+/// Retention: the final tasks whose data has expired, and marking their data removed once the
+/// blob store has deleted their files (see `worker::retention`).
+#[async_trait]
+pub trait Retention: Send + Sync {
+    /// Up to `limit` final tasks that finished at or before `finished_before` and whose data is
+    /// not marked removed, oldest first (by when they finished).
+    async fn expired_tasks(
+        &self,
+        finished_before: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<ExpiredTask>>;
+
+    /// Mark the data of the tasks stored at `seqs` removed at `at`, in one durable write, and
+    /// strip what the task's parameters held of the caller's images (an inpaint's mask), keeping
+    /// them readable. Tasks already marked are left as they are. Returns how many were marked.
+    async fn mark_data_removed(&self, seqs: &[i64], at: i64) -> StoreResult<u64>;
+}
+
+/// Everything easel needs from its store. The API, the workers and the dispatcher hold an
+/// `Arc<dyn Store>` and never learn which database is behind it.
+#[async_trait]
+pub trait Store: TaskQueue + Outbox + Accounts + Views + Retention {
+    /// `sqlite` or `postgres`, for logs.
+    fn kind(&self) -> &'static str;
+
+    /// The public id of the task stored at `seq`.
+    fn task_id(&self, seq: i64) -> Uuid;
+
+    /// Woken when work may be waiting: a task queued or requeued, a delivery queued or due
+    /// again, on this node or (PostgreSQL) on any node; and the watchers of a task when it ends.
+    fn wakeups(&self) -> &Wakeups;
+
+    /// Whether the database answers a trivial query.
+    async fn ping(&self) -> StoreResult<()>;
+
+    /// The store's own background work until `stop`: SQLite's checkpoints, PostgreSQL's
+    /// listener for other nodes' wake-ups.
+    async fn run_background(&self, stop: CancellationToken);
+
+    /// Finish what is queued and close the connections.
+    async fn close(&self);
+}
+
+/// The wake-ups of idle workers and dispatchers. Polling stays the fallback: a wake-up that is
+/// lost (a listener reconnecting) only delays work until the next poll.
+#[derive(Default)]
+pub struct Wakeups {
+    /// A task was queued or requeued.
+    pub queue: Notify,
+    /// A webhook delivery was queued or made due again.
+    pub outbox: Notify,
+    /// A task reached a final state (on any node, with PostgreSQL).
+    pub task_ends: Arc<TaskEnds>,
+}
+
+impl Wakeups {
+    /// After a sweep of expired leases: every idle worker for the tasks requeued (they may be
+    /// many), the dispatcher when a task that failed for good queued its webhook.
+    pub(crate) fn after_recovery(&self, requeued: u64, delivery_queued: bool) {
+        if requeued > 0 {
+            self.queue.notify_waiters();
+        }
+        if delivery_queued {
+            self.outbox.notify_one();
+        }
+    }
+}
+
+/// The handle every role shares.
+pub type SharedStore = Arc<dyn Store>;

@@ -1,0 +1,21 @@
+//! The credit ledger's one statement, shared by accounts (signup, admin changes), submits
+//! (charges) and ended tasks (refunds).
+
+use rusqlite::{params, Connection};
+
+/// Write one ledger row.
+pub(super) fn ledger(
+    conn: &Connection,
+    account_id: &str,
+    task_seq: Option<i64>,
+    delta: i64,
+    reason: &str,
+    at: i64,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO credit_ledger (account_id, task_seq, delta, reason, created_at)
+         VALUES (?, ?, ?, ?, ?)",
+    )?
+    .execute(params![account_id, task_seq, delta, reason, at])?;
+    Ok(())
+}

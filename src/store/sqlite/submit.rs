@@ -1,0 +1,350 @@
+//! Submits as the writer applies them: a group at a time, in its transaction, with the quota,
+//! the balance and idempotency keys decided there.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::ledger::ledger;
+use crate::store::idempotency::{KeyedGroup, StoredAnswer, STORED_STATUS};
+use crate::store::{
+    accepted_body, chunks, now_ms, Idempotency, NewTask, Quota, Refused, Submitted, TaskIds,
+    KEY_TOUCH_EVERY_MS,
+};
+
+/// A submit, for the writer's group of submits: insert unless the account already has
+/// `max_active` tasks queued or running.
+pub(super) struct InsertTask {
+    /// Boxed: the writer's queue of jobs is as large as its largest job.
+    pub(super) task: Box<NewTask>,
+    pub(super) key_hash: [u8; 32],
+    pub(super) max_active: u32,
+}
+
+/// What the writer keeps for submits from one drain to the next: the ids' key, and when it last
+/// wrote each key's `last_used_at` (key hash to Unix ms), so that it skips the statement for keys
+/// it wrote within `KEY_TOUCH_EVERY_MS` (it would change nothing). Entries older than that are
+/// dropped; the statement's own condition still decides.
+pub(super) struct SubmitState {
+    ids: Arc<TaskIds>,
+    touched: HashMap<[u8; 32], i64>,
+}
+
+impl SubmitState {
+    pub(super) fn new(ids: Arc<TaskIds>) -> Self {
+        SubmitState {
+            ids,
+            touched: HashMap::new(),
+        }
+    }
+}
+
+/// Store a group of submits, inside the writer's transaction. It reads the last `seq` given
+/// and, for the group's keys that are live, their accounts and how many tasks each has queued
+/// or running. The quota is then decided here, in arrival order (the group's own earlier tasks
+/// count), and each task let in gets the next `seq`, so its public id is known before it is
+/// inserted. The accounts' counters of active tasks move by the group's counts, and the keys'
+/// `last_used_at` at most once a minute.
+pub(super) fn apply_submits(
+    conn: &Connection,
+    batch: &[InsertTask],
+    state: &mut SubmitState,
+) -> rusqlite::Result<Vec<Submitted>> {
+    let now = now_ms();
+    let last: i64 = conn
+        .prepare_cached(
+            "SELECT max(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'tasks'), 0),
+                        COALESCE((SELECT max(seq) FROM tasks), 0))",
+        )?
+        .query_row([], |r| r.get(0))?;
+    let mut live: HashMap<[u8; 32], String> = HashMap::new();
+    let mut quota = Quota::default();
+    {
+        let mut key = conn.prepare_cached(
+            "SELECT k.account_id, a.active_tasks, a.credits
+             FROM api_keys k JOIN accounts a ON a.id = k.account_id
+             WHERE k.key_hash = ? AND k.revoked_at IS NULL AND a.disabled = 0",
+        )?;
+        let hashes: BTreeSet<&[u8; 32]> = batch.iter().map(|w| &w.key_hash).collect();
+        for hash in hashes {
+            let found = key
+                .query_row([hash.as_slice()], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, Option<i64>>(2)?,
+                    ))
+                })
+                .optional()?;
+            if let Some((account, n, credits)) = found {
+                quota.set(&account, n, credits);
+                live.insert(*hash, account);
+            }
+        }
+    }
+    let answers = stored_answers(conn, batch, &live)?;
+    let mut keyed = KeyedGroup::default();
+    // The quota, in arrival order; the group's own earlier tasks count. A keyed submit answered
+    // from its key (a replay, a reused key, a duplicate) is not counted.
+    let mut next_seq = last;
+    let outcomes: Vec<Result<(i64, &str, i64), Submitted>> = batch
+        .iter()
+        .map(|w| {
+            let Some(account) = live.get(&w.key_hash) else {
+                return Err(Submitted::KeyNotLive);
+            };
+            if let Some(idem) = &w.task.idempotency {
+                let stored = answers.get(&(account.clone(), idem.key.clone()));
+                if let Some(answer) = keyed.decide(account, idem, stored, now) {
+                    return Err(answer);
+                }
+            }
+            let charged = quota
+                .admit(account, w.max_active, w.task.cost)
+                .map_err(|refused| match refused {
+                    Refused::Quota => Submitted::QuotaFull,
+                    Refused::Credits => Submitted::InsufficientCredits,
+                })?;
+            next_seq += 1;
+            Ok((next_seq, account.as_str(), charged))
+        })
+        .collect();
+    // Several rows per statement: an `INSERT` sets up its cursors and, for the AUTOINCREMENT
+    // key, writes `sqlite_sequence` once per statement, not once per row.
+    let rows: Vec<(&NewTask, i64, &str, i64)> = batch
+        .iter()
+        .zip(&outcomes)
+        .filter_map(|(w, o)| {
+            o.as_ref()
+                .ok()
+                .map(|&(seq, account, charged)| (&*w.task, seq, account, charged))
+        })
+        .collect();
+    for (k, chunk) in chunks(&rows, INSERT_CHUNK_MAX) {
+        let mut insert = conn.prepare_cached(&INSERT_TASKS[k])?;
+        let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 14);
+        // The stored forms of the typed fields, kept alive beside the borrowed values.
+        let stored: Vec<(&str, Option<String>, String, &str)> = chunk
+            .iter()
+            .map(|(t, _, _, _)| {
+                (
+                    t.task_type().as_str(),
+                    t.operation.to_params(),
+                    t.aspect_ratio.to_string(),
+                    t.process_mode.as_str(),
+                )
+            })
+            .collect();
+        for ((t, seq, account, charged), (task_type, params, aspect_ratio, process_mode)) in
+            chunk.iter().zip(&stored)
+        {
+            values.extend_from_slice(&[
+                seq as &dyn rusqlite::ToSql,
+                account,
+                task_type,
+                params,
+                &t.parent_seq,
+                &t.priority,
+                &t.prompt,
+                aspect_ratio,
+                process_mode,
+                &t.seed,
+                &now,
+                &t.webhook_url,
+                &t.webhook_secret,
+                charged,
+            ]);
+        }
+        insert.execute(rusqlite::params_from_iter(values))?;
+    }
+    remember_answers(conn, batch, &outcomes, &state.ids, now)?;
+    // Each charge is one ledger row, and the balances move once per account.
+    {
+        let mut charge =
+            conn.prepare_cached("UPDATE accounts SET credits = credits - ? WHERE id = ?")?;
+        for (account, spent) in quota.charged() {
+            charge.execute(params![spent, account])?;
+        }
+        for &(_, seq, account, charged) in rows.iter().filter(|r| r.3 > 0) {
+            ledger(conn, account, Some(seq), -charged, "submit", now)?;
+        }
+    }
+    {
+        let mut count = conn
+            .prepare_cached("UPDATE accounts SET active_tasks = active_tasks + ? WHERE id = ?")?;
+        for (account, added) in quota.added() {
+            count.execute(params![added, account])?;
+        }
+    }
+    let touched = &mut state.touched;
+    touched.retain(|_, at| *at > now - KEY_TOUCH_EVERY_MS);
+    let used: BTreeSet<&[u8; 32]> = batch
+        .iter()
+        .zip(&outcomes)
+        .filter(|(_, outcome)| outcome.is_ok())
+        .map(|(w, _)| &w.key_hash)
+        .filter(|hash| !touched.contains_key(*hash))
+        .collect();
+    if !used.is_empty() {
+        let mut touch = conn.prepare_cached(
+            "UPDATE api_keys SET last_used_at = ?1
+             WHERE key_hash = ?2 AND (last_used_at IS NULL OR last_used_at <= ?1 - ?3)",
+        )?;
+        for hash in used {
+            touch.execute(params![now, hash.as_slice(), KEY_TOUCH_EVERY_MS])?;
+            touched.insert(*hash, now);
+        }
+    }
+    Ok(outcomes
+        .into_iter()
+        .map(|outcome| match outcome {
+            Ok((seq, account, _)) => Submitted::Queued {
+                account_id: account.to_string(),
+                task_id: state.ids.id(seq),
+            },
+            Err(refused) => refused,
+        })
+        .collect())
+}
+
+/// The stored answers of the group's keyed submits from live keys, by (account, key). No
+/// statement runs for a group without keys.
+fn stored_answers(
+    conn: &Connection,
+    batch: &[InsertTask],
+    live: &HashMap<[u8; 32], String>,
+) -> rusqlite::Result<HashMap<(String, String), StoredAnswer>> {
+    let mut answers = HashMap::new();
+    for w in batch {
+        let (Some(idem), Some(account)) = (&w.task.idempotency, live.get(&w.key_hash)) else {
+            continue;
+        };
+        let pair = (account.clone(), idem.key.clone());
+        if answers.contains_key(&pair) {
+            continue;
+        }
+        let found = conn
+            .prepare_cached(
+                "SELECT fingerprint, task_id, status, body, expires_at FROM idempotency_keys
+                 WHERE account_id = ? AND idempotency_key = ?",
+            )?
+            .query_row(params![account, idem.key], |r| {
+                Ok(StoredAnswer {
+                    fingerprint: r.get(0)?,
+                    task_id: r.get(1)?,
+                    status: r.get(2)?,
+                    body: r.get(3)?,
+                    expires_at: r.get(4)?,
+                })
+            })
+            .optional()?;
+        if let Some(found) = found {
+            answers.insert(pair, found);
+        }
+    }
+    Ok(answers)
+}
+
+/// Store the answer of each keyed submit let in, over an expired one, in the transaction that
+/// inserts its task; several rows per statement, as the tasks.
+fn remember_answers(
+    conn: &Connection,
+    batch: &[InsertTask],
+    outcomes: &[Result<(i64, &str, i64), Submitted>],
+    ids: &TaskIds,
+    now: i64,
+) -> rusqlite::Result<()> {
+    type Answer<'a> = (&'a str, &'a Idempotency, String, String, i64);
+    let rows: Vec<Answer> = batch
+        .iter()
+        .zip(outcomes)
+        .filter_map(|(w, outcome)| {
+            let (Some(idem), Ok((seq, account, _))) = (&w.task.idempotency, outcome) else {
+                return None;
+            };
+            let task_id = ids.id(*seq);
+            let expires_at = now.saturating_add(idem.ttl_ms);
+            Some((
+                *account,
+                idem,
+                task_id.to_string(),
+                accepted_body(&task_id),
+                expires_at,
+            ))
+        })
+        .collect();
+    for (k, chunk) in chunks(&rows, INSERT_CHUNK_MAX) {
+        let mut insert = conn.prepare_cached(&REMEMBER_ANSWERS[k])?;
+        let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 8);
+        let fingerprints: Vec<&[u8]> = chunk.iter().map(|r| r.1.fingerprint.as_slice()).collect();
+        for ((account, idem, task_id, body, expires_at), fingerprint) in
+            chunk.iter().zip(&fingerprints)
+        {
+            values.extend_from_slice(&[
+                account as &dyn rusqlite::ToSql,
+                &idem.key,
+                fingerprint,
+                task_id,
+                &STORED_STATUS,
+                body,
+                &now,
+                expires_at,
+            ]);
+        }
+        insert.execute(rusqlite::params_from_iter(values))?;
+    }
+    Ok(())
+}
+
+/// The `INSERT` of 2^k idempotency keys' answers at index k, over expired ones.
+static REMEMBER_ANSWERS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+    let row = "(?, ?, ?, ?, ?, ?, ?, ?)";
+    (0..=INSERT_CHUNK_MAX.ilog2())
+        .map(|k| {
+            format!(
+                "INSERT INTO idempotency_keys (account_id, idempotency_key, fingerprint, task_id,
+                     status, body, created_at, expires_at)
+                 VALUES {}
+                 ON CONFLICT (account_id, idempotency_key) DO UPDATE SET
+                     fingerprint = excluded.fingerprint, task_id = excluded.task_id,
+                     status = excluded.status, body = excluded.body,
+                     created_at = excluded.created_at, expires_at = excluded.expires_at
+                 WHERE idempotency_keys.expires_at <= excluded.created_at",
+                vec![row; 1 << k].join(", ")
+            )
+        })
+        .collect()
+});
+
+/// Most tasks one `INSERT` statement takes; a group is cut into chunks of 1, 2, 4, ... of them
+/// (`store::chunks`), so the writer's statement cache holds one statement per chunk size.
+const INSERT_CHUNK_MAX: usize = 64;
+
+/// The `INSERT` for 2^k tasks at index k, bound parameters only, in `apply_submits`' order.
+static INSERT_TASKS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+    let row = "(?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    (0..=INSERT_CHUNK_MAX.ilog2())
+        .map(|k| {
+            format!(
+                "INSERT INTO tasks (seq, account_id, task_type, params, parent_seq, status,
+                     priority, prompt,
+                     aspect_ratio, process_mode, seed, created_at, webhook_url, webhook_secret,
+                     cost)
+                 VALUES {}",
+                vec![row; 1 << k].join(", ")
+            )
+        })
+        .collect()
+});
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn there_is_an_insert_per_chunk_size() {
+        assert_eq!(INSERT_TASKS.len(), 7);
+        assert_eq!(INSERT_TASKS[2].matches("'pending'").count(), 4);
+    }
+}
