@@ -5,6 +5,8 @@
 //! backend made, the pool spreading work, failing over and running follow-ups anywhere.
 
 mod backend_mocks;
+#[path = "backends/comfyui_adapter.rs"]
+mod comfyui_adapter;
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

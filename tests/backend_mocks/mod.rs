@@ -43,8 +43,11 @@ pub enum Fault {
     Count(usize),
     /// The connection is closed part-way through the answer.
     Drop,
-    /// openai: 400 with `error.code` set to this (a content refusal).
+    /// openai: 400 with `error.code` set to this (a content refusal); comfyui: 400 rejecting
+    /// the graph with this node error.
     Refuse(&'static str),
+    /// comfyui: the job runs and fails with this exception type.
+    ExecError(&'static str),
 }
 
 impl Fault {
