@@ -1,160 +1,32 @@
 //! Model backends through easel's HTTP API: easel configured with `[[backends]]` pointing at
 //! local servers that speak a backend's documented protocol, check what easel sends, and
-//! misbehave on request. The adapters' own protocol details are tested beside them
-//! (src/generate/backends/*.rs); here is what a caller sees: tasks finishing on the images the
-//! backend made, the pool spreading work, failing over and running follow-ups anywhere.
+//! misbehave on request (one mock per protocol, in tests/backend_mocks). The adapters' own
+//! protocol details are tested beside them (src/generate/backends/*/), and the comfyui adapter
+//! on its own against the mock in backends/comfyui_adapter.rs; here is what a caller sees: tasks
+//! finishing on the images the backend made, the pool spreading work, failing over and running
+//! follow-ups anywhere.
 
 mod backend_mocks;
+#[path = "backends/comfyui_adapter.rs"]
+mod comfyui_adapter;
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::Json;
-use base64::Engine;
 use serde_json::{json, Value};
 
 use backend_mocks::comfyui::ComfyMock;
+use backend_mocks::flat;
 use backend_mocks::openai::OpenAiMock;
+use backend_mocks::sdwebui::{start_webui, WebUi};
 use backend_mocks::Fault;
 use common::TestApp;
 use easel::generate::backends::{BackendConfig, BackendKind};
-use easel::generate::raster::{decode_png, encode_png, RgbaImage};
+use easel::generate::raster::{decode_png, RgbaImage};
 
 const WITHIN: Duration = Duration::from_secs(60);
-
-/// A Stable Diffusion WebUI as far as easel uses it: txt2img, img2img, extra-single-image,
-/// progress, interrupt and the model list. Its images are flat colours: `shade` for new images.
-#[derive(Default)]
-struct WebUi {
-    shade: u8,
-    /// Answer 503 to everything while set.
-    down: AtomicBool,
-    /// Jobs it ran, and the most it ran at once.
-    jobs: AtomicUsize,
-    running: AtomicUsize,
-    most: AtomicUsize,
-    /// The init images and upscale inputs it was sent, decoded.
-    received: Mutex<Vec<RgbaImage>>,
-    /// How long each job takes.
-    delay_ms: u64,
-}
-
-fn flat(w: u32, h: u32, shade: u8) -> RgbaImage {
-    let mut img = RgbaImage::new(w, h);
-    for px in img.data.chunks_exact_mut(4) {
-        px[..3].copy_from_slice(&[shade, 255 - shade, 128]);
-    }
-    img
-}
-
-fn b64(img: &RgbaImage) -> String {
-    base64::engine::general_purpose::STANDARD.encode(encode_png(img))
-}
-
-fn unb64(s: &str) -> RgbaImage {
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(s.trim_start_matches("data:image/png;base64,"))
-        .unwrap();
-    decode_png(&bytes).unwrap()
-}
-
-impl WebUi {
-    async fn job(&self) -> Option<Response> {
-        if self.down.load(Ordering::SeqCst) {
-            return Some((StatusCode::SERVICE_UNAVAILABLE, "loading").into_response());
-        }
-        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
-        self.most.fetch_max(now, Ordering::SeqCst);
-        tokio::time::sleep(Duration::from_millis(self.delay_ms)).await;
-        self.running.fetch_sub(1, Ordering::SeqCst);
-        self.jobs.fetch_add(1, Ordering::SeqCst);
-        None
-    }
-}
-
-async fn txt2img(State(ui): State<Arc<WebUi>>, Json(body): Json<Value>) -> Response {
-    if let Some(refused) = ui.job().await {
-        return refused;
-    }
-    let (w, h) = (
-        body["width"].as_u64().unwrap() as u32,
-        body["height"].as_u64().unwrap() as u32,
-    );
-    assert!(w % 8 == 0 && h % 8 == 0, "sizes are multiples of 8: {body}");
-    assert_eq!(body["batch_size"], 4, "{body}");
-    assert!(
-        body["prompt"].as_str().is_some_and(|p| !p.is_empty()),
-        "{body}"
-    );
-    let seed = body["seed"].as_i64().unwrap();
-    let images: Vec<String> = (0..4).map(|k| b64(&flat(w, h, ui.shade + k))).collect();
-    Json(json!({
-        "images": images,
-        "parameters": {},
-        "info": json!({"seed": seed, "all_seeds": [seed, seed + 1, seed + 2, seed + 3]}).to_string(),
-    }))
-    .into_response()
-}
-
-async fn img2img(State(ui): State<Arc<WebUi>>, Json(body): Json<Value>) -> Response {
-    if let Some(refused) = ui.job().await {
-        return refused;
-    }
-    let init = unb64(body["init_images"][0].as_str().unwrap());
-    let (w, h) = (
-        body["width"].as_u64().unwrap() as u32,
-        body["height"].as_u64().unwrap() as u32,
-    );
-    ui.received.lock().unwrap().push(init);
-    let images: Vec<String> = (0..4)
-        .map(|k| b64(&flat(w, h, ui.shade + 10 + k)))
-        .collect();
-    Json(json!({"images": images, "parameters": {}, "info": "{}"})).into_response()
-}
-
-async fn extras(State(ui): State<Arc<WebUi>>, Json(body): Json<Value>) -> Response {
-    if let Some(refused) = ui.job().await {
-        return refused;
-    }
-    let input = unb64(body["image"].as_str().unwrap());
-    let factor = body["upscaling_resize"].as_f64().unwrap_or(1.0) as u32;
-    let out = flat(input.width * factor, input.height * factor, ui.shade + 20);
-    ui.received.lock().unwrap().push(input);
-    Json(json!({"image": b64(&out), "html_info": ""})).into_response()
-}
-
-async fn models(State(ui): State<Arc<WebUi>>) -> Response {
-    if ui.down.load(Ordering::SeqCst) {
-        return (StatusCode::SERVICE_UNAVAILABLE, "loading").into_response();
-    }
-    Json(json!([{"title": "test.safetensors", "model_name": "test"}])).into_response()
-}
-
-/// Start a WebUI; its base URL.
-async fn start_webui(ui: Arc<WebUi>) -> String {
-    let app = axum::Router::new()
-        .route("/sdapi/v1/txt2img", post(txt2img))
-        .route("/sdapi/v1/img2img", post(img2img))
-        .route("/sdapi/v1/extra-single-image", post(extras))
-        .route("/sdapi/v1/sd-models", get(models))
-        .route("/sdapi/v1/options", get(models))
-        .route(
-            "/sdapi/v1/progress",
-            get(|| async { Json(json!({"progress": 0.5, "eta_relative": 1.0, "state": {}})) }),
-        )
-        .route("/sdapi/v1/interrupt", post(|| async { Json(json!({})) }))
-        .with_state(ui);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    url
-}
 
 fn webui(name: &str, url: &str, concurrency: usize, operations: Option<&[&str]>) -> BackendConfig {
     let mut cfg: BackendConfig = serde_json::from_value(json!({

@@ -186,7 +186,7 @@ pub fn decode_png(bytes: &[u8]) -> Result<RgbaImage, String> {
 /// The grid has the same pixel size as the first image. When every image has
 /// that (even) size, each cell is its image scaled down by exactly 2 with a
 /// 2x2 box average. Images of any other size are resampled straight to the
-/// cell size (area average when shrinking, bilinear when enlarging), which is
+/// cell size (bilinear, widened to an area average when shrinking), which is
 /// what resizing to the first image's size and then halving approximates.
 /// Averaging is alpha-weighted, so transparent pixels do not bleed colour.
 /// Malformed images (data length not matching the size) give a black cell.
@@ -211,7 +211,7 @@ pub fn compose_grid(images: &[RgbaImage; 4]) -> RgbaImage {
         let cell = if img.width == cw * 2 && img.height == ch * 2 {
             halve(img)
         } else {
-            resample(img, cw, ch)
+            resize(img, cw, ch, Filter::Triangle)
         };
         blit(&mut out, &cell, x0, y0);
     }
@@ -270,94 +270,61 @@ fn halve(img: &RgbaImage) -> RgbaImage {
     out
 }
 
-/// Per-output-index list of (source index, weight) for one axis.
-fn axis_weights(src: u32, dst: u32) -> Vec<Vec<(usize, f32)>> {
-    let (src_f, dst_f) = (src as f32, dst as f32);
-    let scale = src_f / dst_f;
-    let last = src as usize - 1;
-    (0..dst)
-        .map(|o| {
-            if scale >= 1.0 {
-                // Area average: output pixel covers [o*scale, (o+1)*scale).
-                let start = o as f32 * scale;
-                let end = (start + scale).min(src_f);
-                let mut ws = Vec::new();
-                let mut i = start.floor() as usize;
-                while (i as f32) < end && i <= last {
-                    let lo = (i as f32).max(start);
-                    let hi = ((i + 1) as f32).min(end);
-                    if hi > lo {
-                        ws.push((i, (hi - lo) / scale));
-                    }
-                    i += 1;
-                }
-                if ws.is_empty() {
-                    ws.push((last.min(start as usize), 1.0));
-                }
-                ws
-            } else {
-                // Bilinear: sample at the output pixel centre.
-                let pos = ((o as f32 + 0.5) * scale - 0.5).clamp(0.0, last as f32);
-                let i0 = pos.floor() as usize;
-                let i1 = (i0 + 1).min(last);
-                let t = pos - i0 as f32;
-                if i1 == i0 || t <= 0.0 {
-                    vec![(i0, 1.0)]
-                } else {
-                    vec![(i0, 1.0 - t), (i1, t)]
-                }
-            }
-        })
-        .collect()
-}
+/// How [`resize`] interpolates: `Nearest` copies source pixels (a mask stays two-valued),
+/// `Triangle` is bilinear (an area average when shrinking), `CatmullRom` a sharper cubic.
+pub use image::imageops::FilterType as Filter;
 
-/// Separable resample of a well-formed, non-empty image to `nw` x `nh` (both > 0),
-/// accumulating premultiplied colour.
-fn resample(img: &RgbaImage, nw: u32, nh: u32) -> RgbaImage {
-    let xs = axis_weights(img.width, nw);
-    let ys = axis_weights(img.height, nh);
-    let sw = img.width as usize;
-    // Horizontal pass: premultiplied f32 rows of width nw.
-    let mut tmp = vec![0f32; nw as usize * img.height as usize * 4];
-    for y in 0..img.height as usize {
-        let row = &img.data[y * sw * 4..(y + 1) * sw * 4];
-        for (x, ws) in xs.iter().enumerate() {
-            let mut acc = [0f32; 4];
-            for &(i, wgt) in ws {
-                let p = &row[i * 4..i * 4 + 4];
-                let a = f32::from(p[3]) / 255.0;
-                acc[0] += f32::from(p[0]) * a * wgt;
-                acc[1] += f32::from(p[1]) * a * wgt;
-                acc[2] += f32::from(p[2]) * a * wgt;
-                acc[3] += a * wgt;
-            }
-            let o = (y * nw as usize + x) * 4;
-            tmp[o..o + 4].copy_from_slice(&acc);
-        }
+/// `img` resampled to `w` x `h` (both > 0) with `filter`, by the `image` crate. Colour is
+/// filtered premultiplied by alpha, so transparent pixels do not bleed their colour, and a
+/// pixel left with next to no alpha comes out transparent black. `img` must be well-formed.
+pub fn resize(img: &RgbaImage, w: u32, h: u32, filter: Filter) -> RgbaImage {
+    debug_assert!(img.is_well_formed() && w > 0 && h > 0);
+    let opaque = img.data.chunks_exact(4).all(|p| p[3] == 255);
+    if filter == Filter::Nearest || opaque {
+        // Nothing to premultiply: the pixels are filtered as they are.
+        let src = image::RgbaImage::from_raw(img.width, img.height, img.data.clone())
+            .expect("a well-formed image");
+        let out = image::imageops::resize(&src, w, h, filter);
+        return RgbaImage {
+            width: w,
+            height: h,
+            data: out.into_raw(),
+        };
     }
-    let mut out = RgbaImage::new(nw, nh);
-    for (y, ws) in ys.iter().enumerate() {
-        for x in 0..nw as usize {
-            let mut acc = [0f32; 4];
-            for &(i, wgt) in ws {
-                let o = (i * nw as usize + x) * 4;
-                for (a, t) in acc.iter_mut().zip(&tmp[o..o + 4]) {
-                    *a += t * wgt;
-                }
-            }
-            let o = (y * nw as usize + x) * 4;
-            let a = acc[3];
-            if a <= 1e-6 {
-                out.data[o..o + 4].copy_from_slice(&[0, 0, 0, 0]);
-            } else {
-                for (dst, v) in out.data[o..o + 3].iter_mut().zip(&acc) {
-                    *dst = (v / a).round().clamp(0.0, 255.0) as u8;
-                }
-                out.data[o + 3] = (a * 255.0).round().clamp(0.0, 255.0) as u8;
-            }
+    // Premultiplied in 16 bits: colour keeps its precision where alpha is low.
+    let premultiplied: Vec<u16> = img
+        .data
+        .chunks_exact(4)
+        .flat_map(|p| {
+            let a = u32::from(p[3]);
+            let mul = |c: u8| ((u32::from(c) * a * 65535 + 32512) / 65025) as u16;
+            [mul(p[0]), mul(p[1]), mul(p[2]), (a * 257) as u16]
+        })
+        .collect();
+    let src =
+        image::ImageBuffer::<image::Rgba<u16>, _>::from_raw(img.width, img.height, premultiplied)
+            .expect("a well-formed image");
+    let out = image::imageops::resize(&src, w, h, filter);
+    let mut data = Vec::with_capacity(w as usize * h as usize * 4);
+    for p in out.pixels() {
+        let a = u32::from(p.0[3]);
+        if a < 129 {
+            data.extend_from_slice(&[0, 0, 0, 0]);
+            continue;
         }
+        let straight = |c: u16| ((u32::from(c) * 255 + a / 2) / a).min(255) as u8;
+        data.extend_from_slice(&[
+            straight(p.0[0]),
+            straight(p.0[1]),
+            straight(p.0[2]),
+            ((a + 128) / 257) as u8,
+        ]);
     }
-    out
+    RgbaImage {
+        width: w,
+        height: h,
+        data,
+    }
 }
 
 #[cfg(test)]
@@ -686,5 +653,33 @@ mod tests {
         }
         let grid = compose_grid(&[img.clone(), img.clone(), img.clone(), img]);
         assert_eq!(pixel(&grid, 0, 0), [255, 255, 255, 64]);
+    }
+
+    #[test]
+    fn resize_filters_premultiplied_and_nearest_copies_pixels() {
+        // Half-transparent red beside fully transparent green: no green bleeds in.
+        let mut img = solid(4, 4, [255, 0, 0, 128]);
+        for px in img.data.chunks_exact_mut(8) {
+            px[4..8].copy_from_slice(&[0, 255, 0, 0]);
+        }
+        for filter in [Filter::Triangle, Filter::CatmullRom, Filter::Lanczos3] {
+            let r = resize(&img, 2, 3, filter);
+            assert_eq!((r.width, r.height, r.data.len()), (2, 3, 24));
+            for p in r.data.chunks_exact(4) {
+                assert!(p[3] == 0 || p[..3] == [255, 0, 0], "{filter:?}: {p:?}");
+            }
+        }
+        // Nearest neighbour keeps a two-valued mask two-valued.
+        let mut mask = solid(6, 6, [0, 0, 0, 0]);
+        for (i, px) in mask.data.chunks_exact_mut(4).enumerate() {
+            if (i % 6 + i / 6) % 2 == 0 {
+                px.copy_from_slice(&[255, 255, 255, 255]);
+            }
+        }
+        let r = resize(&mask, 7, 11, Filter::Nearest);
+        assert!(r
+            .data
+            .chunks_exact(4)
+            .all(|p| p == [0, 0, 0, 0] || p == [255, 255, 255, 255]));
     }
 }

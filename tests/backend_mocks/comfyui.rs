@@ -50,6 +50,8 @@ pub struct ComfyMock {
     pub prompts: Mutex<Vec<Value>>,
     /// Uploaded files: their name and image.
     pub uploads: Mutex<Vec<(String, RgbaImage)>>,
+    /// The text fields of each upload (`type`, `overwrite`).
+    pub upload_fields: Mutex<Vec<HashMap<String, String>>>,
     /// Prompt ids deleted from the queue.
     pub deletes: Mutex<Vec<String>>,
     /// Bodies of `POST /interrupt`.
@@ -71,6 +73,7 @@ impl Default for ComfyMock {
             jobs: Mutex::default(),
             prompts: Mutex::default(),
             uploads: Mutex::default(),
+            upload_fields: Mutex::default(),
             deletes: Mutex::default(),
             interrupts: Mutex::default(),
             sockets: Mutex::default(),
@@ -145,6 +148,30 @@ impl ComfyMock {
     }
 }
 
+/// A graph without a sampler (an upscale): one image, the loaded one's size times any
+/// ImageScaleBy's factor.
+fn image_only(
+    nodes: &serde_json::Map<String, Value>,
+    uploads: &[(String, RgbaImage)],
+) -> Result<((u32, u32), usize), Response> {
+    let mut size = None;
+    let mut scale = 1.0;
+    for node in nodes.values() {
+        match node["class_type"].as_str() {
+            Some("LoadImage") => {
+                let name = node["inputs"]["image"].as_str().unwrap_or("");
+                let (_, img) = uploads.iter().find(|(n, _)| n == name).unwrap();
+                size = Some((img.width, img.height));
+            }
+            Some("ImageScaleBy") => scale = node["inputs"]["scale_by"].as_f64().unwrap_or(1.0),
+            _ => {}
+        }
+    }
+    let (w, h) = size.ok_or_else(|| rejected("?", "?", "no sampler and no image"))?;
+    let scaled = |v: u32| (f64::from(v) * scale) as u32;
+    Ok(((scaled(w), scaled(h)), 1))
+}
+
 fn rejected(node: &str, class: &str, message: &str) -> Response {
     (
         StatusCode::BAD_REQUEST,
@@ -170,11 +197,22 @@ fn validate(
     uploads: &[(String, RgbaImage)],
 ) -> Result<((u32, u32), usize), Response> {
     let nodes = graph.as_object().unwrap();
-    let sampler = nodes
+    for (id, node) in nodes {
+        let class = node["class_type"].as_str().unwrap_or("");
+        if class == "LoadImage" || class == "LoadImageMask" {
+            let name = node["inputs"]["image"].as_str().unwrap_or("");
+            if !uploads.iter().any(|(n, _)| n == name) {
+                return Err(rejected(id, class, &format!("Invalid image file: {name}")));
+            }
+        }
+    }
+    let Some(sampler) = nodes
         .iter()
         .find(|(_, n)| n["class_type"] == "KSampler")
         .map(|(id, _)| id.clone())
-        .ok_or_else(|| rejected("?", "?", "no sampler"))?;
+    else {
+        return image_only(nodes, uploads);
+    };
     if !graph[&sampler]["inputs"]["seed"].is_u64() {
         return Err(rejected(&sampler, "KSampler", "seed is not a number"));
     }
@@ -232,6 +270,9 @@ async fn prompt(State(mock): State<Arc<ComfyMock>>, Json(body): Json<Value>) -> 
     if let Fault::Status { .. } = fault {
         return common_answer(&fault).await.unwrap();
     }
+    if let Fault::Refuse(message) = fault {
+        return rejected("4", "CheckpointLoaderSimple", message);
+    }
     let uploads = mock.uploads.lock().unwrap().clone();
     let (size, count) = match validate(&body["prompt"], &uploads) {
         Ok(found) => found,
@@ -272,6 +313,19 @@ async fn history(State(mock): State<Arc<ComfyMock>>, Path(id): Path<String>) -> 
             "status": {"status_str": "error", "completed": false,
                        "messages": [["execution_interrupted", {"prompt_id": id}]]},
         }),
+        Phase::Done if matches!(job.fault, Fault::ExecError(_)) => {
+            let Fault::ExecError(exception) = job.fault else {
+                unreachable!()
+            };
+            json!({
+                "outputs": {},
+                "status": {"status_str": "error", "completed": false, "messages": [
+                    ["execution_start", {"prompt_id": id}],
+                    ["execution_error", {"prompt_id": id, "node_id": "3", "node_type": "KSampler",
+                        "exception_type": exception, "exception_message": "it broke"}]
+                ]},
+            })
+        }
         Phase::Done => {
             let count = match job.fault {
                 Fault::Count(k) => k,
@@ -327,6 +381,7 @@ async fn interrupt(State(mock): State<Arc<ComfyMock>>, body: Option<Json<Value>>
 async fn upload(State(mock): State<Arc<ComfyMock>>, mut form: Multipart) -> Response {
     let mut image = None;
     let mut kind = String::new();
+    let mut fields = HashMap::new();
     while let Some(part) = form.next_field().await.unwrap() {
         match part.name() {
             Some("image") => {
@@ -340,8 +395,15 @@ async fn upload(State(mock): State<Arc<ComfyMock>>, mut form: Multipart) -> Resp
                     }
                 }
             }
-            Some("type") => kind = part.text().await.unwrap(),
-            _ => {}
+            Some(name) => {
+                let name = name.to_string();
+                let value = part.text().await.unwrap();
+                if name == "type" {
+                    kind = value.clone();
+                }
+                fields.insert(name, value);
+            }
+            None => {}
         }
     }
     let Some((name, img)) = image else {
@@ -351,6 +413,7 @@ async fn upload(State(mock): State<Arc<ComfyMock>>, mut form: Multipart) -> Resp
         return (StatusCode::BAD_REQUEST, "type must be input").into_response();
     }
     mock.uploads.lock().unwrap().push((name.clone(), img));
+    mock.upload_fields.lock().unwrap().push(fields);
     Json(json!({"name": name, "subfolder": "", "type": "input"})).into_response()
 }
 

@@ -1,4 +1,5 @@
-//! Local servers that speak a model backend's documented protocol for tests/backends.rs: they
+//! Local servers that speak a model backend's documented protocol, one per protocol, for
+//! tests/backends.rs: they
 //! check what easel sends (answering 400 or 401 as the real server would when it is wrong),
 //! record it for the test to look at, and misbehave on request through a [`Script`].
 
@@ -8,6 +9,7 @@
 
 pub mod comfyui;
 pub mod openai;
+pub mod sdwebui;
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -43,8 +45,11 @@ pub enum Fault {
     Count(usize),
     /// The connection is closed part-way through the answer.
     Drop,
-    /// openai: 400 with `error.code` set to this (a content refusal).
+    /// openai: 400 with `error.code` set to this (a content refusal); comfyui: 400 rejecting
+    /// the graph with this node error.
     Refuse(&'static str),
+    /// comfyui: the job runs and fails with this exception type.
+    ExecError(&'static str),
 }
 
 impl Fault {

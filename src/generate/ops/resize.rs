@@ -1,14 +1,11 @@
-//! Separable resampling with the Catmull-Rom cubic (the Mitchell-Netravali family member with
-//! B = 0, C = 0.5): sharp without Lanczos' ringing. Shrinking widens the kernel by the scale
-//! factor so it also averages the source area. Colour is accumulated premultiplied by alpha,
-//! so transparent pixels do not bleed their colour. Edges replicate the border pixels.
-//!
-//! The resampler works one output row at a time (vertical pass, then horizontal), so callers
-//! that stream their output (the upscaler) never hold the whole result.
+//! Resizing for the operations: [`resize`] is the `image` crate's Catmull-Rom (through
+//! [`raster::resize`], premultiplied by alpha). [`Resampler`] is the same cubic family computed
+//! one output row at a time, which the upscaler needs to stream an enlargement into its PNG
+//! without holding the whole result; nothing else uses it.
 
-use crate::generate::raster::RgbaImage;
+use crate::generate::raster::{self, Filter, RgbaImage};
 
-use super::{to_u8, usable};
+use super::usable;
 
 /// Weights of one axis: for each output index, the first source index and its weights.
 struct Axis {
@@ -148,18 +145,8 @@ impl<'a> Resampler<'a> {
     }
 }
 
-/// Premultiplied f32 (as [`Resampler::row`] gives) to a straight RGBA8 pixel.
-pub(super) fn finish_px(p: &[f32]) -> [u8; 4] {
-    let a = p[3].clamp(0.0, 255.0);
-    if a < 0.5 {
-        return [0, 0, 0, 0];
-    }
-    let k = 255.0 / a;
-    [to_u8(p[0] * k), to_u8(p[1] * k), to_u8(p[2] * k), to_u8(a)]
-}
-
-/// Resample `src` to `w` x `h` with a separable, alpha-weighted Catmull-Rom cubic (area
-/// averaging when shrinking). A zero `w` or `h` gives an image with no pixels; an empty or
+/// Resample `src` to `w` x `h` with the alpha-weighted Catmull-Rom cubic (area averaging when
+/// shrinking). A zero `w` or `h` gives an image with no pixels; an empty or
 /// malformed `src` gives opaque black of the asked size. The same size returns a copy.
 pub fn resize(src: &RgbaImage, w: u32, h: u32) -> RgbaImage {
     if w == 0 || h == 0 {
@@ -175,20 +162,7 @@ pub fn resize(src: &RgbaImage, w: u32, h: u32) -> RgbaImage {
     if (src.width, src.height) == (w, h) {
         return src.clone();
     }
-    let mut rs = Resampler::new(src, w, h);
-    let mut row = vec![0f32; w as usize * 4];
-    let mut data = Vec::with_capacity(w as usize * h as usize * 4);
-    for y in 0..h as usize {
-        rs.row(y, &mut row);
-        for p in row.chunks_exact(4) {
-            data.extend_from_slice(&finish_px(p));
-        }
-    }
-    RgbaImage {
-        width: w,
-        height: h,
-        data,
-    }
+    raster::resize(src, w, h, Filter::CatmullRom)
 }
 
 #[cfg(test)]

@@ -1,0 +1,95 @@
+//! The images a ComfyUI job uploads: the parent on its canvas, with the area to redraw as a mask.
+
+use crate::domain::Operation;
+use crate::generate::backends::images;
+use crate::generate::ops::{self, Direction};
+use crate::generate::raster::{dimensions, encode_png, RgbaImage};
+use crate::generate::{GenerateError, Job};
+
+/// The files a job uploads: its input images (pan and outpaint: the parent on its larger
+/// canvas; inpaint: the parent), with the area to redraw transparent, and that area as a mask.
+pub(super) struct Prepared {
+    pub(super) images: Vec<Vec<u8>>,
+    /// The size of the first image.
+    pub(super) size: Option<(u32, u32)>,
+    pub(super) mask: Option<Vec<u8>>,
+}
+
+/// The mask's pixels: white and transparent where the model draws, opaque black where it keeps,
+/// so that LoadImage (its mask is the inverted alpha) and LoadImageMask (red channel, or
+/// inverted alpha) all read the same area.
+pub(super) const REDRAW: [u8; 4] = [255, 255, 255, 0];
+pub(super) const KEEP: [u8; 4] = [0, 0, 0, 255];
+
+/// The mid-grey a canvas starts as around the parent.
+const GREY: [u8; 4] = [128, 128, 128, 255];
+
+pub(super) fn prepare_inputs(job: &Job) -> Result<Prepared, GenerateError> {
+    let parent = || {
+        job.inputs
+            .first()
+            .ok_or_else(|| GenerateError::Failed("the input image is missing".into()))
+    };
+    // The image goes up with the area to redraw transparent, beside the mask itself.
+    let with_mask = |mut image: RgbaImage, mask: RgbaImage| {
+        for (px, m) in image
+            .data
+            .chunks_exact_mut(4)
+            .zip(mask.data.chunks_exact(4))
+        {
+            if m == REDRAW {
+                px[3] = 0;
+            }
+        }
+        Prepared {
+            size: Some((image.width, image.height)),
+            images: vec![encode_png(&image)],
+            mask: Some(encode_png(&mask)),
+        }
+    };
+    // `placed` on a `w` x `h` grey canvas at (x, y), to be drawn around.
+    let around = |placed: &RgbaImage, (w, h): (u32, u32), (x, y): (u32, u32)| {
+        let mut canvas = images::filled(w, h, GREY);
+        images::paste(&mut canvas, placed, x, y);
+        let kept = (x, y, placed.width, placed.height);
+        with_mask(canvas, images::rect_mask((w, h), kept, KEEP, REDRAW))
+    };
+    let prepared = match &job.operation {
+        Operation::Inpaint { .. } => {
+            let parent = parent()?;
+            let mask = job
+                .mask
+                .as_ref()
+                .ok_or_else(|| GenerateError::Failed("the mask is missing".into()))?;
+            if (mask.width, mask.height) != (parent.width, parent.height)
+                || mask.data.len() != parent.data.len()
+            {
+                return Err(GenerateError::Failed(
+                    "the mask does not have the image's size".into(),
+                ));
+            }
+            with_mask(parent.clone(), images::recolour_mask(mask, KEEP, REDRAW))
+        }
+        Operation::Pan { direction, .. } => {
+            let parent = parent()?;
+            let dir = Direction::from(*direction);
+            let size = ops::pan_size(parent.width, parent.height, dir);
+            let at = images::pan_offset((parent.width, parent.height), size, dir);
+            around(parent, size, at)
+        }
+        Operation::Outpaint { zoom_ratio, .. } => {
+            let parent = parent()?;
+            let long = parent.width.max(parent.height);
+            let (w, h) = dimensions(job.aspect.width, job.aspect.height, long);
+            let (x0, y0, sw, sh) =
+                ops::outpaint_placement(parent.width, parent.height, w, h, *zoom_ratio);
+            around(&ops::resize(parent, sw, sh), (w, h), (x0, y0))
+        }
+        _ => Prepared {
+            size: job.inputs.first().map(|i| (i.width, i.height)),
+            images: job.inputs.iter().map(encode_png).collect(),
+            mask: None,
+        },
+    };
+    Ok(prepared)
+}

@@ -1,0 +1,246 @@
+//! ComfyUI: the operator's own API-format workflows (exported with "Save (API Format)"), one per
+//! operation, run on a ComfyUI server. easel finds where the prompt, seed, size and input images
+//! go by following the graph from the sampler (or the `nodes` settings), uploads the inputs
+//! (`POST /upload/image`), queues the graph (`POST /prompt`), polls `GET /history/{id}` until the
+//! entry appears and fetches the images with `GET /view`.
+//!
+//! Progress comes from ComfyUI's WebSocket (`/ws?clientId=...`, opened before the job is queued
+//! under the same client id): its `progress` events move the task's percentage, and `executing`
+//! with no node says the job is done, so that the history is read at once. Polling goes on
+//! beside it, so a socket that cannot be opened or drops only costs the fine-grained progress.
+
+mod client;
+mod inputs;
+#[cfg(test)]
+mod tests;
+mod workflow;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use futures::future::BoxFuture;
+
+use super::images::decode_output;
+use super::{kind_can, BackendConfig};
+use crate::domain::{OpKind, Shape};
+use crate::generate::raster::RgbaImage;
+use crate::generate::{GenerateError, Generator, Job, Product, Progress};
+use client::{finished, output_files, Client};
+use inputs::prepare_inputs;
+use workflow::Workflow;
+
+/// A ComfyUI server and the workflows it runs.
+pub struct ComfyUi {
+    client: Client,
+    config: BackendConfig,
+    workflows: HashMap<OpKind, Workflow>,
+}
+
+impl ComfyUi {
+    pub fn new(config: &BackendConfig) -> Result<ComfyUi, String> {
+        let name = &config.name;
+        let at = |setting: &str, problem: &str| format!("backends.{name}.{setting}: {problem}");
+        let client = Client::new(config)?;
+        let mut workflows = HashMap::new();
+        if let Some(path) = &config.workflow {
+            let wf = Workflow::load(path, OpKind::Imagine, &config.nodes)
+                .map_err(|e| at("workflow", &format!("{}: {e}", path.display())))?;
+            workflows.insert(OpKind::Imagine, wf);
+        }
+        for (op, path) in &config.workflows {
+            let setting = format!("workflows.{op}");
+            let kind: OpKind = op.parse().map_err(|e: String| at(&setting, &e))?;
+            if !kind_can(config.kind, kind) {
+                return Err(at(&setting, "a comfyui backend cannot run this operation"));
+            }
+            if kind == OpKind::Imagine && config.workflow.is_some() {
+                return Err(at(
+                    &setting,
+                    "imagine's workflow is already set by `workflow`",
+                ));
+            }
+            let wf = Workflow::load(path, kind, &config.nodes)
+                .map_err(|e| at(&setting, &format!("{}: {e}", path.display())))?;
+            workflows.insert(kind, wf);
+        }
+        if workflows.is_empty() {
+            return Err(at(
+                "workflow",
+                "a comfyui backend needs at least one workflow",
+            ));
+        }
+        Ok(ComfyUi {
+            client,
+            config: config.clone(),
+            workflows,
+        })
+    }
+
+    /// The workflow for `kind`: reroll runs imagine's unless it has its own.
+    fn workflow(&self, kind: OpKind) -> Option<&Workflow> {
+        self.workflows.get(&kind).or_else(|| match kind {
+            OpKind::Reroll => self.workflows.get(&OpKind::Imagine),
+            _ => None,
+        })
+    }
+
+    async fn run_job(
+        &self,
+        job: &Job,
+        progress: &Progress,
+        queued: &Mutex<Option<String>>,
+    ) -> Result<Product, GenerateError> {
+        let kind = job.operation.kind();
+        let wf = self.workflow(kind).ok_or_else(|| {
+            GenerateError::Failed(format!(
+                "backend {} has no workflow for {kind}",
+                self.client.name
+            ))
+        })?;
+        let count = match kind.shape() {
+            Shape::Grid => 4,
+            Shape::Single => 1,
+            _ => {
+                return Err(GenerateError::Failed(format!(
+                    "a comfyui backend cannot run {kind}"
+                )))
+            }
+        };
+        let mut graph = wf.graph.clone();
+        let prepared = {
+            let job = job.clone();
+            tokio::task::spawn_blocking(move || prepare_inputs(&job))
+                .await
+                .map_err(|e| GenerateError::Failed(format!("preparing the inputs failed: {e}")))??
+        };
+        // Uploads are named per job, so that jobs running side by side never read each other's.
+        let tag = uuid::Uuid::new_v4().simple().to_string();
+        let mut names = Vec::new();
+        for (k, png) in prepared.images.iter().enumerate() {
+            names.push(
+                self.client
+                    .upload(format!("easel-{tag}-{k}.png"), png)
+                    .await?,
+            );
+        }
+        let mask_name = match (&prepared.mask, &wf.mask) {
+            (Some(png), Some(_)) => Some(
+                self.client
+                    .upload(format!("easel-{tag}-mask.png"), png)
+                    .await?,
+            ),
+            _ => None,
+        };
+        wf.fill(
+            &mut graph,
+            job,
+            count,
+            &prepared,
+            &names,
+            mask_name.as_deref(),
+        )?;
+
+        // ComfyUI takes the id the client proposes (newer versions), so that a job whose
+        // submission hangs can still be cancelled by it.
+        let proposed = uuid::Uuid::new_v4().to_string();
+        // ComfyUI sends a job's events to the client that queued it: the socket is opened
+        // first, under the client id the job is queued with, so that no event is missed.
+        let client_id = uuid::Uuid::new_v4().to_string();
+        let socket = self.client.open_socket(&client_id).await;
+        *queued.lock().unwrap_or_else(|e| e.into_inner()) = Some(proposed.clone());
+        let prompt_id = self.client.submit(&graph, &proposed, &client_id).await?;
+        *queued.lock().unwrap_or_else(|e| e.into_inner()) = Some(prompt_id.clone());
+        progress.report(5);
+
+        let entry = match self.client.wait(&prompt_id, progress, socket).await {
+            Ok(entry) => entry,
+            Err(e) => {
+                self.client.cancel(&prompt_id).await;
+                return Err(e);
+            }
+        };
+        *queued.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        finished(&entry)?;
+        progress.report(80);
+
+        let files = output_files(&entry, wf)?;
+        if files.len() != count {
+            return Err(GenerateError::Failed(format!(
+                "the workflow made {} images; {kind} needs {count}",
+                files.len()
+            )));
+        }
+        let mut fetched = Vec::new();
+        for (k, file) in files.iter().enumerate() {
+            fetched.push(self.client.view(file).await?);
+            progress.report(80 + 15 * (k as i64 + 1) / count as i64);
+        }
+        progress.backend_done();
+        tokio::task::spawn_blocking(move || {
+            let images = fetched
+                .iter()
+                .enumerate()
+                .map(|(k, bytes)| decode_output(bytes, &format!("image {}", k + 1)))
+                .collect::<Result<Vec<_>, _>>()?;
+            match <[RgbaImage; 4]>::try_from(images) {
+                Ok(four) => {
+                    if four
+                        .iter()
+                        .any(|i| (i.width, i.height) != (four[0].width, four[0].height))
+                    {
+                        return Err(GenerateError::Failed(
+                            "the workflow's four images differ in size".into(),
+                        ));
+                    }
+                    Ok(Product::grid(&four))
+                }
+                Err(one) => Ok(Product::single(&one[0])),
+            }
+        })
+        .await
+        .map_err(|e| GenerateError::Failed(format!("encoding the images failed: {e}")))?
+    }
+}
+
+impl Generator for ComfyUi {
+    fn name(&self) -> &str {
+        &self.client.name
+    }
+
+    fn supports(&self, kind: OpKind) -> bool {
+        self.config.runs(kind) && self.workflow(kind).is_some()
+    }
+
+    fn run<'a>(
+        &'a self,
+        job: &'a Job,
+        progress: &'a Progress,
+    ) -> BoxFuture<'a, Result<Product, GenerateError>> {
+        Box::pin(async move {
+            // The prompt id of a job that is on the backend, for taking it off past the timeout
+            // or when the job is stopped.
+            let queued = Mutex::new(None);
+            let stopped = tokio::select! {
+                timed = tokio::time::timeout(self.client.timeout, self.run_job(job, progress, &queued)) => {
+                    match timed {
+                        Ok(result) => return result,
+                        Err(_) => GenerateError::transient(format!(
+                            "timed out after {}",
+                            humantime::format_duration(self.client.timeout)
+                        )),
+                    }
+                }
+                _ = progress.stopped() => GenerateError::Canceled,
+            };
+            let id = queued.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(id) = id {
+                self.client.cancel(&id).await;
+            }
+            Err(stopped)
+        })
+    }
+
+    fn probe(&self) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move { self.client.probe().await.map_err(|e| e.to_string()) })
+    }
+}

@@ -1,0 +1,90 @@
+//! Image work every backend kind shares: the canvases and masks of the edits that draw around or
+//! over a parent (pan, outpaint, inpaint), reading the images a backend answers with, and running
+//! that CPU work off the async runtime.
+
+use crate::generate::inputs::{decode, InputLimits};
+use crate::generate::ops::{self, Direction};
+use crate::generate::raster::{dimensions, RgbaImage};
+use crate::generate::{GenerateError, Job};
+
+/// A `w` x `h` image of one colour.
+pub fn filled(w: u32, h: u32, rgba: [u8; 4]) -> RgbaImage {
+    RgbaImage {
+        width: w,
+        height: h,
+        data: rgba.repeat(w as usize * h as usize),
+    }
+}
+
+/// Copy `src` onto `dst` with its top-left corner at (`x`, `y`), clipped to `dst`.
+pub fn paste(dst: &mut RgbaImage, src: &RgbaImage, x: u32, y: u32) {
+    let (dw, sw) = (dst.width as usize, src.width as usize);
+    let n = sw.min(dw.saturating_sub(x as usize)) * 4;
+    for row in 0..src.height.min(dst.height.saturating_sub(y)) as usize {
+        let from = row * sw * 4;
+        let to = ((y as usize + row) * dw + x as usize) * 4;
+        dst.data[to..to + n].copy_from_slice(&src.data[from..from + n]);
+    }
+}
+
+/// Where a `pw` x `ph` parent sits on the `cw` x `ch` canvas of a pan toward `direction`: on the
+/// side away from the new strip.
+pub fn pan_offset((pw, ph): (u32, u32), (cw, ch): (u32, u32), direction: Direction) -> (u32, u32) {
+    match direction {
+        Direction::Left => (cw.saturating_sub(pw), 0),
+        Direction::Up => (0, ch.saturating_sub(ph)),
+        Direction::Right | Direction::Down => (0, 0),
+    }
+}
+
+/// A `w` x `h` mask: `keep` inside the rectangle (`x`, `y`, `kw`, `kh`), `redraw` outside it.
+pub fn rect_mask(
+    (w, h): (u32, u32),
+    (x, y, kw, kh): (u32, u32, u32, u32),
+    keep: [u8; 4],
+    redraw: [u8; 4],
+) -> RgbaImage {
+    let mut mask = filled(w, h, redraw);
+    for (i, px) in mask.data.chunks_exact_mut(4).enumerate() {
+        let (px_x, px_y) = ((i % w as usize) as u32, (i / w as usize) as u32);
+        if (x..x.saturating_add(kw)).contains(&px_x) && (y..y.saturating_add(kh)).contains(&px_y) {
+            px.copy_from_slice(&keep);
+        }
+    }
+    mask
+}
+
+/// easel's inpaint mask in a backend's colours: `redraw` where it redraws, `keep` elsewhere.
+pub fn recolour_mask(mask: &RgbaImage, keep: [u8; 4], redraw: [u8; 4]) -> RgbaImage {
+    let mut out = filled(mask.width, mask.height, keep);
+    for (o, px) in out.data.chunks_exact_mut(4).zip(mask.data.chunks_exact(4)) {
+        if ops::mask_redraws([px[0], px[1], px[2], px[3]]) {
+            o.copy_from_slice(&redraw);
+        }
+    }
+    out
+}
+
+/// The size to ask a backend for: the job's new-image size with both sides rounded to a multiple
+/// of `multiple` (at least one multiple).
+pub fn size_for(job: &Job, multiple: u32) -> (u32, u32) {
+    let (w, h) = dimensions(job.aspect.width, job.aspect.height, job.image_size);
+    let round = |v: u32| ((v + multiple / 2) / multiple).max(1) * multiple;
+    (round(w), round(h))
+}
+
+/// Decode an image a backend made, under the input limits: a malformed one is the backend's
+/// fault, never a panic.
+pub fn decode_output(bytes: &[u8], what: &str) -> Result<RgbaImage, GenerateError> {
+    decode(bytes, &InputLimits::default())
+        .map_err(|e| GenerateError::Failed(format!("{what} from the backend: {e}")))
+}
+
+/// CPU work (resampling, PNG coding) off the async runtime.
+pub async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, GenerateError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| GenerateError::Failed(format!("image work crashed: {e}")))
+}

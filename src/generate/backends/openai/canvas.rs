@@ -1,0 +1,90 @@
+//! The pixels of an edit: the parent on its canvas, the mask OpenAI's edits read, and the grid of
+//! the answered images.
+
+use crate::generate::backends::images::{self, decode_output};
+use crate::generate::ops::{self, Direction};
+use crate::generate::raster::{self, Filter, RgbaImage};
+use crate::generate::{GenerateError, Product};
+
+/// An edit mask's pixel over what is kept: opaque (its colour does not matter to OpenAI).
+const KEEP: [u8; 4] = [255, 255, 255, 255];
+/// An edit mask's pixel where the model draws: fully transparent.
+const REDRAW: [u8; 4] = [0, 0, 0, 0];
+
+/// The four files decoded, checked to be one size, and their grid.
+pub(super) fn grid(files: &[Vec<u8>]) -> Result<Product, GenerateError> {
+    let images = files
+        .iter()
+        .enumerate()
+        .map(|(i, bytes)| decode_output(bytes, &format!("image {}", i + 1)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let images: [RgbaImage; 4] = images.try_into().map_err(|v: Vec<RgbaImage>| {
+        GenerateError::Failed(format!("the backend made {} images, not 4", v.len()))
+    })?;
+    let (w, h) = (images[0].width, images[0].height);
+    if images.iter().any(|i| (i.width, i.height) != (w, h)) {
+        return Err(GenerateError::Failed(
+            "the backend made images of different sizes".into(),
+        ));
+    }
+    Ok(Product::grid(&images))
+}
+
+/// `parent` resized into the rectangle (`x`, `y`, `w`, `h`) of a transparent canvas of `size`,
+/// and the edit mask: opaque over the parent, transparent (to be drawn) everywhere else.
+fn place_on_canvas(
+    parent: &RgbaImage,
+    (x, y, w, h): (u32, u32, u32, u32),
+    (tw, th): (u32, u32),
+) -> (RgbaImage, RgbaImage) {
+    let mut canvas = images::filled(tw, th, REDRAW);
+    images::paste(&mut canvas, &ops::resize(parent, w, h), x, y);
+    let mask = images::rect_mask((tw, th), (x, y, w, h), KEEP, REDRAW);
+    (canvas, mask)
+}
+
+/// Pan: the parent on a canvas extended by half toward `direction`, scaled to `size`.
+pub(super) fn pan_canvas(
+    parent: &RgbaImage,
+    direction: Direction,
+    size: (u32, u32),
+) -> (RgbaImage, RgbaImage) {
+    let (pw, ph) = (parent.width.max(1), parent.height.max(1));
+    let (cw, ch) = ops::pan_size(pw, ph, direction);
+    let (x, y) = images::pan_offset((pw, ph), (cw, ch), direction);
+    let scale = |v: u32, to: u32, of: u32| {
+        ((u64::from(v) * u64::from(to) + u64::from(of) / 2) / u64::from(of.max(1))) as u32
+    };
+    let (tw, th) = size;
+    let (w, h) = (
+        scale(pw, tw, cw).clamp(1, tw),
+        scale(ph, th, ch).clamp(1, th),
+    );
+    let (x, y) = (scale(x, tw, cw).min(tw - w), scale(y, th, ch).min(th - h));
+    place_on_canvas(parent, (x, y, w, h), size)
+}
+
+/// Outpaint: the parent scaled down by `zoom` and centred on a canvas of `size`.
+pub(super) fn outpaint_canvas(
+    parent: &RgbaImage,
+    zoom: f64,
+    size: (u32, u32),
+) -> (RgbaImage, RgbaImage) {
+    let placement = ops::outpaint_placement(parent.width, parent.height, size.0, size.1, zoom);
+    place_on_canvas(parent, placement, size)
+}
+
+/// easel's inpaint mask as OpenAI's, at `w` x `h`: redrawn pixels fully transparent, the others
+/// opaque. Scaled by nearest neighbour, so that every pixel stays one or the other.
+pub(super) fn edit_mask(mask: &RgbaImage, w: u32, h: u32) -> RgbaImage {
+    let well_formed = mask.data.len() == mask.width as usize * mask.height as usize * 4;
+    if !well_formed || mask.width == 0 || mask.height == 0 || w == 0 || h == 0 {
+        return images::filled(w, h, REDRAW);
+    }
+    raster::resize(
+        &images::recolour_mask(mask, KEEP, REDRAW),
+        w,
+        h,
+        Filter::Nearest,
+    )
+}

@@ -1,0 +1,215 @@
+//! The `openai` kind: OpenAI's images API, and the servers that speak it (LocalAI,
+//! stable-diffusion.cpp's server). New images come from `POST /images/generations`; everything
+//! made from a parent (variations, pan, outpaint, inpaint, blend) from `POST /images/edits`, with
+//! a mask whose fully transparent pixels mark what to redraw. dall-e-2's variations use
+//! `POST /images/variations`, because its edits need a mask or a transparent image.
+//!
+//! What each model accepts (sizes, `n`, `response_format`) is known for OpenAI's own models; any
+//! other model is taken to be a local server's, asked for the job's own size.
+
+mod canvas;
+mod client;
+mod family;
+#[cfg(test)]
+mod tests;
+
+use std::time::Duration;
+
+use super::http::transport_error;
+use super::images::blocking;
+use super::BackendConfig;
+use crate::domain::{OpKind, Operation};
+use crate::generate::ops::{self, Direction};
+use crate::generate::{GenerateError, Generator, Job, Product, Progress};
+use canvas::{edit_mask, grid, outpaint_canvas, pan_canvas};
+use client::Client;
+use family::Family;
+use futures::future::{try_join_all, BoxFuture};
+
+/// The prompt of a blend, which has none of its own.
+const BLEND_PROMPT: &str = "a blend of these images";
+
+/// A backend speaking OpenAI's images API.
+pub struct OpenAi {
+    config: BackendConfig,
+    client: Client,
+}
+
+impl OpenAi {
+    pub fn new(config: &BackendConfig) -> Result<OpenAi, String> {
+        Ok(OpenAi {
+            config: config.clone(),
+            client: Client::new(config)?,
+        })
+    }
+
+    /// The job, without the timeout.
+    async fn generate(&self, job: &Job, progress: &Progress) -> Result<Product, GenerateError> {
+        let kind = job.operation.kind();
+        if !self.supports(kind) {
+            return Err(GenerateError::Failed(format!(
+                "backend {} cannot run {kind}",
+                self.config.name
+            )));
+        }
+        let parent = || {
+            job.inputs
+                .first()
+                .cloned()
+                .ok_or_else(|| GenerateError::Failed("the input image is missing".into()))
+        };
+        let images = match &job.operation {
+            Operation::Imagine | Operation::Reroll => {
+                self.client.generations(job, progress).await?
+            }
+            Operation::Variations { .. } => {
+                let parent = parent()?;
+                let size = self
+                    .client
+                    .family
+                    .size(parent.width, parent.height, job.image_size);
+                let image = blocking(move || ops::resize(&parent, size.0, size.1)).await?;
+                if self.client.family == Family::DallE2 {
+                    self.client.variations(&image, size).await?
+                } else {
+                    let prompt = if job.prompt.is_empty() {
+                        "a variation of this image"
+                    } else {
+                        &job.prompt
+                    };
+                    self.client.edits(&image, None, prompt, size).await?
+                }
+            }
+            Operation::Pan { direction, .. } => {
+                let parent = parent()?;
+                let direction = Direction::from(*direction);
+                let (cw, ch) = ops::pan_size(parent.width, parent.height, direction);
+                let size = self.client.family.size(cw, ch, job.image_size);
+                let (image, mask) = blocking(move || pan_canvas(&parent, direction, size)).await?;
+                self.client
+                    .edits(&image, Some(&mask), &job.prompt, size)
+                    .await?
+            }
+            Operation::Outpaint { zoom_ratio, .. } => {
+                let parent = parent()?;
+                let size = self
+                    .client
+                    .family
+                    .size(parent.width, parent.height, job.image_size);
+                let zoom = *zoom_ratio;
+                let (image, mask) = blocking(move || outpaint_canvas(&parent, zoom, size)).await?;
+                self.client
+                    .edits(&image, Some(&mask), &job.prompt, size)
+                    .await?
+            }
+            Operation::Inpaint { .. } => {
+                let parent = parent()?;
+                let mask = job
+                    .mask
+                    .clone()
+                    .ok_or_else(|| GenerateError::Failed("the inpaint mask is missing".into()))?;
+                let size = self
+                    .client
+                    .family
+                    .size(parent.width, parent.height, job.image_size);
+                let (image, mask) = blocking(move || {
+                    (
+                        ops::resize(&parent, size.0, size.1),
+                        edit_mask(&mask, size.0, size.1),
+                    )
+                })
+                .await?;
+                self.client
+                    .edits(&image, Some(&mask), &job.prompt, size)
+                    .await?
+            }
+            // The first image, redrawn toward a blend: one image is what every model's edits
+            // take (dall-e-2 takes no more).
+            Operation::Blend { .. } => {
+                let first = parent()?;
+                let size =
+                    self.client
+                        .family
+                        .size(job.aspect.width, job.aspect.height, job.image_size);
+                let image = blocking(move || ops::resize(&first, size.0, size.1)).await?;
+                let prompt = if job.prompt.is_empty() {
+                    BLEND_PROMPT.to_string()
+                } else {
+                    format!("{BLEND_PROMPT}: {}", job.prompt)
+                };
+                self.client.edits(&image, None, &prompt, size).await?
+            }
+            _ => {
+                return Err(GenerateError::Failed(format!(
+                    "backend {} cannot run {kind}",
+                    self.config.name
+                )))
+            }
+        };
+        progress.report(80);
+        let files = try_join_all(images.into_iter().map(|a| self.client.image_bytes(a))).await?;
+        progress.report(90);
+        progress.backend_done();
+        blocking(move || grid(&files)).await?
+    }
+}
+
+impl Generator for OpenAi {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn supports(&self, kind: OpKind) -> bool {
+        let edit = matches!(
+            kind,
+            OpKind::Variations | OpKind::Pan | OpKind::Outpaint | OpKind::Inpaint | OpKind::Blend
+        );
+        self.config.runs(kind)
+            && (matches!(kind, OpKind::Imagine | OpKind::Reroll)
+                || edit && self.client.family.edits())
+    }
+
+    fn run<'a>(
+        &'a self,
+        job: &'a Job,
+        progress: &'a Progress,
+    ) -> BoxFuture<'a, Result<Product, GenerateError>> {
+        Box::pin(async move {
+            // The images API has no cancel endpoint: past the timeout the requests are dropped,
+            // which closes their connections; that is all a client can do to stop the work.
+            // A stopped job is dropped the same way.
+            tokio::select! {
+                timed = tokio::time::timeout(self.config.timeout, self.generate(job, progress)) => {
+                    match timed {
+                        Ok(result) => result,
+                        Err(_) => Err(GenerateError::transient(format!(
+                            "timed out after {}",
+                            humantime::format_duration(self.config.timeout)
+                        ))),
+                    }
+                }
+                _ = progress.stopped() => Err(GenerateError::Canceled),
+            }
+        })
+    }
+
+    fn probe(&self) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            let request = self
+                .client
+                .models()
+                .timeout(self.config.timeout.min(Duration::from_secs(10)));
+            match request.send().await {
+                Ok(response) if response.status().is_success() => Ok(()),
+                Ok(response) => Err(format!(
+                    "GET models answered HTTP {}",
+                    response.status().as_u16()
+                )),
+                Err(e) => Err(match transport_error(&e) {
+                    GenerateError::Transient { message, .. } => message,
+                    other => other.to_string(),
+                }),
+            }
+        })
+    }
+}

@@ -1,0 +1,541 @@
+//! The openai adapter against a fake of the images API (tests/fake.rs).
+
+mod fake;
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::family::Family;
+use super::*;
+use crate::domain::operation::PanDirection;
+use crate::domain::operation::{Dimension, ImageInput, StoredImage, VariationOf};
+use crate::domain::AspectRatio;
+use crate::generate::raster::RgbaImage;
+use fake::{serve, Mode, KEY};
+
+fn config(url: &str, model: Option<&str>, key: Option<&str>) -> BackendConfig {
+    let mut config: BackendConfig = serde_json::from_value(json!({
+        "name": "oa",
+        "kind": "openai",
+        "url": url,
+    }))
+    .unwrap();
+    config.model = model.map(str::to_string);
+    config.api_key = key.map(str::to_string);
+    config.timeout = Duration::from_secs(20);
+    config
+}
+
+fn backend(url: &str, model: Option<&str>, key: Option<&str>) -> OpenAi {
+    OpenAi::new(&config(url, model, key)).unwrap()
+}
+
+fn source(image: &RgbaImage) -> StoredImage {
+    StoredImage {
+        key: "parent".into(),
+        width: image.width,
+        height: image.height,
+    }
+}
+
+fn job(operation: Operation, aspect: (u32, u32), image_size: u32) -> Job {
+    Job {
+        operation,
+        prompt: "a red fox in snow".into(),
+        seed: 7,
+        aspect: AspectRatio {
+            width: aspect.0,
+            height: aspect.1,
+        },
+        image_size,
+        inputs: Vec::new(),
+        mask: None,
+    }
+}
+
+fn solid(w: u32, h: u32, rgba: [u8; 4]) -> RgbaImage {
+    let mut image = RgbaImage::new(w, h);
+    for px in image.data.chunks_exact_mut(4) {
+        px.copy_from_slice(&rgba);
+    }
+    image
+}
+
+fn px(image: &RgbaImage, x: u32, y: u32) -> [u8; 4] {
+    let i = ((y * image.width + x) * 4) as usize;
+    image.data[i..i + 4].try_into().unwrap()
+}
+
+async fn run(backend: &OpenAi, job: &Job) -> Result<Product, GenerateError> {
+    backend.run(job, &Progress::default()).await
+}
+
+fn grid_size(product: &Product) -> (u32, u32) {
+    match product {
+        Product::Grid { width, height, .. } => (*width, *height),
+        other => panic!("not a grid: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn gpt_image_imagine_asks_four_at_its_size_and_keeps_what_it_made() {
+    let (mock, url) = serve(Mode::Ok).await;
+    *mock.made.lock().unwrap() = Some((48, 32));
+    let backend = backend(&url, Some("gpt-image-1"), Some(KEY));
+    let product = run(&backend, &job(Operation::Imagine, (3, 2), 64))
+        .await
+        .unwrap();
+    assert_eq!(grid_size(&product), (48, 32));
+    let seen = mock.seen_at("/v1/images/generations");
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].auth.as_deref(), Some(&format!("Bearer {KEY}")[..]));
+    let body = seen[0].json.as_ref().unwrap();
+    assert_eq!(body["model"], "gpt-image-1");
+    assert_eq!(body["prompt"], "a red fox in snow");
+    assert_eq!(body["n"], 4);
+    assert_eq!(body["size"], "1536x1024");
+    assert!(body.get("response_format").is_none(), "{body}");
+}
+
+#[tokio::test]
+async fn a_local_model_gets_the_jobs_size_and_base64_without_a_key() {
+    let (mock, url) = serve(Mode::Ok).await;
+    let backend = backend(&url, Some("sd-turbo"), None);
+    let progress = Progress::default();
+    let product = backend
+        .run(&job(Operation::Reroll, (16, 9), 128), &progress)
+        .await
+        .unwrap();
+    assert_eq!(grid_size(&product), (128, 64));
+    assert!(progress.get() >= 80);
+    let seen = mock.seen_at("/v1/images/generations");
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].auth, None);
+    let body = seen[0].json.as_ref().unwrap();
+    assert_eq!(body["model"], "sd-turbo");
+    assert_eq!(body["size"], "128x64");
+    assert_eq!(body["n"], 4);
+    assert_eq!(body["response_format"], "b64_json");
+}
+
+#[tokio::test]
+async fn dall_e_3_makes_four_requests_and_url_answers_are_fetched() {
+    let (mock, url) = serve(Mode::Url).await;
+    *mock.made.lock().unwrap() = Some((32, 18));
+    let backend = backend(&url, Some("dall-e-3"), Some(KEY));
+    let product = run(&backend, &job(Operation::Imagine, (16, 9), 64))
+        .await
+        .unwrap();
+    assert_eq!(grid_size(&product), (32, 18));
+    let seen = mock.seen_at("/v1/images/generations");
+    assert_eq!(seen.len(), 4);
+    for s in &seen {
+        let body = s.json.as_ref().unwrap();
+        assert_eq!(body["n"], 1);
+        assert_eq!(body["size"], "1792x1024");
+        assert_eq!(body["model"], "dall-e-3");
+        assert_eq!(body["response_format"], "b64_json");
+    }
+    let files = mock
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.path.starts_with("/files/"))
+        .count();
+    assert_eq!(files, 4);
+    // dall-e-3 has no edits.
+    assert!(backend.supports(OpKind::Imagine) && backend.supports(OpKind::Reroll));
+    for kind in [
+        OpKind::Variations,
+        OpKind::Pan,
+        OpKind::Inpaint,
+        OpKind::Blend,
+    ] {
+        assert!(!backend.supports(kind), "{kind}");
+    }
+}
+
+#[tokio::test]
+async fn dall_e_2_is_square_and_varies_through_the_variations_endpoint() {
+    let (mock, url) = serve(Mode::Ok).await;
+    *mock.made.lock().unwrap() = Some((16, 16));
+    let backend = backend(&url, Some("dall-e-2"), Some(KEY));
+    run(&backend, &job(Operation::Imagine, (16, 9), 64))
+        .await
+        .unwrap();
+    let seen = mock.seen_at("/v1/images/generations");
+    assert_eq!(seen[0].json.as_ref().unwrap()["size"], "256x256");
+
+    let parent = solid(40, 30, [10, 200, 30, 255]);
+    let mut j = job(
+        Operation::Variations {
+            of: VariationOf::Index(2),
+            source: source(&parent),
+        },
+        (4, 3),
+        512,
+    );
+    j.inputs = vec![parent];
+    let product = run(&backend, &j).await.unwrap();
+    assert_eq!(grid_size(&product), (16, 16));
+    let seen = mock.seen_at("/v1/images/variations");
+    assert_eq!(seen.len(), 1);
+    let s = &seen[0];
+    assert_eq!(s.auth.as_deref(), Some(&format!("Bearer {KEY}")[..]));
+    assert_eq!(s.text("model").as_deref(), Some("dall-e-2"));
+    assert_eq!(s.text("n").as_deref(), Some("4"));
+    assert_eq!(s.text("size").as_deref(), Some("512x512"));
+    assert_eq!(s.text("response_format").as_deref(), Some("b64_json"));
+    assert!(s.part("prompt").is_none() && s.part("mask").is_none());
+    let image = s.png("image");
+    assert_eq!((image.width, image.height), (512, 512));
+}
+
+#[tokio::test]
+async fn inpaint_sends_the_parent_and_easels_mask_as_transparency() {
+    let (mock, url) = serve(Mode::Ok).await;
+    let backend = backend(&url, Some("sd-turbo"), None);
+    let parent = solid(64, 64, [200, 20, 20, 255]);
+    // easel's mask: white (redrawn) on the left half, black (kept) on the right.
+    let mut mask = solid(64, 64, [0, 0, 0, 255]);
+    for y in 0..64 {
+        for x in 0..32 {
+            let i = ((y * 64 + x) * 4) as usize;
+            mask.data[i..i + 4].copy_from_slice(&[255, 255, 255, 255]);
+        }
+    }
+    let mut j = job(
+        Operation::Inpaint {
+            source: source(&parent),
+            mask: String::new(),
+        },
+        (1, 1),
+        64,
+    );
+    j.inputs = vec![parent.clone()];
+    j.mask = Some(mask);
+    let product = run(&backend, &j).await.unwrap();
+    assert_eq!(grid_size(&product), (64, 64));
+    let seen = mock.seen_at("/v1/images/edits");
+    assert_eq!(seen.len(), 1);
+    let s = &seen[0];
+    assert_eq!(s.text("model").as_deref(), Some("sd-turbo"));
+    assert_eq!(s.text("prompt").as_deref(), Some("a red fox in snow"));
+    assert_eq!(s.text("n").as_deref(), Some("4"));
+    assert_eq!(s.text("size").as_deref(), Some("64x64"));
+    assert_eq!(s.text("response_format").as_deref(), Some("b64_json"));
+    assert_eq!(s.png("image"), parent);
+    let sent = s.png("mask");
+    assert_eq!((sent.width, sent.height), (64, 64));
+    assert_eq!(px(&sent, 5, 40)[3], 0, "redrawn: transparent");
+    assert_eq!(px(&sent, 31, 0)[3], 0);
+    assert_eq!(px(&sent, 32, 0)[3], 255, "kept: opaque");
+    assert_eq!(px(&sent, 60, 60)[3], 255);
+}
+
+#[tokio::test]
+async fn pan_and_outpaint_edit_the_transparent_part_of_a_larger_canvas() {
+    let (mock, url) = serve(Mode::Ok).await;
+    let backend = backend(&url, Some("sd-turbo"), None);
+    let red = [220, 10, 10, 255];
+    let parent = solid(64, 64, red);
+    for (direction, kept, drawn) in [
+        (PanDirection::Right, (10, 32), (120, 32)),
+        (PanDirection::Left, (120, 32), (10, 32)),
+    ] {
+        let mut j = job(
+            Operation::Pan {
+                direction,
+                source: source(&parent),
+            },
+            (1, 1),
+            128,
+        );
+        j.inputs = vec![parent.clone()];
+        run(&backend, &j).await.unwrap();
+        let seen = mock.seen_at("/v1/images/edits");
+        let s = &seen[0];
+        // A 96x64 canvas at 128 on its long side, in multiples of 64.
+        assert_eq!(s.text("size").as_deref(), Some("128x64"));
+        let (image, mask) = (s.png("image"), s.png("mask"));
+        assert_eq!((image.width, image.height), (128, 64));
+        assert_eq!((mask.width, mask.height), (128, 64));
+        assert_eq!(px(&image, kept.0, kept.1), red, "{direction:?}");
+        assert_eq!(px(&mask, kept.0, kept.1)[3], 255, "{direction:?}");
+        assert_eq!(px(&image, drawn.0, drawn.1)[3], 0, "{direction:?}");
+        assert_eq!(px(&mask, drawn.0, drawn.1)[3], 0, "{direction:?}");
+    }
+    let mut down = job(
+        Operation::Pan {
+            direction: PanDirection::Down,
+            source: source(&parent),
+        },
+        (1, 1),
+        128,
+    );
+    down.inputs = vec![parent.clone()];
+    run(&backend, &down).await.unwrap();
+    let seen = mock.seen_at("/v1/images/edits");
+    assert_eq!(seen[0].text("size").as_deref(), Some("64x128"));
+    let mask = seen[0].png("mask");
+    assert_eq!((px(&mask, 32, 5)[3], px(&mask, 32, 125)[3]), (255, 0));
+
+    let mut j = job(
+        Operation::Outpaint {
+            zoom_ratio: 2.0,
+            source: source(&parent),
+        },
+        (1, 1),
+        64,
+    );
+    j.inputs = vec![parent.clone()];
+    run(&backend, &j).await.unwrap();
+    let seen = mock.seen_at("/v1/images/edits");
+    let s = &seen[0];
+    assert_eq!(s.text("size").as_deref(), Some("64x64"));
+    let (image, mask) = (s.png("image"), s.png("mask"));
+    assert_eq!(px(&image, 32, 32), red);
+    assert_eq!(px(&mask, 32, 32)[3], 255);
+    assert_eq!(px(&mask, 16, 16)[3], 255);
+    assert_eq!(px(&mask, 15, 15)[3], 0);
+    assert_eq!(px(&mask, 2, 60)[3], 0);
+    assert_eq!(px(&image, 2, 60)[3], 0);
+}
+
+#[tokio::test]
+async fn blend_and_variations_edit_without_a_mask() {
+    let (mock, url) = serve(Mode::Ok).await;
+    *mock.made.lock().unwrap() = Some((16, 24));
+    let backend = backend(&url, Some("gpt-image-1"), Some(KEY));
+    let first = solid(30, 30, [1, 2, 3, 255]);
+    let mut j = job(
+        Operation::Blend {
+            dimension: Dimension::Portrait,
+            input_image_urls: vec!["a".into(), "b".into()],
+            inputs: vec![
+                ImageInput::Url { url: "a".into() },
+                ImageInput::Url { url: "b".into() },
+            ],
+        },
+        (2, 3),
+        64,
+    );
+    j.prompt = String::new();
+    j.inputs = vec![first.clone(), solid(20, 20, [9, 9, 9, 255])];
+    let product = run(&backend, &j).await.unwrap();
+    assert_eq!(grid_size(&product), (16, 24));
+    let seen = mock.seen_at("/v1/images/edits");
+    let s = &seen[0];
+    assert_eq!(s.text("prompt").as_deref(), Some(BLEND_PROMPT));
+    assert_eq!(s.text("size").as_deref(), Some("1024x1536"));
+    assert_eq!(s.text("model").as_deref(), Some("gpt-image-1"));
+    assert!(s.part("mask").is_none() && s.part("response_format").is_none());
+    let image = s.png("image");
+    assert_eq!((image.width, image.height), (1024, 1536));
+
+    let mut j = job(
+        Operation::Variations {
+            of: VariationOf::Strong,
+            source: source(&first),
+        },
+        (1, 1),
+        64,
+    );
+    j.inputs = vec![first];
+    run(&backend, &j).await.unwrap();
+    let seen = mock.seen_at("/v1/images/edits");
+    assert_eq!(seen[0].text("prompt").as_deref(), Some("a red fox in snow"));
+    assert_eq!(seen[0].text("size").as_deref(), Some("1024x1024"));
+    assert!(seen[0].part("mask").is_none());
+}
+
+#[tokio::test]
+async fn failures_are_sorted() {
+    let (mock, url) = serve(Mode::Ok).await;
+    let backend = backend(&url, Some("sd-turbo"), Some(KEY));
+    let imagine = job(Operation::Imagine, (1, 1), 64);
+    let mut results = Vec::new();
+    for mode in [
+        Mode::Status(500),
+        Mode::Status(503),
+        Mode::RateLimited,
+        Mode::Status(400),
+        Mode::Status(404),
+        Mode::KeyEcho,
+        Mode::Refuse("content_policy_violation"),
+        Mode::Refuse("moderation_blocked"),
+        Mode::BadJson,
+        Mode::BadBase64,
+        Mode::NotImage,
+        Mode::Count(3),
+        Mode::MixedSizes,
+    ] {
+        *mock.mode.lock().unwrap() = mode;
+        let error = run(&backend, &imagine).await.unwrap_err();
+        assert!(!error.to_string().contains(KEY), "{mode:?}: {error}");
+        results.push((mode, error));
+    }
+    for (mode, error) in results {
+        match (mode, &error) {
+            (Mode::Status(500 | 503), GenerateError::Transient { retry_after, .. }) => {
+                assert_eq!(*retry_after, None)
+            }
+            (Mode::RateLimited, GenerateError::Transient { retry_after, .. }) => {
+                assert_eq!(*retry_after, Some(Duration::from_secs(7)))
+            }
+            (Mode::Status(400 | 404), GenerateError::Failed(m)) => {
+                assert!(m.contains("boom"), "{m}")
+            }
+            (Mode::KeyEcho, GenerateError::Failed(m)) => {
+                assert!(m.contains("refused the key"), "{m}")
+            }
+            (Mode::Refuse(_), GenerateError::Refused(m)) => {
+                assert!(m.contains("safety system"), "{m}")
+            }
+            (Mode::BadJson, GenerateError::Failed(m)) => {
+                assert!(m.contains("not the images JSON"), "{m}")
+            }
+            (Mode::BadBase64, GenerateError::Failed(m)) => {
+                assert!(m.contains("base64"), "{m}")
+            }
+            (Mode::NotImage, GenerateError::Failed(m)) => {
+                assert!(m.contains("image 1"), "{m}")
+            }
+            (Mode::Count(3), GenerateError::Failed(m)) => {
+                assert!(m.contains("3 images"), "{m}")
+            }
+            (Mode::MixedSizes, GenerateError::Failed(m)) => {
+                assert!(m.contains("different sizes"), "{m}")
+            }
+            (mode, error) => panic!("{mode:?} gave {error:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_job_past_the_timeout_is_dropped_and_transient() {
+    let (mock, url) = serve(Mode::Hang).await;
+    let mut config = config(&url, Some("sd-turbo"), None);
+    config.timeout = Duration::from_millis(300);
+    let backend = OpenAi::new(&config).unwrap();
+    let started = Instant::now();
+    let error = run(&backend, &job(Operation::Imagine, (1, 1), 64))
+        .await
+        .unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    match error {
+        GenerateError::Transient { message, .. } => {
+            assert!(message.contains("timed out after 300ms"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // No cancel endpoint: the request was dropped, and the server saw its connection close.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !mock.dropped.load(Ordering::SeqCst) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(mock.dropped.load(Ordering::SeqCst));
+}
+
+#[tokio::test]
+async fn refused_and_dropped_connections_are_transient() {
+    // A port nobody listens on.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let closed = listener.local_addr().unwrap();
+    drop(listener);
+    // A server that reads the request and hangs up without answering.
+    let rude = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let rude_addr = rude.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = rude.accept().await {
+            use tokio::io::AsyncReadExt;
+            let mut buf = [0u8; 1024];
+            let _ = socket.read(&mut buf).await;
+            drop(socket);
+        }
+    });
+    for addr in [closed, rude_addr] {
+        let backend = backend(&format!("http://{addr}/v1"), None, Some(KEY));
+        let error = run(&backend, &job(Operation::Imagine, (1, 1), 64))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, GenerateError::Transient { .. }),
+            "{error:?}"
+        );
+        assert!(backend.probe().await.is_err());
+    }
+}
+
+#[tokio::test]
+async fn probe_lists_the_models() {
+    let (mock, url) = serve(Mode::Ok).await;
+    let backend = backend(&url, Some("gpt-image-1"), Some(KEY));
+    backend.probe().await.unwrap();
+    let seen = mock.seen_at("/v1/models");
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].auth.as_deref(), Some(&format!("Bearer {KEY}")[..]));
+    *mock.mode.lock().unwrap() = Mode::Status(401);
+    let error = backend.probe().await.unwrap_err();
+    assert!(error.contains("401"), "{error}");
+}
+
+#[test]
+fn supports_what_the_model_and_the_settings_allow() {
+    let backend = backend("http://127.0.0.1:9/v1", Some("gpt-image-1"), None);
+    for &kind in OpKind::ALL {
+        let expected = matches!(
+            kind,
+            OpKind::Imagine
+                | OpKind::Reroll
+                | OpKind::Variations
+                | OpKind::Pan
+                | OpKind::Outpaint
+                | OpKind::Inpaint
+                | OpKind::Blend
+        );
+        assert_eq!(backend.supports(kind), expected, "{kind}");
+    }
+    let mut limited = config("http://127.0.0.1:9/v1", None, None);
+    limited.operations = Some(vec!["imagine".into()]);
+    let limited = OpenAi::new(&limited).unwrap();
+    assert!(limited.supports(OpKind::Imagine));
+    assert!(!limited.supports(OpKind::Pan) && !limited.supports(OpKind::Reroll));
+    assert_eq!(limited.name(), "oa");
+}
+
+#[test]
+fn new_names_the_setting_that_cannot_work() {
+    let mut unset = config("http://127.0.0.1:9/v1", None, None);
+    unset.api_key_env = Some("EASEL_TEST_OPENAI_KEY_NEVER_SET".into());
+    let error = OpenAi::new(&unset).err().unwrap();
+    assert!(error.contains("backends.oa.api_key_env"), "{error}");
+    assert!(error.contains("EASEL_TEST_OPENAI_KEY_NEVER_SET"), "{error}");
+    let bad = config("http://127.0.0.1:9/v1", None, Some("sk-\nbroken"));
+    let error = OpenAi::new(&bad).err().unwrap();
+    assert!(error.contains("backends.oa.api_key") && !error.contains("broken"));
+    let mut no_url = config("http://127.0.0.1:9/v1", None, None);
+    no_url.url = None;
+    assert!(OpenAi::new(&no_url)
+        .err()
+        .unwrap()
+        .contains("backends.oa.url"));
+}
+
+#[test]
+fn sizes_follow_the_model() {
+    assert_eq!(Family::of(Some("dall-e-2")).size(16, 9, 1024), (1024, 1024));
+    assert_eq!(Family::of(Some("dall-e-2")).size(1, 1, 300), (512, 512));
+    assert_eq!(Family::of(Some("dall-e-3")).size(9, 16, 64), (1024, 1792));
+    assert_eq!(Family::of(Some("dall-e-3")).size(5, 4, 64), (1024, 1024));
+    assert_eq!(Family::of(Some("gpt-image-1")).size(2, 3, 64), (1024, 1536));
+    assert_eq!(
+        Family::of(Some("gpt-image-1-mini")).size(3, 2, 64),
+        (1536, 1024)
+    );
+    assert_eq!(Family::of(None).size(1, 1, 1000), (1024, 1024));
+    assert_eq!(Family::of(Some("flux")).size(16, 9, 1024), (1024, 576));
+}

@@ -1,0 +1,244 @@
+//! What a job asks of the WebUI: the endpoint and the JSON body of each operation, with its
+//! images (the parent on a canvas, easel's mask in the WebUI's black and white) at sides the
+//! model works at.
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use serde_json::{json, Value};
+
+use crate::domain::operation::VariationOf;
+use crate::domain::Operation;
+use crate::generate::backends::images::{self, size_for};
+use crate::generate::ops::{self, Direction};
+use crate::generate::raster::{dimensions, encode_png, RgbaImage};
+use crate::generate::{GenerateError, Job, Product};
+
+pub(super) const TXT2IMG: &str = "/sdapi/v1/txt2img";
+pub(super) const IMG2IMG: &str = "/sdapi/v1/img2img";
+pub(super) const EXTRA: &str = "/sdapi/v1/extra-single-image";
+pub(super) const INTERROGATE: &str = "/sdapi/v1/interrogate";
+
+/// Images per grid task, made in one batch.
+pub(super) const BATCH: usize = 4;
+/// Sampling steps: the WebUI's own default (50) is slow for little gain on current samplers.
+pub(super) const STEPS: u32 = 30;
+/// The upscaler the WebUI ships with (Real-ESRGAN's general model).
+pub(super) const UPSCALER: &str = "R-ESRGAN 4x+";
+/// Denoising strengths of img2img: how much of the parent a variation keeps, and how freely the
+/// new area of a pan or outpaint (started from a continuation of the parent) is redrawn.
+pub(super) const SUBTLE: f64 = 0.45;
+pub(super) const STRONG: f64 = 0.7;
+pub(super) const EXTEND: f64 = 0.9;
+pub(super) const INPAINT: f64 = 0.75;
+/// The WebUI's mask pixels: white where it redraws, black where it keeps.
+const REDRAW: [u8; 4] = [255, 255, 255, 255];
+const KEEP: [u8; 4] = [0, 0, 0, 255];
+
+/// What a job asks of the server, with its body encoded.
+pub(super) enum Call {
+    /// Nothing: the product is already made.
+    Done(Product),
+    /// txt2img or img2img, answered with images.
+    Images {
+        path: &'static str,
+        body: Vec<u8>,
+    },
+    Upscale {
+        body: Vec<u8>,
+    },
+    /// Interrogate an image of `width` x `height`.
+    Describe {
+        body: Vec<u8>,
+        width: u32,
+        height: u32,
+    },
+}
+
+pub(super) fn plan(job: &Job, model: Option<&str>) -> Result<Call, GenerateError> {
+    let input = |i: usize| {
+        job.inputs
+            .get(i)
+            .ok_or_else(|| GenerateError::Failed(format!("input image {} is missing", i + 1)))
+    };
+    let call = match &job.operation {
+        Operation::Imagine | Operation::Reroll => {
+            let (width, height) = size_for(job, 8);
+            Call::Images {
+                path: TXT2IMG,
+                body: encode(&generation(job, model, width, height)),
+            }
+        }
+        Operation::Variations { of, .. } => {
+            // A grid's image varies strongly, as Midjourney's V buttons do.
+            let strength = match of {
+                VariationOf::Subtle => SUBTLE,
+                VariationOf::Index(_) | VariationOf::Strong => STRONG,
+            };
+            let init = fit8(input(0)?);
+            img2img(job, model, &init, None, strength)?
+        }
+        Operation::Pan { direction, .. } => {
+            let parent = input(0)?;
+            let direction = Direction::from(*direction);
+            // The new strip starts as a continuation of the parent (ops::pan), then is redrawn.
+            let canvas = ops::pan(parent, direction, None, job.seed, 0);
+            let (pw, ph) = (parent.width, parent.height);
+            let size = (canvas.width, canvas.height);
+            let (x, y) = images::pan_offset((pw, ph), size, direction);
+            let mask = images::rect_mask(size, (x, y, pw, ph), KEEP, REDRAW);
+            img2img(job, model, &fit8(&canvas), Some(&fit8_mask(&mask)), EXTEND)?
+        }
+        Operation::Outpaint { zoom_ratio, .. } => {
+            let parent = input(0)?;
+            let long = parent.width.max(parent.height);
+            let (w, h) = dimensions(job.aspect.width, job.aspect.height, long);
+            let canvas = ops::outpaint(parent, w, h, *zoom_ratio, None, job.seed, 0);
+            let (x, y, sw, sh) =
+                ops::outpaint_placement(parent.width, parent.height, w, h, *zoom_ratio);
+            let mask = images::rect_mask((w, h), (x, y, sw, sh), KEEP, REDRAW);
+            img2img(job, model, &fit8(&canvas), Some(&fit8_mask(&mask)), EXTEND)?
+        }
+        Operation::Inpaint { .. } => {
+            let parent = input(0)?;
+            let mask = job
+                .mask
+                .as_ref()
+                .ok_or_else(|| GenerateError::Failed("the mask is missing".into()))?;
+            if (mask.width, mask.height) != (parent.width, parent.height) {
+                return Err(GenerateError::Failed(format!(
+                    "the mask is {}x{}, the image {}x{}",
+                    mask.width, mask.height, parent.width, parent.height
+                )));
+            }
+            img2img(
+                job,
+                model,
+                &fit8(parent),
+                Some(&fit8_mask(&binary_mask(mask))),
+                INPAINT,
+            )?
+        }
+        Operation::Upscale1x { .. } => Call::Done(Product::single(input(0)?)),
+        Operation::UpscaleAlt { .. } => upscale(input(0)?, 2)?,
+        Operation::UpscaleHighres { factor, .. } => upscale(input(0)?, u32::from(*factor))?,
+        Operation::Describe { .. } => {
+            let image = input(0)?;
+            Call::Describe {
+                body: encode(&json!({ "image": base64_png(image)?, "model": "clip" })),
+                width: image.width,
+                height: image.height,
+            }
+        }
+        other @ (Operation::Blend { .. } | Operation::Shorten | Operation::Seed) => {
+            return Err(GenerateError::Failed(format!(
+                "an sdwebui backend cannot run {}",
+                other.kind()
+            )))
+        }
+    };
+    Ok(call)
+}
+
+/// The fields txt2img and img2img share.
+pub(super) fn generation(job: &Job, model: Option<&str>, width: u32, height: u32) -> Value {
+    let mut body = json!({
+        "prompt": job.prompt,
+        // The prompt's `--no` words are not part of the job's text.
+        "negative_prompt": "",
+        "seed": job.seed,
+        "width": width,
+        "height": height,
+        "batch_size": BATCH,
+        "n_iter": 1,
+        "steps": STEPS,
+        "send_images": true,
+        "save_images": false,
+    });
+    if let Some(model) = model {
+        body["override_settings"] = json!({ "sd_model_checkpoint": model });
+    }
+    body
+}
+
+/// img2img from `init` (whose size is the output's), repainting where `mask` is white.
+pub(super) fn img2img(
+    job: &Job,
+    model: Option<&str>,
+    init: &RgbaImage,
+    mask: Option<&RgbaImage>,
+    denoising: f64,
+) -> Result<Call, GenerateError> {
+    let mut body = generation(job, model, init.width, init.height);
+    body["init_images"] = json!([base64_png(init)?]);
+    body["denoising_strength"] = json!(denoising);
+    body["resize_mode"] = json!(0);
+    if let Some(mask) = mask {
+        body["mask"] = json!(base64_png(mask)?);
+        // Start the masked area from the init image (the parent, or its continuation).
+        body["inpainting_fill"] = json!(1);
+        body["inpaint_full_res"] = json!(false);
+        body["inpainting_mask_invert"] = json!(0);
+        body["mask_blur"] = json!(4);
+    }
+    Ok(Call::Images {
+        path: IMG2IMG,
+        body: encode(&body),
+    })
+}
+
+pub(super) fn upscale(image: &RgbaImage, factor: u32) -> Result<Call, GenerateError> {
+    Ok(Call::Upscale {
+        body: encode(&json!({
+            "image": base64_png(image)?,
+            "resize_mode": 0,
+            "upscaling_resize": factor,
+            "upscaler_1": UPSCALER,
+        })),
+    })
+}
+
+pub(super) fn encode(body: &Value) -> Vec<u8> {
+    serde_json::to_vec(body).expect("JSON values serialize")
+}
+
+pub(super) fn base64_png(image: &RgbaImage) -> Result<String, GenerateError> {
+    let png = encode_png(image);
+    if png.is_empty() {
+        return Err(GenerateError::Failed(format!(
+            "a {}x{} image cannot be sent",
+            image.width, image.height
+        )));
+    }
+    Ok(STANDARD.encode(png))
+}
+
+/// `v` rounded to the nearest multiple of 8 (at least 8): latent diffusion works in blocks of 8.
+pub(super) fn round8(v: u32) -> u32 {
+    (v.saturating_add(4) / 8).max(1) * 8
+}
+
+/// The image at sides that are multiples of 8, resized when they are not, so that the size
+/// sent is the size the server works at.
+pub(super) fn fit8(image: &RgbaImage) -> RgbaImage {
+    let (w, h) = (round8(image.width), round8(image.height));
+    if (w, h) == (image.width, image.height) {
+        image.clone()
+    } else {
+        ops::resize(image, w, h)
+    }
+}
+
+/// A black-and-white mask at sides that are multiples of 8.
+pub(super) fn fit8_mask(mask: &RgbaImage) -> RgbaImage {
+    let resized = fit8(mask);
+    if resized.width == mask.width && resized.height == mask.height {
+        resized
+    } else {
+        binary_mask(&resized)
+    }
+}
+
+/// The WebUI's mask: white where easel's mask redraws, black elsewhere.
+pub(super) fn binary_mask(mask: &RgbaImage) -> RgbaImage {
+    images::recolour_mask(mask, KEEP, REDRAW)
+}
