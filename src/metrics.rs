@@ -406,7 +406,7 @@ pub async fn guarded(
     axum::extract::State(state): axum::extract::State<AppState>,
     headers: HeaderMap,
 ) -> Response {
-    let Some(token) = state.config.metrics_token.as_deref() else {
+    let Some(token) = state.config.server.metrics_token.as_deref() else {
         return ApiError::RouteNotFound.into_response();
     };
     let presented = headers

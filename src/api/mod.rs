@@ -57,8 +57,8 @@ use crate::config::Config;
 use crate::domain::{ContentPolicy, OpKind};
 use crate::generate::inputs::ImageFetcher;
 use crate::generate::pool::Pool;
+use crate::net::DestinationPolicy;
 use crate::store::SharedStore;
-use crate::webhooks::ssrf::DestinationPolicy;
 
 /// What every handler can reach. Behind one `Arc`: axum clones the state for every request
 /// (each extractor that needs it takes its own copy), and one reference count costs less than
@@ -156,7 +156,11 @@ pub fn app(
        + Send
        + 'static {
     // The larger limit here; the body extractor applies each route's own.
-    let body_limit = state.config.body_limit.max(state.config.mask_body_limit);
+    let body_limit = state
+        .config
+        .limits
+        .body_limit
+        .max(state.config.limits.mask_body_limit);
     tower::ServiceBuilder::new()
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .layer(PropagateRequestIdLayer::x_request_id())
@@ -173,11 +177,11 @@ fn router(state: AppState) -> Router {
     let mut health = Router::new()
         .route("/healthz", get(health::alive))
         .route("/readyz", get(health::ready));
-    if state.config.metrics_token.is_some() {
+    if state.config.server.metrics_token.is_some() {
         // Without a token the path is not routed at all (404, like any unknown path).
         health = health.route("/metrics", get(crate::metrics::guarded));
     }
-    if !state.config.runs(crate::config::Role::API) {
+    if !state.config.runs(crate::config::Role::Api) {
         // A worker or dispatcher node answers its health checks and nothing else.
         return health
             .fallback(|| async { ApiError::RouteNotFound })

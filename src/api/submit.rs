@@ -23,8 +23,8 @@ use crate::domain::{AspectRatio, OpKind, Operation, ProcessMode, Prompt, Shape};
 use crate::generate::ops::{important_words, mask_redraws};
 use crate::generate::raster::decode_png;
 use crate::generate::Generator;
+use crate::net::validate_webhook_url;
 use crate::store::{Idempotency, NewTask, Submitted, Task};
-use crate::webhooks::ssrf::validate_webhook_url;
 
 /// Most characters of a `webhook_secret`.
 pub const WEBHOOK_SECRET_MAX_CHARS: usize = 256;
@@ -82,7 +82,7 @@ pub async fn submit(
         (Some(held), Ok(body)) => Some(Idempotency {
             key: held.key().to_string(),
             fingerprint: idempotency::fingerprint(kind, &body.0),
-            ttl_ms: state.config.idempotency_ttl.as_millis() as i64,
+            ttl_ms: state.config.limits.idempotency_ttl.as_millis() as i64,
         }),
         _ => None,
     };
@@ -113,7 +113,11 @@ pub async fn submit(
     let task = wait::until_ended(&state, &key, &task_id, task, secs).await;
     let mut response = (
         [wait::applied(secs)],
-        Json(task_record(&task, &state.blobs, state.config.retention)),
+        Json(task_record(
+            &task,
+            &state.blobs,
+            state.config.retention.keep,
+        )),
     )
         .into_response();
     if replayed.is_some() {
@@ -205,7 +209,7 @@ async fn accept(state: &AppState, key: &PresentedKey, task: &NewTask) -> Result<
             retry_after_secs: 5,
         });
     }
-    let limit = state.config.max_pending_per_account;
+    let limit = state.config.limits.max_pending_per_account;
     let id = match state.store.submit(task, &key.0, limit).await? {
         Submitted::Queued {
             account_id,

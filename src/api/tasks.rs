@@ -128,7 +128,7 @@ pub async fn list_tasks(
     let tasks: Vec<Value> = page
         .tasks
         .iter()
-        .map(|t| task_record(t, &state.blobs, state.config.retention))
+        .map(|t| task_record(t, &state.blobs, state.config.retention.keep))
         .collect();
     Ok(Json(
         json!({ "tasks": tasks, "next_cursor": page.next_cursor }),
@@ -172,12 +172,21 @@ pub async fn get_task(
     };
     let task = one_task(&state, &key, id).await?;
     Ok(match wait {
-        None => Json(task_record(&task, &state.blobs, state.config.retention)).into_response(),
+        None => Json(task_record(
+            &task,
+            &state.blobs,
+            state.config.retention.keep,
+        ))
+        .into_response(),
         Some(secs) => {
             let task = wait::until_ended(&state, &key, &id, task, secs).await;
             (
                 [wait::applied(secs)],
-                Json(task_record(&task, &state.blobs, state.config.retention)),
+                Json(task_record(
+                    &task,
+                    &state.blobs,
+                    state.config.retention.keep,
+                )),
             )
                 .into_response()
         }
@@ -194,7 +203,7 @@ async fn one_record(
     Ok(Json(task_record(
         &task,
         &state.blobs,
-        state.config.retention,
+        state.config.retention.keep,
     )))
 }
 
@@ -230,7 +239,7 @@ pub async fn cancel(
     Ok(Json(task_record(
         &task,
         &state.blobs,
-        state.config.retention,
+        state.config.retention.keep,
     )))
 }
 
@@ -294,7 +303,7 @@ pub async fn fetch_many(
     let tasks: Vec<Value> = ids
         .iter()
         .filter_map(|id| by_id.get(id.to_string().as_str()).copied())
-        .map(|row| task_record(row, &state.blobs, state.config.retention))
+        .map(|row| task_record(row, &state.blobs, state.config.retention.keep))
         .collect();
     Ok(Json(json!({ "tasks": tasks })))
 }
@@ -350,7 +359,7 @@ pub async fn redeliver(
         .ok_or(ApiError::TaskNotFound)?;
     Ok((
         StatusCode::ACCEPTED,
-        Json(task_record(&row, &state.blobs, state.config.retention)),
+        Json(task_record(&row, &state.blobs, state.config.retention.keep)),
     ))
 }
 

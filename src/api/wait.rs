@@ -12,8 +12,9 @@ use super::{ApiError, AppState};
 use crate::auth::PresentedKey;
 use crate::store::Task;
 
-/// The longest wait a request may ask for, in seconds; plain `wait` asks for this.
-pub const WAIT_MAX_SECS: u64 = 60;
+/// The longest wait a request may ask for, in seconds; plain `wait` asks for this. A setting
+/// bounds `max_wait` by it, so it lives with the settings.
+pub use crate::config::WAIT_MAX_SECS;
 
 /// The header that says which preference was applied.
 pub const PREFERENCE_APPLIED: HeaderName = HeaderName::from_static("preference-applied");
@@ -58,7 +59,7 @@ pub fn preferred_wait(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
 
 /// The wait served for one of `asked` seconds: at most the node's `max_wait`.
 pub fn served(state: &AppState, asked: u64) -> u64 {
-    asked.min(state.config.max_wait.as_secs())
+    asked.min(state.config.limits.max_wait.as_secs())
 }
 
 /// The `Preference-Applied` header for a wait of `secs`.

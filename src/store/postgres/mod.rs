@@ -30,7 +30,7 @@ use sqlx::ConnectOptions;
 use tokio_util::sync::CancellationToken;
 
 use super::{fresh_id_key, redact, Cause, Store, StoreError, StoreResult, TaskIds, Wakeups};
-use crate::config::Config;
+use crate::config::Database;
 
 /// The channel a commit that queues a task notifies.
 const QUEUE_CHANNEL: &str = "easel_queue";
@@ -49,9 +49,9 @@ pub struct PgOptions {
 }
 
 impl PgOptions {
-    pub fn from_config(config: &Config) -> PgOptions {
+    pub fn from_config(database: &Database) -> PgOptions {
         PgOptions {
-            max_connections: config.database_max_connections,
+            max_connections: database.max_connections,
             acquire_timeout: Duration::from_secs(3),
         }
     }
