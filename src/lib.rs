@@ -16,6 +16,7 @@ pub mod error;
 pub mod generate;
 pub mod http;
 pub mod metrics;
+pub mod net;
 pub mod ratelimit;
 pub mod store;
 pub mod tasks;
@@ -37,10 +38,10 @@ use crate::domain::ContentPolicy;
 use crate::generate::inputs::{ImageFetcher, InputLimits};
 use crate::generate::Generator;
 use crate::http::state::{AppState, Shared};
+use crate::net::DestinationPolicy;
 use crate::store::{SharedStore, Store};
 use crate::webhooks::client::WebhookClient;
 use crate::webhooks::dispatcher::Dispatcher;
-use crate::webhooks::ssrf::DestinationPolicy;
 use crate::worker::WorkerContext;
 
 /// The email of the account created on the first start.
@@ -62,14 +63,14 @@ impl Application {
     pub async fn build(config: Config) -> anyhow::Result<Application> {
         config.validate()?;
         std::fs::create_dir_all(&config.data_dir)?;
-        let store = store::open(&config).await?;
+        let store = store::open(&config.database, &config.data_dir).await?;
         let first_key = bootstrap_first_account(store.as_ref()).await?;
 
-        let listener = TcpListener::bind(config.listen)
+        let listener = TcpListener::bind(config.server.listen)
             .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.server.listen))?;
         let addr = listener.local_addr()?;
-        let metrics_listener = match config.metrics_listen {
+        let metrics_listener = match config.server.metrics_listen {
             Some(at) => Some(
                 TcpListener::bind(at)
                     .await
@@ -78,13 +79,14 @@ impl Application {
             None => None,
         };
         let public_url = config
+            .server
             .public_url
             .clone()
             .unwrap_or_else(|| format!("http://{addr}"));
 
         let destinations = DestinationPolicy {
-            allow_http: config.webhook_allow_http,
-            allow_private: config.webhook_allow_private,
+            allow_http: config.webhooks.allow_http,
+            allow_private: config.webhooks.allow_private,
         };
         if destinations.allow_http || destinations.allow_private {
             tracing::warn!(
@@ -98,20 +100,26 @@ impl Application {
         // answered, and another worker's task must be waiting for it then, while the first
         // decodes and stores its images; fewer would leave backends idle.
         let wanted: usize = 2 * config.backends.iter().map(|b| b.concurrency).sum::<usize>();
-        if config.workers > 0 && wanted > config.workers {
+        if config.worker.workers > 0 && wanted > config.worker.workers {
             tracing::info!(
                 workers = wanted,
                 "workers raised to twice the backends' total concurrency"
             );
-            config.workers = wanted;
+            config.worker.workers = wanted;
         }
         let config = Arc::new(config);
-        let content_policy = ContentPolicy::new(&config.blocked_terms);
-        let blobs = Blobs::open(&config, &public_url).await?;
+        let content_policy = ContentPolicy::new(&config.worker.blocked_terms);
+        let blobs = Blobs::open(
+            &config.blobs,
+            &config.data_dir,
+            config.database.sqlite_synchronous,
+            &public_url,
+        )
+        .await?;
         let limits = InputLimits {
-            max_bytes: config.input_max_bytes,
-            max_pixels: config.input_max_pixels,
-            timeout: config.input_timeout,
+            max_bytes: config.limits.input_max_bytes,
+            max_pixels: config.limits.input_max_pixels,
+            timeout: config.limits.input_timeout,
             ..InputLimits::default()
         };
         let fetcher = ImageFetcher::new(destinations, limits, &webhooks::user_agent())
@@ -137,7 +145,7 @@ impl Application {
                 shutdown: CancellationToken::new(),
                 idempotency: Default::default(),
             },
-            rate_limits: ratelimit::RateLimits::new(&config.rate_limits),
+            rate_limits: ratelimit::RateLimits::new(&config.limits.rate_limits),
         });
         let worker = WorkerContext {
             store: store.clone(),
@@ -146,7 +154,7 @@ impl Application {
             inputs: worker::Inputs { fetcher, limits },
             policy: content_policy,
             config: config.clone(),
-            generating: Arc::new(tokio::sync::Semaphore::new(config.workers.max(1))),
+            generating: Arc::new(tokio::sync::Semaphore::new(config.worker.workers.max(1))),
             owner: format!(
                 "{}-{}",
                 std::process::id(),
@@ -154,10 +162,10 @@ impl Application {
             ),
         };
         let client = WebhookClient::new(
-            config.webhook_timeout,
+            config.webhooks.timeout,
             destinations,
             &webhooks::user_agent(),
-            config.webhook_concurrency,
+            config.webhooks.concurrency,
         )
         .map_err(|e| anyhow::anyhow!("webhook client: {e}"))?;
         let dispatcher = Dispatcher {
@@ -223,18 +231,18 @@ impl Application {
         let store = self.state.store.clone();
 
         let workers = config
-            .runs(Role::WORKER)
+            .runs(Role::Worker)
             .then(|| tokio::spawn(worker::run_pool(self.worker.clone(), shutdown.clone())));
-        if config.runs(Role::WORKER) {
+        if config.runs(Role::Worker) {
             // Only a node that generates needs to know which backends answer.
             tokio::spawn(self.state.pool.clone().run_probes(shutdown.clone()));
         }
         let dispatcher = config
-            .runs(Role::DISPATCHER)
+            .runs(Role::Dispatcher)
             .then(|| tokio::spawn(self.dispatcher.clone().run(shutdown.clone())));
         tracing::info!(
             store = store.kind(),
-            roles = %config.roles.join(","),
+            roles = %config.server.roles.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(","),
             "roles started"
         );
         let background = {
@@ -242,7 +250,7 @@ impl Application {
             let stop = shutdown.clone();
             tokio::spawn(async move { store.run_background(stop).await })
         };
-        if config.runs(Role::API) {
+        if config.runs(Role::Api) {
             tokio::spawn(sweep_expired(store.clone(), shutdown.clone()));
         }
         let trigger = shutdown.clone();
@@ -254,8 +262,8 @@ impl Application {
 
         let app = http::app::app(self.state.clone());
         let limits = http::server::ConnectionLimits {
-            max_connections: config.max_connections,
-            header_timeout: config.header_timeout,
+            max_connections: config.server.max_connections,
+            header_timeout: config.server.header_timeout,
             drain: std::time::Duration::from_secs(2),
         };
         let server = tokio::spawn(http::server::serve(
@@ -270,7 +278,7 @@ impl Application {
         });
 
         shutdown.cancelled().await;
-        let grace = config.shutdown_timeout + std::time::Duration::from_secs(1);
+        let grace = config.server.shutdown_timeout + std::time::Duration::from_secs(1);
         let finished = tokio::time::timeout(grace, async {
             for role in [workers, dispatcher].into_iter().flatten() {
                 let _ = role.await;

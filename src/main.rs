@@ -245,7 +245,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve { .. } => serve(config).await,
         Command::Migrate => {
             create_data_dir(&config)?;
-            easel::store::migrate(&config).await?;
+            easel::store::migrate(&config.database, &config.data_dir).await?;
             println!("easel: the database is up to date");
             Ok(())
         }
@@ -272,7 +272,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
-    let _logs = easel::telemetry::init(&config.log_format);
+    let _logs = easel::telemetry::init(config.server.log_format.as_str());
     let app = Application::build(config).await?;
     if let Some(key) = app.first_key() {
         println!("easel: created the first account ({FIRST_ACCOUNT_EMAIL}) and its API key.");
@@ -347,7 +347,7 @@ fn create_data_dir(config: &Config) -> anyhow::Result<()> {
 
 async fn open_store(config: &Config) -> anyhow::Result<SharedStore> {
     create_data_dir(config)?;
-    easel::store::open(config).await
+    easel::store::open(&config.database, &config.data_dir).await
 }
 
 async fn account_or_first(
@@ -475,7 +475,7 @@ async fn accounts(config: Config, command: AccountsCommand) -> anyhow::Result<()
                     password_hash: None,
                     signing_secret: webhooks::signing::generate_secret(),
                     admin,
-                    credits: config.signup_credits,
+                    credits: config.accounts.signup_credits,
                 })
                 .await?
                 .with_context(|| format!("an account {email} exists already"))?;

@@ -43,8 +43,8 @@ async fn ledger_sum(app: &TestApp, account: &str) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn submits_spend_credits_402_when_short_and_failed_tasks_give_them_back() {
     let app = TestApp::spawn_with(|c| {
-        c.costs.insert("imagine".into(), 3);
-        c.costs.insert("shorten".into(), 2);
+        c.accounts.costs.insert("imagine".into(), 3);
+        c.accounts.costs.insert("shorten".into(), 2);
     })
     .await;
     let (account, key) = app.account_with("payer@example.com", Some(7)).await;
@@ -135,7 +135,7 @@ async fn submits_spend_credits_402_when_short_and_failed_tasks_give_them_back() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_submits_never_spend_more_than_the_balance() {
     // No workers: nothing fails and gives credits back while the submits race.
-    let app = TestApp::spawn_with(|c| c.workers = 0).await;
+    let app = TestApp::spawn_with(|c| c.worker.workers = 0).await;
     let (account, key) = app.account_with("race@example.com", Some(41)).await;
     let mut calls = tokio::task::JoinSet::new();
     for i in 0..20 {
@@ -207,7 +207,7 @@ async fn walk(app: &TestApp, key: &str, query: &str, limit: u32) -> (Vec<String>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_are_listed_newest_first_page_by_page_and_only_the_accounts_own() {
-    let app = TestApp::spawn_with(|c| c.workers = 0).await;
+    let app = TestApp::spawn_with(|c| c.worker.workers = 0).await;
     let (_, mine) = app.account_with("lister@example.com", None).await;
     let (_, theirs) = app.account_with("other@example.com", None).await;
     let mut submitted = Vec::new();
@@ -308,15 +308,15 @@ async fn tasks_are_listed_newest_first_page_by_page_and_only_the_accounts_own() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revoked_key_is_refused_at_once_by_every_node() {
-    let first = TestApp::spawn_with(|c| c.workers = 0).await;
+    let first = TestApp::spawn_with(|c| c.worker.workers = 0).await;
     // A second node on the same PostgreSQL database, when the suite runs there; on SQLite one
     // node owns the file, so the check is the first node's alone.
     let second = if common::on_postgres() {
-        let url = first.config.database_url.clone();
+        let url = first.config.database.url.clone();
         Some(
             TestApp::spawn_with(move |c| {
-                c.database_url = url;
-                c.workers = 0;
+                c.database.url = url;
+                c.worker.workers = 0;
             })
             .await,
         )

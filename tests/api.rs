@@ -69,7 +69,7 @@ async fn unauthenticated_requests_get_401_with_an_empty_object() {
 
 #[tokio::test]
 async fn a_key_revoked_after_use_is_refused_at_once_by_submits_and_reads() {
-    let app = TestApp::spawn_with(|c| c.workers = 0).await;
+    let app = TestApp::spawn_with(|c| c.worker.workers = 0).await;
     let key = app.key_for("soon-revoked@example.com").await;
     // Used first: submits and reads check the key in the statement that does their work.
     let (status, body) = app
@@ -288,8 +288,8 @@ async fn invalid_bodies_get_400_naming_the_field() {
 #[tokio::test]
 async fn webhook_urls_to_private_or_plain_http_destinations_are_refused_by_default() {
     let app = TestApp::spawn_with(|c| {
-        c.webhook_allow_http = false;
-        c.webhook_allow_private = false;
+        c.webhooks.allow_http = false;
+        c.webhooks.allow_private = false;
     })
     .await;
     for url in [
@@ -458,11 +458,11 @@ async fn accounts_see_only_their_own_tasks() {
 #[tokio::test]
 async fn pending_task_quota_answers_429_with_retry_after() {
     let app = TestApp::spawn_with(|c| {
-        c.max_pending_per_account = 3;
+        c.limits.max_pending_per_account = 3;
         // Keep the worker busy so tasks stay queued.
-        c.workers = 1;
-        c.procedural_min_duration = std::time::Duration::from_secs(30);
-        c.shutdown_timeout = std::time::Duration::from_millis(100);
+        c.worker.workers = 1;
+        c.worker.procedural_min_duration = std::time::Duration::from_secs(30);
+        c.server.shutdown_timeout = std::time::Duration::from_millis(100);
     })
     .await;
     for _ in 0..3 {
@@ -541,9 +541,9 @@ async fn every_documented_route_is_served_and_unknown_ones_are_not() {
 #[tokio::test]
 async fn concurrent_submits_never_overshoot_the_quota() {
     let app = TestApp::spawn_with(|c| {
-        c.max_pending_per_account = 10;
-        c.workers = 0;
-        c.sqlite_synchronous = "full".into();
+        c.limits.max_pending_per_account = 10;
+        c.worker.workers = 0;
+        c.database.sqlite_synchronous = easel::config::SqliteSynchronous::Full;
     })
     .await;
     let results = futures::future::join_all((0..50).map(|i| {
@@ -580,7 +580,7 @@ async fn last_used(app: &TestApp, email: &str) -> Option<i64> {
 
 #[tokio::test]
 async fn submits_and_reads_record_when_a_key_was_last_used() {
-    let app = TestApp::spawn_with(|c| c.workers = 0).await;
+    let app = TestApp::spawn_with(|c| c.worker.workers = 0).await;
     let submitter = app.key_for("submitter@example.com").await;
     let reader = app.key_for("reader@example.com").await;
     assert_eq!(last_used(&app, "submitter@example.com").await, None);

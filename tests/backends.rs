@@ -470,7 +470,7 @@ async fn openai_failures_are_sorted_refusals_malformed_answers_retries_and_hangs
     let url = mock.start().await;
     let app = TestApp::spawn_with(|c| {
         c.backends = vec![openai("oa", &url, "sk-f", json!({}))];
-        c.generation_budget = Duration::from_secs(4);
+        c.worker.generation_budget = Duration::from_secs(4);
     })
     .await;
     let imagine = || json!({"prompt": "a test pattern"});
@@ -554,7 +554,7 @@ async fn a_rejected_key_fails_the_task_without_showing_the_key() {
                 json!({"operations": ["reroll"]}),
             ),
         ];
-        c.generation_budget = Duration::from_secs(2);
+        c.worker.generation_budget = Duration::from_secs(2);
     })
     .await;
     let grid = run(&app, "imagine", json!({"prompt": "a key"})).await;
@@ -677,7 +677,7 @@ async fn comfyui_failures_are_sorted_and_a_hung_job_is_taken_off_the_backend() {
     let url = mock.start().await;
     let app = TestApp::spawn_with(|c| {
         c.backends = vec![comfy("comfy", &url)];
-        c.generation_budget = Duration::from_secs(4);
+        c.worker.generation_budget = Duration::from_secs(4);
     })
     .await;
     let imagine = || json!({"prompt": "a test pattern"});
@@ -848,8 +848,8 @@ async fn a_canceled_task_is_taken_off_its_backend_and_the_slot_goes_to_the_next(
         let mut backend = comfy("comfy", &url);
         backend.timeout = Duration::from_secs(120);
         c.backends = vec![backend];
-        c.heartbeat = Duration::from_secs(60);
-        c.lease = Duration::from_secs(120);
+        c.worker.heartbeat = Duration::from_secs(60);
+        c.worker.lease = Duration::from_secs(120);
     })
     .await;
     // The job hangs on the backend until easel takes it off.

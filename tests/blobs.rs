@@ -37,10 +37,10 @@ fn s3_endpoint() -> Option<String> {
 }
 
 fn use_s3(config: &mut Config, endpoint: &str, bucket: &str) {
-    config.blob_store = "s3".into();
-    config.s3_bucket = Some(bucket.into());
-    config.s3_endpoint = Some(endpoint.into());
-    config.s3_path_style = true;
+    config.blobs.store = easel::config::BlobStoreKind::S3;
+    config.blobs.s3_bucket = Some(bucket.into());
+    config.blobs.s3_endpoint = Some(endpoint.into());
+    config.blobs.s3_path_style = true;
 }
 
 /// A store in a fresh bucket, with `prefix` as `s3_prefix`; with the config that opened it.
@@ -48,9 +48,16 @@ async fn s3_blobs(endpoint: &str, prefix: &str) -> (Blobs, Config) {
     let bucket = new_bucket(endpoint).await;
     let mut config = test_config(std::path::Path::new("/nonexistent"));
     use_s3(&mut config, endpoint, &bucket);
-    config.s3_prefix = prefix.into();
+    config.blobs.s3_prefix = prefix.into();
     config.validate().unwrap();
-    let blobs = Blobs::open(&config, "http://easel.test").await.unwrap();
+    let blobs = Blobs::open(
+        &config.blobs,
+        &config.data_dir,
+        config.database.sqlite_synchronous,
+        "http://easel.test",
+    )
+    .await
+    .unwrap();
     (blobs, config)
 }
 
@@ -138,8 +145,15 @@ async fn conformance(blobs: &Blobs) {
 async fn the_local_store_conforms() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(dir.path());
-    config.sqlite_synchronous = "full".into();
-    let blobs = Blobs::open(&config, "http://easel.test/").await.unwrap();
+    config.database.sqlite_synchronous = easel::config::SqliteSynchronous::Full;
+    let blobs = Blobs::open(
+        &config.blobs,
+        &config.data_dir,
+        config.database.sqlite_synchronous,
+        "http://easel.test/",
+    )
+    .await
+    .unwrap();
     conformance(&blobs).await;
     // Folders go with their last file.
     let left: Vec<_> = std::fs::read_dir(dir.path().join("files"))
@@ -172,10 +186,12 @@ async fn the_s3_store_keeps_every_key_under_its_prefix() {
         .await
         .unwrap();
     let whole = Blobs::open(
-        &Config {
+        &easel::config::Blobs {
             s3_prefix: String::new(),
-            ..config.clone()
+            ..config.blobs.clone()
         },
+        &config.data_dir,
+        config.database.sqlite_synchronous,
         "http://easel.test",
     )
     .await
@@ -253,7 +269,14 @@ async fn with_s3_any_node_serves_any_tasks_images_from_the_bucket() {
                 .to_string()
         })
         .collect();
-    let bucket_view = Blobs::open(&app.config, "http://elsewhere").await.unwrap();
+    let bucket_view = Blobs::open(
+        &app.config.blobs,
+        &app.config.data_dir,
+        app.config.database.sqlite_synchronous,
+        "http://elsewhere",
+    )
+    .await
+    .unwrap();
     let mut listed = bucket_view.list(&id).await.unwrap();
     let mut expected = keys.clone();
     listed.sort();
@@ -309,7 +332,7 @@ async fn with_s3_any_node_serves_any_tasks_images_from_the_bucket() {
 #[tokio::test]
 async fn blobs_public_url_is_the_base_of_image_urls() {
     let app = TestApp::spawn_with(|c| {
-        c.blobs_public_url = Some("https://cdn.example.com/easel-images/".into());
+        c.blobs.public_url = Some("https://cdn.example.com/easel-images/".into());
     })
     .await;
     let id = app.imagine(json!({"prompt": "a cdn"})).await;
@@ -409,7 +432,7 @@ async fn an_unreachable_bucket_does_not_stop_start_and_answers_503() {
 async fn blob_settings_that_cannot_work_stop_start_naming_the_setting() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(dir.path());
-    config.blob_store = "s3".into();
+    config.blobs.store = easel::config::BlobStoreKind::S3;
     let e = easel::Application::build(config.clone())
         .await
         .err()
@@ -417,19 +440,19 @@ async fn blob_settings_that_cannot_work_stop_start_naming_the_setting() {
         .to_string();
     assert!(e.contains("s3_bucket"), "{e}");
 
-    config.blob_store = "gcs".into();
-    let e = easel::Application::build(config.clone())
-        .await
-        .err()
-        .expect("refused")
+    // A store easel does not have cannot be built at all: it is refused where it is written.
+    let file = dir.path().join("easel.toml");
+    std::fs::write(&file, "blob_store = \"gcs\"\n").unwrap();
+    let e = easel::config::Config::load(Some(file), &Default::default())
+        .expect_err("refused")
         .to_string();
     assert!(
         e.contains("blob_store") && e.contains("`local` or `s3`") && e.contains("gcs"),
         "{e}"
     );
 
-    config.blob_store = "local".into();
-    config.blobs_public_url = Some("cdn.example.com".into());
+    config.blobs.store = easel::config::BlobStoreKind::Local;
+    config.blobs.public_url = Some("cdn.example.com".into());
     let e = easel::Application::build(config)
         .await
         .err()

@@ -61,8 +61,8 @@ async fn cancel(app: &TestApp, key: &str, id: &str) -> (u16, Value) {
 async fn a_queued_task_is_canceled_at_once_its_credits_come_back_and_its_webhook_says_so() {
     // No workers: the task stays queued. One queued task at most per account.
     let app = TestApp::spawn_with(|c| {
-        c.workers = 0;
-        c.max_pending_per_account = 1;
+        c.worker.workers = 0;
+        c.limits.max_pending_per_account = 1;
     })
     .await;
     let (_, key) = app.account_with("canceler@example.com", Some(10)).await;
@@ -126,8 +126,8 @@ async fn a_running_task_is_canceled_and_its_worker_goes_on_to_the_next() {
     // stops the generation at once is shown by tests/backends.rs (a ComfyUI job taken off the
     // backend before any heartbeat) and by the pool's unit test (a paced procedural job).
     let app = TestApp::spawn_with(|c| {
-        c.workers = 1;
-        c.procedural_min_duration = Duration::from_secs(3);
+        c.worker.workers = 1;
+        c.worker.procedural_min_duration = Duration::from_secs(3);
     })
     .await;
     let first = app.imagine(json!({"prompt": "a long exposure"})).await;
@@ -226,7 +226,7 @@ async fn a_submit_that_prefers_to_wait_answers_the_ended_record() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_that_runs_out_answers_the_task_as_it_is() {
-    let app = TestApp::spawn_with(|c| c.workers = 0).await;
+    let app = TestApp::spawn_with(|c| c.worker.workers = 0).await;
     let id = app.imagine(json!({"prompt": "never picked up"})).await;
     let (status, headers, record) = get_with(
         &app,
@@ -244,7 +244,7 @@ async fn a_wait_that_runs_out_answers_the_task_as_it_is() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_requests_are_answered_when_their_task_is_canceled() {
-    let app = TestApp::spawn_with(|c| c.workers = 0).await;
+    let app = TestApp::spawn_with(|c| c.worker.workers = 0).await;
     let id = app.imagine(json!({"prompt": "waited on"})).await;
     let other = app.imagine(json!({"prompt": "not waited on"})).await;
     let waiters: Vec<_> = (0..20)
@@ -293,7 +293,7 @@ async fn waiting_requests_are_answered_when_their_task_is_canceled() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_wait_is_a_400_after_the_key_is_checked() {
-    let app = TestApp::spawn_with(|c| c.workers = 0).await;
+    let app = TestApp::spawn_with(|c| c.worker.workers = 0).await;
     let id = app.imagine(json!({"prompt": "something"})).await;
     for bad in ["wait=0", "wait=61", "wait=soon"] {
         let (status, _, body) = post_with(
@@ -342,7 +342,7 @@ async fn the_longest_wait_outlasts_the_idle_connection_timeout() {
     }
     // A connection is closed after 60 s of silence between requests; a request that waits is
     // not silence, so the full minute ends in an answer, not a closed connection.
-    let app = TestApp::spawn_with(|c| c.workers = 0).await;
+    let app = TestApp::spawn_with(|c| c.worker.workers = 0).await;
     let id = app
         .imagine(json!({"prompt": "waited on for a minute"}))
         .await;
@@ -360,7 +360,7 @@ async fn the_longest_wait_outlasts_the_idle_connection_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_submit_lets_its_idempotency_key_go_and_a_replay_can_wait_too() {
-    let app = TestApp::spawn_with(|c| c.workers = 0).await;
+    let app = TestApp::spawn_with(|c| c.worker.workers = 0).await;
     let body = json!({"prompt": "submitted once, asked twice"});
     let first = {
         let (http, url, key, body) = (
@@ -428,8 +428,8 @@ async fn a_waiting_submit_lets_its_idempotency_key_go_and_a_replay_can_wait_too(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_can_hold_waits_shorter_and_the_answer_says_how_long() {
     let app = TestApp::spawn_with(|c| {
-        c.workers = 0;
-        c.max_wait = Duration::from_secs(1);
+        c.worker.workers = 0;
+        c.limits.max_wait = Duration::from_secs(1);
     })
     .await;
     let (status, headers, record) = post_with(

@@ -268,7 +268,8 @@ async fn signed_out_pages_send_to_sign_in_and_sign_out_ends_the_session() {
 
 #[tokio::test]
 async fn the_session_cookie_is_secure_when_public_url_is_https() {
-    let app = TestApp::spawn_with(|c| c.public_url = Some("https://easel.example".into())).await;
+    let app =
+        TestApp::spawn_with(|c| c.server.public_url = Some("https://easel.example".into())).await;
     let mut b = Browser::new(&app);
     let form = b.get("/signup").await;
     let csrf = form.csrf();
@@ -504,7 +505,7 @@ async fn revoking_a_key_on_the_page_refuses_it_at_once() {
 
 #[tokio::test]
 async fn sign_up_can_be_closed() {
-    let app = TestApp::spawn_with(|c| c.signup = "closed".into()).await;
+    let app = TestApp::spawn_with(|c| c.accounts.signup = easel::config::Signup::Closed).await;
     let mut b = Browser::new(&app);
     let page = b.get("/signup").await;
     assert_eq!(page.status, 403);
@@ -789,8 +790,8 @@ async fn b_progress(app: &TestApp, cookies: &str, task: uuid::Uuid) -> String {
 #[tokio::test]
 async fn a_task_whose_images_retention_removed_shows_a_note_instead_of_images() {
     let app = TestApp::spawn_with(|c| {
-        c.retention = Some(Duration::from_secs(1));
-        c.retention_sweep_interval = Duration::from_millis(100);
+        c.retention.keep = Some(Duration::from_secs(1));
+        c.retention.sweep_interval = Duration::from_millis(100);
     })
     .await;
     let mut b = Browser::new(&app);
@@ -874,7 +875,7 @@ fn askama_escape(text: &str) -> String {
 
 #[tokio::test]
 async fn a_task_that_has_not_ended_is_canceled_from_its_page_by_its_owner_only() {
-    let app = TestApp::spawn_with(|c| c.workers = 0).await;
+    let app = TestApp::spawn_with(|c| c.worker.workers = 0).await;
     let mut alice = Browser::new(&app);
     alice.sign_up("alice@example.com", PASSWORD).await;
     let key = alice.create_key("alice's program").await;

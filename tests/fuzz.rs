@@ -25,8 +25,8 @@ fn shared() -> &'static Shared {
             .build()
             .unwrap();
         let app = runtime.block_on(TestApp::spawn_with(|c| {
-            c.image_size = 64;
-            c.max_pending_per_account = 100_000;
+            c.worker.image_size = 64;
+            c.limits.max_pending_per_account = 100_000;
         }));
         Shared { runtime, app }
     })

@@ -30,7 +30,7 @@ async fn closed_by_server(stream: &mut TcpStream, within: Duration) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_header_senders_are_cut_off_and_others_are_served() {
-    let app = TestApp::spawn_with(|c| c.header_timeout = Duration::from_secs(1)).await;
+    let app = TestApp::spawn_with(|c| c.server.header_timeout = Duration::from_secs(1)).await;
     let mut slow = Vec::new();
     for _ in 0..300 {
         let mut s = TcpStream::connect(addr(&app)).await.unwrap();
@@ -70,7 +70,7 @@ async fn slow_header_senders_are_cut_off_and_others_are_served() {
 
 #[tokio::test]
 async fn huge_heads_and_bodies_are_refused_without_harm() {
-    let app = TestApp::spawn_with(|c| c.body_timeout = Duration::from_secs(1)).await;
+    let app = TestApp::spawn_with(|c| c.server.body_timeout = Duration::from_secs(1)).await;
 
     // A 100 KiB header: 431 (or the connection is closed), and nothing else is affected.
     let mut s = TcpStream::connect(addr(&app)).await.unwrap();
@@ -215,7 +215,7 @@ async fn thousands_of_connections_keep_memory_bounded_and_others_served() {
 
 #[tokio::test]
 async fn silent_connections_are_closed() {
-    let app = TestApp::spawn_with(|c| c.header_timeout = Duration::from_millis(500)).await;
+    let app = TestApp::spawn_with(|c| c.server.header_timeout = Duration::from_millis(500)).await;
     let mut silent = TcpStream::connect(addr(&app)).await.unwrap();
     assert!(closed_by_server(&mut silent, Duration::from_secs(5)).await);
 }

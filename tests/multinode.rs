@@ -87,10 +87,8 @@ fn start_node(dir: &std::path::Path, args: &[&str], env: &[(String, String)]) ->
 
 /// A connection to the cluster's database, as an operator would look at it.
 async fn database(url: &str) -> sqlx::AnyConnection {
-    let config = easel::config::Config {
-        database_url: Some(url.to_string()),
-        ..easel::config::Config::default()
-    };
+    let mut config = easel::config::Config::default();
+    config.database.url = Some(url.to_string());
     common::database(&config).await
 }
 

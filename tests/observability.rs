@@ -56,7 +56,7 @@ fn has(scrape: &prometheus_parse::Scrape, metric: &str) -> bool {
 
 #[tokio::test]
 async fn metrics_are_guarded_by_the_token_and_change_as_tasks_run() {
-    let app = TestApp::spawn_with(|c| c.metrics_token = Some(TOKEN.into())).await;
+    let app = TestApp::spawn_with(|c| c.server.metrics_token = Some(TOKEN.into())).await;
     let url = app.url("/metrics");
 
     // Refused without the token, with a wrong one, and with the API key.
@@ -129,8 +129,8 @@ async fn metrics_on_a_separate_listener_show_the_queue_and_not_on_the_main_one()
     // No workers: submitted tasks stay queued.
     let dir = tempfile::tempdir().unwrap();
     let mut config = common::test_config(dir.path());
-    config.workers = 0;
-    config.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+    config.worker.workers = 0;
+    config.server.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
     let app = easel::Application::build(config).await.unwrap();
     let metrics = format!("http://{}/metrics", app.metrics_addr().unwrap());
     let base = format!("http://{}", app.local_addr());
@@ -229,8 +229,9 @@ fn header<'a>(headers: &'a reqwest::header::HeaderMap, name: &str) -> &'a str {
 #[tokio::test]
 async fn a_burst_then_429_with_the_ratelimit_headers_then_recovery() {
     let app = TestApp::spawn_with(|c| {
-        c.workers = 0;
-        c.rate_limits
+        c.worker.workers = 0;
+        c.limits
+            .rate_limits
             .insert("self-hosted".into(), plan(1.0, 3, Some(100)));
     })
     .await;
@@ -263,8 +264,9 @@ async fn a_burst_then_429_with_the_ratelimit_headers_then_recovery() {
 async fn keys_and_accounts_have_separate_limits() {
     // Slow refill, so that the counts below are not blurred by time passing.
     let app = TestApp::spawn_with(|c| {
-        c.workers = 0;
-        c.rate_limits
+        c.worker.workers = 0;
+        c.limits
+            .rate_limits
             .insert("self-hosted".into(), plan(0.1, 2, Some(3)));
     })
     .await;
@@ -302,10 +304,13 @@ async fn keys_and_accounts_have_separate_limits() {
 #[tokio::test]
 async fn plans_have_their_own_limits_and_unlisted_plans_none() {
     let app = TestApp::spawn_with(|c| {
-        c.workers = 0;
-        c.rate_limits
+        c.worker.workers = 0;
+        c.limits
+            .rate_limits
             .insert("self-hosted".into(), plan(0.1, 2, None));
-        c.rate_limits.insert("pro".into(), plan(0.1, 6, None));
+        c.limits
+            .rate_limits
+            .insert("pro".into(), plan(0.1, 6, None));
     })
     .await;
     let pro_key = app.key_for("pro@example.com").await;
@@ -429,7 +434,7 @@ async fn the_cli_imagines_waits_downloads_and_upscales() {
 
 #[tokio::test]
 async fn the_cli_fails_clearly_with_the_apis_message() {
-    let app = TestApp::spawn_with(|c| c.workers = 0).await;
+    let app = TestApp::spawn_with(|c| c.worker.workers = 0).await;
     let bad = format!("easel_{}", "A".repeat(32));
     let (ok, out, err) = easel(&app, &bad, &["imagine", "anything"]).await;
     assert!(!ok);
@@ -463,7 +468,7 @@ async fn the_cli_fails_clearly_with_the_apis_message() {
 
 #[tokio::test]
 async fn the_cli_lists_the_accounts_tasks_and_cancels_one() {
-    let app = TestApp::spawn_with(|c| c.workers = 0).await;
+    let app = TestApp::spawn_with(|c| c.worker.workers = 0).await;
     let first = app.imagine(json!({"prompt": "the first kite"})).await;
     let second = app.imagine(json!({"prompt": "the second kite"})).await;
     // Another account's task is not listed.

@@ -385,7 +385,9 @@ async fn a_follow_ups_webhook_names_its_parent_and_parameters() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parent_rules_and_bad_bodies_are_refused_naming_the_field() {
-    let app = TestApp::spawn_with(|c| c.procedural_min_duration = Duration::from_millis(300)).await;
+    let app =
+        TestApp::spawn_with(|c| c.worker.procedural_min_duration = Duration::from_millis(300))
+            .await;
     let grid = run(&app, "imagine", json!({"prompt": "a field of tulips"})).await;
     let g = grid["task_id"].as_str().unwrap().to_string();
     let up = run(&app, "upscale-1x", json!({"parent_task_id": g, "index": 1})).await;
@@ -806,7 +808,7 @@ async fn hostile_server() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_input_images_fail_their_task_cleanly_while_others_run() {
-    let app = TestApp::spawn_with(|c| c.input_timeout = Duration::from_secs(2)).await;
+    let app = TestApp::spawn_with(|c| c.limits.input_timeout = Duration::from_secs(2)).await;
     let base = hostile_server().await;
     let submit = |op: &'static str, body: Value| {
         let app = &app;

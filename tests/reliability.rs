@@ -45,8 +45,8 @@ async fn the_schedule_holds_whatever_way_the_receiver_fails() {
     for script in schedules {
         let receiver = ChaosReceiver::start(script.clone()).await;
         let app = TestApp::spawn_with(|c| {
-            c.webhook_timeout = Duration::from_millis(400);
-            c.webhook_retry_schedule = vec![
+            c.webhooks.timeout = Duration::from_millis(400);
+            c.webhooks.retry_schedule = vec![
                 Duration::from_millis(500),
                 Duration::from_millis(1200),
                 Duration::from_millis(2000),

@@ -24,8 +24,8 @@ const HOUR: Duration = Duration::from_secs(3600);
 
 /// A short retention and sweep, for the restarted app.
 fn expire_fast(config: &mut Config) {
-    config.retention = Some(Duration::from_secs(1));
-    config.retention_sweep_interval = Duration::from_millis(100);
+    config.retention.keep = Some(Duration::from_secs(1));
+    config.retention.sweep_interval = Duration::from_millis(100);
 }
 
 async fn restart_expiring(app: TestApp) -> TestApp {
@@ -88,7 +88,7 @@ fn ms(rfc3339: &Value) -> i64 {
 
 #[tokio::test]
 async fn an_expired_tasks_files_are_deleted_and_its_record_says_so_keeping_prompt_and_seed() {
-    let app = TestApp::spawn_with(|c| c.retention = Some(HOUR)).await;
+    let app = TestApp::spawn_with(|c| c.retention.keep = Some(HOUR)).await;
     let id = app
         .imagine(json!({"prompt": "a lighthouse in the fog", "seed": 1234}))
         .await;
@@ -139,7 +139,7 @@ async fn a_task_that_finishes_while_the_server_runs_is_removed_once_it_expires()
     const TOKEN: &str = "metrics-token-for-tests";
     let app = TestApp::spawn_with(|c| {
         expire_fast(c);
-        c.metrics_token = Some(TOKEN.into());
+        c.server.metrics_token = Some(TOKEN.into());
     })
     .await;
     let id = app.imagine(json!({"prompt": "a short-lived kite"})).await;
@@ -174,8 +174,8 @@ async fn a_task_that_finishes_while_the_server_runs_is_removed_once_it_expires()
 
 #[tokio::test]
 async fn with_retention_forever_nothing_expires_and_nothing_is_removed() {
-    let app = TestApp::spawn_with(|c| c.retention_sweep_interval = Duration::from_millis(50)).await;
-    assert_eq!(app.config.retention, None, "forever is the default");
+    let app = TestApp::spawn_with(|c| c.retention.sweep_interval = Duration::from_millis(50)).await;
+    assert_eq!(app.config.retention.keep, None, "forever is the default");
     let id = app.imagine(json!({"prompt": "an everlasting oak"})).await;
     let record = app.wait_final(&id, WITHIN).await;
     assert_eq!(record["expires_at"], Value::Null, "{record}");
@@ -203,7 +203,7 @@ async fn a_task_that_is_not_final_never_expires() {
     common::init_logs();
     let dir = tempfile::tempdir().unwrap();
     let mut config = common::test_config(dir.path());
-    config.workers = 0;
+    config.worker.workers = 0;
     expire_fast(&mut config);
     let app = easel::Application::build(config).await.unwrap();
     let worker = app.worker().clone();
@@ -252,7 +252,7 @@ async fn a_task_that_is_not_final_never_expires() {
 
 #[tokio::test]
 async fn a_follow_up_on_a_task_whose_images_were_removed_is_refused_but_seed_is_not() {
-    let app = TestApp::spawn_with(|c| c.retention = Some(HOUR)).await;
+    let app = TestApp::spawn_with(|c| c.retention.keep = Some(HOUR)).await;
     let grid = run(&app, "imagine", json!({"prompt": "a red fox", "seed": 77})).await;
     let grid_id = grid["task_id"].as_str().unwrap().to_string();
     let up = run(
@@ -309,7 +309,7 @@ async fn a_follow_up_on_a_task_whose_images_were_removed_is_refused_but_seed_is_
 
 #[tokio::test]
 async fn an_inpaint_tasks_mask_is_removed_from_the_store_with_its_data() {
-    let app = TestApp::spawn_with(|c| c.retention = Some(HOUR)).await;
+    let app = TestApp::spawn_with(|c| c.retention.keep = Some(HOUR)).await;
     let grid = run(&app, "imagine", json!({"prompt": "a quiet harbour"})).await;
     let up = run(
         &app,
@@ -362,7 +362,7 @@ async fn an_inpaint_tasks_mask_is_removed_from_the_store_with_its_data() {
 
 #[tokio::test]
 async fn a_failing_blob_store_stops_the_round_without_marking_and_a_later_round_finishes() {
-    let app = TestApp::spawn_with(|c| c.retention = Some(HOUR)).await;
+    let app = TestApp::spawn_with(|c| c.retention.keep = Some(HOUR)).await;
     let id = app.imagine(json!({"prompt": "a stubborn file"})).await;
     let record = app.wait_final(&id, WITHIN).await;
     let grid_url = record["original_image_url"].as_str().unwrap().to_string();
@@ -404,7 +404,7 @@ async fn a_failing_blob_store_stops_the_round_without_marking_and_a_later_round_
 
 #[tokio::test]
 async fn a_sweep_interrupted_between_its_deletes_and_its_mark_finishes_after_a_restart() {
-    let app = TestApp::spawn_with(|c| c.retention = Some(HOUR)).await;
+    let app = TestApp::spawn_with(|c| c.retention.keep = Some(HOUR)).await;
     let id = app.imagine(json!({"prompt": "half gone"})).await;
     let record = app.wait_final(&id, WITHIN).await;
     let (dir, config) = app.stop().await;

@@ -285,11 +285,10 @@ async fn ride_out(
 /// Settings for a fault run on a small data directory: images large enough that a few tasks
 /// fill it, and an attempt counted only when its worker is lost.
 fn fault_config(data_dir: &Path) -> Config {
-    Config {
-        image_size: 256,
-        workers: 2,
-        ..test_config(data_dir)
-    }
+    let mut config = test_config(data_dir);
+    config.worker.image_size = 256;
+    config.worker.workers = 2;
+    config
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -297,10 +296,8 @@ async fn below_min_free_space_the_workers_pause_and_every_task_finishes() {
     let Some(disk) = Tmpfs::mount("8m") else {
         return;
     };
-    let config = Config {
-        min_free_space: "3MiB".into(),
-        ..fault_config(&disk.path)
-    };
+    let mut config = fault_config(&disk.path);
+    config.blobs.min_free_space = "3MiB".parse().unwrap();
     let app = TestApp::start(tempfile::tempdir().unwrap(), config).await;
     let mut figures = Figures::default();
 
@@ -330,10 +327,8 @@ async fn a_full_disk_pauses_the_workers_and_every_task_finishes() {
         return;
     };
     // No floor: the writes themselves run out of space (ENOSPC), and so may the database.
-    let config = Config {
-        min_free_space: "0".into(),
-        ..fault_config(&disk.path)
-    };
+    let mut config = fault_config(&disk.path);
+    config.blobs.min_free_space = "0".parse().unwrap();
     let app = TestApp::start(tempfile::tempdir().unwrap(), config).await;
     let mut figures = Figures::default();
 
@@ -380,10 +375,8 @@ async fn a_full_database_answers_503_and_loses_nothing_it_acknowledged() {
     let Some(disk) = Tmpfs::mount("8m") else {
         return;
     };
-    let config = Config {
-        min_free_space: "0".into(),
-        ..fault_config(&disk.path)
-    };
+    let mut config = fault_config(&disk.path);
+    config.blobs.min_free_space = "0".parse().unwrap();
     let app = TestApp::start(tempfile::tempdir().unwrap(), config).await;
     // Acknowledged, and most still waiting when the disk fills: no byte is left for the
     // images or the database.
@@ -513,13 +506,14 @@ async fn an_object_store_that_stops_answering_pauses_the_workers_and_every_task_
     let target = endpoint.trim_start_matches("http://").to_string();
     let relay = Relay::start(&target).await;
     let dir = tempfile::tempdir().unwrap();
-    let config = Config {
-        blob_store: "s3".into(),
+    let mut config = fault_config(dir.path());
+    config.blobs = easel::config::Blobs {
+        store: easel::config::BlobStoreKind::S3,
         s3_bucket: Some(bucket),
         s3_endpoint: Some(format!("http://127.0.0.1:{}", relay.port)),
         s3_path_style: true,
         s3_region: Some("us-east-1".into()),
-        ..fault_config(dir.path())
+        ..config.blobs
     };
     let app = TestApp::start(dir, config.clone()).await;
     let mut figures = Figures::default();
@@ -552,7 +546,14 @@ async fn an_object_store_that_stops_answering_pauses_the_workers_and_every_task_
     })
     .await;
     figures = figures_after;
-    let blobs = Blobs::open(&config, "http://127.0.0.1").await.unwrap();
+    let blobs = Blobs::open(
+        &config.blobs,
+        &config.data_dir,
+        config.database.sqlite_synchronous,
+        "http://127.0.0.1",
+    )
+    .await
+    .unwrap();
     let future = std::time::SystemTime::now() + Duration::from_secs(3600);
     let in_bucket: BTreeSet<String> = blobs
         .old_keys(future, 100_000)
@@ -610,8 +611,17 @@ async fn the_sweep_removes_only_images_that_no_task_refers_to() {
     let young = format!("{unknown}/fedcba9876543210fedcba9876543210/0.png");
     plant(&root, &young, Duration::ZERO);
 
-    let store = easel::store::open(&config).await.unwrap();
-    let blobs = Blobs::open(&config, "http://127.0.0.1").await.unwrap();
+    let store = easel::store::open(&config.database, &config.data_dir)
+        .await
+        .unwrap();
+    let blobs = Blobs::open(
+        &config.blobs,
+        &config.data_dir,
+        config.database.sqlite_synchronous,
+        "http://127.0.0.1",
+    )
+    .await
+    .unwrap();
     let removed = easel::worker::sweep_orphans(&store, &blobs, Duration::from_secs(3600), 1000)
         .await
         .unwrap();
@@ -643,7 +653,7 @@ async fn a_webhook_attempt_whose_record_cannot_be_written_is_recorded_later_and_
     };
     let receiver = Receiver::start(vec![Behaviour::Status(200)]).await;
     let app = TestApp::spawn_with(|c| {
-        c.database_url = Some(common::fresh_postgres_url(&base));
+        c.database.url = Some(common::fresh_postgres_url(&base));
     })
     .await;
     // The database refuses to store attempts, or tasks, as one out of disk space does
@@ -759,15 +769,23 @@ async fn s3_answering(status: u16, code: &'static str) -> String {
 async fn s3_put_fails_transiently(endpoint: &str) -> bool {
     common::s3::test_credentials();
     let dir = tempfile::tempdir().unwrap();
-    let config = Config {
-        blob_store: "s3".into(),
+    let mut config = test_config(dir.path());
+    config.blobs = easel::config::Blobs {
+        store: easel::config::BlobStoreKind::S3,
         s3_bucket: Some("images".into()),
         s3_endpoint: Some(endpoint.to_string()),
         s3_path_style: true,
         s3_region: Some("us-east-1".into()),
-        ..test_config(dir.path())
+        ..config.blobs
     };
-    let blobs = Blobs::open(&config, "http://127.0.0.1").await.unwrap();
+    let blobs = Blobs::open(
+        &config.blobs,
+        &config.data_dir,
+        config.database.sqlite_synchronous,
+        "http://127.0.0.1",
+    )
+    .await
+    .unwrap();
     let key = format!(
         "{}/0.png",
         Blobs::new_folder(&uuid::Uuid::new_v4().to_string())

@@ -748,7 +748,7 @@ async fn postgres_nodes_share_migrations_ids_wakeups_the_quota_and_revocations()
 async fn a_database_url_with_an_unknown_scheme_stops_easel_naming_the_setting() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = common::test_config(dir.path());
-    config.database_url = Some("mysql://root@127.0.0.1/easel".into());
+    config.database.url = Some("mysql://root@127.0.0.1/easel".into());
     let err = easel::Application::build(config)
         .await
         .err()

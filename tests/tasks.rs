@@ -12,8 +12,8 @@ use serde_json::json;
 #[tokio::test]
 async fn a_task_runs_to_finished_with_four_images_and_a_grid() {
     let app = TestApp::spawn_with(|c| {
-        c.procedural_min_duration = Duration::from_millis(1500);
-        c.heartbeat = Duration::from_millis(100);
+        c.worker.procedural_min_duration = Duration::from_millis(1500);
+        c.worker.heartbeat = Duration::from_millis(100);
     })
     .await;
     let id = app
@@ -100,9 +100,9 @@ async fn a_task_runs_to_finished_with_four_images_and_a_grid() {
 #[tokio::test]
 async fn files_are_made_durable_and_an_earlier_attempts_files_are_removed() {
     let app = TestApp::spawn_with(|c| {
-        c.procedural_min_duration = Duration::from_millis(800);
+        c.worker.procedural_min_duration = Duration::from_millis(800);
         // Durable storage: every file and the folders holding them are fsynced.
-        c.sqlite_synchronous = "full".into();
+        c.database.sqlite_synchronous = easel::config::SqliteSynchronous::Full;
     })
     .await;
     let id = app
@@ -135,8 +135,8 @@ async fn files_are_made_durable_and_an_earlier_attempts_files_are_removed() {
 async fn the_lease_reaper_fails_a_task_out_of_attempts_and_removes_its_files() {
     // No worker of this process: the task is taken by one that then disappears.
     let app = TestApp::spawn_with(|c| {
-        c.workers = 0;
-        c.max_attempts = 1;
+        c.worker.workers = 0;
+        c.worker.max_attempts = 1;
     })
     .await;
     let id = app
@@ -165,7 +165,8 @@ async fn the_lease_reaper_fails_a_task_out_of_attempts_and_removes_its_files() {
 
 #[tokio::test]
 async fn content_policy_violations_fail_with_a_clear_error() {
-    let app = TestApp::spawn_with(|c| c.blocked_terms = vec!["forbidden thing".into()]).await;
+    let app =
+        TestApp::spawn_with(|c| c.worker.blocked_terms = vec!["forbidden thing".into()]).await;
     let id = app
         .imagine(json!({"prompt": "A FORBIDDEN thing, in oils"}))
         .await;
@@ -289,9 +290,9 @@ async fn a_stale_worker_cannot_overwrite_a_newer_attempt_and_lost_tasks_fail_aft
 #[tokio::test]
 async fn accepted_tasks_survive_a_restart_and_finish() {
     let app = TestApp::spawn_with(|c| {
-        c.workers = 1;
-        c.procedural_min_duration = Duration::from_millis(400);
-        c.shutdown_timeout = Duration::from_millis(50);
+        c.worker.workers = 1;
+        c.worker.procedural_min_duration = Duration::from_millis(400);
+        c.server.shutdown_timeout = Duration::from_millis(50);
     })
     .await;
     let mut ids = Vec::new();
@@ -312,8 +313,8 @@ async fn accepted_tasks_survive_a_restart_and_finish() {
 #[tokio::test]
 async fn the_quota_frees_up_as_tasks_end() {
     let app = TestApp::spawn_with(|c| {
-        c.max_pending_per_account = 2;
-        c.blocked_terms = vec!["blocked".into()];
+        c.limits.max_pending_per_account = 2;
+        c.worker.blocked_terms = vec!["blocked".into()];
     })
     .await;
     let a = app.imagine(json!({"prompt": "first"})).await;
@@ -334,7 +335,7 @@ async fn the_checkpointer_copies_committed_pages_into_the_database_file() {
     if common::sqlite_only("SQLite's WAL checkpoints") {
         return;
     }
-    let app = TestApp::spawn_with(|c| c.workers = 0).await;
+    let app = TestApp::spawn_with(|c| c.worker.workers = 0).await;
     let db = app.config.data_dir.join("easel.db");
     let size = || std::fs::metadata(&db).unwrap().len();
     tokio::time::sleep(Duration::from_millis(300)).await;

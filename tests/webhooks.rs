@@ -92,7 +92,7 @@ async fn a_finished_task_is_delivered_with_exact_payload_headers_and_signature()
 #[tokio::test]
 async fn a_failed_task_is_delivered_without_the_secret_header_when_none_was_given() {
     let receiver = Receiver::start(vec![Behaviour::Status(204)]).await;
-    let app = TestApp::spawn_with(|c| c.blocked_terms = vec!["forbidden".into()]).await;
+    let app = TestApp::spawn_with(|c| c.worker.blocked_terms = vec!["forbidden".into()]).await;
     let id = app
         .imagine(json!({"prompt": "something forbidden", "webhook_url": receiver.url}))
         .await;
@@ -185,7 +185,7 @@ async fn timeouts_and_endless_bodies_fail_the_attempt() {
         Behaviour::Status(200),
     ])
     .await;
-    let app = TestApp::spawn_with(|c| c.webhook_timeout = Duration::from_millis(500)).await;
+    let app = TestApp::spawn_with(|c| c.webhooks.timeout = Duration::from_millis(500)).await;
     let id = app
         .imagine(json!({"prompt": "slow receiver", "webhook_url": receiver.url}))
         .await;
@@ -258,7 +258,7 @@ async fn deliveries_to_private_addresses_are_refused_when_not_allowed() {
     })
     .await;
     let before = receiver.count();
-    config.webhook_allow_private = false;
+    config.webhooks.allow_private = false;
     let app = TestApp::start(dir, config).await;
     let (status, _) = app
         .post(&format!("/api/v1/tasks/{id}/redeliver"), &json!({}))
@@ -288,7 +288,7 @@ async fn deliveries_to_private_addresses_are_refused_when_not_allowed() {
 async fn a_hanging_receiver_does_not_hold_up_deliveries_to_others() {
     let slow = Receiver::start(vec![Behaviour::Hang(Duration::from_secs(9))]).await;
     let fast = Receiver::start(vec![Behaviour::Status(200)]).await;
-    let app = TestApp::spawn_with(|c| c.webhook_timeout = Duration::from_secs(10)).await;
+    let app = TestApp::spawn_with(|c| c.webhooks.timeout = Duration::from_secs(10)).await;
     let mut slow_ids = Vec::new();
     for i in 0..5 {
         slow_ids.push(
@@ -332,9 +332,9 @@ async fn a_hanging_receiver_does_not_hold_up_deliveries_to_others() {
 async fn a_shutdown_hands_back_claimed_deliveries_that_were_not_sent() {
     let receiver = Receiver::start(vec![Behaviour::Hang(Duration::from_secs(30))]).await;
     let app = TestApp::spawn_with(|c| {
-        c.webhook_concurrency = 1;
-        c.webhook_timeout = Duration::from_secs(10);
-        c.shutdown_timeout = Duration::from_millis(500);
+        c.webhooks.concurrency = 1;
+        c.webhooks.timeout = Duration::from_secs(10);
+        c.server.shutdown_timeout = Duration::from_millis(500);
     })
     .await;
     for i in 0..4 {
@@ -452,8 +452,8 @@ async fn the_queue_and_the_outbox_can_be_driven_one_step_at_a_time() {
 async fn a_delivery_rescheduled_from_outside_is_picked_up_by_the_next_poll() {
     let receiver = Receiver::start(vec![Behaviour::Status(503), Behaviour::Status(200)]).await;
     let app = TestApp::spawn_with(|c| {
-        c.webhook_retry_schedule = vec![Duration::from_secs(3600)];
-        c.poll_interval = Duration::from_millis(300);
+        c.webhooks.retry_schedule = vec![Duration::from_secs(3600)];
+        c.worker.poll_interval = Duration::from_millis(300);
     })
     .await;
     let id = app

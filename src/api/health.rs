@@ -20,7 +20,7 @@ pub async fn ready(State(state): State<AppState>) -> Result<Json<Value>, ApiErro
         });
     }
     state.store.ping().await?;
-    if state.config.runs(crate::config::Role::WORKER) {
+    if state.config.runs(crate::config::Role::Worker) {
         if let Some(cause) = state.blobs.health().paused() {
             return Err(ApiError::Unavailable {
                 msg: format!("workers are paused: {cause}"),
@@ -28,7 +28,7 @@ pub async fn ready(State(state): State<AppState>) -> Result<Json<Value>, ApiErro
             });
         }
     }
-    if !state.config.backends.is_empty() && state.config.runs(crate::config::Role::WORKER) {
+    if !state.config.backends.is_empty() && state.config.runs(crate::config::Role::Worker) {
         // A worker node with configured backends is ready while one of them is; the answer
         // names each backend and its state either way.
         let backends = state.pool.health();

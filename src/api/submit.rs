@@ -64,7 +64,7 @@ pub async fn submit(
         (Some(held), Ok(body)) => Some(Idempotency {
             key: held.key().to_string(),
             fingerprint: fingerprint(kind, &body.0),
-            ttl_ms: state.config.idempotency_ttl.as_millis() as i64,
+            ttl_ms: state.config.limits.idempotency_ttl.as_millis() as i64,
         }),
         _ => None,
     };

@@ -14,6 +14,7 @@ mod s3;
 
 pub use health::StorageHealth;
 
+use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -21,7 +22,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use rand::RngCore;
 
-use crate::config::Config;
+use crate::config::{self, BlobStoreKind, SqliteSynchronous};
 
 /// A blob operation that failed, sorted by what the caller should do about it.
 #[derive(Debug, thiserror::Error)]
@@ -89,25 +90,28 @@ pub struct Blobs {
 
 impl Blobs {
     /// The store named by `blob_store`. Nothing is contacted yet, so a store that is briefly
-    /// down does not stop easel from starting; settings that cannot work do.
-    pub async fn open(config: &Config, public_url: &str) -> anyhow::Result<Blobs> {
+    /// down does not stop easel from starting; settings that cannot work do. A local store keeps
+    /// its files under `data_dir`, synced as the database's commits are.
+    pub async fn open(
+        config: &config::Blobs,
+        data_dir: &Path,
+        synchronous: SqliteSynchronous,
+        public_url: &str,
+    ) -> anyhow::Result<Blobs> {
         let mut floor = None;
-        let store: Arc<dyn BlobStore> = match config.blob_store.as_str() {
-            "local" => {
-                let root = config.data_dir.join("files");
+        let store: Arc<dyn BlobStore> = match config.store {
+            BlobStoreKind::Local => {
+                let root = data_dir.join("files");
                 tokio::fs::create_dir_all(&root).await.map_err(|e| {
                     anyhow::anyhow!("cannot create the image folder {}: {e}", root.display())
                 })?;
-                floor = Some((root.clone(), config.min_free_space()?));
+                floor = Some((root.clone(), config.min_free_space));
                 // Image files are as durable as the database's commits that point at them.
-                Arc::new(local::Local::new(root, config.sqlite_synchronous == "full"))
+                Arc::new(local::Local::new(root, synchronous.is_full()))
             }
-            "s3" => Arc::new(s3::S3::new(config)?),
-            other => {
-                anyhow::bail!("configuration: blob_store must be `local` or `s3`, not `{other}`")
-            }
+            BlobStoreKind::S3 => Arc::new(s3::S3::new(config)?),
         };
-        let base_url = match &config.blobs_public_url {
+        let base_url = match &config.public_url {
             Some(url) => url.trim_end_matches('/').to_string(),
             None => format!("{}/files", public_url.trim_end_matches('/')),
         };

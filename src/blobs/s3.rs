@@ -27,7 +27,7 @@ impl S3 {
     /// variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
     /// `AWS_REGION`, `AWS_ENDPOINT`...) or the instance's role; easel's settings win over them.
     /// Builds the client only: nothing is contacted, so start does not depend on the bucket.
-    pub(super) fn new(config: &crate::config::Config) -> anyhow::Result<S3> {
+    pub(super) fn new(config: &crate::config::Blobs) -> anyhow::Result<S3> {
         let bucket = config
             .s3_bucket
             .as_deref()

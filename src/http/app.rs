@@ -35,7 +35,11 @@ pub fn app(
        + Send
        + 'static {
     // The larger limit here; the body extractor applies each route's own.
-    let body_limit = state.config.body_limit.max(state.config.mask_body_limit);
+    let body_limit = state
+        .config
+        .limits
+        .body_limit
+        .max(state.config.limits.mask_body_limit);
     tower::ServiceBuilder::new()
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .layer(PropagateRequestIdLayer::x_request_id())
@@ -52,11 +56,11 @@ fn router(state: AppState) -> Router {
     let mut health = Router::new()
         .route("/healthz", get(crate::api::health::alive))
         .route("/readyz", get(crate::api::health::ready));
-    if state.config.metrics_token.is_some() {
+    if state.config.server.metrics_token.is_some() {
         // Without a token the path is not routed at all (404, like any unknown path).
         health = health.route("/metrics", get(super::metrics::guarded));
     }
-    if !state.config.runs(Role::API) {
+    if !state.config.runs(Role::Api) {
         // A worker or dispatcher node answers its health checks and nothing else.
         return health
             .fallback(|| async { ApiError::RouteNotFound })

@@ -32,9 +32,9 @@ impl FromRequest<AppState> for JsonObject {
         }
         // A mask is a whole PNG: its operation's bodies have a limit of their own.
         let limit = if req.uri().path() == MASK_ROUTE {
-            state.config.mask_body_limit
+            state.config.limits.mask_body_limit
         } else {
-            state.config.body_limit
+            state.config.limits.body_limit
         };
         // A declared length over the limit is refused before any of the body is read.
         let declared = req
@@ -45,7 +45,10 @@ impl FromRequest<AppState> for JsonObject {
         if declared.is_some_and(|n| n > limit as u64) {
             return Err(ApiError::PayloadTooLarge { limit });
         }
-        let read = tokio::time::timeout(state.config.body_timeout, Bytes::from_request(req, state));
+        let read = tokio::time::timeout(
+            state.config.server.body_timeout,
+            Bytes::from_request(req, state),
+        );
         let bytes = read
             .await
             .map_err(|_| ApiError::RequestTimeout)?

@@ -34,7 +34,7 @@ async fn exposition(state: &AppState) -> Response {
 
 /// `GET /metrics` on the main listener: only with `Authorization: Bearer <metrics_token>`.
 pub async fn guarded(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let Some(token) = state.config.metrics_token.as_deref() else {
+    let Some(token) = state.config.server.metrics_token.as_deref() else {
         return ApiError::RouteNotFound.into_response();
     };
     let presented = headers

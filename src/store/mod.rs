@@ -38,115 +38,30 @@ pub use model::{
 };
 pub(crate) use model::{usage_since, worker_lost, Fence, Quota, Refused, RUNNING};
 
-use crate::config::Config;
+use std::path::Path;
 
-/// The schemes `database_url` accepts, for the error that names them.
-const SCHEMES: &str = "sqlite://PATH (or a plain path), postgres:// or postgresql://";
+use crate::config::{self, DatabaseKind};
 
-/// Which database a URL names.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Backend {
-    Sqlite(String),
-    Postgres(String),
-}
+/// URLs in logs and errors lose their password; the rule lives with the other URL handling.
+pub use crate::net::redact;
 
-impl Backend {
-    /// Sort `url` by its scheme: `sqlite:` or a plain path selects SQLite, `postgres:` or
-    /// `postgresql:` PostgreSQL; any other scheme is refused.
-    pub fn from_url(url: &str) -> anyhow::Result<Backend> {
-        let url = url.trim();
-        if url.is_empty() {
-            anyhow::bail!("configuration: database_url is empty; it accepts {SCHEMES}");
-        }
-        let scheme = url
-            .split_once(':')
-            .map(|(s, _)| s.to_ascii_lowercase())
-            .filter(|s| {
-                // `C:\data\easel.db` is a path, not a scheme.
-                s.len() > 1
-                    && s.chars()
-                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
-            });
-        match scheme.as_deref() {
-            None => Ok(Backend::Sqlite(format!("sqlite://{url}"))),
-            Some("sqlite") => Ok(Backend::Sqlite(url.to_string())),
-            Some("postgres" | "postgresql") => Ok(Backend::Postgres(url.to_string())),
-            Some(other) => anyhow::bail!(
-                "configuration: database_url has the scheme `{other}:`, which easel does not \
-                 know; it accepts {SCHEMES}"
-            ),
-        }
-    }
-}
-
-/// `url` with any password replaced by `***`, for logs and errors.
-pub fn redact(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut parsed) if parsed.password().is_some() => {
-            let _ = parsed.set_password(Some("***"));
-            parsed.to_string()
-        }
-        _ => url.to_string(),
-    }
-}
-
-/// Open the store that `config.database_url()` names, creating and migrating its schema.
-pub async fn open(config: &Config) -> anyhow::Result<SharedStore> {
-    match Backend::from_url(&config.database_url())? {
-        Backend::Sqlite(url) => Ok(Arc::new(
-            sqlite::SqliteStore::open(&url, config.sqlite_synchronous == "full").await?,
+/// Open the store that `database` names, creating and migrating its schema.
+pub async fn open(database: &config::Database, data_dir: &Path) -> anyhow::Result<SharedStore> {
+    match database.kind_in(data_dir)? {
+        DatabaseKind::Sqlite(url) => Ok(Arc::new(
+            sqlite::SqliteStore::open(&url, database.sqlite_synchronous.is_full()).await?,
         )),
-        Backend::Postgres(url) => Ok(Arc::new(
-            postgres::PgStore::open(&url, &postgres::PgOptions::from_config(config)).await?,
+        DatabaseKind::Postgres(url) => Ok(Arc::new(
+            postgres::PgStore::open(&url, &postgres::PgOptions::from_config(database)).await?,
         )),
     }
 }
 
-/// Bring the schema of the store that `config` names up to date, and nothing else (`easel
+/// Bring the schema of the store that `database` names up to date, and nothing else (`easel
 /// migrate`).
-pub async fn migrate(config: &Config) -> anyhow::Result<()> {
-    match Backend::from_url(&config.database_url())? {
-        Backend::Sqlite(url) => sqlite::SqliteStore::migrate(&url).await,
-        Backend::Postgres(url) => postgres::PgStore::migrate(&url).await,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_url_scheme_picks_the_store() {
-        assert_eq!(
-            Backend::from_url("data/easel.db").unwrap(),
-            Backend::Sqlite("sqlite://data/easel.db".into())
-        );
-        assert_eq!(
-            Backend::from_url("sqlite:///var/easel.db").unwrap(),
-            Backend::Sqlite("sqlite:///var/easel.db".into())
-        );
-        assert!(matches!(
-            Backend::from_url("postgres://u@h/db").unwrap(),
-            Backend::Postgres(_)
-        ));
-        assert!(matches!(
-            Backend::from_url("postgresql://u@h/db").unwrap(),
-            Backend::Postgres(_)
-        ));
-        let refused = Backend::from_url("mysql://root@h/db")
-            .unwrap_err()
-            .to_string();
-        assert!(refused.contains("database_url"), "{refused}");
-        assert!(refused.contains("postgres://"), "{refused}");
-        assert!(Backend::from_url("").is_err());
-    }
-
-    #[test]
-    fn passwords_never_reach_logs() {
-        assert_eq!(
-            redact("postgres://easel:hunter2@db:5432/easel"),
-            "postgres://easel:***@db:5432/easel"
-        );
-        assert_eq!(redact("postgres://db/easel"), "postgres://db/easel");
+pub async fn migrate(database: &config::Database, data_dir: &Path) -> anyhow::Result<()> {
+    match database.kind_in(data_dir)? {
+        DatabaseKind::Sqlite(url) => sqlite::SqliteStore::migrate(&url).await,
+        DatabaseKind::Postgres(url) => postgres::PgStore::migrate(&url).await,
     }
 }

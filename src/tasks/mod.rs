@@ -22,9 +22,9 @@ use crate::domain::ContentPolicy;
 use crate::error::ApiError;
 use crate::generate::inputs::ImageFetcher;
 use crate::generate::pool::Pool;
+use crate::net::DestinationPolicy;
 use crate::store::{SharedStore, Task};
 use crate::telemetry::request;
-use crate::webhooks::ssrf::DestinationPolicy;
 
 /// What the use cases work with.
 pub struct Tasks {
@@ -61,6 +61,6 @@ impl Tasks {
 
     /// The record of `task` as callers see it.
     pub fn record(&self, task: &Task) -> serde_json::Value {
-        record::task_record(task, &self.blobs, self.config.retention)
+        record::task_record(task, &self.blobs, self.config.retention.keep)
     }
 }

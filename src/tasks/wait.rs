@@ -11,12 +11,13 @@ use super::Tasks;
 use crate::auth::PresentedKey;
 use crate::store::Task;
 
-/// The longest wait a request may ask for, in seconds; plain `wait` asks for this.
-pub const WAIT_MAX_SECS: u64 = 60;
+/// The longest wait a request may ask for, in seconds; plain `wait` asks for this. A setting
+/// (`max_wait`) is bounded by it, so it lives with the settings.
+pub use crate::config::WAIT_MAX_SECS;
 
 /// The wait served for one of `asked` seconds: at most the node's `max_wait`.
 pub fn served(tasks: &Tasks, asked: u64) -> u64 {
-    asked.min(tasks.config.max_wait.as_secs())
+    asked.min(tasks.config.limits.max_wait.as_secs())
 }
 
 /// `task` as it is once it has ended, or after `secs` seconds, or when the server starts shutting

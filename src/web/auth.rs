@@ -165,7 +165,7 @@ async fn start_session(
     account_id: &str,
 ) -> Result<CookieJar, WebError> {
     let (token, hash) = accounts::new_session_token();
-    let ttl = state.config.session_ttl;
+    let ttl = state.config.accounts.session_ttl;
     let expires_at = now_ms() + i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX / 2);
     state
         .store
@@ -259,7 +259,7 @@ pub async fn sign_up(
         ),
         signing_secret: crate::webhooks::signing::generate_secret(),
         admin: false,
-        credits: state.config.signup_credits,
+        credits: state.config.accounts.signup_credits,
     };
     let Some(account) = store.create_user(&new).await? else {
         accounts::sign_in_failed(store, &posted.client, &email).await?;

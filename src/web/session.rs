@@ -60,6 +60,7 @@ pub fn same_secret(a: &str, b: &str) -> bool {
 pub fn secure(state: &AppState) -> bool {
     state
         .config
+        .server
         .public_url
         .as_deref()
         .is_some_and(|u| u.starts_with("https://"))
@@ -92,6 +93,7 @@ pub fn same_origin(headers: &HeaderMap, state: &AppState) -> bool {
         };
         let public = state
             .config
+            .server
             .public_url
             .as_deref()
             .and_then(|u| url::Url::parse(u).ok())

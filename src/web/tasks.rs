@@ -361,7 +361,7 @@ pub async fn page(
     }
     match (
         task.data_removed_at,
-        task.expires_at(state.config.retention),
+        task.expires_at(state.config.retention.keep),
     ) {
         (Some(t), _) => timeline.push(fact("Images removed (retention)", when(t))),
         (None, Some(t)) => timeline.push(fact("Images kept until (retention)", when(t))),

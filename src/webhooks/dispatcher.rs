@@ -24,7 +24,7 @@ fn queued_at(delivery_id: &str) -> Option<i64> {
 }
 
 fn poll_ms(config: &Config) -> i64 {
-    config.poll_interval.as_millis() as i64
+    config.worker.poll_interval.as_millis() as i64
 }
 
 /// The longest a due delivery waits for more slots to free before a smaller claim is made.
@@ -50,7 +50,7 @@ impl Dispatcher {
     /// whole timeout, then be sent and recorded.
     fn lease_ms(&self) -> i64 {
         let rounds = QUEUE_ROUNDS as u32 + 1;
-        (rounds * self.config.webhook_timeout + Duration::from_secs(5)).as_millis() as i64
+        (rounds * self.config.webhooks.timeout + Duration::from_secs(5)).as_millis() as i64
     }
 
     /// Send every delivery that is due now (up to `limit`) and wait for them. Returns how many
@@ -120,7 +120,7 @@ impl Dispatcher {
             next_attempt_at(
                 attempt_no,
                 first_failed_at.unwrap_or(ended),
-                &self.config.webhook_retry_schedule,
+                &self.config.webhooks.retry_schedule,
             )
         };
         AttemptRecord {
@@ -242,7 +242,7 @@ impl Dispatcher {
         let store = self.store.clone();
         // Woken by the store when a delivery is queued or made due again, on any node.
         let wakeup = &store.wakeups().outbox;
-        let concurrency = self.config.webhook_concurrency;
+        let concurrency = self.config.webhooks.concurrency;
         let capacity = concurrency * QUEUE_ROUNDS;
         let (queue, claimed) = mpsc::channel::<DueDelivery>(capacity);
         let claimed = Arc::new(Mutex::new(claimed));
@@ -274,7 +274,7 @@ impl Dispatcher {
             let free = queue.capacity();
             let gathering = free < claim_at && last_claim.elapsed() < CLAIM_GATHER;
             let nothing_due = next_due.is_some_and(|(t, learned)| {
-                t > now_ms() && learned.elapsed() < self.config.poll_interval
+                t > now_ms() && learned.elapsed() < self.config.worker.poll_interval
             });
             if free > 0 && !gathering && !nothing_due {
                 last_claim = Instant::now();
@@ -312,7 +312,7 @@ impl Dispatcher {
             // wakes the loop earlier.
             let free = queue.capacity();
             let wait = if free == 0 {
-                self.config.poll_interval
+                self.config.worker.poll_interval
             } else {
                 let until_due = next_due.map_or(Duration::ZERO, |(t, _)| {
                     Duration::from_millis((t - now_ms()).max(0) as u64)
@@ -325,7 +325,7 @@ impl Dispatcher {
                 until_due
                     .max(until_gathered)
                     .max(Duration::from_millis(1))
-                    .min(self.config.poll_interval)
+                    .min(self.config.worker.poll_interval)
             };
             tokio::select! {
                 _ = wakeup.notified() => next_due = None,
@@ -338,7 +338,7 @@ impl Dispatcher {
         // No more claims. The senders saw the same cancellation and take nothing more from the
         // queue; those sending get the shutdown timeout.
         drop(queue);
-        let drained = tokio::time::timeout(self.config.shutdown_timeout, async {
+        let drained = tokio::time::timeout(self.config.server.shutdown_timeout, async {
             while senders.join_next().await.is_some() {}
         })
         .await;

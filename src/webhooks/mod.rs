@@ -4,7 +4,6 @@
 pub mod client;
 pub mod dispatcher;
 pub mod signing;
-pub mod ssrf;
 
 use std::time::Duration;
 

@@ -101,7 +101,7 @@ impl From<String> for Refused {
 
 impl WorkerContext {
     fn lease_ms(&self) -> i64 {
-        self.config.lease.as_millis() as i64
+        self.config.worker.lease.as_millis() as i64
     }
 
     /// Claim the next task, if any, and run it to the end. `hard_stop` interrupts a running task
@@ -220,7 +220,7 @@ impl WorkerContext {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = StoreResult<T>>,
     {
-        let deadline = tokio::time::Instant::now() + self.config.lease;
+        let deadline = tokio::time::Instant::now() + self.config.worker.lease;
         let mut wait = Duration::from_millis(50);
         let mut logged = false;
         loop {
@@ -269,7 +269,7 @@ impl WorkerContext {
             prompt: prompt_text(&task.prompt).to_string(),
             seed: task.seed as u64,
             aspect: task.aspect_ratio,
-            image_size: self.config.image_size,
+            image_size: self.config.worker.image_size,
             inputs,
             mask,
         };
@@ -497,7 +497,7 @@ async fn heartbeat(
     // The task's end (a cancel, on any node) makes the next heartbeat at once, which then finds
     // the claim gone.
     let watch = ctx.store.wakeups().task_ends.watch(seq);
-    let mut tick = tokio::time::interval(ctx.config.heartbeat);
+    let mut tick = tokio::time::interval(ctx.config.worker.heartbeat);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     loop {
@@ -531,7 +531,7 @@ async fn heartbeat(
 pub async fn run_pool(ctx: WorkerContext, shutdown: CancellationToken) {
     let hard_stop = CancellationToken::new();
     let mut set = JoinSet::new();
-    for i in 0..ctx.config.workers * 2 {
+    for i in 0..ctx.config.worker.workers * 2 {
         let ctx = ctx.clone();
         let shutdown = shutdown.clone();
         let hard_stop = hard_stop.clone();
@@ -542,18 +542,18 @@ pub async fn run_pool(ctx: WorkerContext, shutdown: CancellationToken) {
     }
     set.spawn(reaper_loop(ctx.clone(), shutdown.clone()));
     set.spawn(sweep_at_start(ctx.clone(), shutdown.clone()));
-    if let Some(retention) = ctx.config.retention {
+    if let Some(retention) = ctx.config.retention.keep {
         set.spawn(retention::run(
             ctx.store.clone(),
             ctx.blobs.clone(),
             retention,
-            ctx.config.retention_sweep_interval,
+            ctx.config.retention.sweep_interval,
             shutdown.clone(),
         ));
     }
 
     shutdown.cancelled().await;
-    let drained = tokio::time::timeout(ctx.config.shutdown_timeout, async {
+    let drained = tokio::time::timeout(ctx.config.server.shutdown_timeout, async {
         while set.join_next().await.is_some() {}
     })
     .await;
@@ -591,7 +591,7 @@ async fn worker_loop(
         if idle {
             tokio::select! {
                 _ = ctx.store.wakeups().queue.notified() => {}
-                _ = tokio::time::sleep(ctx.config.poll_interval) => {}
+                _ = tokio::time::sleep(ctx.config.worker.poll_interval) => {}
                 _ = shutdown.cancelled() => {}
             }
         }
@@ -600,7 +600,7 @@ async fn worker_loop(
 
 /// One sweep of images no task refers to, in the background of a worker node's start.
 async fn sweep_at_start(ctx: WorkerContext, shutdown: CancellationToken) {
-    let min_age = SWEEP_MIN_AGE.max(ctx.config.lease * 4);
+    let min_age = SWEEP_MIN_AGE.max(ctx.config.worker.lease * 4);
     tokio::select! {
         swept = sweep_orphans(&ctx.store, &ctx.blobs, min_age, SWEEP_LIMIT) => match swept {
             Ok(0) => {}
@@ -614,11 +614,16 @@ async fn sweep_at_start(ctx: WorkerContext, shutdown: CancellationToken) {
 async fn reaper_loop(ctx: WorkerContext, shutdown: CancellationToken) {
     let every = ctx
         .config
+        .worker
         .poll_interval
-        .min(ctx.config.lease / 2)
+        .min(ctx.config.worker.lease / 2)
         .max(Duration::from_millis(50));
     loop {
-        match ctx.store.recover_expired(ctx.config.max_attempts).await {
+        match ctx
+            .store
+            .recover_expired(ctx.config.worker.max_attempts)
+            .await
+        {
             Ok((requeued, failed)) => {
                 for id in &failed {
                     ctx.blobs.remove_stale_attempts(id, None).await;

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use tempfile::TempDir;
 use tokio::sync::oneshot;
 
-use easel::config::Config;
+use easel::config::{Config, SqliteSynchronous};
 use easel::store::SharedStore;
 use easel::Application;
 
@@ -205,27 +205,28 @@ pub fn test_config(dir: &std::path::Path) -> Config {
         let base = postgres().expect("EASEL_TEST_STORE=postgres needs EASEL_TEST_POSTGRES");
         fresh_postgres_url(&base)
     });
-    Config {
-        database_url,
-        database_max_connections: 6,
-        listen: "127.0.0.1:0".parse().unwrap(),
+    let mut config = Config {
         data_dir: dir.to_path_buf(),
-        image_size: 128,
-        poll_interval: Duration::from_millis(100),
-        lease: Duration::from_secs(3),
-        heartbeat: Duration::from_millis(200),
-        shutdown_timeout: Duration::from_secs(5),
-        webhook_timeout: Duration::from_secs(2),
-        webhook_retry_schedule: vec![
-            Duration::from_millis(300),
-            Duration::from_millis(600),
-            Duration::from_millis(900),
-        ],
-        webhook_allow_http: true,
-        webhook_allow_private: true,
-        sqlite_synchronous: "normal".into(),
         ..Config::default()
-    }
+    };
+    config.database.url = database_url;
+    config.database.max_connections = 6;
+    config.database.sqlite_synchronous = SqliteSynchronous::Normal;
+    config.server.listen = "127.0.0.1:0".parse().unwrap();
+    config.server.shutdown_timeout = Duration::from_secs(5);
+    config.worker.image_size = 128;
+    config.worker.poll_interval = Duration::from_millis(100);
+    config.worker.lease = Duration::from_secs(3);
+    config.worker.heartbeat = Duration::from_millis(200);
+    config.webhooks.timeout = Duration::from_secs(2);
+    config.webhooks.retry_schedule = vec![
+        Duration::from_millis(300),
+        Duration::from_millis(600),
+        Duration::from_millis(900),
+    ];
+    config.webhooks.allow_http = true;
+    config.webhooks.allow_private = true;
+    config
 }
 
 impl TestApp {

@@ -13,15 +13,15 @@ use crate::generate::{Generator, Procedural};
 pub fn build(config: &Config) -> anyhow::Result<Pool> {
     let mut members: Vec<(Arc<dyn Generator>, usize)> = Vec::new();
     if config.backends.is_empty() {
-        let procedural = Procedural::new(config.procedural_min_duration);
-        members.push((Arc::new(procedural), config.workers.max(1)));
+        let procedural = Procedural::new(config.worker.procedural_min_duration);
+        members.push((Arc::new(procedural), config.worker.workers.max(1)));
     }
     for backend in &config.backends {
         let fail = |e: String| anyhow::anyhow!("configuration: {e}");
         let generator: Arc<dyn Generator> = match backend.kind {
             BackendKind::Procedural => Arc::new(Procedural {
                 name: backend.name.clone(),
-                min_duration: config.procedural_min_duration,
+                min_duration: config.worker.procedural_min_duration,
             }),
             BackendKind::Openai => Arc::new(openai::OpenAi::new(backend).map_err(fail)?),
             BackendKind::Sdwebui => Arc::new(sdwebui::SdWebUi::new(backend).map_err(fail)?),
@@ -29,5 +29,5 @@ pub fn build(config: &Config) -> anyhow::Result<Pool> {
         };
         members.push((generator, backend.concurrency));
     }
-    Ok(Pool::new(members, config.generation_budget))
+    Ok(Pool::new(members, config.worker.generation_budget))
 }

@@ -31,7 +31,7 @@ use sqlx::ConnectOptions;
 use tokio_util::sync::CancellationToken;
 
 use super::{fresh_id_key, redact, Store, StoreResult, TaskIds, Wakeups};
-use crate::config::Config;
+use crate::config::Database;
 use channels::{OUTBOX_CHANNEL, QUEUE_CHANNEL, TASK_END_CHANNEL};
 
 /// How the PostgreSQL store is set up, from the configuration.
@@ -44,9 +44,9 @@ pub struct PgOptions {
 }
 
 impl PgOptions {
-    pub fn from_config(config: &Config) -> PgOptions {
+    pub fn from_config(database: &Database) -> PgOptions {
         PgOptions {
-            max_connections: config.database_max_connections,
+            max_connections: database.max_connections,
             acquire_timeout: Duration::from_secs(3),
         }
     }

@@ -15,7 +15,7 @@ use crate::domain::{AspectRatio, OpKind, ProcessMode, Prompt, Shape};
 use crate::error::ApiError;
 use crate::generate::ops::mask_redraws;
 use crate::generate::raster::decode_png;
-use crate::webhooks::ssrf::validate_webhook_url;
+use crate::net::validate_webhook_url;
 
 /// Most characters of a `webhook_secret`.
 pub const WEBHOOK_SECRET_MAX_CHARS: usize = 256;

@@ -100,7 +100,7 @@ async fn accept(tasks: &Tasks, key: &PresentedKey, task: &NewTask) -> Result<Ans
             retry_after_secs: 5,
         });
     }
-    let limit = tasks.config.max_pending_per_account;
+    let limit = tasks.config.limits.max_pending_per_account;
     let id = match tasks.store.submit(task, &key.0, limit).await? {
         Submitted::Queued {
             account_id,

@@ -1,0 +1,114 @@
+//! Accounts and what they pay: who may sign up, the credits they start with, what each
+//! operation costs, and how long a dashboard session lasts.
+
+use std::collections::BTreeMap;
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::values::{choice, duration};
+use crate::domain::{OpKind, Shape};
+
+choice! {
+    /// Who may make an account in the dashboard: `open` (anyone, the default) or `closed`
+    /// (accounts only from the command line, `easel accounts create`).
+    pub enum Signup ("signup") {
+        Open = "open",
+        Closed = "closed",
+    }
+}
+
+/// Most credits one operation may be configured to cost.
+pub const COST_MAX: i64 = 1_000_000;
+/// Shortest and longest `session_ttl`.
+pub const SESSION_TTL_RANGE: RangeInclusive<Duration> =
+    Duration::from_secs(60)..=Duration::from_secs(366 * 86_400);
+
+/// The account settings.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Accounts {
+    pub signup: Signup,
+    /// Credits an account made by signing up (or `easel accounts create`) starts with. Unset
+    /// (the default): unlimited, and submits are never refused for credits.
+    pub signup_credits: Option<i64>,
+    /// Credits each operation costs, by its name (`imagine`, `upscale-1x`, ...); operations not
+    /// named keep their default (see [`default_cost`]).
+    pub costs: BTreeMap<String, i64>,
+    /// How long a dashboard session lasts after signing in.
+    #[serde(with = "duration")]
+    pub session_ttl: Duration,
+}
+
+impl Default for Accounts {
+    fn default() -> Self {
+        Accounts {
+            signup: Signup::Open,
+            signup_credits: None,
+            costs: OpKind::ALL
+                .iter()
+                .map(|k| (k.as_str().to_string(), default_cost(*k)))
+                .collect(),
+            session_ttl: Duration::from_secs(14 * 86_400),
+        }
+    }
+}
+
+/// What an operation costs unless `costs` says otherwise: one credit per image it makes (4 for
+/// the grid operations, 1 for those that make one image), 1 for the text operations `describe`
+/// and `shorten`, and nothing for `seed`, which only reads its parent's seed.
+pub fn default_cost(kind: OpKind) -> i64 {
+    match kind {
+        OpKind::Seed => 0,
+        OpKind::Describe | OpKind::Shorten => 1,
+        kind => match kind.shape() {
+            Shape::Grid => 4,
+            _ => 1,
+        },
+    }
+}
+
+impl Accounts {
+    /// What one submit of `kind` costs, in credits.
+    pub fn cost(&self, kind: OpKind) -> i64 {
+        self.costs
+            .get(kind.as_str())
+            .copied()
+            .unwrap_or_else(|| default_cost(kind))
+    }
+
+    /// Whether anyone may sign up in the dashboard.
+    pub fn signup_open(&self) -> bool {
+        self.signup == Signup::Open
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        use anyhow::bail;
+        if self
+            .signup_credits
+            .is_some_and(|c| !(0..=i64::MAX / 2).contains(&c))
+        {
+            bail!("configuration: signup_credits must not be negative");
+        }
+        for (name, cost) in &self.costs {
+            if name.parse::<OpKind>().is_err() {
+                bail!(
+                    "configuration: costs: `{name}` is not an operation; the operations are {}",
+                    OpKind::ALL
+                        .iter()
+                        .map(|k| k.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+            if !(0..=COST_MAX).contains(cost) {
+                bail!("configuration: costs: {name} must be from 0 to {COST_MAX} credits");
+            }
+        }
+        if !SESSION_TTL_RANGE.contains(&self.session_ttl) {
+            bail!("configuration: session_ttl must be from 1 minute to 366 days");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,329 @@
+//! Loading the layers: their order, the example file, keys and values refused by name, and
+//! secrets kept out of `Debug`.
+
+use std::time::Duration;
+
+use super::*;
+
+/// `Config::load` with `file` as `easel.toml` in a jail (its own working directory and
+/// environment), the error as text.
+#[allow(clippy::result_large_err)] // figment's Jail API returns figment::Error
+fn load_in_jail(jail: &mut figment::Jail, file: &str) -> Result<Config, String> {
+    jail.create_file("easel.toml", file)
+        .map_err(|e| e.to_string())?;
+    Config::load(None, &Overrides::default()).map_err(|e| e.to_string())
+}
+
+/// The error that loading `file` ends with; a panic when it loads.
+#[allow(clippy::result_large_err)] // figment's Jail API returns figment::Error
+fn refused(file: &str) -> String {
+    let mut error = String::new();
+    figment::Jail::expect_with(|jail| {
+        match load_in_jail(jail, file) {
+            Ok(_) => panic!("{file:?} was accepted"),
+            Err(e) => error = e,
+        }
+        Ok(())
+    });
+    error
+}
+
+#[test]
+fn defaults_validate() {
+    Config::default().validate().unwrap();
+}
+
+#[test]
+#[allow(clippy::result_large_err)] // figment's Jail API returns figment::Error
+fn layers_apply_in_order() {
+    figment::Jail::expect_with(|jail| {
+        jail.create_file(
+            "easel.toml",
+            "workers = 7\nwebhook_timeout = \"4s\"\nblocked_terms = [\"x\"]\n",
+        )?;
+        jail.set_env("EASEL_WEBHOOK_TIMEOUT", "3s");
+        jail.set_env("EASEL_WEBHOOK_RETRY_SCHEDULE", "1s, 2s,5s");
+        jail.set_env("EASEL_WEBHOOK_ALLOW_HTTP", "true");
+        let overrides = Overrides {
+            workers: Some(3),
+            ..Overrides::default()
+        };
+        let c = Config::load(None, &overrides).map_err(|e| e.to_string())?;
+        assert_eq!(c.worker.workers, 3);
+        assert_eq!(c.webhooks.timeout, Duration::from_secs(3));
+        assert_eq!(
+            c.webhooks.retry_schedule,
+            vec![
+                Duration::from_secs(1),
+                Duration::from_secs(2),
+                Duration::from_secs(5)
+            ]
+        );
+        assert!(c.webhooks.allow_http);
+        assert_eq!(c.worker.blocked_terms, vec!["x".to_string()]);
+        Ok(())
+    });
+}
+
+#[test]
+#[allow(clippy::result_large_err)] // figment's Jail API returns figment::Error
+fn every_section_reads_its_keys_from_the_environment() {
+    figment::Jail::expect_with(|jail| {
+        for (key, value) in [
+            ("EASEL_ROLES", "api, worker"),
+            ("EASEL_LOG_FORMAT", "json"),
+            ("EASEL_DATABASE_MAX_CONNECTIONS", "5"),
+            ("EASEL_SQLITE_SYNCHRONOUS", "normal"),
+            ("EASEL_BLOB_STORE", "s3"),
+            ("EASEL_S3_BUCKET", "images"),
+            ("EASEL_MIN_FREE_SPACE", "5%"),
+            ("EASEL_MAX_WAIT", "20s"),
+            ("EASEL_SIGNUP", "closed"),
+            ("EASEL_RETENTION_SWEEP_INTERVAL", "5m"),
+            ("EASEL_WEBHOOK_CONCURRENCY", "3"),
+            // Not settings: test switches and other programs' variables are left alone.
+            ("EASEL_TEST_STORE", "sqlite"),
+            ("EASEL_SOMETHING_ELSE", "1"),
+        ] {
+            jail.set_env(key, value);
+        }
+        let c = Config::load(None, &Overrides::default()).map_err(|e| e.to_string())?;
+        assert_eq!(c.server.roles, vec![Role::Api, Role::Worker]);
+        assert!(!c.runs(Role::Dispatcher));
+        assert_eq!(c.server.log_format, LogFormat::Json);
+        assert_eq!(c.database.max_connections, 5);
+        assert_eq!(c.database.sqlite_synchronous, SqliteSynchronous::Normal);
+        assert_eq!(c.blobs.store, BlobStoreKind::S3);
+        assert_eq!(c.blobs.min_free_space, FreeSpace::Percent(5.0));
+        assert_eq!(c.limits.max_wait, Duration::from_secs(20));
+        assert!(!c.signup_open());
+        assert_eq!(c.retention.sweep_interval, Duration::from_secs(300));
+        assert_eq!(c.webhooks.concurrency, 3);
+        Ok(())
+    });
+}
+
+#[test]
+#[allow(clippy::result_large_err)] // figment's Jail API returns figment::Error
+fn the_example_file_holds_the_defaults() {
+    let example = include_str!("../../easel.example.toml");
+    figment::Jail::expect_with(|jail| {
+        let c = load_in_jail(jail, example)?;
+        let d = Config::default();
+        assert_eq!(
+            serde_json::to_value(&c).unwrap(),
+            serde_json::to_value(&d).unwrap()
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn a_misspelt_key_or_table_is_refused_by_its_name() {
+    let e = refused("workerz = 4\n");
+    assert!(
+        e.contains("`workerz` is not a setting") && e.contains("did you mean `workers`"),
+        "{e}"
+    );
+    let e = refused("[[backend]]\nname = \"a\"\nkind = \"procedural\"\n");
+    assert!(e.contains("`backend` is not a setting"), "{e}");
+    let e = refused("[webhook]\ntimeout = \"5s\"\n");
+    assert!(e.contains("`webhook` is not a setting"), "{e}");
+    // Below the top, each table refuses the keys it does not have.
+    let e = refused("[[backends]]\nname = \"a\"\nkind = \"procedural\"\nconcurency = 2\n");
+    assert!(e.contains("concurency"), "{e}");
+    let e = refused("[rate_limits.free]\nrate = 1.0\nburst = 5\nbrust = 6\n");
+    assert!(e.contains("brust"), "{e}");
+    let e = refused("[costs]\nimagin = 1\n");
+    assert!(e.contains("imagin"), "{e}");
+}
+
+#[test]
+fn a_choice_not_offered_is_refused_naming_the_setting_and_the_choices() {
+    for (file, named) in [
+        (
+            "blob_store = \"ftp\"\n",
+            "blob_store must be `local` or `s3`, not `ftp`",
+        ),
+        (
+            "signup = \"invite\"\n",
+            "signup must be `open` or `closed`, not `invite`",
+        ),
+        (
+            "log_format = \"xml\"\n",
+            "log_format must be `text` or `json`, not `xml`",
+        ),
+        (
+            "sqlite_synchronous = \"off\"\n",
+            "sqlite_synchronous must be `full` or `normal`, not `off`",
+        ),
+        (
+            "roles = [\"api\", \"cook\"]\n",
+            "roles must be `api`, `worker` or `dispatcher`, not `cook`",
+        ),
+        ("min_free_space = \"lots\"\n", "min_free_space: `lots`"),
+    ] {
+        let e = refused(file);
+        assert!(e.contains(named), "{file:?}: {e}");
+    }
+}
+
+#[test]
+fn a_database_password_never_shows_in_debug_output() {
+    let mut config = Config::default();
+    config.database.url = Some("postgres://easel:hunter2@db:5432/easel".into());
+    let shown = format!("{config:?}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(
+        shown.contains("postgres://easel:***@db:5432/easel"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn bad_values_are_refused() {
+    let mut c = Config::default();
+    c.worker.workers = 1000;
+    assert!(c.validate().is_err());
+    let mut c = Config::default();
+    c.webhooks.retry_schedule = vec![Duration::from_secs(5), Duration::from_secs(1)];
+    assert!(c.validate().is_err());
+}
+
+#[test]
+#[allow(clippy::result_large_err)] // figment's Jail API returns figment::Error
+fn account_settings_are_merged_and_checked() {
+    figment::Jail::expect_with(|jail| {
+        let c = load_in_jail(
+            jail,
+            "signup = \"closed\"\nsignup_credits = 50\nsession_ttl = \"2h\"\n[costs]\nimagine = 9\n",
+        )?;
+        assert!(!c.signup_open());
+        assert_eq!(c.accounts.signup_credits, Some(50));
+        assert_eq!(c.accounts.session_ttl, Duration::from_secs(7200));
+        assert_eq!(c.cost(OpKind::Imagine), 9);
+        assert_eq!(
+            c.cost(OpKind::Upscale1x),
+            1,
+            "the others keep their defaults"
+        );
+        assert_eq!(c.cost(OpKind::Seed), 0);
+        Ok(())
+    });
+    let e = refused("signup = \"invite\"\n");
+    assert!(e.contains("signup"), "{e}");
+    type Change = fn(&mut Config);
+    let cases: [(Change, &str); 8] = [
+        (|c| c.accounts.signup_credits = Some(-1), "signup_credits"),
+        (
+            |c| c.accounts.costs = [("imagin".to_string(), 1)].into_iter().collect(),
+            "imagin",
+        ),
+        (
+            |c| c.accounts.costs = [("imagine".to_string(), -2)].into_iter().collect(),
+            "costs: imagine",
+        ),
+        (
+            |c| c.accounts.session_ttl = Duration::from_secs(5),
+            "session_ttl",
+        ),
+        (
+            |c| c.limits.idempotency_ttl = Duration::from_secs(31 * 86_400),
+            "idempotency_ttl",
+        ),
+        (
+            |c| c.limits.idempotency_ttl = Duration::from_secs(59),
+            "idempotency_ttl",
+        ),
+        (|c| c.limits.max_wait = Duration::from_secs(61), "max_wait"),
+        (
+            |c| c.limits.max_wait = Duration::from_millis(1500),
+            "max_wait",
+        ),
+    ];
+    for (change, named) in cases {
+        let mut bad = Config::default();
+        change(&mut bad);
+        let e = bad.validate().unwrap_err().to_string();
+        assert!(e.contains(named), "{e}");
+    }
+}
+
+#[test]
+fn metrics_and_rate_limit_settings_are_checked() {
+    let mut c = Config::default();
+    c.server.metrics_token = Some("short".into());
+    let e = c.validate().unwrap_err().to_string();
+    assert!(e.contains("metrics_token"), "{e}");
+    let mut c = Config::default();
+    c.server.metrics_token = Some("a-secret-metrics-token".into());
+    let shown = format!("{c:?}");
+    assert!(!shown.contains("a-secret-metrics-token"), "{shown}");
+    for (rate, burst, account_burst) in [
+        (0.0, 5, None),
+        (f64::NAN, 5, None),
+        (1.0, 0, None),
+        (1.0, 5, Some(0)),
+    ] {
+        let mut c = Config::default();
+        c.limits.rate_limits.insert(
+            "free".into(),
+            PlanRate {
+                rate,
+                burst,
+                account_rate: None,
+                account_burst,
+            },
+        );
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("rate_limits.free"), "{e}");
+    }
+}
+
+#[test]
+fn blob_store_settings_are_checked_and_named() {
+    let mut c = Config::default();
+    c.blobs.store = BlobStoreKind::S3;
+    let e = c.validate().unwrap_err().to_string();
+    assert!(e.contains("s3_bucket"), "{e}");
+    let e = refused("blob_store = \"ftp\"\n");
+    assert!(
+        e.contains("blob_store") && e.contains("`local` or `s3`"),
+        "{e}"
+    );
+    let mut c = Config::default();
+    c.blobs.store = BlobStoreKind::S3;
+    c.blobs.s3_bucket = Some("images".into());
+    c.blobs.s3_endpoint = Some("localhost:9000".into());
+    let e = c.validate().unwrap_err().to_string();
+    assert!(e.contains("s3_endpoint"), "{e}");
+}
+
+#[test]
+#[allow(clippy::result_large_err)] // figment's Jail API returns figment::Error
+fn retention_is_forever_by_default_and_at_least_a_minute_when_set() {
+    figment::Jail::expect_with(|jail| {
+        let load = || Config::load(None, &Overrides::default()).map_err(|e| e.to_string());
+        assert_eq!(load()?.retention.keep, None);
+        jail.create_file("easel.toml", "retention = \"30days\"\n")?;
+        assert_eq!(
+            load()?.retention.keep,
+            Some(Duration::from_secs(30 * 86_400))
+        );
+        jail.set_env("EASEL_RETENTION", "forever");
+        assert_eq!(load()?.retention.keep, None);
+        jail.set_env("EASEL_RETENTION", "12h");
+        assert_eq!(load()?.retention.keep, Some(Duration::from_secs(12 * 3600)));
+        jail.set_env("EASEL_RETENTION", "30s");
+        let e = load().unwrap_err();
+        assert!(e.contains("retention must be at least 1 minute"), "{e}");
+        jail.set_env("EASEL_RETENTION", "soon");
+        let e = load().unwrap_err();
+        assert!(e.contains("retention") && e.contains("`soon`"), "{e}");
+        Ok(())
+    });
+    let mut c = Config::default();
+    c.retention.sweep_interval = Duration::ZERO;
+    let e = c.validate().unwrap_err().to_string();
+    assert!(e.contains("retention_sweep_interval"), "{e}");
+}

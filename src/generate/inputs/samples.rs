@@ -1,0 +1,127 @@
+//! Image bytes for the tests of input fetching and decoding: every format, and hostile ones.
+
+use std::io::Cursor;
+use std::time::Duration;
+
+use image::{DynamicImage, ImageFormat};
+
+use super::InputLimits;
+use crate::generate::raster::{self, RgbaImage};
+
+/// A picture whose every pixel differs, so a wrong decode shows.
+pub fn pattern(width: u32, height: u32) -> image::RgbaImage {
+    image::RgbaImage::from_fn(width, height, |x, y| {
+        image::Rgba([(x * 7) as u8, (y * 5) as u8, (x + y) as u8, 255])
+    })
+}
+
+pub fn png_bytes(width: u32, height: u32) -> Vec<u8> {
+    let img = pattern(width, height);
+    raster::encode_png(&RgbaImage {
+        width,
+        height,
+        data: img.into_raw(),
+    })
+}
+
+pub fn encode(img: DynamicImage, format: ImageFormat) -> Vec<u8> {
+    let mut out = Cursor::new(Vec::new());
+    img.write_to(&mut out, format).unwrap();
+    out.into_inner()
+}
+
+pub fn jpeg_bytes(width: u32, height: u32) -> Vec<u8> {
+    encode(
+        DynamicImage::ImageRgba8(pattern(width, height))
+            .to_rgb8()
+            .into(),
+        ImageFormat::Jpeg,
+    )
+}
+
+/// The image crate writes WebP losslessly, so pixels can be compared exactly.
+pub fn webp_bytes(width: u32, height: u32) -> Vec<u8> {
+    encode(
+        DynamicImage::ImageRgba8(pattern(width, height)),
+        ImageFormat::WebP,
+    )
+}
+
+/// Two frames, red then blue.
+pub fn gif_bytes(width: u32, height: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    {
+        let mut encoder = image::codecs::gif::GifEncoder::new(&mut out);
+        let frames = [[255, 0, 0, 255], [0, 0, 255, 255]].map(|color| {
+            image::Frame::new(image::RgbaImage::from_pixel(
+                width,
+                height,
+                image::Rgba(color),
+            ))
+        });
+        encoder.encode_frames(frames).unwrap();
+    }
+    out
+}
+
+pub fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &byte in bytes {
+        crc ^= u32::from(byte);
+        for _ in 0..8 {
+            crc = (crc >> 1) ^ (0xedb8_8320 & (crc & 1).wrapping_neg());
+        }
+    }
+    !crc
+}
+
+pub fn chunk(out: &mut Vec<u8>, kind: &[u8; 4], data: &[u8]) {
+    out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    let start = out.len();
+    out.extend_from_slice(kind);
+    out.extend_from_slice(data);
+    let crc = crc32(&out[start..]);
+    out.extend_from_slice(&crc.to_be_bytes());
+}
+
+/// A valid PNG header claiming `width` x `height` RGBA pixels, followed by an IDAT of one
+/// zero byte: a few dozen bytes that would need width * height * 4 bytes to decode.
+pub fn bomb_png(width: u32, height: u32) -> Vec<u8> {
+    let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
+    let mut ihdr = Vec::new();
+    ihdr.extend_from_slice(&width.to_be_bytes());
+    ihdr.extend_from_slice(&height.to_be_bytes());
+    ihdr.extend_from_slice(&[8, 6, 0, 0, 0]);
+    chunk(&mut out, b"IHDR", &ihdr);
+    // zlib header, one final stored block holding a single 0 byte, Adler-32 of it.
+    let idat = [
+        0x78, 0x01, 0x01, 0x01, 0x00, 0xfe, 0xff, 0x00, 0x00, 0x01, 0x00, 0x01,
+    ];
+    chunk(&mut out, b"IDAT", &idat);
+    chunk(&mut out, b"IEND", &[]);
+    out
+}
+
+pub fn noise(len: usize, mut seed: u64) -> Vec<u8> {
+    (0..len)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed as u8
+        })
+        .collect()
+}
+
+pub fn limits() -> InputLimits {
+    InputLimits {
+        timeout: Duration::from_secs(10),
+        ..InputLimits::default()
+    }
+}
+
+/// A decoded image of the size expected, with a whole buffer.
+pub fn assert_image(img: &RgbaImage, width: u32, height: u32) {
+    assert_eq!((img.width, img.height), (width, height));
+    assert_eq!(img.data.len(), width as usize * height as usize * 4);
+}
