@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use super::{io_error, BlobError, BlobStore};
+use super::store::{io_error, BlobError, BlobStore};
 
 #[derive(Debug)]
 pub(super) struct Local {

@@ -11,70 +11,20 @@
 mod health;
 mod local;
 mod s3;
+mod store;
 
 pub use health::StorageHealth;
+pub use store::BlobError;
+use store::BlobStore;
 
 use std::path::Path;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use futures::StreamExt;
 use rand::RngCore;
 
 use crate::config::{self, BlobStoreKind, SqliteSynchronous};
-
-/// A blob operation that failed, sorted by what the caller should do about it.
-#[derive(Debug, thiserror::Error)]
-pub enum BlobError {
-    /// Worth trying again later: no space, an I/O error, a timeout, a refused connection,
-    /// throttling, a server error.
-    #[error("blob store unavailable: {0}")]
-    Transient(#[source] BoxError),
-    /// Trying again will not help: a bad key, a missing bucket, refused credentials.
-    #[error("blob store refused the operation: {0}")]
-    Permanent(#[source] BoxError),
-}
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-impl BlobError {
-    pub fn is_transient(&self) -> bool {
-        matches!(self, BlobError::Transient(_))
-    }
-
-    fn invalid_key(key: &str) -> BlobError {
-        BlobError::Permanent(format!("invalid blob key {key:?}").into())
-    }
-}
-
-/// What easel needs from a place that keeps bytes under keys. Keys given to it are valid
-/// ([`is_valid_key`]); folders are keys without a trailing slash.
-#[async_trait]
-trait BlobStore: Send + Sync + std::fmt::Debug {
-    /// Store `bytes` at `key` atomically: a reader never sees part of it.
-    async fn put(&self, key: &str, bytes: Bytes) -> Result<(), BlobError>;
-    /// The bytes at `key`, `None` when there are none.
-    async fn get(&self, key: &str) -> Result<Option<Bytes>, BlobError>;
-    /// Remove `key`; a missing key is not an error.
-    async fn delete(&self, key: &str) -> Result<(), BlobError>;
-    /// Every key below the folder `prefix`, in no particular order.
-    async fn list(&self, prefix: &str) -> Result<Vec<String>, BlobError>;
-    /// Keys last written before `before`, from the first `limit` keys of the whole store (in
-    /// no particular order): the candidates of the sweep.
-    async fn list_old(
-        &self,
-        before: std::time::SystemTime,
-        limit: usize,
-    ) -> Result<Vec<String>, BlobError>;
-    /// Make what was put under `folder` durable, where `put` alone does not.
-    async fn sync_folder(&self, _folder: &str) -> Result<(), BlobError> {
-        Ok(())
-    }
-    /// Remove `folder` and the folders above it that are left empty, where folders exist
-    /// apart from keys (a write that failed can leave one).
-    async fn prune(&self, _folder: &str) {}
-}
 
 /// The configured blob store and the base its URLs are built on. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -338,40 +288,9 @@ fn check_key(key: &str) -> Result<(), BlobError> {
     }
 }
 
-/// How an I/O error should be treated: transient when the disk, the network or the system
-/// may recover (full, over quota, failing, busy, timed out), permanent otherwise.
-fn io_error(e: std::io::Error) -> BlobError {
-    use std::io::ErrorKind as K;
-    let transient = matches!(
-        e.kind(),
-        K::StorageFull
-            | K::QuotaExceeded
-            | K::ResourceBusy
-            | K::TimedOut
-            | K::Interrupted
-            | K::WouldBlock
-            | K::OutOfMemory
-            | K::ReadOnlyFilesystem
-            | K::StaleNetworkFileHandle
-            | K::ConnectionRefused
-            | K::ConnectionReset
-            | K::ConnectionAborted
-            | K::NotConnected
-            | K::BrokenPipe
-            | K::UnexpectedEof
-    ) || matches!(
-        e.raw_os_error(),
-        Some(libc::EIO | libc::ENOSPC | libc::EDQUOT | libc::EMFILE | libc::ENFILE | libc::EAGAIN)
-    );
-    if transient {
-        BlobError::Transient(e.into())
-    } else {
-        BlobError::Permanent(e.into())
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::store::io_error;
     use super::*;
 
     #[test]

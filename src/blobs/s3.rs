@@ -15,7 +15,7 @@ use object_store::{
     RetryConfig,
 };
 
-use super::{BlobError, BlobStore};
+use super::store::{BlobError, BlobStore};
 
 #[derive(Debug)]
 pub(super) struct S3 {

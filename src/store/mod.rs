@@ -17,11 +17,10 @@ mod idempotency;
 mod ids;
 mod interface;
 mod model;
+mod open;
 pub mod postgres;
 mod rows;
 pub mod sqlite;
-
-use std::sync::Arc;
 
 pub(crate) use chunks::chunks;
 pub use ends::{TaskEnds, TaskWatch};
@@ -38,30 +37,6 @@ pub use model::{
 };
 pub(crate) use model::{usage_since, worker_lost, Fence, Quota, Refused, RUNNING};
 
-use std::path::Path;
-
-use crate::config::{self, DatabaseKind};
-
 /// URLs in logs and errors lose their password; the rule lives with the other URL handling.
 pub use crate::net::redact;
-
-/// Open the store that `database` names, creating and migrating its schema.
-pub async fn open(database: &config::Database, data_dir: &Path) -> anyhow::Result<SharedStore> {
-    match database.kind_in(data_dir)? {
-        DatabaseKind::Sqlite(url) => Ok(Arc::new(
-            sqlite::SqliteStore::open(&url, database.sqlite_synchronous.is_full()).await?,
-        )),
-        DatabaseKind::Postgres(url) => Ok(Arc::new(
-            postgres::PgStore::open(&url, &postgres::PgOptions::from_config(database)).await?,
-        )),
-    }
-}
-
-/// Bring the schema of the store that `database` names up to date, and nothing else (`easel
-/// migrate`).
-pub async fn migrate(database: &config::Database, data_dir: &Path) -> anyhow::Result<()> {
-    match database.kind_in(data_dir)? {
-        DatabaseKind::Sqlite(url) => sqlite::SqliteStore::migrate(&url).await,
-        DatabaseKind::Postgres(url) => postgres::PgStore::migrate(&url).await,
-    }
-}
+pub use open::{migrate, open};
