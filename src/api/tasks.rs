@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::auth::{Caller, PresentedKey};
+use crate::domain::wire::Record;
 use crate::error::ApiError;
 use crate::http::extract::TaskIdPath;
 use crate::http::prefer;
@@ -39,7 +40,7 @@ pub async fn list_tasks(
         )
         .await?
         .ok_or_else(invalid_cursor)?;
-    let tasks: Vec<Value> = page.tasks.iter().map(|t| state.record(t)).collect();
+    let tasks: Vec<Record> = page.tasks.iter().map(|t| state.record(t)).collect();
     Ok(Json(
         json!({ "tasks": tasks, "next_cursor": page.next_cursor }),
     ))
@@ -53,7 +54,7 @@ pub async fn fetch(
     State(state): State<AppState>,
     key: PresentedKey,
     body: Result<JsonObject, ApiError>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Record>, ApiError> {
     let id = match body.and_then(|body| task_id("task_id", body.req_str("task_id")?)) {
         Ok(id) => id,
         Err(e) => {
@@ -95,7 +96,7 @@ async fn one_record(
     state: &AppState,
     key: &PresentedKey,
     id: Uuid,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Record>, ApiError> {
     let task = state.one(key, id).await?;
     Ok(Json(state.record(&task)))
 }
@@ -107,7 +108,7 @@ pub async fn cancel(
     State(state): State<AppState>,
     Caller(account): Caller,
     TaskIdPath(id): TaskIdPath,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Record>, ApiError> {
     let (canceled, task) = cancel_task(&state, &account.id, &id)
         .await?
         .ok_or(ApiError::TaskNotFound)?;
@@ -140,7 +141,7 @@ pub async fn fetch_many(
         .ok_or(ApiError::Unauthorized)?;
     key.used(&state.store, &live);
     let by_id: HashMap<&str, &_> = rows.iter().map(|r| (r.id.as_str(), r)).collect();
-    let tasks: Vec<Value> = ids
+    let tasks: Vec<Record> = ids
         .iter()
         .filter_map(|id| by_id.get(id.to_string().as_str()).copied())
         .map(|row| state.record(row))
@@ -175,7 +176,7 @@ pub async fn redeliver(
     State(state): State<AppState>,
     Caller(account): Caller,
     TaskIdPath(id): TaskIdPath,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<Record>), ApiError> {
     match state.store.redeliver(&account.id, &id).await? {
         Redelivery::Queued => {}
         Redelivery::TaskNotFound => return Err(ApiError::TaskNotFound),

@@ -7,6 +7,7 @@ pub mod output;
 mod policy;
 mod result;
 mod task;
+pub mod wire;
 
 pub use operation::{OpKind, Operation, Shape};
 pub use output::Output;

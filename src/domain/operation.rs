@@ -7,8 +7,8 @@
 //! under the task.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
 
+use super::wire::{IndexField, OperationFields};
 use super::AspectRatio;
 
 /// The operations, by their public names (the `task_type` of a record, the path of a submit).
@@ -384,49 +384,62 @@ impl Operation {
     /// resolved from them (blob keys) nor the mask. Input images keep their names with an
     /// `input_` prefix (`input_image_url`, `input_image_urls`), apart from a result's
     /// `image_url` and `image_urls`.
-    pub fn public_fields(&self) -> Map<String, Value> {
-        let v = match self {
-            Operation::Imagine | Operation::Reroll | Operation::Shorten | Operation::Seed => {
-                json!({})
-            }
-            Operation::Upscale1x { index, .. } => json!({ "index": index }),
-            Operation::UpscaleAlt { kind, .. } => json!({ "type": kind.as_str() }),
+    pub fn public_fields(&self) -> OperationFields {
+        let none = OperationFields::default();
+        match self {
+            Operation::Imagine
+            | Operation::Reroll
+            | Operation::Shorten
+            | Operation::Seed
+            | Operation::Inpaint { .. } => none,
+            Operation::Upscale1x { index, .. } => OperationFields {
+                index: Some(IndexField::Image(*index)),
+                ..none
+            },
+            Operation::UpscaleAlt { kind, .. } => OperationFields {
+                kind: Some(kind.as_str().to_string()),
+                ..none
+            },
             Operation::UpscaleHighres {
                 factor,
                 index,
                 image_url,
                 ..
-            } => {
-                let mut v = json!({ "type": format!("{factor}x") });
-                if let Some(i) = index {
-                    v["index"] = json!(i);
-                }
-                if let Some(url) = image_url {
-                    v["input_image_url"] = json!(url);
-                }
-                v
-            }
-            Operation::Variations { of, .. } => match of {
-                VariationOf::Index(i) => json!({ "index": i }),
-                VariationOf::Strong => json!({ "index": "strong" }),
-                VariationOf::Subtle => json!({ "index": "subtle" }),
+            } => OperationFields {
+                kind: Some(format!("{factor}x")),
+                index: index.map(IndexField::Image),
+                input_image_url: image_url.clone(),
+                ..none
             },
-            Operation::Pan { direction, .. } => json!({ "direction": direction.as_str() }),
-            Operation::Outpaint { zoom_ratio, .. } => json!({ "zoom_ratio": zoom_ratio }),
-            Operation::Inpaint { .. } => json!({}),
+            Operation::Variations { of, .. } => OperationFields {
+                index: Some(match of {
+                    VariationOf::Index(i) => IndexField::Image(*i),
+                    VariationOf::Strong => IndexField::Strength("strong"),
+                    VariationOf::Subtle => IndexField::Strength("subtle"),
+                }),
+                ..none
+            },
+            Operation::Pan { direction, .. } => OperationFields {
+                direction: Some(direction.as_str()),
+                ..none
+            },
+            Operation::Outpaint { zoom_ratio, .. } => OperationFields {
+                zoom_ratio: Some(*zoom_ratio),
+                ..none
+            },
             Operation::Blend {
                 dimension,
                 input_image_urls,
                 ..
-            } => json!({
-                "dimension": dimension.as_str(),
-                "input_image_urls": input_image_urls,
-            }),
-            Operation::Describe { image_url, .. } => json!({ "input_image_url": image_url }),
-        };
-        match v {
-            Value::Object(map) => map,
-            _ => unreachable!("every arm builds an object"),
+            } => OperationFields {
+                dimension: Some(dimension.as_str()),
+                input_image_urls: Some(input_image_urls.clone()),
+                ..none
+            },
+            Operation::Describe { image_url, .. } => OperationFields {
+                input_image_url: Some(image_url.clone()),
+                ..none
+            },
         }
     }
 }

@@ -1,9 +1,9 @@
 //! What a finished task produced, and the columns both stores keep it in.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
 
 use super::operation::{Shape, StoredImage};
+use super::wire::ResultFields;
 
 /// What a finished task produced. Images are named by their blob keys; their URLs are made when
 /// a record or payload is written out, so that `public_url` can change.
@@ -145,23 +145,30 @@ impl Output {
     }
 
     /// The result fields of a record or payload, with `url` making an image's address.
-    pub fn public_fields(&self, url: &dyn Fn(&str) -> String) -> Map<String, Value> {
-        let v = match self {
+    pub fn public_fields(&self, url: &dyn Fn(&str) -> String) -> ResultFields {
+        let none = ResultFields::default();
+        match self {
             Output::Grid {
                 grid_key,
                 image_keys,
                 ..
-            } => json!({
-                "original_image_url": url(grid_key),
-                "image_urls": image_keys.iter().map(|k| url(k)).collect::<Vec<_>>(),
-            }),
-            Output::Single { image_key, .. } => json!({ "image_url": url(image_key) }),
-            Output::Text { content } => json!({ "content": content }),
-            Output::Seed { seed } => json!({ "seed": seed }),
-        };
-        match v {
-            Value::Object(map) => map,
-            _ => unreachable!("every arm builds an object"),
+            } => ResultFields {
+                original_image_url: Some(url(grid_key)),
+                image_urls: Some(image_keys.iter().map(|k| url(k)).collect()),
+                ..none
+            },
+            Output::Single { image_key, .. } => ResultFields {
+                image_url: Some(url(image_key)),
+                ..none
+            },
+            Output::Text { content } => ResultFields {
+                content: Some(content.clone()),
+                ..none
+            },
+            Output::Seed { seed } => ResultFields {
+                seed: Some(*seed),
+                ..none
+            },
         }
     }
 

@@ -1,6 +1,5 @@
-use serde_json::{json, Map, Value};
-
 use super::output::Output;
+use super::wire::{OperationFields, Payload, ResultFields};
 
 /// How a task ended, as the worker reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,7 +19,7 @@ pub struct PayloadHead<'a> {
     pub task_id: &'a str,
     pub task_type: &'a str,
     pub parent_task_id: Option<&'a str>,
-    pub fields: Map<String, Value>,
+    pub fields: OperationFields,
 }
 
 impl<'a> PayloadHead<'a> {
@@ -34,6 +33,17 @@ impl<'a> PayloadHead<'a> {
     }
 }
 
+/// What a failed or canceled task's payload says of its operation: nothing.
+static NO_FIELDS: OperationFields = OperationFields {
+    index: None,
+    kind: None,
+    direction: None,
+    zoom_ratio: None,
+    dimension: None,
+    input_image_urls: None,
+    input_image_url: None,
+};
+
 impl Outcome {
     /// The exact JSON body of the webhook delivery for this outcome, with `url` making an
     /// image's address from its key. Finished: `task_id, task_type, status, percentage`, then
@@ -42,34 +52,32 @@ impl Outcome {
     /// task_type, status, error`, as the seed's events table. Canceled: `task_id, task_type,
     /// status`.
     pub fn webhook_payload(&self, head: &PayloadHead<'_>, url: &dyn Fn(&str) -> String) -> String {
-        let payload = match self {
-            Outcome::Finished(output) => {
-                let mut v = json!({
-                    "task_id": head.task_id,
-                    "task_type": head.task_type,
-                    "status": "finished",
-                    "percentage": "100",
-                });
-                let map = v.as_object_mut().expect("an object");
-                if let Some(parent) = head.parent_task_id {
-                    map.insert("parent_task_id".into(), json!(parent));
-                }
-                map.extend(head.fields.clone());
-                map.extend(output.public_fields(url));
-                v
-            }
-            Outcome::Failed { error } => json!({
-                "task_id": head.task_id,
-                "task_type": head.task_type,
-                "status": "failed",
-                "error": error,
-            }),
-            Outcome::Canceled => json!({
-                "task_id": head.task_id,
-                "task_type": head.task_type,
-                "status": "canceled",
-            }),
+        let mut payload = Payload {
+            task_id: head.task_id,
+            task_type: head.task_type,
+            status: "finished",
+            percentage: None,
+            parent_task_id: None,
+            error: None,
+            operation: &head.fields,
+            result: ResultFields::default(),
         };
+        match self {
+            Outcome::Finished(output) => {
+                payload.percentage = Some("100");
+                payload.parent_task_id = head.parent_task_id;
+                payload.result = output.public_fields(url);
+            }
+            Outcome::Failed { error } => {
+                payload.status = "failed";
+                payload.error = Some(error);
+                payload.operation = &NO_FIELDS;
+            }
+            Outcome::Canceled => {
+                payload.status = "canceled";
+                payload.operation = &NO_FIELDS;
+            }
+        }
         serde_json::to_string(&payload).expect("payload serializes")
     }
 }
@@ -77,6 +85,7 @@ impl Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn payloads_have_exactly_the_seed_fields() {
@@ -121,8 +130,10 @@ mod tests {
             width: 8,
             height: 8,
         });
-        let mut fields = Map::new();
-        fields.insert("index".into(), json!(2));
+        let fields = OperationFields {
+            index: Some(super::super::wire::IndexField::Image(2)),
+            ..Default::default()
+        };
         let head = PayloadHead {
             task_id: "t2",
             task_type: "upscale-1x",

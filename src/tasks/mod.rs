@@ -60,7 +60,7 @@ impl Tasks {
     }
 
     /// The record of `task` as callers see it.
-    pub fn record(&self, task: &Task) -> serde_json::Value {
+    pub fn record(&self, task: &Task) -> crate::domain::wire::Record {
         record::task_record(task, &self.blobs, self.config.retention.keep)
     }
 }

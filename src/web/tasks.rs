@@ -335,7 +335,11 @@ pub async fn page(
         .operation
         .as_ref()
         .map(|op| {
-            op.public_fields()
+            let fields = serde_json::to_value(op.public_fields()).unwrap_or_default();
+            let serde_json::Value::Object(fields) = fields else {
+                return Vec::new();
+            };
+            fields
                 .into_iter()
                 .map(|(k, v)| {
                     let value = match v {
