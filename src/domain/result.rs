@@ -1,6 +1,7 @@
 use serde_json::{json, Map, Value};
 
 use super::output::Output;
+use super::task::TaskStatus;
 
 /// How a task ended, as the worker reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,7 +48,7 @@ impl Outcome {
                 let mut v = json!({
                     "task_id": head.task_id,
                     "task_type": head.task_type,
-                    "status": "finished",
+                    "status": TaskStatus::Finished.as_str(),
                     "percentage": "100",
                 });
                 let map = v.as_object_mut().expect("an object");
@@ -61,13 +62,13 @@ impl Outcome {
             Outcome::Failed { error } => json!({
                 "task_id": head.task_id,
                 "task_type": head.task_type,
-                "status": "failed",
+                "status": TaskStatus::Failed.as_str(),
                 "error": error,
             }),
             Outcome::Canceled => json!({
                 "task_id": head.task_id,
                 "task_type": head.task_type,
-                "status": "canceled",
+                "status": TaskStatus::Canceled.as_str(),
             }),
         };
         serde_json::to_string(&payload).expect("payload serializes")
