@@ -1,4 +1,5 @@
 use super::output::Output;
+use super::task::TaskStatus;
 use super::wire::{OperationFields, Payload, ResultFields};
 
 /// How a task ended, as the worker reports it.
@@ -55,7 +56,7 @@ impl Outcome {
         let mut payload = Payload {
             task_id: head.task_id,
             task_type: head.task_type,
-            status: "finished",
+            status: TaskStatus::Finished.as_str(),
             percentage: None,
             parent_task_id: None,
             error: None,
@@ -69,12 +70,12 @@ impl Outcome {
                 payload.result = output.public_fields(url);
             }
             Outcome::Failed { error } => {
-                payload.status = "failed";
+                payload.status = TaskStatus::Failed.as_str();
                 payload.error = Some(error);
                 payload.operation = &NO_FIELDS;
             }
             Outcome::Canceled => {
-                payload.status = "canceled";
+                payload.status = TaskStatus::Canceled.as_str();
                 payload.operation = &NO_FIELDS;
             }
         }

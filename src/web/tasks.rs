@@ -356,9 +356,9 @@ pub async fn page(
         timeline.push(fact("Started", when(t)));
     }
     if let Some(t) = task.finished_at {
-        let name = match task.status.as_str() {
-            "failed" => "Failed",
-            "canceled" => "Canceled",
+        let name = match task.status {
+            TaskStatus::Failed => "Failed",
+            TaskStatus::Canceled => "Canceled",
             _ => "Finished",
         };
         timeline.push(fact(name, when(t)));

@@ -31,7 +31,7 @@ use crate::config::Config;
 use base64::Engine;
 
 use crate::domain::operation::ImageInput;
-use crate::domain::{prompt_text, ContentPolicy, Operation, Outcome, Output};
+use crate::domain::{prompt_text, ContentPolicy, Operation, Outcome, Output, TaskStatus};
 use crate::generate::inputs::{decode, ImageFetcher, InputLimits};
 use crate::generate::raster::{decode_png, RgbaImage};
 use crate::generate::{Generator, Job, Product, Progress};
@@ -449,15 +449,15 @@ impl WorkerContext {
                     .map_or("unknown", |op| op.kind().as_str());
                 match outcome {
                     Outcome::Finished(_) => {
-                        crate::metrics::task_ended(operation, "finished");
+                        crate::metrics::task_ended(operation, TaskStatus::Finished.as_str());
                         tracing::info!("task finished")
                     }
                     Outcome::Failed { error } => {
-                        crate::metrics::task_ended(operation, "failed");
+                        crate::metrics::task_ended(operation, TaskStatus::Failed.as_str());
                         tracing::info!(error, "task failed")
                     }
                     Outcome::Canceled => {
-                        crate::metrics::task_ended(operation, "canceled");
+                        crate::metrics::task_ended(operation, TaskStatus::Canceled.as_str());
                         tracing::info!("task canceled")
                     }
                 }
