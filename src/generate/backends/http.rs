@@ -8,6 +8,7 @@ use reqwest::header::{HeaderMap, RETRY_AFTER};
 use reqwest::StatusCode;
 
 use crate::generate::GenerateError;
+use crate::net::failure::{innermost, Failure};
 
 /// The HTTP client of backend `name`: no redirects followed (a backend has no reason to send easel
 /// elsewhere), and a connection within 10 s or its `timeout` if shorter.
@@ -57,30 +58,25 @@ pub fn status_error(status: StatusCode, headers: &HeaderMap, body: &str) -> Gene
     }
 }
 
-/// A request that got no answer, sorted: every transport failure (refused, reset, timed out,
-/// closed early) is transient; a body that is not what was promised is the backend's fault.
+/// A request that got no answer, sorted by the one reading of client errors (`net::Failure`):
+/// every transport failure (refused, reset, timed out, closed early) is transient; a body that
+/// is not what was promised is the backend's fault.
 pub fn transport_error(e: &reqwest::Error) -> GenerateError {
     if e.is_decode() {
         return GenerateError::Failed(format!("the backend's answer is malformed: {e}"));
     }
-    let what = if e.is_timeout() {
-        "timed out"
-    } else if e.is_connect() {
-        "could not connect"
-    } else {
-        "the connection failed"
+    let what = match Failure::of(e) {
+        Failure::TimedOut => "timed out",
+        Failure::ConnectionRefused
+        | Failure::Dns
+        | Failure::Tls
+        | Failure::Connect
+        | Failure::NonPublic => "could not connect",
+        _ if e.is_connect() => "could not connect",
+        _ => "the connection failed",
     };
-    GenerateError::transient(format!("{what}: {}", innermost(e)))
-}
-
-/// The innermost cause of an error, which says what happened (without the URL, which may hold
-/// credentials).
-fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cause = e;
-    while let Some(next) = cause.source() {
-        cause = next;
-    }
-    cause.to_string()
+    let cause = innermost(e).unwrap_or_else(|| e.to_string());
+    GenerateError::transient(format!("{what}: {cause}"))
 }
 
 /// The first 200 characters of a body, on one line.
