@@ -272,7 +272,7 @@ impl Pool {
                     return Err(last.unwrap_or_else(|| {
                         GenerateError::transient(format!(
                             "no backend that runs {kind} was free within {}{}",
-                            humantime::format_duration(self.budget),
+                            crate::net::failure::format_duration(self.budget),
                             self.why_out(kind)
                         ))
                     }));

@@ -112,7 +112,8 @@ fn io_kinds(err: &reqwest::Error) -> Vec<io::ErrorKind> {
     kinds
 }
 
-/// A timeout as people write it in the settings: `10s`, `300ms`, `1500ms`.
+/// A duration as people write it in the settings (`10s`, `300ms`, `1500ms`), for every message
+/// that names a timeout or a budget.
 pub fn format_duration(d: Duration) -> String {
     if d.subsec_nanos() == 0 {
         format!("{}s", d.as_secs())

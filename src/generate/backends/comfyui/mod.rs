@@ -226,7 +226,7 @@ impl Generator for ComfyUi {
                         Ok(result) => return result,
                         Err(_) => GenerateError::transient(format!(
                             "timed out after {}",
-                            humantime::format_duration(self.client.timeout)
+                            crate::net::failure::format_duration(self.client.timeout)
                         )),
                     }
                 }

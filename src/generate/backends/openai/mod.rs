@@ -184,7 +184,7 @@ impl Generator for OpenAi {
                         Ok(result) => result,
                         Err(_) => Err(GenerateError::transient(format!(
                             "timed out after {}",
-                            humantime::format_duration(self.config.timeout)
+                            crate::net::failure::format_duration(self.config.timeout)
                         ))),
                     }
                 }

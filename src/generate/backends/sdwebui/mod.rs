@@ -235,7 +235,7 @@ impl Generator for SdWebUi {
                         Ok(result) => return result,
                         Err(_) => GenerateError::transient(format!(
                             "timed out after {}",
-                            humantime::format_duration(self.config.timeout)
+                            crate::net::failure::format_duration(self.config.timeout)
                         )),
                     }
                 }
