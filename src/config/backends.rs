@@ -12,9 +12,11 @@ use serde::{Deserialize, Serialize};
 use super::values::duration;
 use crate::domain::OpKind;
 
-/// The kinds of backend, by their names in `kind = "..."`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// The kinds of backend, by their names in `kind = "..."` (serde reads them, strum writes them
+/// in logs and on `/readyz`; the two agree on lowercase).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum BackendKind {
     Procedural,
     Openai,
@@ -24,12 +26,7 @@ pub enum BackendKind {
 
 impl BackendKind {
     pub fn as_str(self) -> &'static str {
-        match self {
-            BackendKind::Procedural => "procedural",
-            BackendKind::Openai => "openai",
-            BackendKind::Sdwebui => "sdwebui",
-            BackendKind::Comfyui => "comfyui",
-        }
+        self.into()
     }
 }
 

@@ -327,3 +327,17 @@ fn retention_is_forever_by_default_and_at_least_a_minute_when_set() {
     let e = c.validate().unwrap_err().to_string();
     assert!(e.contains("retention_sweep_interval"), "{e}");
 }
+
+#[test]
+fn backend_kinds_are_written_as_the_settings_name_them() {
+    for (kind, name) in [
+        (BackendKind::Procedural, "procedural"),
+        (BackendKind::Openai, "openai"),
+        (BackendKind::Sdwebui, "sdwebui"),
+        (BackendKind::Comfyui, "comfyui"),
+    ] {
+        assert_eq!(kind.as_str(), name);
+        let read: BackendKind = serde_json::from_value(serde_json::json!(name)).unwrap();
+        assert_eq!(read, kind);
+    }
+}
