@@ -1,8 +1,9 @@
 //! Model backends through easel's HTTP API: easel configured with `[[backends]]` pointing at
 //! local servers that speak a backend's documented protocol, check what easel sends, and
 //! misbehave on request (one mock per protocol, in tests/backend_mocks). The adapters' own
-//! protocol details are tested beside them (src/generate/backends/*/), and the comfyui adapter
-//! on its own against the mock in backends/comfyui_adapter.rs; here is what a caller sees: tasks
+//! request building and answer parsing are tested beside them (src/generate/backends/*/), and
+//! each adapter on its own against its mock in backends/{comfyui,openai,sdwebui}_adapter.rs;
+//! here is what a caller sees: tasks
 //! finishing on the images the backend made, the pool spreading work, failing over and running
 //! follow-ups anywhere.
 
@@ -10,6 +11,10 @@ mod backend_mocks;
 #[path = "backends/comfyui_adapter.rs"]
 mod comfyui_adapter;
 mod common;
+#[path = "backends/openai_adapter.rs"]
+mod openai_adapter;
+#[path = "backends/sdwebui_adapter.rs"]
+mod sdwebui_adapter;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

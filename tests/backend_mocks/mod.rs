@@ -50,6 +50,8 @@ pub enum Fault {
     Refuse(&'static str),
     /// comfyui: the job runs and fails with this exception type.
     ExecError(&'static str),
+    /// openai: four images, the second two pixels wider than the others.
+    MixedSizes,
 }
 
 impl Fault {

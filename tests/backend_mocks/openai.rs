@@ -1,5 +1,5 @@
-//! OpenAI's images API as easel uses it: `GET /v1/models`, `POST /v1/images/generations` (JSON)
-//! and `POST /v1/images/edits` (multipart), with a Bearer key. It refuses what the real API
+//! OpenAI's images API as easel uses it: `GET /v1/models`, `POST /v1/images/generations` (JSON),
+//! `POST /v1/images/edits` and `POST /v1/images/variations` (multipart), with a Bearer key. It refuses what the real API
 //! refuses (a wrong key: 401 quoting the key it got; a bad size, `n` or prompt: 400) and answers
 //! `b64_json`, or `url`s to images it serves itself.
 
@@ -26,9 +26,34 @@ pub struct Seen {
     pub authorization: Option<String>,
     /// JSON fields, or the text fields of a multipart form, as strings.
     pub fields: BTreeMap<String, String>,
+    /// The JSON body as sent (generations only).
+    pub json: Option<Value>,
     /// The files of a multipart form, decoded.
     pub files: BTreeMap<String, RgbaImage>,
+    /// The file name each file of a multipart form was sent under.
+    pub file_names: BTreeMap<String, String>,
     pub at: Instant,
+}
+
+impl Seen {
+    /// A JSON field or a text field of the form, as a string.
+    pub fn text(&self, name: &str) -> Option<String> {
+        self.fields.get(name).cloned()
+    }
+
+    /// Whether the request had a field or a file of this name.
+    pub fn has(&self, name: &str) -> bool {
+        self.fields.contains_key(name) || self.files.contains_key(name)
+    }
+
+    /// The PNG file `name`, checked to have been sent as `{name}.png`.
+    pub fn png(&self, name: &str) -> RgbaImage {
+        assert_eq!(
+            self.file_names.get(name).map(String::as_str),
+            Some(&format!("{name}.png")[..])
+        );
+        self.files.get(name).expect("a file part").clone()
+    }
 }
 
 #[derive(Default)]
@@ -52,6 +77,23 @@ pub struct OpenAiMock {
     /// Once set, every connection, open or new, is dropped.
     pub dead: AtomicBool,
     pub died: Notify,
+    /// The size of the images it answers with; the size asked for when `None`.
+    pub made: Mutex<Option<(u32, u32)>>,
+    /// `GET /v1/models` answers this status (with an error body) while set.
+    pub models_status: Mutex<Option<u16>>,
+    /// The Authorization header of each `GET /v1/models`.
+    pub models_seen: Mutex<Vec<Option<String>>>,
+    /// A hanging job's handler was dropped: easel closed its connection.
+    pub hang_dropped: AtomicBool,
+}
+
+/// Sets its flag when dropped (with the handler future holding it).
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }
 
 impl OpenAiMock {
@@ -61,6 +103,7 @@ impl OpenAiMock {
             .route("/v1/models", get(models))
             .route("/v1/images/generations", post(generations))
             .route("/v1/images/edits", post(edits))
+            .route("/v1/images/variations", post(variations))
             .route("/v1/files/{n}", get(file))
             .with_state(self.clone());
         format!("{}/v1", super::serve(app).await)
@@ -74,6 +117,14 @@ impl OpenAiMock {
 
     pub fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
+    }
+
+    /// The requests seen at `path` (as `/images/edits`), taken out of the record.
+    pub fn seen_at(&self, path: &str) -> Vec<Seen> {
+        let mut seen = self.seen.lock().unwrap();
+        let (at, rest): (Vec<Seen>, Vec<Seen>) = seen.drain(..).partition(|s| s.path == path);
+        *seen = rest;
+        at
     }
 
     /// A 401 the way OpenAI answers one, quoting the key it got.
@@ -113,7 +164,9 @@ impl OpenAiMock {
     }
 
     /// The images answer: `n` images of `w` x `h`, as the script says.
-    async fn answer(&self, fault: Fault, n: usize, (w, h): (u32, u32), edit: bool) -> Response {
+    async fn answer(&self, fault: Fault, n: usize, size: (u32, u32), edit: bool) -> Response {
+        let (w, h) = self.made.lock().unwrap().unwrap_or(size);
+        let _dropped = (fault == Fault::Hang).then(|| SetOnDrop(&self.hang_dropped));
         if let Some(response) = common_answer(&fault).await {
             return response;
         }
@@ -133,12 +186,18 @@ impl OpenAiMock {
         }
         let count = match fault {
             Fault::Count(k) => k,
+            Fault::MixedSizes => 4,
             _ => n,
         };
         let shade = self.shade + if edit { 50 } else { 0 };
         let data: Vec<Value> = (0..count)
             .map(|k| {
-                let png = encode_png(&flat(w, h, shade + k as u8));
+                let wider = if fault == Fault::MixedSizes && k == 1 {
+                    2
+                } else {
+                    0
+                };
+                let png = encode_png(&flat(w + wider, h, shade + k as u8));
                 match fault {
                     Fault::BadBase64 => json!({"b64_json": "%%% not base64 %%%"}),
                     Fault::NotImage => json!({"b64_json": b64(b"GIF89a, or so it says")}),
@@ -196,8 +255,14 @@ async fn models(State(mock): State<Arc<OpenAiMock>>, headers: HeaderMap) -> Resp
     if mock.dead.load(Ordering::SeqCst) {
         return dropped();
     }
-    if let Err(refused) = mock.check_key(&headers) {
-        return refused;
+    let authorization = match mock.check_key(&headers) {
+        Ok(a) => a,
+        Err(refused) => return refused,
+    };
+    mock.models_seen.lock().unwrap().push(authorization);
+    let status = *mock.models_status.lock().unwrap();
+    if let Some(code) = status {
+        return super::common_answer(&Fault::status(code)).await.unwrap();
     }
     Json(json!({"object": "list", "data": [{"id": "mock-model", "object": "model"}]}))
         .into_response()
@@ -225,7 +290,9 @@ async fn generations(
         path: "/images/generations".into(),
         authorization,
         fields: fields.clone(),
+        json: Some(body.clone()),
         files: BTreeMap::new(),
+        file_names: BTreeMap::new(),
         at: Instant::now(),
     });
     if body["prompt"].as_str().is_none_or(|p| p.trim().is_empty()) {
@@ -249,7 +316,26 @@ async fn generations(
 async fn edits(
     State(mock): State<Arc<OpenAiMock>>,
     headers: HeaderMap,
+    form: Multipart,
+) -> Response {
+    multipart(mock, headers, form, "/images/edits").await
+}
+
+/// `POST /v1/images/variations` (dall-e-2): a square image, no prompt and no mask.
+async fn variations(
+    State(mock): State<Arc<OpenAiMock>>,
+    headers: HeaderMap,
+    form: Multipart,
+) -> Response {
+    multipart(mock, headers, form, "/images/variations").await
+}
+
+/// The edits and the variations endpoints: a multipart form with an `image`.
+async fn multipart(
+    mock: Arc<OpenAiMock>,
+    headers: HeaderMap,
     mut form: Multipart,
+    path: &str,
 ) -> Response {
     if mock.dead.load(Ordering::SeqCst) {
         return dropped();
@@ -260,9 +346,11 @@ async fn edits(
     };
     let mut fields = BTreeMap::new();
     let mut files = BTreeMap::new();
+    let mut file_names = BTreeMap::new();
     while let Some(part) = form.next_field().await.unwrap() {
         let name = part.name().unwrap_or("").to_string();
-        if part.file_name().is_some() {
+        if let Some(file_name) = part.file_name() {
+            file_names.insert(name.clone(), file_name.to_string());
             let bytes = part.bytes().await.unwrap();
             match decode_png(&bytes) {
                 Ok(img) => {
@@ -275,10 +363,12 @@ async fn edits(
         }
     }
     mock.seen.lock().unwrap().push(Seen {
-        path: "/images/edits".into(),
+        path: path.into(),
         authorization,
         fields: fields.clone(),
+        json: None,
         files: files.clone(),
+        file_names,
         at: Instant::now(),
     });
     let n: usize = fields.get("n").and_then(|n| n.parse().ok()).unwrap_or(1);
@@ -290,6 +380,14 @@ async fn edits(
     let Some(image) = files.get("image") else {
         return invalid("image is required".into());
     };
+    if path == "/images/variations" {
+        if fields.contains_key("prompt") || files.contains_key("mask") {
+            return invalid("variations take neither a prompt nor a mask".into());
+        }
+        if image.width != image.height {
+            return invalid("the image to vary must be square".into());
+        }
+    }
     if (image.width, image.height) != (w, h) {
         return invalid(format!(
             "image is {}x{}, size says {w}x{h}",

@@ -27,7 +27,7 @@ use family::Family;
 use futures::future::{try_join_all, BoxFuture};
 
 /// The prompt of a blend, which has none of its own.
-const BLEND_PROMPT: &str = "a blend of these images";
+pub const BLEND_PROMPT: &str = "a blend of these images";
 
 /// A backend speaking OpenAI's images API.
 pub struct OpenAi {

@@ -24,7 +24,8 @@ use super::BackendConfig;
 use crate::domain::OpKind;
 use crate::generate::{GenerateError, Generator, Job, Product, Progress};
 use answer::{describe_product, images_product, progress_percent, upscale_product};
-use plan::{plan, Call, EXTRA, INTERROGATE};
+use plan::{plan, Call};
+pub use plan::{EXTRA, IMG2IMG, INTERROGATE, STEPS, STRONG, SUBTLE, TXT2IMG};
 
 const PROGRESS: &str = "/sdapi/v1/progress?skip_current_image=true";
 const INTERRUPT: &str = "/sdapi/v1/interrupt";
@@ -39,8 +40,8 @@ pub struct SdWebUi {
     base: String,
     client: reqwest::Client,
     password: Option<String>,
-    /// How often progress is polled while a job runs.
-    poll: Duration,
+    /// How often progress is polled while a job runs (once a second; tests poll faster).
+    pub poll: Duration,
 }
 
 impl SdWebUi {

@@ -13,21 +13,26 @@ use crate::generate::ops::{self, Direction};
 use crate::generate::raster::{dimensions, encode_png, RgbaImage};
 use crate::generate::{GenerateError, Job, Product};
 
-pub(super) const TXT2IMG: &str = "/sdapi/v1/txt2img";
-pub(super) const IMG2IMG: &str = "/sdapi/v1/img2img";
-pub(super) const EXTRA: &str = "/sdapi/v1/extra-single-image";
-pub(super) const INTERROGATE: &str = "/sdapi/v1/interrogate";
+/// The WebUI's path for new pictures.
+pub const TXT2IMG: &str = "/sdapi/v1/txt2img";
+/// The WebUI's path for pictures from a parent: variations, pan, outpaint, inpaint.
+pub const IMG2IMG: &str = "/sdapi/v1/img2img";
+/// The WebUI's path for upscales.
+pub const EXTRA: &str = "/sdapi/v1/extra-single-image";
+/// The WebUI's path for describe.
+pub const INTERROGATE: &str = "/sdapi/v1/interrogate";
 
 /// Images per grid task, made in one batch.
 pub(super) const BATCH: usize = 4;
 /// Sampling steps: the WebUI's own default (50) is slow for little gain on current samplers.
-pub(super) const STEPS: u32 = 30;
+pub const STEPS: u32 = 30;
 /// The upscaler the WebUI ships with (Real-ESRGAN's general model).
 pub(super) const UPSCALER: &str = "R-ESRGAN 4x+";
 /// Denoising strengths of img2img: how much of the parent a variation keeps, and how freely the
 /// new area of a pan or outpaint (started from a continuation of the parent) is redrawn.
-pub(super) const SUBTLE: f64 = 0.45;
-pub(super) const STRONG: f64 = 0.7;
+pub const SUBTLE: f64 = 0.45;
+/// The denoising strength of a strong variation (and of a variation of one image of a grid).
+pub const STRONG: f64 = 0.7;
 pub(super) const EXTEND: f64 = 0.9;
 pub(super) const INPAINT: f64 = 0.75;
 /// The WebUI's mask pixels: white where it redraws, black where it keeps.

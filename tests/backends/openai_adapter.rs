@@ -1,19 +1,90 @@
-//! The openai adapter against a fake of the images API (tests/fake.rs).
-
-mod fake;
+//! The openai adapter on its own (no easel server around it) against the shared OpenAI mock:
+//! the requests it makes for each model and operation (JSON fields, multipart forms and the
+//! images in them), and how it sorts the backend's failures.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::family::Family;
-use super::*;
-use crate::domain::operation::PanDirection;
-use crate::domain::operation::{Dimension, ImageInput, StoredImage, VariationOf};
-use crate::domain::AspectRatio;
-use crate::generate::raster::RgbaImage;
-use fake::{serve, Mode, KEY};
+use crate::backend_mocks::openai::OpenAiMock;
+use crate::backend_mocks::Fault;
+use easel::domain::operation::{Dimension, ImageInput, PanDirection, StoredImage, VariationOf};
+use easel::domain::{AspectRatio, OpKind, Operation};
+use easel::generate::backends::openai::{OpenAi, BLEND_PROMPT};
+use easel::generate::backends::BackendConfig;
+use easel::generate::raster::RgbaImage;
+use easel::generate::{GenerateError, Generator, Job, Product, Progress};
+
+/// The key the tests give the adapter; a server may echo it.
+const KEY: &str = "sk-secret-123";
+
+/// How the mock answers, as the failures test names it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mode {
+    Status(u16),
+    RateLimited,
+    Refuse(&'static str),
+    KeyEcho,
+    BadJson,
+    BadBase64,
+    NotImage,
+    Count(usize),
+    MixedSizes,
+}
+
+fn error_body(message: &str, kind: &str) -> String {
+    json!({ "error": { "message": message, "type": kind } }).to_string()
+}
+
+fn fault(mode: Mode) -> Fault {
+    match mode {
+        Mode::Status(code) => Fault::Status {
+            code,
+            retry_after: None,
+            body: error_body("boom", "server_error"),
+        },
+        Mode::RateLimited => Fault::Status {
+            code: 429,
+            retry_after: Some(7),
+            body: error_body("slow down", "requests"),
+        },
+        Mode::Refuse(code) => Fault::Refuse(code),
+        Mode::KeyEcho => Fault::Status {
+            code: 401,
+            retry_after: None,
+            body: json!({ "error": {
+                "message": format!("Incorrect API key provided: {KEY}."),
+                "type": "invalid_request_error",
+                "code": "invalid_api_key",
+            } })
+            .to_string(),
+        },
+        Mode::BadJson => Fault::BadJson,
+        Mode::BadBase64 => Fault::BadBase64,
+        Mode::NotImage => Fault::NotImage,
+        Mode::Count(k) => Fault::Count(k),
+        Mode::MixedSizes => Fault::MixedSizes,
+    }
+}
+
+/// The mock, started; its API base (`.../v1`).
+async fn serve(mock: OpenAiMock) -> (Arc<OpenAiMock>, String) {
+    let mock = Arc::new(mock);
+    let url = mock.start().await;
+    (mock, url)
+}
+
+/// A mock that accepts `key` (any request when `None`) and answers images of `made`.
+async fn serve_making(key: Option<&str>, made: Option<(u32, u32)>) -> (Arc<OpenAiMock>, String) {
+    let mock = OpenAiMock {
+        key: key.map(str::to_string),
+        ..OpenAiMock::default()
+    };
+    *mock.made.lock().unwrap() = made;
+    serve(mock).await
+}
 
 fn config(url: &str, model: Option<&str>, key: Option<&str>) -> BackendConfig {
     let mut config: BackendConfig = serde_json::from_value(json!({
@@ -81,16 +152,18 @@ fn grid_size(product: &Product) -> (u32, u32) {
 
 #[tokio::test]
 async fn gpt_image_imagine_asks_four_at_its_size_and_keeps_what_it_made() {
-    let (mock, url) = serve(Mode::Ok).await;
-    *mock.made.lock().unwrap() = Some((48, 32));
+    let (mock, url) = serve_making(Some(KEY), Some((48, 32))).await;
     let backend = backend(&url, Some("gpt-image-1"), Some(KEY));
     let product = run(&backend, &job(Operation::Imagine, (3, 2), 64))
         .await
         .unwrap();
     assert_eq!(grid_size(&product), (48, 32));
-    let seen = mock.seen_at("/v1/images/generations");
+    let seen = mock.seen_at("/images/generations");
     assert_eq!(seen.len(), 1);
-    assert_eq!(seen[0].auth.as_deref(), Some(&format!("Bearer {KEY}")[..]));
+    assert_eq!(
+        seen[0].authorization.as_deref(),
+        Some(&format!("Bearer {KEY}")[..])
+    );
     let body = seen[0].json.as_ref().unwrap();
     assert_eq!(body["model"], "gpt-image-1");
     assert_eq!(body["prompt"], "a red fox in snow");
@@ -101,7 +174,7 @@ async fn gpt_image_imagine_asks_four_at_its_size_and_keeps_what_it_made() {
 
 #[tokio::test]
 async fn a_local_model_gets_the_jobs_size_and_base64_without_a_key() {
-    let (mock, url) = serve(Mode::Ok).await;
+    let (mock, url) = serve_making(None, None).await;
     let backend = backend(&url, Some("sd-turbo"), None);
     let progress = Progress::default();
     let product = backend
@@ -110,9 +183,9 @@ async fn a_local_model_gets_the_jobs_size_and_base64_without_a_key() {
         .unwrap();
     assert_eq!(grid_size(&product), (128, 64));
     assert!(progress.get() >= 80);
-    let seen = mock.seen_at("/v1/images/generations");
+    let seen = mock.seen_at("/images/generations");
     assert_eq!(seen.len(), 1);
-    assert_eq!(seen[0].auth, None);
+    assert_eq!(seen[0].authorization, None);
     let body = seen[0].json.as_ref().unwrap();
     assert_eq!(body["model"], "sd-turbo");
     assert_eq!(body["size"], "128x64");
@@ -122,14 +195,19 @@ async fn a_local_model_gets_the_jobs_size_and_base64_without_a_key() {
 
 #[tokio::test]
 async fn dall_e_3_makes_four_requests_and_url_answers_are_fetched() {
-    let (mock, url) = serve(Mode::Url).await;
+    let mock = OpenAiMock {
+        key: Some(KEY.into()),
+        urls: true,
+        ..OpenAiMock::default()
+    };
     *mock.made.lock().unwrap() = Some((32, 18));
+    let (mock, url) = serve(mock).await;
     let backend = backend(&url, Some("dall-e-3"), Some(KEY));
     let product = run(&backend, &job(Operation::Imagine, (16, 9), 64))
         .await
         .unwrap();
     assert_eq!(grid_size(&product), (32, 18));
-    let seen = mock.seen_at("/v1/images/generations");
+    let seen = mock.seen_at("/images/generations");
     assert_eq!(seen.len(), 4);
     for s in &seen {
         let body = s.json.as_ref().unwrap();
@@ -138,13 +216,7 @@ async fn dall_e_3_makes_four_requests_and_url_answers_are_fetched() {
         assert_eq!(body["model"], "dall-e-3");
         assert_eq!(body["response_format"], "b64_json");
     }
-    let files = mock
-        .seen
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|s| s.path.starts_with("/files/"))
-        .count();
+    let files = mock.file_fetches.lock().unwrap().len();
     assert_eq!(files, 4);
     // dall-e-3 has no edits.
     assert!(backend.supports(OpKind::Imagine) && backend.supports(OpKind::Reroll));
@@ -160,13 +232,12 @@ async fn dall_e_3_makes_four_requests_and_url_answers_are_fetched() {
 
 #[tokio::test]
 async fn dall_e_2_is_square_and_varies_through_the_variations_endpoint() {
-    let (mock, url) = serve(Mode::Ok).await;
-    *mock.made.lock().unwrap() = Some((16, 16));
+    let (mock, url) = serve_making(Some(KEY), Some((16, 16))).await;
     let backend = backend(&url, Some("dall-e-2"), Some(KEY));
     run(&backend, &job(Operation::Imagine, (16, 9), 64))
         .await
         .unwrap();
-    let seen = mock.seen_at("/v1/images/generations");
+    let seen = mock.seen_at("/images/generations");
     assert_eq!(seen[0].json.as_ref().unwrap()["size"], "256x256");
 
     let parent = solid(40, 30, [10, 200, 30, 255]);
@@ -181,22 +252,25 @@ async fn dall_e_2_is_square_and_varies_through_the_variations_endpoint() {
     j.inputs = vec![parent];
     let product = run(&backend, &j).await.unwrap();
     assert_eq!(grid_size(&product), (16, 16));
-    let seen = mock.seen_at("/v1/images/variations");
+    let seen = mock.seen_at("/images/variations");
     assert_eq!(seen.len(), 1);
     let s = &seen[0];
-    assert_eq!(s.auth.as_deref(), Some(&format!("Bearer {KEY}")[..]));
+    assert_eq!(
+        s.authorization.as_deref(),
+        Some(&format!("Bearer {KEY}")[..])
+    );
     assert_eq!(s.text("model").as_deref(), Some("dall-e-2"));
     assert_eq!(s.text("n").as_deref(), Some("4"));
     assert_eq!(s.text("size").as_deref(), Some("512x512"));
     assert_eq!(s.text("response_format").as_deref(), Some("b64_json"));
-    assert!(s.part("prompt").is_none() && s.part("mask").is_none());
+    assert!(!s.has("prompt") && !s.has("mask"));
     let image = s.png("image");
     assert_eq!((image.width, image.height), (512, 512));
 }
 
 #[tokio::test]
 async fn inpaint_sends_the_parent_and_easels_mask_as_transparency() {
-    let (mock, url) = serve(Mode::Ok).await;
+    let (mock, url) = serve_making(None, None).await;
     let backend = backend(&url, Some("sd-turbo"), None);
     let parent = solid(64, 64, [200, 20, 20, 255]);
     // easel's mask: white (redrawn) on the left half, black (kept) on the right.
@@ -219,7 +293,7 @@ async fn inpaint_sends_the_parent_and_easels_mask_as_transparency() {
     j.mask = Some(mask);
     let product = run(&backend, &j).await.unwrap();
     assert_eq!(grid_size(&product), (64, 64));
-    let seen = mock.seen_at("/v1/images/edits");
+    let seen = mock.seen_at("/images/edits");
     assert_eq!(seen.len(), 1);
     let s = &seen[0];
     assert_eq!(s.text("model").as_deref(), Some("sd-turbo"));
@@ -238,7 +312,7 @@ async fn inpaint_sends_the_parent_and_easels_mask_as_transparency() {
 
 #[tokio::test]
 async fn pan_and_outpaint_edit_the_transparent_part_of_a_larger_canvas() {
-    let (mock, url) = serve(Mode::Ok).await;
+    let (mock, url) = serve_making(None, None).await;
     let backend = backend(&url, Some("sd-turbo"), None);
     let red = [220, 10, 10, 255];
     let parent = solid(64, 64, red);
@@ -256,7 +330,7 @@ async fn pan_and_outpaint_edit_the_transparent_part_of_a_larger_canvas() {
         );
         j.inputs = vec![parent.clone()];
         run(&backend, &j).await.unwrap();
-        let seen = mock.seen_at("/v1/images/edits");
+        let seen = mock.seen_at("/images/edits");
         let s = &seen[0];
         // A 96x64 canvas at 128 on its long side, in multiples of 64.
         assert_eq!(s.text("size").as_deref(), Some("128x64"));
@@ -278,7 +352,7 @@ async fn pan_and_outpaint_edit_the_transparent_part_of_a_larger_canvas() {
     );
     down.inputs = vec![parent.clone()];
     run(&backend, &down).await.unwrap();
-    let seen = mock.seen_at("/v1/images/edits");
+    let seen = mock.seen_at("/images/edits");
     assert_eq!(seen[0].text("size").as_deref(), Some("64x128"));
     let mask = seen[0].png("mask");
     assert_eq!((px(&mask, 32, 5)[3], px(&mask, 32, 125)[3]), (255, 0));
@@ -293,7 +367,7 @@ async fn pan_and_outpaint_edit_the_transparent_part_of_a_larger_canvas() {
     );
     j.inputs = vec![parent.clone()];
     run(&backend, &j).await.unwrap();
-    let seen = mock.seen_at("/v1/images/edits");
+    let seen = mock.seen_at("/images/edits");
     let s = &seen[0];
     assert_eq!(s.text("size").as_deref(), Some("64x64"));
     let (image, mask) = (s.png("image"), s.png("mask"));
@@ -307,8 +381,7 @@ async fn pan_and_outpaint_edit_the_transparent_part_of_a_larger_canvas() {
 
 #[tokio::test]
 async fn blend_and_variations_edit_without_a_mask() {
-    let (mock, url) = serve(Mode::Ok).await;
-    *mock.made.lock().unwrap() = Some((16, 24));
+    let (mock, url) = serve_making(Some(KEY), Some((16, 24))).await;
     let backend = backend(&url, Some("gpt-image-1"), Some(KEY));
     let first = solid(30, 30, [1, 2, 3, 255]);
     let mut j = job(
@@ -327,12 +400,12 @@ async fn blend_and_variations_edit_without_a_mask() {
     j.inputs = vec![first.clone(), solid(20, 20, [9, 9, 9, 255])];
     let product = run(&backend, &j).await.unwrap();
     assert_eq!(grid_size(&product), (16, 24));
-    let seen = mock.seen_at("/v1/images/edits");
+    let seen = mock.seen_at("/images/edits");
     let s = &seen[0];
     assert_eq!(s.text("prompt").as_deref(), Some(BLEND_PROMPT));
     assert_eq!(s.text("size").as_deref(), Some("1024x1536"));
     assert_eq!(s.text("model").as_deref(), Some("gpt-image-1"));
-    assert!(s.part("mask").is_none() && s.part("response_format").is_none());
+    assert!(!s.has("mask") && !s.has("response_format"));
     let image = s.png("image");
     assert_eq!((image.width, image.height), (1024, 1536));
 
@@ -346,15 +419,15 @@ async fn blend_and_variations_edit_without_a_mask() {
     );
     j.inputs = vec![first];
     run(&backend, &j).await.unwrap();
-    let seen = mock.seen_at("/v1/images/edits");
+    let seen = mock.seen_at("/images/edits");
     assert_eq!(seen[0].text("prompt").as_deref(), Some("a red fox in snow"));
     assert_eq!(seen[0].text("size").as_deref(), Some("1024x1024"));
-    assert!(seen[0].part("mask").is_none());
+    assert!(!seen[0].has("mask"));
 }
 
 #[tokio::test]
 async fn failures_are_sorted() {
-    let (mock, url) = serve(Mode::Ok).await;
+    let (mock, url) = serve_making(None, None).await;
     let backend = backend(&url, Some("sd-turbo"), Some(KEY));
     let imagine = job(Operation::Imagine, (1, 1), 64);
     let mut results = Vec::new();
@@ -373,7 +446,7 @@ async fn failures_are_sorted() {
         Mode::Count(3),
         Mode::MixedSizes,
     ] {
-        *mock.mode.lock().unwrap() = mode;
+        mock.script.set(fault(mode));
         let error = run(&backend, &imagine).await.unwrap_err();
         assert!(!error.to_string().contains(KEY), "{mode:?}: {error}");
         results.push((mode, error));
@@ -417,7 +490,8 @@ async fn failures_are_sorted() {
 
 #[tokio::test]
 async fn a_job_past_the_timeout_is_dropped_and_transient() {
-    let (mock, url) = serve(Mode::Hang).await;
+    let (mock, url) = serve_making(None, None).await;
+    mock.script.set(Fault::Hang);
     let mut config = config(&url, Some("sd-turbo"), None);
     config.timeout = Duration::from_millis(300);
     let backend = OpenAi::new(&config).unwrap();
@@ -434,10 +508,10 @@ async fn a_job_past_the_timeout_is_dropped_and_transient() {
     }
     // No cancel endpoint: the request was dropped, and the server saw its connection close.
     let deadline = Instant::now() + Duration::from_secs(3);
-    while !mock.dropped.load(Ordering::SeqCst) && Instant::now() < deadline {
+    while !mock.hang_dropped.load(Ordering::SeqCst) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(mock.dropped.load(Ordering::SeqCst));
+    assert!(mock.hang_dropped.load(Ordering::SeqCst));
 }
 
 #[tokio::test]
@@ -472,70 +546,13 @@ async fn refused_and_dropped_connections_are_transient() {
 
 #[tokio::test]
 async fn probe_lists_the_models() {
-    let (mock, url) = serve(Mode::Ok).await;
+    let (mock, url) = serve_making(Some(KEY), None).await;
     let backend = backend(&url, Some("gpt-image-1"), Some(KEY));
     backend.probe().await.unwrap();
-    let seen = mock.seen_at("/v1/models");
+    let seen = mock.models_seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 1);
-    assert_eq!(seen[0].auth.as_deref(), Some(&format!("Bearer {KEY}")[..]));
-    *mock.mode.lock().unwrap() = Mode::Status(401);
+    assert_eq!(seen[0].as_deref(), Some(&format!("Bearer {KEY}")[..]));
+    *mock.models_status.lock().unwrap() = Some(401);
     let error = backend.probe().await.unwrap_err();
     assert!(error.contains("401"), "{error}");
-}
-
-#[test]
-fn supports_what_the_model_and_the_settings_allow() {
-    let backend = backend("http://127.0.0.1:9/v1", Some("gpt-image-1"), None);
-    for &kind in OpKind::ALL {
-        let expected = matches!(
-            kind,
-            OpKind::Imagine
-                | OpKind::Reroll
-                | OpKind::Variations
-                | OpKind::Pan
-                | OpKind::Outpaint
-                | OpKind::Inpaint
-                | OpKind::Blend
-        );
-        assert_eq!(backend.supports(kind), expected, "{kind}");
-    }
-    let mut limited = config("http://127.0.0.1:9/v1", None, None);
-    limited.operations = Some(vec!["imagine".into()]);
-    let limited = OpenAi::new(&limited).unwrap();
-    assert!(limited.supports(OpKind::Imagine));
-    assert!(!limited.supports(OpKind::Pan) && !limited.supports(OpKind::Reroll));
-    assert_eq!(limited.name(), "oa");
-}
-
-#[test]
-fn new_names_the_setting_that_cannot_work() {
-    let mut unset = config("http://127.0.0.1:9/v1", None, None);
-    unset.api_key_env = Some("EASEL_TEST_OPENAI_KEY_NEVER_SET".into());
-    let error = OpenAi::new(&unset).err().unwrap();
-    assert!(error.contains("backends.oa.api_key_env"), "{error}");
-    assert!(error.contains("EASEL_TEST_OPENAI_KEY_NEVER_SET"), "{error}");
-    let bad = config("http://127.0.0.1:9/v1", None, Some("sk-\nbroken"));
-    let error = OpenAi::new(&bad).err().unwrap();
-    assert!(error.contains("backends.oa.api_key") && !error.contains("broken"));
-    let mut no_url = config("http://127.0.0.1:9/v1", None, None);
-    no_url.url = None;
-    assert!(OpenAi::new(&no_url)
-        .err()
-        .unwrap()
-        .contains("backends.oa.url"));
-}
-
-#[test]
-fn sizes_follow_the_model() {
-    assert_eq!(Family::of(Some("dall-e-2")).size(16, 9, 1024), (1024, 1024));
-    assert_eq!(Family::of(Some("dall-e-2")).size(1, 1, 300), (512, 512));
-    assert_eq!(Family::of(Some("dall-e-3")).size(9, 16, 64), (1024, 1792));
-    assert_eq!(Family::of(Some("dall-e-3")).size(5, 4, 64), (1024, 1024));
-    assert_eq!(Family::of(Some("gpt-image-1")).size(2, 3, 64), (1024, 1536));
-    assert_eq!(
-        Family::of(Some("gpt-image-1-mini")).size(3, 2, 64),
-        (1536, 1024)
-    );
-    assert_eq!(Family::of(None).size(1, 1, 1000), (1024, 1024));
-    assert_eq!(Family::of(Some("flux")).size(16, 9, 1024), (1024, 576));
 }

@@ -1,0 +1,447 @@
+//! The sdwebui adapter on its own (no easel server around it) against the shared WebUI mock:
+//! what it asks of the WebUI for each operation (and with which credentials), how it polls
+//! progress and interrupts a job past its timeout, and how it sorts the WebUI's failures.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::backend_mocks::sdwebui::{start_webui, WebUi};
+use crate::backend_mocks::{flat, Fault};
+use easel::domain::operation::{AltKind, ImageInput, PanDirection, StoredImage, VariationOf};
+use easel::domain::{AspectRatio, Operation};
+use easel::generate::backends::sdwebui::{
+    SdWebUi, EXTRA, IMG2IMG, INTERROGATE, STEPS, STRONG, SUBTLE, TXT2IMG,
+};
+use easel::generate::backends::BackendConfig;
+use easel::generate::raster::{decode_png, RgbaImage};
+use easel::generate::{GenerateError, Generator, Job, Product, Progress};
+
+const PASSWORD: &str = "s3cret-pw";
+
+/// A WebUI asking for the tests' credentials, started; the mock and its base URL (with the
+/// trailing `/` a configured URL may have).
+async fn serve() -> (Arc<WebUi>, String) {
+    let mock = Arc::new(WebUi {
+        credentials: Some(("user".into(), PASSWORD.into())),
+        ..WebUi::default()
+    });
+    let url = start_webui(mock.clone()).await;
+    (mock, format!("{url}/"))
+}
+
+fn unpng(text: &Value) -> RgbaImage {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text.as_str().expect("a string"))
+        .unwrap();
+    decode_png(&bytes).unwrap()
+}
+
+fn config(url: &str, extra: Value) -> BackendConfig {
+    let mut c = json!({
+        "name": "gpu-a", "kind": "sdwebui", "url": url, "timeout": "5s",
+        "username": "user", "password": PASSWORD,
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        c[k] = v.clone();
+    }
+    serde_json::from_value(c).unwrap()
+}
+
+fn backend(url: &str, extra: Value) -> SdWebUi {
+    let mut b = SdWebUi::new(&config(url, extra)).unwrap();
+    b.poll = Duration::from_millis(20);
+    b
+}
+
+fn stored(w: u32, h: u32) -> StoredImage {
+    StoredImage {
+        key: "k".into(),
+        width: w,
+        height: h,
+    }
+}
+
+fn job(operation: Operation, inputs: Vec<RgbaImage>) -> Job {
+    Job {
+        operation,
+        prompt: "a lighthouse at dusk".into(),
+        seed: 1234,
+        aspect: AspectRatio::SQUARE,
+        image_size: 64,
+        inputs,
+        mask: None,
+    }
+}
+
+fn parent(w: u32, h: u32) -> RgbaImage {
+    let mut image = RgbaImage::new(w, h);
+    for (i, px) in image.data.chunks_exact_mut(4).enumerate() {
+        px[0] = (i % 251) as u8;
+        px[1] = (i / 7 % 251) as u8;
+    }
+    image
+}
+
+fn pixel(image: &RgbaImage, x: u32, y: u32) -> [u8; 4] {
+    let o = ((y * image.width + x) * 4) as usize;
+    image.data[o..o + 4].try_into().unwrap()
+}
+
+async fn run(b: &SdWebUi, job: &Job) -> Result<Product, GenerateError> {
+    b.run(job, &Progress::default()).await
+}
+
+fn grid_size(p: &Product) -> (u32, u32) {
+    match p {
+        Product::Grid {
+            images,
+            width,
+            height,
+            ..
+        } => {
+            for png in images {
+                let i = decode_png(png).unwrap();
+                assert_eq!((i.width, i.height), (*width, *height));
+            }
+            (*width, *height)
+        }
+        other => panic!("not a grid: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn imagine_asks_txt2img_for_four_at_the_job_size() {
+    let (mock, url) = serve().await;
+    let b = backend(&url, json!({"model": "sd_xl_base_1.0"}));
+    let mut j = job(Operation::Imagine, vec![]);
+    j.aspect = AspectRatio {
+        width: 16,
+        height: 9,
+    };
+    let product = run(&b, &j).await.unwrap();
+    // 64 x 36, rounded to multiples of 8.
+    assert_eq!(grid_size(&product), (64, 40));
+    let (path, body) = mock.last();
+    assert_eq!(path, TXT2IMG);
+    assert_eq!(body["prompt"], "a lighthouse at dusk");
+    assert_eq!(body["seed"], 1234);
+    assert_eq!(
+        (body["width"].clone(), body["height"].clone()),
+        (json!(64), json!(40))
+    );
+    assert_eq!(body["batch_size"], 4);
+    assert_eq!(body["steps"], STEPS);
+    assert_eq!(
+        body["override_settings"]["sd_model_checkpoint"],
+        "sd_xl_base_1.0"
+    );
+    // Without a model, no override.
+    let b = backend(&url, json!({}));
+    run(&b, &job(Operation::Reroll, vec![])).await.unwrap();
+    assert!(mock.last().1.get("override_settings").is_none());
+}
+
+#[tokio::test]
+async fn extra_images_are_passed_over() {
+    let (mock, url) = serve().await;
+    mock.extra_images.store(true, Ordering::SeqCst);
+    let b = backend(&url, json!({}));
+    let product = run(&b, &job(Operation::Imagine, vec![])).await.unwrap();
+    assert_eq!(grid_size(&product), (64, 64));
+    let Product::Grid { images, .. } = product else {
+        unreachable!()
+    };
+    // The four of the batch, in order, not the grid before them.
+    assert_eq!(
+        pixel(&decode_png(&images[0]).unwrap(), 0, 0),
+        pixel(&flat(1, 1, mock.shade), 0, 0)
+    );
+    assert_eq!(
+        pixel(&decode_png(&images[3]).unwrap(), 0, 0),
+        pixel(&flat(1, 1, mock.shade + 3), 0, 0)
+    );
+}
+
+#[tokio::test]
+async fn variations_are_img2img_on_the_parent() {
+    let (mock, url) = serve().await;
+    let b = backend(&url, json!({}));
+    for (of, strength) in [
+        (VariationOf::Subtle, SUBTLE),
+        (VariationOf::Strong, STRONG),
+        (VariationOf::Index(2), STRONG),
+    ] {
+        let op = Operation::Variations {
+            of,
+            source: stored(60, 36),
+        };
+        let product = run(&b, &job(op, vec![parent(60, 36)])).await.unwrap();
+        assert_eq!(grid_size(&product), (64, 40));
+        let (path, body) = mock.last();
+        assert_eq!(path, IMG2IMG);
+        assert_eq!(body["denoising_strength"], strength);
+        assert!(body.get("mask").is_none());
+        assert_eq!(unpng(&body["init_images"][0]).width, 64);
+    }
+}
+
+#[tokio::test]
+async fn pan_masks_the_new_strip() {
+    let (mock, url) = serve().await;
+    let b = backend(&url, json!({}));
+    let p = parent(64, 64);
+    for (direction, size, new, kept) in [
+        (PanDirection::Right, (96, 64), (90, 10), (10, 10)),
+        (PanDirection::Left, (96, 64), (5, 10), (90, 10)),
+        (PanDirection::Up, (64, 96), (10, 5), (10, 90)),
+        (PanDirection::Down, (64, 96), (10, 90), (10, 5)),
+    ] {
+        let op = Operation::Pan {
+            direction,
+            source: stored(64, 64),
+        };
+        let product = run(&b, &job(op, vec![p.clone()])).await.unwrap();
+        assert_eq!(grid_size(&product), size, "{direction:?}");
+        let (_, body) = mock.last();
+        let mask = unpng(&body["mask"]);
+        assert_eq!(pixel(&mask, new.0, new.1)[..3], [255, 255, 255]);
+        assert_eq!(pixel(&mask, kept.0, kept.1)[..3], [0, 0, 0]);
+        assert_eq!(body["inpainting_fill"], 1);
+        // The parent is on the canvas as it is.
+        let init = unpng(&body["init_images"][0]);
+        let (dx, dy) = match direction {
+            PanDirection::Left => (32, 0),
+            PanDirection::Up => (0, 32),
+            _ => (0, 0),
+        };
+        assert_eq!(pixel(&init, dx + 3, dy + 5), pixel(&p, 3, 5));
+    }
+}
+
+#[tokio::test]
+async fn outpaint_centres_the_smaller_parent() {
+    let (mock, url) = serve().await;
+    let b = backend(&url, json!({}));
+    let op = Operation::Outpaint {
+        zoom_ratio: 2.0,
+        source: stored(64, 64),
+    };
+    let product = run(&b, &job(op, vec![parent(64, 64)])).await.unwrap();
+    assert_eq!(grid_size(&product), (64, 64));
+    let mask = unpng(&mock.last().1["mask"]);
+    // The parent at half size in the middle: (16, 16) to (48, 48).
+    assert_eq!(pixel(&mask, 32, 32)[..3], [0, 0, 0]);
+    assert_eq!(pixel(&mask, 17, 17)[..3], [0, 0, 0]);
+    assert_eq!(pixel(&mask, 2, 2)[..3], [255, 255, 255]);
+    assert_eq!(pixel(&mask, 60, 32)[..3], [255, 255, 255]);
+}
+
+#[tokio::test]
+async fn inpaint_sends_easels_mask_in_black_and_white() {
+    let (mock, url) = serve().await;
+    let b = backend(&url, json!({}));
+    let mut mask = RgbaImage::new(64, 64);
+    for (i, px) in mask.data.chunks_exact_mut(4).enumerate() {
+        if i % 64 >= 32 {
+            // Bright green redraws; a transparent white pixel would not.
+            px.copy_from_slice(&[0, 255, 0, 255]);
+        }
+    }
+    let op = Operation::Inpaint {
+        source: stored(64, 64),
+        mask: String::new(),
+    };
+    let mut j = job(op, vec![parent(64, 64)]);
+    j.mask = Some(mask);
+    run(&b, &j).await.unwrap();
+    let sent = unpng(&mock.last().1["mask"]);
+    assert_eq!(pixel(&sent, 40, 3)[..3], [255, 255, 255]);
+    assert_eq!(pixel(&sent, 10, 3)[..3], [0, 0, 0]);
+    // A mask of another size is refused before anything is sent.
+    let requests = mock.seen.lock().unwrap().len();
+    j.mask = Some(RgbaImage::new(32, 64));
+    assert!(matches!(run(&b, &j).await, Err(GenerateError::Failed(_))));
+    j.mask = None;
+    assert!(matches!(run(&b, &j).await, Err(GenerateError::Failed(_))));
+    assert_eq!(mock.seen.lock().unwrap().len(), requests);
+}
+
+#[tokio::test]
+async fn upscales() {
+    let (mock, url) = serve().await;
+    let b = backend(&url, json!({}));
+    let p = parent(40, 24);
+    // 1x is the image as it is, without a request.
+    let op = Operation::Upscale1x {
+        index: 1,
+        source: stored(40, 24),
+    };
+    match run(&b, &job(op, vec![p.clone()])).await.unwrap() {
+        Product::Single { png, width, height } => {
+            assert_eq!((width, height), (40, 24));
+            assert_eq!(decode_png(&png).unwrap(), p);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(mock.seen.lock().unwrap().is_empty());
+    let alt = Operation::UpscaleAlt {
+        kind: AltKind::Creative,
+        source: stored(40, 24),
+    };
+    let highres = Operation::UpscaleHighres {
+        factor: 4,
+        index: None,
+        image_url: None,
+        source: ImageInput::Url { url: "x".into() },
+    };
+    for (op, factor) in [(alt, 2), (highres, 4)] {
+        match run(&b, &job(op, vec![p.clone()])).await.unwrap() {
+            Product::Single { width, height, .. } => {
+                assert_eq!((width, height), (40 * factor, 24 * factor))
+            }
+            other => panic!("{other:?}"),
+        }
+        let (path, body) = mock.last();
+        assert_eq!(path, EXTRA);
+        assert_eq!(body["upscaling_resize"], factor);
+        assert_eq!(unpng(&body["image"]), p);
+    }
+}
+
+#[tokio::test]
+async fn describe_gives_four_prompts_from_the_caption() {
+    let (mock, url) = serve().await;
+    let b = backend(&url, json!({}));
+    let op = Operation::Describe {
+        image_url: "x".into(),
+        input: ImageInput::Url { url: "x".into() },
+        scene_words: None,
+    };
+    let Product::Text(prompts) = run(&b, &job(op, vec![parent(64, 36)])).await.unwrap() else {
+        panic!("not text")
+    };
+    assert_eq!(mock.last().0, INTERROGATE);
+    let caption = "a red fox in the snow, digital art, trending on artstation";
+    assert_eq!(prompts[0], caption);
+    assert_eq!(prompts[1], format!("{caption} --ar 16:9"));
+    assert_eq!(prompts[2], "a red fox in the snow --ar 16:9");
+    assert_eq!(prompts.len(), 4);
+    let distinct: std::collections::HashSet<_> = prompts.iter().collect();
+    assert_eq!(distinct.len(), 4);
+}
+
+#[tokio::test]
+async fn failures_are_sorted() {
+    let (mock, url) = serve().await;
+    let b = backend(&url, json!({}));
+    let j = job(Operation::Imagine, vec![]);
+    let transient = |r: Result<Product, GenerateError>| match r {
+        Err(GenerateError::Transient {
+            message,
+            retry_after,
+        }) => (message, retry_after),
+        other => panic!("not transient: {other:?}"),
+    };
+    let failed = |r: Result<Product, GenerateError>| match r {
+        Err(GenerateError::Failed(message)) => message,
+        other => panic!("not failed: {other:?}"),
+    };
+    mock.script.set(Fault::Status {
+        code: 429,
+        retry_after: Some(7),
+        body: "busy".into(),
+    });
+    assert_eq!(transient(run(&b, &j).await).1, Some(Duration::from_secs(7)));
+    mock.script.set(Fault::status(503));
+    assert!(transient(run(&b, &j).await).0.contains("503"));
+    mock.script.set(Fault::Drop);
+    transient(run(&b, &j).await);
+    mock.script.set(Fault::status(422));
+    assert!(failed(run(&b, &j).await).contains("422"));
+    mock.script.set(Fault::BadJson);
+    assert!(failed(run(&b, &j).await).contains("malformed"));
+    mock.script.set(Fault::BadBase64);
+    assert!(failed(run(&b, &j).await).contains("not base64"));
+    mock.script.set(Fault::NotImage);
+    assert!(failed(run(&b, &j).await).contains("image 2"));
+    mock.script.set(Fault::Count(3));
+    assert!(failed(run(&b, &j).await).contains("3 images"));
+    mock.script.set(Fault::Count(0));
+    assert!(failed(run(&b, &j).await).contains("0 images"));
+    // Nothing listens: transient.
+    let gone = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = gone.local_addr().unwrap();
+    drop(gone);
+    let b = backend(&format!("http://{addr}"), json!({}));
+    transient(run(&b, &j).await);
+}
+
+#[tokio::test]
+async fn wrong_credentials_fail_without_showing_them() {
+    let (_mock, url) = serve().await;
+    let b = backend(&url, json!({"password": "wrong-password"}));
+    let error = run(&b, &job(Operation::Imagine, vec![])).await.unwrap_err();
+    let message = error.to_string();
+    assert!(matches!(error, GenerateError::Failed(_)), "{message}");
+    assert!(message.contains("401"), "{message}");
+    assert!(!message.contains("wrong-password"));
+    assert!(b.probe().await.unwrap_err().contains("401"));
+}
+
+#[tokio::test]
+async fn a_job_past_the_timeout_is_interrupted_and_progress_reported() {
+    let (mock, url) = serve().await;
+    mock.script.set(Fault::Hang);
+    let b = backend(&url, json!({"timeout": "400ms"}));
+    let progress = Progress::default();
+    let error = b
+        .run(&job(Operation::Imagine, vec![]), &progress)
+        .await
+        .unwrap_err();
+    match error {
+        GenerateError::Transient { message, .. } => {
+            assert!(message.contains("timed out after 400ms"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(mock.interrupts.load(Ordering::SeqCst), 1);
+    assert!(mock.polls.load(Ordering::SeqCst) >= 1);
+    assert_eq!(progress.get(), 50);
+    // A job that answers in time is not interrupted.
+    mock.script.set(Fault::Ok);
+    run(&b, &job(Operation::Imagine, vec![])).await.unwrap();
+    assert_eq!(mock.interrupts.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn probe_lists_models_and_checks_the_checkpoint() {
+    let (mock, url) = serve().await;
+    backend(&url, json!({})).probe().await.unwrap();
+    for model in [
+        "sd_xl_base_1.0",
+        "sd_xl_base_1.0.safetensors",
+        "sd_xl_base_1.0.safetensors [31e35c80fc]",
+        "31e35c80fc",
+    ] {
+        backend(&url, json!({ "model": model }))
+            .probe()
+            .await
+            .unwrap();
+    }
+    let missing = backend(&url, json!({"model": "dreamshaper"}));
+    assert!(missing.probe().await.unwrap_err().contains("dreamshaper"));
+    // A server without the models list answers its options.
+    mock.no_models.store(true, Ordering::SeqCst);
+    backend(&url, json!({})).probe().await.unwrap();
+    let gone = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = gone.local_addr().unwrap();
+    drop(gone);
+    assert!(backend(&format!("http://{addr}"), json!({}))
+        .probe()
+        .await
+        .is_err());
+}
