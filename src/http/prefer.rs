@@ -3,8 +3,8 @@
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
+use crate::config::WAIT_MAX_SECS;
 use crate::error::ApiError;
-use crate::tasks::wait::WAIT_MAX_SECS;
 
 /// The header that says which preference was applied.
 pub const PREFERENCE_APPLIED: HeaderName = HeaderName::from_static("preference-applied");

@@ -11,10 +11,6 @@ use super::Tasks;
 use crate::auth::PresentedKey;
 use crate::store::Task;
 
-/// The longest wait a request may ask for, in seconds; plain `wait` asks for this. A setting
-/// (`max_wait`) is bounded by it, so it lives with the settings.
-pub use crate::config::WAIT_MAX_SECS;
-
 /// The wait served for one of `asked` seconds: at most the node's `max_wait`.
 pub fn served(tasks: &Tasks, asked: u64) -> u64 {
     asked.min(tasks.config.limits.max_wait.as_secs())
