@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The dashboard in a real headless Chromium (tests/browser): the system's chromium driven by
 # playwright-core, with axe-core on every page, against target/debug/easel (built by
-# `cargo test`; built here if missing). Skipped with one line where there is no chromium, except
+# `cargo test`; built here the same way if missing). Skipped with one line where there is no chromium, except
 # under CI=true, where it must run. Screenshots go to $EASEL_SCREENSHOTS (default
 # target/screenshots).
 set -euo pipefail
@@ -18,7 +18,8 @@ if [ -z "$chromium" ] || ! command -v node >/dev/null || ! command -v npm >/dev/
 fi
 target="${CARGO_TARGET_DIR:-target}"
 if [ ! -x "$target/debug/easel" ]; then
-  cargo build --locked --bin easel
+  # As `cargo test` builds it: `cargo build` resolves other features and builds the library twice.
+  cargo test --locked --no-run --test api
 fi
 (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
 CHROMIUM="$chromium" EASEL_BIN="$target/debug/easel" node tests/browser/dashboard.test.mjs
