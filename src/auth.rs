@@ -6,6 +6,10 @@
 //! are sent raw in `Authorization`; anything else there (a `Bearer ` prefix included) is refused
 //! with 401 and the body `{}` before the request is looked at further.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use rand::RngCore;
@@ -91,7 +95,46 @@ pub struct Caller(pub Account);
 /// [`PresentedKey::confirm`], so that 401 still comes before anything else.
 pub struct PresentedKey(pub [u8; 32]);
 
+/// How long a key found live is taken as live without asking the store again, by
+/// [`PresentedKey::admit`] only: the statement that does a request's work checks the key itself.
+pub const LIVE_KEY_TTL: Duration = Duration::from_secs(5);
+/// Most keys [`LiveKeys`] remembers; past that it starts again empty.
+const LIVE_KEYS_MAX: usize = 10_000;
+
+/// Keys found live a moment ago. Only keys the store has just confirmed go in, so no made-up key
+/// can fill it.
+#[derive(Default)]
+pub struct LiveKeys(Mutex<HashMap<[u8; 32], Instant>>);
+
+impl LiveKeys {
+    fn recent(&self, key: &[u8; 32]) -> bool {
+        let seen = self.0.lock().expect("not poisoned");
+        seen.get(key).is_some_and(|at| at.elapsed() < LIVE_KEY_TTL)
+    }
+
+    fn note(&self, key: [u8; 32]) {
+        let mut seen = self.0.lock().expect("not poisoned");
+        if seen.len() >= LIVE_KEYS_MAX {
+            seen.clear();
+        }
+        seen.insert(key, Instant::now());
+    }
+}
+
 impl PresentedKey {
+    /// Refuse a key that is not live before the request's body is read, so that no caller
+    /// without a key can make easel read and parse a body. A key confirmed in the last
+    /// [`LIVE_KEY_TTL`] is not looked up again: the submit's own statement still refuses a key
+    /// revoked in the meantime.
+    pub async fn admit(&self, store: &SharedStore, live: &LiveKeys) -> Result<(), ApiError> {
+        if live.recent(&self.0) {
+            return Ok(());
+        }
+        self.confirm(store).await?;
+        live.note(self.0);
+        Ok(())
+    }
+
     /// Check the key against the store; 401 when it is not live.
     pub async fn confirm(&self, store: &SharedStore) -> Result<(), ApiError> {
         let owner = look_up(store.as_ref(), &self.0).await?;

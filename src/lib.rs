@@ -146,6 +146,11 @@ impl Application {
                 idempotency: Default::default(),
             },
             rate_limits: ratelimit::RateLimits::new(&config.limits.rate_limits),
+            hosts: http::hosts::DashboardHosts::new(
+                config.server.public_url.as_deref(),
+                &config.server.allowed_hosts,
+            ),
+            live_keys: auth::LiveKeys::default(),
         });
         let worker = WorkerContext {
             store: store.clone(),
@@ -263,7 +268,9 @@ impl Application {
         let app = http::app::app(self.state.clone());
         let limits = http::server::ConnectionLimits {
             max_connections: config.server.max_connections,
+            max_per_address: config.server.max_connections_per_address,
             header_timeout: config.server.header_timeout,
+            idle_timeout: config.server.idle_timeout,
             drain: std::time::Duration::from_secs(2),
         };
         let server = tokio::spawn(http::server::serve(

@@ -1,7 +1,7 @@
 //! `POST /api/v1/{operation}` for every operation: the submit use case (`crate::tasks::submit`)
 //! behind the `Idempotency-Key` and `Prefer: wait` headers.
 
-use axum::extract::{MatchedPath, State};
+use axum::extract::{FromRequest, MatchedPath, Request, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -33,33 +33,24 @@ pub async fn submit(
     headers: HeaderMap,
     key: PresentedKey,
     idempotency: KeyHeader,
-    body: Result<JsonObject, ApiError>,
+    req: Request,
 ) -> Result<Response, ApiError> {
+    // Nothing of the body is read for a key that is not live.
+    key.admit(&state.store, &state.live_keys).await?;
     let kind = path
         .as_str()
         .strip_prefix("/api/v1/")
         .and_then(|name| name.parse::<OpKind>().ok())
         .expect("submit routes are made from the operations' names");
-    let wait = match prefer::preferred_wait(&headers) {
-        Ok(wait) => wait.map(|asked| wait::served(&state, asked)),
-        Err(e) => {
-            key.confirm(&state.store).await?;
-            return Err(e);
-        }
-    };
+    let wait = prefer::preferred_wait(&headers)?.map(|asked| wait::served(&state, asked));
     // Held until the store has answered, and let go on every way out of this function.
     let held = match idempotency {
         KeyHeader::Absent => None,
         KeyHeader::Held(held) => Some(held),
-        refused @ (KeyHeader::Invalid(_) | KeyHeader::InUse) => {
-            // Only a live key learns what was wrong with its request.
-            key.confirm(&state.store).await?;
-            return Err(match refused {
-                KeyHeader::Invalid(e) => e,
-                _ => ApiError::IdempotencyKeyInUse,
-            });
-        }
+        KeyHeader::Invalid(e) => return Err(e),
+        KeyHeader::InUse => return Err(ApiError::IdempotencyKeyInUse),
     };
+    let body = JsonObject::from_request(req, &state).await;
     let keyed = match (&held, &body) {
         (Some(held), Ok(body)) => Some(Idempotency {
             key: held.key().to_string(),

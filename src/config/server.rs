@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::values::{check_http_url, choice, choice_list, duration};
+use super::values::{check_http_url, choice, choice_list, duration, string_list};
 
 choice! {
     /// The roles a node can run: `api` (the HTTP API and image files), `worker` (claims and
@@ -47,8 +47,22 @@ pub struct Server {
     /// A request body must arrive within this time (408 otherwise).
     #[serde(with = "duration")]
     pub body_timeout: Duration,
+    /// A connection with no request in progress is closed after this long: between requests on
+    /// HTTP/1, with no open stream on HTTP/2 (its pings do not count).
+    #[serde(with = "duration")]
+    pub idle_timeout: Duration,
     /// Most open client connections; more wait in the kernel's accept queue.
     pub max_connections: usize,
+    /// Most open connections from one client address (an IPv6 client's whole /64); more are
+    /// closed as they are accepted. 0: no limit, for a node behind a proxy that connects from one
+    /// address.
+    pub max_connections_per_address: usize,
+    /// Host names, besides `public_url`'s, that the dashboard answers to (requests naming any
+    /// other host get 421, so a DNS-rebinding page cannot drive it). Without `public_url`, the
+    /// loopback names and the listen address are allowed too. In the environment: a
+    /// comma-separated list.
+    #[serde(deserialize_with = "string_list::deserialize")]
+    pub allowed_hosts: Vec<String>,
     /// How long shutdown waits for running tasks and deliveries before releasing them.
     #[serde(with = "duration")]
     pub shutdown_timeout: Duration,
@@ -69,7 +83,10 @@ impl Default for Server {
             log_format: LogFormat::Text,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(15),
+            idle_timeout: Duration::from_secs(60),
             max_connections: 4096,
+            max_connections_per_address: 256,
+            allowed_hosts: Vec::new(),
             shutdown_timeout: Duration::from_secs(30),
             metrics_listen: None,
             metrics_token: None,
@@ -88,8 +105,18 @@ impl Server {
         if self.roles.is_empty() {
             bail!("configuration: roles must name at least one of api, worker, dispatcher");
         }
-        if self.header_timeout.is_zero() || self.body_timeout.is_zero() {
-            bail!("configuration: header_timeout and body_timeout must be non-zero");
+        if self.header_timeout.is_zero()
+            || self.body_timeout.is_zero()
+            || self.idle_timeout.is_zero()
+        {
+            bail!("configuration: header_timeout, body_timeout and idle_timeout must be non-zero");
+        }
+        if let Some(bad) = self
+            .allowed_hosts
+            .iter()
+            .find(|h| h.is_empty() || h.contains(['/', '@', ' ']))
+        {
+            bail!("configuration: allowed_hosts: {bad:?} is not a host name");
         }
         if self.max_connections == 0 {
             bail!("configuration: max_connections must be at least 1");

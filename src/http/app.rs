@@ -1,6 +1,6 @@
 //! The whole HTTP surface: the API's router and the dashboard's side by side, the health checks,
 //! the image files and `/metrics`, inside the layers every request goes through (request id, the
-//! access log line, panics caught, the body limit), with the node's roles applied.
+//! access log line, panics caught, each body's limit and deadline), with the node's roles applied.
 
 use std::convert::Infallible;
 
@@ -15,6 +15,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 
 use super::access::AccessLogLayer;
+use super::body::{self, BodyLimits};
 use super::state::AppState;
 use crate::config::Role;
 use crate::error::ApiError;
@@ -34,12 +35,11 @@ pub fn app(
 > + Clone
        + Send
        + 'static {
-    // The larger limit here; the body extractor applies each route's own.
-    let body_limit = state
-        .config
-        .limits
-        .body_limit
-        .max(state.config.limits.mask_body_limit);
+    let bodies = BodyLimits {
+        body_limit: state.config.limits.body_limit,
+        mask_body_limit: state.config.limits.mask_body_limit,
+        body_timeout: state.config.server.body_timeout,
+    };
     tower::ServiceBuilder::new()
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .layer(PropagateRequestIdLayer::x_request_id())
@@ -47,7 +47,10 @@ pub fn app(
         .layer(CatchPanicLayer::custom(|_| {
             ApiError::Internal(anyhow::anyhow!("handler panicked")).into_response()
         }))
-        .layer(DefaultBodyLimit::max(body_limit))
+        // Every body bounded as it comes in (`super::body`); axum's own default limit would
+        // only add a second, different one.
+        .map_request(move |req| body::bound(req, &bodies))
+        .layer(DefaultBodyLimit::disable())
         .service(router(state))
 }
 
@@ -68,7 +71,12 @@ fn router(state: AppState) -> Router {
     }
     health
         .merge(crate::api::routes())
-        .merge(crate::web::routes())
+        .merge(
+            crate::web::routes().route_layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                super::hosts::check,
+            )),
+        )
         .fallback(|| async { ApiError::RouteNotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)

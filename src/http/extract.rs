@@ -1,26 +1,23 @@
 //! Extractors: the caller's key, the JSON body, the `{task_id}` path segment. Each refuses in
 //! the contract's shape, and none reads more of the request than its check needs.
 
-use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
+use axum::http::header;
 use axum::http::request::Parts;
-use axum::http::{header, StatusCode};
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::body::{self, BodyError};
 use super::state::AppState;
 use crate::auth::{self, Caller, PresentedKey};
 use crate::error::ApiError;
 use crate::tasks::body::JsonObject;
 use crate::telemetry::request;
 
-/// The route of the operation whose bodies may carry a mask (`mask_body_limit`).
-pub const MASK_ROUTE: &str = "/api/v1/inpaint";
-
 impl FromRequest<AppState> for JsonObject {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+    async fn from_request(req: Request, _state: &AppState) -> Result<Self, ApiError> {
         let is_json = req
             .headers()
             .get(header::CONTENT_TYPE)
@@ -30,38 +27,14 @@ impl FromRequest<AppState> for JsonObject {
         if !is_json {
             return Err(ApiError::UnsupportedMediaType);
         }
-        // A mask is a whole PNG: its operation's bodies have a limit of their own.
-        let limit = if req.uri().path() == MASK_ROUTE {
-            state.config.limits.mask_body_limit
-        } else {
-            state.config.limits.body_limit
-        };
-        // A declared length over the limit is refused before any of the body is read.
-        let declared = req
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > limit as u64) {
-            return Err(ApiError::PayloadTooLarge { limit });
-        }
-        let read = tokio::time::timeout(
-            state.config.server.body_timeout,
-            Bytes::from_request(req, state),
-        );
-        let bytes = read
-            .await
-            .map_err(|_| ApiError::RequestTimeout)?
-            .map_err(|rejection| {
-                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::PayloadTooLarge { limit }
-                } else {
-                    ApiError::BadRequest {
-                        code: "invalid_body",
-                        msg: format!("body: {}", rejection.body_text()),
-                    }
-                }
-            })?;
+        let bytes = body::read(req).await.map_err(|e| match e {
+            BodyError::TooLarge { limit } => ApiError::PayloadTooLarge { limit },
+            BodyError::TimedOut => ApiError::RequestTimeout,
+            BodyError::Broken => ApiError::BadRequest {
+                code: "invalid_body",
+                msg: "body: the request body could not be read".into(),
+            },
+        })?;
         match serde_json::from_slice::<Value>(&bytes) {
             Ok(Value::Object(map)) => Ok(JsonObject(map)),
             Ok(_) => Err(ApiError::field(

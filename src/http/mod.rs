@@ -4,8 +4,10 @@
 
 pub mod access;
 pub mod app;
+pub mod body;
 pub mod error;
 pub mod extract;
+pub mod hosts;
 pub mod idempotency;
 pub mod metrics;
 pub mod prefer;

@@ -1,16 +1,25 @@
-//! The HTTP server loop. `axum::serve` sets no header-read timeout and accepts connections without
-//! bound; this loop adds both, so that slow or numerous clients cannot starve the others:
-//! - at most `max_connections` open connections (the rest wait in the kernel's accept queue);
-//! - request headers must arrive within `header_timeout`, and fit in `MAX_HEADER_BYTES`;
-//! - a connection that says nothing is closed: before its first request after `header_timeout`,
-//!   between requests after `KEEP_ALIVE_IDLE` (hyper's own timeout starts only with a first byte),
-//!   but never while one of its requests is being answered;
+//! The HTTP server loop. `axum::serve` sets no deadline on a connection's phases and accepts
+//! connections without bound; this loop gives every phase a deadline, on HTTP/1 and HTTP/2 alike,
+//! so that slow, idle or numerous clients cannot starve the others:
+//! - at most `max_connections` open connections (the rest wait in the kernel's accept queue), and
+//!   at most `max_per_address` from one client address (the rest are closed as they come);
+//! - request headers must arrive within `header_timeout` (hyper's HTTP/1 timer once the first
+//!   byte is in; before it, and for HTTP/2, the idle clock below), and fit in `MAX_HEADER_BYTES`;
+//! - each request body must arrive whole within `body_timeout` ([`super::body`]);
+//! - a connection with no request in progress is closed: `header_timeout` after it opened,
+//!   `idle_timeout` after its last answer ended. Only requests count as activity, so neither
+//!   HTTP/2 pings (ours or the client's) nor a trickle of bytes keep a connection open;
+//! - an answer the client stops reading fails once no byte of it has been taken for
+//!   `idle_timeout`;
+//! - a connection closed before its request was read whole is still read, and what comes
+//!   discarded, for a moment, so that the client gets the answer rather than a reset;
 //! - on shutdown, idle connections close at once and busy ones after their current request.
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -19,28 +28,33 @@ use std::convert::Infallible;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::ConnectInfo;
 use axum::http::{Request, Response};
+use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tower::{BoxError, Service, ServiceExt};
 
-/// How long a keep-alive connection may sit idle between requests.
-pub const KEEP_ALIVE_IDLE: Duration = Duration::from_secs(60);
-
 /// The largest request head (request line and headers) accepted; larger ones get 431.
 pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// Most requests one HTTP/2 connection may have open at once; each one's body is bounded on its
+/// own, so this bounds what a connection can hold.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 64;
 
 /// How the server treats connections.
 #[derive(Clone, Copy, Debug)]
 pub struct ConnectionLimits {
     pub max_connections: usize,
+    /// 0: no limit per address.
+    pub max_per_address: usize,
     pub header_timeout: Duration,
+    pub idle_timeout: Duration,
     /// How long shutdown waits for requests in progress.
     pub drain: Duration,
 }
@@ -67,9 +81,11 @@ pub async fn serve<S, B>(
         .http2()
         .timer(TokioTimer::new())
         .keep_alive_interval(Duration::from_secs(30))
+        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
         .max_header_list_size(MAX_HEADER_BYTES as u32);
     let builder = Arc::new(builder);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let addresses = Addresses::new(limits.max_per_address);
     let graceful = GracefulShutdown::new();
 
     loop {
@@ -90,35 +106,49 @@ pub async fn serve<S, B>(
             _ = shutdown.cancelled() => break,
         };
         let (stream, peer) = stream;
+        let Some(place) = addresses.admit(peer.ip()) else {
+            // Closed at once: the client's other connections are its share.
+            tracing::debug!(%peer, "connection refused: too many from this address");
+            continue;
+        };
         let _ = stream.set_nodelay(true);
-        // Requests of this connection being answered: its silence is not idleness meanwhile.
-        let busy = Arc::new(AtomicUsize::new(0));
-        let answering = busy.clone();
-        // The client's address, for the dashboard's sign-in limits.
+        let (activity, in_progress) = watch::channel(0usize);
+        let activity = Arc::new(activity);
         let service = TowerToHyperService::new(
             app.clone()
                 .map_request(move |req: hyper::Request<Incoming>| {
                     let mut req = req.map(Body::new);
+                    // The client's address, for the dashboard's sign-in limits.
                     req.extensions_mut().insert(ConnectInfo(peer));
                     req
                 })
                 .map_future(move |answer| {
-                    let busy = Busy::start(&answering);
+                    // Busy from the handler's call until the answer's last byte is out.
+                    let busy = Busy::start(&activity);
                     async move {
                         let answered = answer.await;
-                        drop(busy);
-                        answered
+                        answered.map(|res| {
+                            res.map(|body| Guarded {
+                                body: Body::new(body),
+                                busy: Some(busy),
+                            })
+                        })
                     }
                 }),
         );
-        let io = SilenceTimeout::new(stream, limits.header_timeout, KEEP_ALIVE_IDLE, busy);
+        let io = ClientStream::new(stream, limits.idle_timeout);
         let conn = builder
             .serve_connection(TokioIo::new(io), service)
             .into_owned();
         let conn = graceful.watch(conn);
+        let (first, later) = (limits.header_timeout, limits.idle_timeout);
         tokio::spawn(async move {
-            // Errors here are the client's (reset, malformed request, header timeout).
-            let _ = conn.await;
+            tokio::select! {
+                // Errors here are the client's (reset, malformed request, header timeout).
+                _ = conn => {}
+                () = idle(in_progress, first, later) => tracing::debug!(%peer, "idle connection closed"),
+            }
+            drop(place);
             drop(permit);
         });
     }
@@ -131,91 +161,193 @@ pub async fn serve<S, B>(
     }
 }
 
-/// One request of a connection being answered, from the handler's call until its answer (or
-/// its cancellation).
-struct Busy(Arc<AtomicUsize>);
+/// Resolves once the connection has had no request in progress for `first` (before its first
+/// request) or `later` (after one).
+async fn idle(mut busy: watch::Receiver<usize>, first: Duration, later: Duration) {
+    let mut wait = first;
+    loop {
+        if busy.wait_for(|n| *n == 0).await.is_err() {
+            // The service, and with it the sender, is gone: the connection is ending anyway.
+            return std::future::pending().await;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {
+                if *busy.borrow() == 0 {
+                    return;
+                }
+            }
+            _ = busy.changed() => {}
+        }
+        wait = later;
+    }
+}
+
+/// One request of a connection in progress.
+struct Busy(Arc<watch::Sender<usize>>);
 
 impl Busy {
-    fn start(count: &Arc<AtomicUsize>) -> Busy {
-        count.fetch_add(1, Ordering::Relaxed);
+    fn start(count: &Arc<watch::Sender<usize>>) -> Busy {
+        count.send_modify(|n| *n += 1);
         Busy(count.clone())
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.send_modify(|n| *n -= 1);
     }
 }
 
-/// A stream whose reads fail with `TimedOut` when the peer stays silent too long: `first` before
-/// any byte has arrived, `idle` afterwards. Only a pending read counts, so a slow reader of our
-/// answer is not affected, and not while a request of the connection is being answered (`busy`):
-/// hyper keeps a read pending then to notice a client that goes away, and a request held by
-/// `Prefer: wait` may take a minute.
-struct SilenceTimeout<T> {
-    inner: T,
-    first: bool,
-    first_timeout: Duration,
-    idle_timeout: Duration,
-    deadline: Pin<Box<tokio::time::Sleep>>,
-    armed: bool,
-    busy: Arc<AtomicUsize>,
+/// An answer's body that keeps its request counted as in progress until the body has ended (or
+/// hyper has dropped it), so a long download or event stream is not an idle connection.
+struct Guarded {
+    body: Body,
+    busy: Option<Busy>,
 }
 
-impl<T> SilenceTimeout<T> {
-    fn new(
-        inner: T,
-        first_timeout: Duration,
-        idle_timeout: Duration,
-        busy: Arc<AtomicUsize>,
-    ) -> Self {
-        SilenceTimeout {
-            inner,
-            first: true,
-            first_timeout,
-            idle_timeout,
-            deadline: Box::pin(tokio::time::sleep(first_timeout)),
-            armed: false,
-            busy,
+impl HttpBody for Guarded {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
+            self.busy = None;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The open connections by client address. IPv6 clients are counted by /64, the block one
+/// subscriber usually has, so that changing addresses inside it gains nothing.
+struct Addresses {
+    max: usize,
+    open: Arc<Mutex<HashMap<Client, usize>>>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Client {
+    V4(u32),
+    /// The top 64 bits.
+    V6(u64),
+}
+
+/// One connection's place in its address's count.
+struct Place {
+    key: Client,
+    open: Arc<Mutex<HashMap<Client, usize>>>,
+}
+
+impl Addresses {
+    fn new(max: usize) -> Addresses {
+        Addresses {
+            max,
+            open: Arc::default(),
+        }
+    }
+
+    /// A place for a connection from `ip`, or `None` when its address has all it may.
+    fn admit(&self, ip: IpAddr) -> Option<Option<Place>> {
+        if self.max == 0 {
+            return Some(None);
+        }
+        let key = match ip.to_canonical() {
+            IpAddr::V4(v4) => Client::V4(v4.into()),
+            IpAddr::V6(v6) => Client::V6((u128::from(v6) >> 64) as u64),
+        };
+        let mut open = self.open.lock().expect("not poisoned");
+        let count = open.entry(key).or_insert(0);
+        if *count >= self.max {
+            return None;
+        }
+        *count += 1;
+        Some(Some(Place {
+            key,
+            open: self.open.clone(),
+        }))
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let mut open = self.open.lock().expect("not poisoned");
+        if let Some(count) = open.get_mut(&self.key) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.key);
+            }
         }
     }
 }
 
-impl<T: AsyncRead + Unpin> AsyncRead for SilenceTimeout<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
+/// How long, and for how many bytes, a closed connection's unread request is still read and
+/// discarded (see [`ClientStream`]).
+const LINGER: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 1024 * 1024;
+
+/// A client's connection, with two additions:
+/// - writes fail with `TimedOut` once the peer has taken nothing for `stall`: a client that
+///   stops reading an answer would otherwise hold its connection for as long as it likes;
+/// - once the server has closed its side (after answering a request whose body it did not read
+///   whole, such as a 413), what the client still sends is read and discarded for a moment
+///   ([`LINGER`], [`LINGER_BYTES`]). Closing a socket with unread data makes the kernel reset
+///   the connection, and the client would see the reset instead of the answer.
+struct ClientStream {
+    inner: Option<TcpStream>,
+    stall: Duration,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    armed: bool,
+    shut: bool,
+}
+
+impl ClientStream {
+    fn new(inner: TcpStream, stall: Duration) -> Self {
+        ClientStream {
+            inner: Some(inner),
+            stall,
+            deadline: Box::pin(tokio::time::sleep(stall)),
+            armed: false,
+            shut: false,
+        }
+    }
+
+    fn stream(&mut self) -> Pin<&mut TcpStream> {
+        Pin::new(self.inner.as_mut().expect("present until dropped"))
+    }
+
+    /// The outcome of a write attempt: progress disarms the deadline, a pending write arms it
+    /// (once) and fails when it passes.
+    fn watch<R>(
+        &mut self,
         cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let this = &mut *self;
-        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+        polled: Poll<std::io::Result<R>>,
+    ) -> Poll<std::io::Result<R>> {
+        match polled {
             Poll::Ready(result) => {
-                this.armed = false;
-                this.first = false;
+                self.armed = false;
                 Poll::Ready(result)
             }
             Poll::Pending => {
-                if this.busy.load(Ordering::Relaxed) > 0 {
-                    // Armed afresh once the answer is out: hyper reads again for the next request.
-                    this.armed = false;
-                    return Poll::Pending;
+                if !self.armed {
+                    let at = tokio::time::Instant::now() + self.stall;
+                    self.deadline.as_mut().reset(at);
+                    self.armed = true;
                 }
-                if !this.armed {
-                    let wait = if this.first {
-                        this.first_timeout
-                    } else {
-                        this.idle_timeout
-                    };
-                    this.deadline
-                        .as_mut()
-                        .reset(tokio::time::Instant::now() + wait);
-                    this.armed = true;
-                }
-                match this.deadline.as_mut().poll(cx) {
+                match self.deadline.as_mut().poll(cx) {
                     Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
                         std::io::ErrorKind::TimedOut,
-                        "client silent too long",
+                        "client stopped reading",
                     ))),
                     Poll::Pending => Poll::Pending,
                 }
@@ -224,21 +356,57 @@ impl<T: AsyncRead + Unpin> AsyncRead for SilenceTimeout<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for SilenceTimeout<T> {
+impl Drop for ClientStream {
+    fn drop(&mut self) {
+        let (Some(mut stream), true) = (self.inner.take(), self.shut) else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let mut buf = vec![0u8; 16 * 1024];
+            let mut read = 0;
+            let until = tokio::time::Instant::now() + LINGER;
+            while read < LINGER_BYTES {
+                match tokio::time::timeout_at(until, stream.read(&mut buf)).await {
+                    Ok(Ok(n)) if n > 0 => read += n,
+                    _ => break,
+                }
+            }
+        });
+    }
+}
+
+impl AsyncRead for ClientStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        self.stream().poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for ClientStream {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let polled = self.stream().poll_write(cx, buf);
+        self.watch(cx, polled)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        let polled = self.stream().poll_flush(cx);
+        self.watch(cx, polled)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        self.shut = true;
+        self.stream().poll_shutdown(cx)
     }
 
     fn poll_write_vectored(
@@ -246,10 +414,48 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for SilenceTimeout<T> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let polled = self.stream().poll_write_vectored(cx, bufs);
+        self.watch(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
+        self.inner.as_ref().is_some_and(|s| s.is_write_vectored())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_counted_by_host_and_ipv6_by_slash_64() {
+        let addresses = Addresses::new(2);
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let first = addresses.admit(a).unwrap();
+        let _second = addresses.admit(a).unwrap();
+        assert!(addresses.admit(a).is_none(), "a third from one address");
+        assert!(addresses.admit("192.0.2.2".parse().unwrap()).is_some());
+        drop(first);
+        assert!(
+            addresses.admit(a).is_some(),
+            "a place frees as a connection ends"
+        );
+
+        let _v6 = addresses.admit("2001:db8:0:1::1".parse().unwrap()).unwrap();
+        let _v6b = addresses
+            .admit("2001:db8:0:1::ffff".parse().unwrap())
+            .unwrap();
+        assert!(addresses
+            .admit("2001:db8:0:1:abcd::2".parse().unwrap())
+            .is_none());
+        assert!(addresses
+            .admit("2001:db8:0:2::1".parse().unwrap())
+            .is_some());
+        // An IPv4-mapped IPv6 address is its IPv4 address.
+        assert!(addresses
+            .admit("::ffff:192.0.2.1".parse().unwrap())
+            .is_none());
+
+        assert!(Addresses::new(0).admit(a).unwrap().is_none(), "no limit");
     }
 }

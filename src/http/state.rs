@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use super::hosts::DashboardHosts;
+use crate::auth::LiveKeys;
 use crate::ratelimit::RateLimits;
 use crate::tasks::Tasks;
 
@@ -30,6 +32,11 @@ pub struct Shared {
     pub tasks: Tasks,
     /// The request rate limits by plan (`rate_limits`), checked where the key is read.
     pub rate_limits: RateLimits,
+    /// The host names the dashboard answers to.
+    pub hosts: DashboardHosts,
+    /// Keys found live a moment ago, so a submit's key is checked before its body is read
+    /// without a store read each time.
+    pub live_keys: LiveKeys,
 }
 
 impl std::ops::Deref for Shared {

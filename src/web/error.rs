@@ -6,6 +6,7 @@ use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 
 use super::page::{page_headers, safe_next, Layout, NavUser};
+use crate::http::body::BodyError;
 use crate::store::StoreError;
 
 /// Everything a page can fail with, each its own page.
@@ -25,10 +26,26 @@ pub enum WebError {
     Forbidden,
     #[error("{0}")]
     BadForm(String),
+    /// A form body over the limit that applies to it.
+    #[error("the form is larger than {0} bytes")]
+    TooLarge(usize),
+    /// A form body that did not arrive within `body_timeout`.
+    #[error("the form did not arrive in time")]
+    TimedOut,
     #[error("the store is unavailable")]
     Unavailable,
     #[error("internal error: {0}")]
     Internal(anyhow::Error),
+}
+
+impl From<BodyError> for WebError {
+    fn from(e: BodyError) -> Self {
+        match e {
+            BodyError::TooLarge { limit } => WebError::TooLarge(limit),
+            BodyError::TimedOut => WebError::TimedOut,
+            BodyError::Broken => WebError::BadForm("the form could not be read".into()),
+        }
+    }
 }
 
 impl From<StoreError> for WebError {
@@ -72,6 +89,14 @@ impl IntoResponse for WebError {
                     .to_string(),
             ),
             WebError::BadForm(msg) => (StatusCode::BAD_REQUEST, msg.clone()),
+            WebError::TooLarge(limit) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("The form is larger than {limit} bytes, the most this site accepts."),
+            ),
+            WebError::TimedOut => (
+                StatusCode::REQUEST_TIMEOUT,
+                "The form did not arrive in time. Try again.".to_string(),
+            ),
             WebError::Unavailable => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "The store is unavailable right now; try again shortly.".to_string(),

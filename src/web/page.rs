@@ -89,7 +89,11 @@ pub fn is_htmx(headers: &HeaderMap) -> bool {
 
 /// Where sign-in may send the browser afterwards: a path on this site only.
 pub fn safe_next(next: &str) -> &str {
-    let ok = next.starts_with('/')
+    // Visible ASCII only: browsers drop tabs and newlines from a URL (`/\t/evil.example` is read
+    // as `//evil.example`, another site), and nothing else can go in a `Location` header.
+    let visible = next.bytes().all(|b| b.is_ascii_graphic());
+    let ok = visible
+        && next.starts_with('/')
         && !next.starts_with("//")
         && !next.contains('\\')
         && !next.starts_with("/signin")
@@ -113,5 +117,12 @@ mod tests {
         assert_eq!(safe_next("https://evil.example/"), "/");
         assert_eq!(safe_next("/\\evil.example"), "/");
         assert_eq!(safe_next("/signin"), "/");
+        // What a browser's URL parser would make another site of, and what no header can hold.
+        assert_eq!(safe_next("/\t/evil.example"), "/");
+        assert_eq!(safe_next("/\n/evil.example"), "/");
+        assert_eq!(safe_next("/\r\n/x"), "/");
+        assert_eq!(safe_next("/ /evil.example"), "/");
+        assert_eq!(safe_next("/caf\u{e9}"), "/");
+        assert_eq!(safe_next("/tasks/%2F%2Fx"), "/tasks/%2F%2Fx");
     }
 }

@@ -12,7 +12,7 @@
 //!   not an account has it), so every node sees them; past the limits sign-in answers 429 for a
 //!   while (see `auth`).
 
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap};
@@ -24,6 +24,7 @@ use sha2::Sha256;
 
 use super::error::WebError;
 use super::page::NavUser;
+use crate::http::body::read_body;
 use crate::http::state::AppState;
 use crate::store::{now_ms, Account};
 
@@ -84,30 +85,22 @@ pub fn removal(state: &AppState, name: &'static str) -> Cookie<'static> {
 }
 
 /// Whether a state-changing request comes from the dashboard's own pages: its `Origin`, when
-/// sent, is `public_url`'s or the host the browser asked for; without one, `Sec-Fetch-Site`,
-/// when sent, must not say another site.
-pub fn same_origin(headers: &HeaderMap, state: &AppState) -> bool {
-    if let Some(origin) = headers.get(header::ORIGIN) {
+/// sent, is `public_url`'s, or one of the dashboard's hosts at the very host and port the
+/// request was sent to ([`crate::http::hosts`]); without one, `Sec-Fetch-Site`, when sent, must
+/// not say another site.
+pub fn same_origin(parts: &Parts, state: &AppState) -> bool {
+    if let Some(origin) = parts.headers.get(header::ORIGIN) {
         let Ok(origin) = origin.to_str() else {
             return false;
         };
-        let public = state
-            .config
-            .server
-            .public_url
-            .as_deref()
-            .and_then(|u| url::Url::parse(u).ok())
-            .map(|u| u.origin().ascii_serialization());
-        if public.as_deref() == Some(origin) {
-            return true;
-        }
-        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
-        let origin_host = origin
-            .strip_prefix("http://")
-            .or_else(|| origin.strip_prefix("https://"));
-        return host.is_some() && origin_host == host;
+        let host = crate::http::hosts::authority(&parts.uri, &parts.headers);
+        return state.hosts.same_origin(origin, host.as_deref());
     }
-    match headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
+    match parts
+        .headers
+        .get("sec-fetch-site")
+        .and_then(|v| v.to_str().ok())
+    {
         Some(site) => matches!(site, "same-origin" | "none"),
         None => true,
     }
@@ -193,16 +186,14 @@ struct CsrfField {
     csrf: String,
 }
 
-/// Read a form body, refusing one from another site.
-async fn form_body(req: Request, state: &AppState) -> Result<(Parts, Bytes), WebError> {
+/// The head of a form request, refusing one from another site; its body is read only once the
+/// checks that need no more than the head have passed.
+fn form_head(req: Request, state: &AppState) -> Result<(Parts, Body), WebError> {
     let (parts, body) = req.into_parts();
-    if !same_origin(&parts.headers, state) {
+    if !same_origin(&parts, state) {
         return Err(WebError::Forbidden);
     }
-    let bytes = Bytes::from_request(Request::from_parts(parts.clone(), body), state)
-        .await
-        .map_err(|_| WebError::BadForm("the form could not be read".into()))?;
-    Ok((parts, bytes))
+    Ok((parts, body))
 }
 
 fn parse_form<T: DeserializeOwned>(bytes: &[u8]) -> Result<(String, T), WebError> {
@@ -224,8 +215,9 @@ impl<T: DeserializeOwned + Send> FromRequest<AppState> for Posted<T> {
     type Rejection = WebError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, WebError> {
-        let (mut parts, bytes) = form_body(req, state).await?;
+        let (mut parts, body) = form_head(req, state)?;
         let user = SignedIn::from_request_parts(&mut parts, state).await?;
+        let bytes = read_body(&parts, body).await?;
         let (csrf, form) = parse_form::<T>(&bytes)?;
         if !same_secret(&csrf, &user.csrf) {
             return Err(WebError::Forbidden);
@@ -247,11 +239,15 @@ impl<T: DeserializeOwned + Send> FromRequest<AppState> for PublicPosted<T> {
     type Rejection = WebError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, WebError> {
-        let (parts, bytes) = form_body(req, state).await?;
+        let (parts, body) = form_head(req, state)?;
         let jar = CookieJar::from_headers(&parts.headers);
-        let (csrf, form) = parse_form::<T>(&bytes)?;
         let cookie = jar.get(FORM_COOKIE).map(|c| c.value()).unwrap_or("");
-        if !well_formed(cookie) || !same_secret(&csrf, cookie) {
+        if !well_formed(cookie) {
+            return Err(WebError::Forbidden);
+        }
+        let bytes = read_body(&parts, body).await?;
+        let (csrf, form) = parse_form::<T>(&bytes)?;
+        if !same_secret(&csrf, cookie) {
             return Err(WebError::Forbidden);
         }
         let client = parts
