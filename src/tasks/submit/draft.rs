@@ -289,7 +289,8 @@ fn check_url(tasks: &Tasks, field: &str, raw: &str) -> Result<String, ApiError> 
 }
 
 /// `mask`: a `data:image/png;base64,` URL of a PNG that marks at least one pixel to redraw.
-/// The base64 and the image's size; its size is checked against the parent's later.
+/// The base64 and the image's size, from its header; its pixels are checked by
+/// [`Draft::check_mask`], its size against the parent's later.
 fn mask(raw: &str) -> Result<(String, u32, u32), ApiError> {
     let bad = |problem: String| ApiError::field("mask", "invalid_value", problem);
     let data = raw
@@ -309,19 +310,39 @@ fn mask(raw: &str) -> Result<(String, u32, u32), ApiError> {
              the long side)"
         )));
     }
-    let image = decode_png(&png).map_err(bad)?;
-    let redrawn = image
-        .data
-        .chunks_exact(4)
-        .any(|px| mask_redraws([px[0], px[1], px[2], px[3]]));
-    if !redrawn {
-        return Err(bad(
-            "marks no pixel to redraw (opaque and light: alpha >= 128, luminance >= 128)".into(),
-        ));
+    Ok((base64::engine::general_purpose::STANDARD.encode(&png), w, h))
+}
+
+impl Draft {
+    /// For `inpaint`: that the mask decodes and marks at least one pixel to redraw. Its pixels are
+    /// decoded on a blocking thread: a 2048 x 2048 mask takes milliseconds that the request
+    /// threads owe to other connections.
+    pub(super) async fn check_mask(&self) -> Result<(), ApiError> {
+        let Some((data, _, _)) = self.mask.clone() else {
+            return Ok(());
+        };
+        let bad = |problem: String| ApiError::field("mask", "invalid_value", problem);
+        let checked = tokio::task::spawn_blocking(move || {
+            let png = base64::engine::general_purpose::STANDARD
+                .decode(data)
+                .map_err(|e| e.to_string())?;
+            let image = decode_png(&png)?;
+            Ok::<bool, String>(
+                image
+                    .data
+                    .chunks_exact(4)
+                    .any(|px| mask_redraws([px[0], px[1], px[2], px[3]])),
+            )
+        })
+        .await
+        .map_err(|e| ApiError::Internal(anyhow::anyhow!("mask check: {e}")))?;
+        match checked {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(bad(
+                "marks no pixel to redraw (opaque and light: alpha >= 128, luminance >= 128)"
+                    .into(),
+            )),
+            Err(problem) => Err(bad(problem)),
+        }
     }
-    Ok((
-        base64::engine::general_purpose::STANDARD.encode(&png),
-        image.width,
-        image.height,
-    ))
 }

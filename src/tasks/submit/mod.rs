@@ -67,6 +67,10 @@ pub async fn submit_keyed(
         Draft::parse(kind, tasks, &body)
     });
     let draft = match draft {
+        Ok(draft) => draft.check_mask().await.map(|()| draft),
+        Err(e) => Err(e),
+    };
+    let draft = match draft {
         Ok(draft) => draft,
         Err(e) => {
             // Only a live key learns what was wrong with its request.
