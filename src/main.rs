@@ -158,6 +158,9 @@ enum AccountsCommand {
     Disable { email: String },
     /// Enable a disabled account again.
     Enable { email: String },
+    /// Forget the account's failed sign-ins, from every address and browser, so that nothing
+    /// limits or slows its next sign-in.
+    Unlock { email: String },
 }
 
 fn main() -> std::process::ExitCode {
@@ -520,6 +523,14 @@ async fn accounts(config: Config, command: AccountsCommand) -> anyhow::Result<()
             let account = find(email).await?;
             store.set_disabled(&account.id, false).await?;
             println!("enabled {}", account.email);
+        }
+        AccountsCommand::Unlock { email } => {
+            let account = find(email).await?;
+            easel::accounts::throttle::unlock(store.as_ref(), &account.email).await?;
+            println!(
+                "unlocked {}: its failed sign-ins are forgotten",
+                account.email
+            );
         }
     }
     store.close().await;

@@ -1,5 +1,5 @@
-//! Accounts and what they pay: who may sign up, the credits they start with, what each
-//! operation costs, and how long a dashboard session lasts.
+//! Accounts and what they pay: who may sign up and how often, the credits they start with, what
+//! each operation costs, and how long a dashboard session lasts.
 
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
@@ -19,6 +19,8 @@ choice! {
     }
 }
 
+/// Sign-ups per client address per hour unless `signups_per_hour` says otherwise.
+pub const SIGNUPS_PER_HOUR: u32 = 5;
 /// Most credits one operation may be configured to cost.
 pub const COST_MAX: i64 = 1_000_000;
 /// Shortest and longest `session_ttl`.
@@ -33,6 +35,9 @@ pub struct Accounts {
     /// Credits an account made by signing up (or `easel accounts create`) starts with. Unset
     /// (the default): unlimited, and submits are never refused for credits.
     pub signup_credits: Option<i64>,
+    /// Sign-ups the dashboard takes from one client address in an hour; more are refused (429)
+    /// and store nothing.
+    pub signups_per_hour: u32,
     /// Credits each operation costs, by its name (`imagine`, `upscale-1x`, ...); operations not
     /// named keep their default (see [`default_cost`]).
     pub costs: BTreeMap<String, i64>,
@@ -46,6 +51,7 @@ impl Default for Accounts {
         Accounts {
             signup: Signup::Open,
             signup_credits: None,
+            signups_per_hour: SIGNUPS_PER_HOUR,
             costs: OpKind::ALL
                 .iter()
                 .map(|k| (k.as_str().to_string(), default_cost(*k)))
@@ -90,6 +96,12 @@ impl Accounts {
             .is_some_and(|c| !(0..=i64::MAX / 2).contains(&c))
         {
             bail!("configuration: signup_credits must not be negative");
+        }
+        if self.signups_per_hour == 0 {
+            bail!(
+                "configuration: signups_per_hour must be at least 1 (signup = \"closed\" turns \
+                 sign-up off)"
+            );
         }
         for (name, cost) in &self.costs {
             if name.parse::<OpKind>().is_err() {

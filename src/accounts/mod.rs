@@ -1,6 +1,6 @@
 //! What signing in needs above the store, in one place for the dashboard and the command line:
-//! the rules for emails and passwords, password hashing (argon2id), session tokens, and the
-//! sign-in throttle's policy.
+//! the rules for emails and passwords, password hashing (argon2id), session tokens, and (in
+//! [`throttle`]) the limits on signing in and up.
 //!
 //! Passwords are hashed with argon2id (the `argon2` crate's defaults: 19 MiB, 2 passes, one
 //! lane) into a PHC string that carries its own salt and parameters, so they can be raised later
@@ -16,7 +16,9 @@ use base64::Engine;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-use crate::store::{now_ms, Store, StoreResult};
+use crate::store::{now_ms, Store};
+
+pub mod throttle;
 
 /// How many characters (not bytes) a password may have. The upper bound keeps one hash's cost
 /// bounded; there is no rule on which characters, as long passphrases are the better passwords.
@@ -149,51 +151,6 @@ pub fn new_session_token() -> (String, [u8; 32]) {
 /// What the store keys a session by.
 pub fn session_token_hash(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
-}
-
-/// Sign-in throttling: failures are counted in the store (so the limits hold across nodes) over
-/// a sliding window, per client address and per email.
-pub const SIGN_IN_WINDOW: Duration = Duration::from_secs(15 * 60);
-/// Failed sign-ins from one address within the window before it is refused.
-pub const SIGN_IN_MAX_PER_ADDRESS: i64 = 20;
-/// Failed sign-ins for one email within the window before it is refused.
-pub const SIGN_IN_MAX_PER_EMAIL: i64 = 5;
-
-fn address_scope(address: &str) -> String {
-    format!("addr:{address}")
-}
-
-fn email_scope(email: &str) -> String {
-    format!("email:{}", email.trim().to_ascii_lowercase())
-}
-
-/// Whether a sign-in from `address` for `email` may be tried now; false while either has used
-/// up its failures in the window. Checked before the password, whether the email exists or not.
-pub async fn sign_in_allowed(store: &dyn Store, address: &str, email: &str) -> StoreResult<bool> {
-    let since = now_ms() - SIGN_IN_WINDOW.as_millis() as i64;
-    Ok(store
-        .sign_in_failures(&address_scope(address), since)
-        .await?
-        < SIGN_IN_MAX_PER_ADDRESS
-        && store.sign_in_failures(&email_scope(email), since).await? < SIGN_IN_MAX_PER_EMAIL)
-}
-
-/// Count a failed sign-in against the address and the email.
-pub async fn sign_in_failed(store: &dyn Store, address: &str, email: &str) -> StoreResult<()> {
-    let now = now_ms();
-    store
-        .record_sign_in_failure(
-            &[address_scope(address), email_scope(email)],
-            now,
-            now - SIGN_IN_WINDOW.as_millis() as i64,
-        )
-        .await
-}
-
-/// A successful sign-in clears the email's failures (not the address's: one account's success
-/// says nothing about the other emails tried from there).
-pub async fn sign_in_succeeded(store: &dyn Store, email: &str) -> StoreResult<()> {
-    store.clear_sign_in_failures(&email_scope(email)).await
 }
 
 /// How often an API node deletes expired sessions and idempotency keys.
