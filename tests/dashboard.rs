@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::header::{HeaderMap, LOCATION, SET_COOKIE};
 use reqwest::redirect::Policy;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use common::TestApp;
 
@@ -550,6 +550,49 @@ async fn sign_ups_from_one_address_are_limited_and_a_refused_one_stores_nothing(
         other.sign_up("one-more@example.com", PASSWORD).await.status,
         303
     );
+}
+
+#[tokio::test]
+async fn a_new_sign_up_starts_with_the_grant_and_is_refused_402_when_it_runs_out() {
+    // 60 credits an imagine: the default grant of 100 pays for one.
+    let app = TestApp::spawn_with(|c| {
+        c.accounts.costs.insert("imagine".into(), 60);
+    })
+    .await;
+    let mut b = Browser::new(&app);
+    b.sign_up("granted@example.com", PASSWORD).await;
+    let key = b.create_key("spending").await;
+    let (_, account) = app.get_as(&key, "/api/v1/account").await;
+    assert_eq!(
+        account["credits"],
+        easel::config::SIGNUP_CREDITS,
+        "{account}"
+    );
+    let (status, body) = app
+        .post_as(&key, "/api/v1/imagine", &json!({ "prompt": "a fox" }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = app
+        .post_as(
+            &key,
+            "/api/v1/imagine",
+            &json!({ "prompt": "a second fox" }),
+        )
+        .await;
+    assert_eq!(status, 402, "{body}");
+    assert_eq!(body["errors"][0]["code"], "insufficient_credits");
+    let (_, account) = app.get_as(&key, "/api/v1/account").await;
+    assert_eq!(account["credits"], 40, "{account}");
+}
+
+#[tokio::test]
+async fn unlimited_sign_up_credits_are_a_setting() {
+    let app = TestApp::spawn_with(|c| c.accounts.signup_credits = None).await;
+    let mut b = Browser::new(&app);
+    b.sign_up("free@example.com", PASSWORD).await;
+    let key = b.create_key("free").await;
+    let (_, account) = app.get_as(&key, "/api/v1/account").await;
+    assert_eq!(account["credits"], Value::Null, "{account}");
 }
 
 #[tokio::test]
