@@ -465,7 +465,8 @@ async fn accounts(config: Config, command: AccountsCommand) -> anyhow::Result<()
         AccountsCommand::SetPassword { email } => {
             let account = find(email).await?;
             let password = read_password()?;
-            easel::accounts::password_rules(&password).map_err(anyhow::Error::msg)?;
+            easel::accounts::password_rules(&password, &account.email)
+                .map_err(anyhow::Error::msg)?;
             let hash = easel::accounts::hash_password(password).await?;
             anyhow::ensure!(
                 store.set_password(&account.id, &hash).await?,

@@ -422,6 +422,15 @@ async fn set_password_reads_stdin_checks_the_rules_and_signs_the_account_out() {
     assert!(!ok);
     assert!(out.contains("at least 10 characters"), "{out}");
     let (ok, out) = cli(
+        &["accounts", "set-password", "ann@example.com"],
+        "1234567890\n",
+    );
+    assert!(!ok);
+    assert!(
+        out.contains("too easy to guess (this is a top-100 common password)"),
+        "{out}"
+    );
+    let (ok, out) = cli(
         &["accounts", "set-password", "nobody@example.com"],
         "long enough pw\n",
     );

@@ -349,6 +349,36 @@ async fn passwords_must_follow_the_rules() {
     let bad_email = b.sign_up("not-an-email", PASSWORD).await;
     assert_eq!(bad_email.status, 400);
     assert!(bad_email.body.contains("Email"));
+
+    // Long enough but guessable: each refused with why, and no account made.
+    for (weak, why) in [
+        (
+            "1234567890",
+            "Password: too easy to guess (this is a top-100 common password)",
+        ),
+        ("          ", "Password: must not be only spaces."),
+        (
+            "password123",
+            "Password: too easy to guess (this is a very common password)",
+        ),
+        ("weak.rules.1@example.com", "Password: too easy to guess"),
+    ] {
+        let page = b.sign_up("weak.rules.1@example.com", weak).await;
+        assert_eq!(page.status, 400, "{weak:?}");
+        assert!(page.body.contains(why), "{weak:?}: {}", page.body);
+        assert!(!b.cookies.contains_key("easel_session"));
+    }
+    assert!(app
+        .store
+        .account_by_email("weak.rules.1@example.com")
+        .await
+        .unwrap()
+        .is_none());
+    let form = b.get("/signup").await;
+    assert!(
+        form.body.contains("not easy to guess"),
+        "the rule is on the form"
+    );
     assert_eq!(b.sign_up("rules@example.com", PASSWORD).await.status, 303);
 }
 

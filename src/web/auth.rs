@@ -271,7 +271,13 @@ pub async fn sign_up(
         Ok(email) => email,
         Err(problem) => return refuse(jar, form.email.trim(), sentence(&problem)),
     };
-    if let Err(problem) = accounts::password_rules(&form.password) {
+    // zxcvbn takes milliseconds of CPU on a long password: off the async workers.
+    let (password, for_email) = (form.password.clone(), email.clone());
+    let rules =
+        tokio::task::spawn_blocking(move || accounts::password_rules(&password, &for_email))
+            .await
+            .map_err(|e| WebError::Internal(e.into()))?;
+    if let Err(problem) = rules {
         return refuse(jar, &email, sentence(&problem));
     }
     // A sign-up with an email that has an account counts as a failed sign-in of it from this
