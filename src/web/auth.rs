@@ -164,14 +164,19 @@ pub async fn sign_in(
         ));
     };
     attempt.succeeded(store).await?;
-    let jar = known_browser(&state, jar, &account.email, &hash);
+    let jar = remember_browser(&state, jar, &account.email, &hash);
     let jar = start_session(&state, jar, &account.id).await?;
     Ok((jar, Redirect::to(safe_next(&form.next))).into_response())
 }
 
 /// Make this browser known to the account: a new `easel_browser` cookie that outlives the
 /// session, as it is meant to be there the next time the owner signs in.
-fn known_browser(state: &AppState, jar: CookieJar, email: &str, password_hash: &str) -> CookieJar {
+fn remember_browser(
+    state: &AppState,
+    jar: CookieJar,
+    email: &str,
+    password_hash: &str,
+) -> CookieJar {
     let token = throttle::known_browser_token(email, password_hash);
     let mut cookie = session::cookie(state, KNOWN_BROWSER_COOKIE, token);
     cookie.set_max_age(time::Duration::days(throttle::KNOWN_BROWSER_DAYS));
@@ -314,7 +319,7 @@ pub async fn sign_up(
         );
     };
     throttle::signed_up(store, &posted.client).await?;
-    let jar = known_browser(&state, jar, &account.email, &password_hash);
+    let jar = remember_browser(&state, jar, &account.email, &password_hash);
     let jar = start_session(&state, jar, &account.id).await?;
     Ok((jar, Redirect::to("/keys")).into_response())
 }
