@@ -143,12 +143,16 @@ enum AccountsCommand {
     /// Set an account's password, read from the terminal (asked twice) or, when stdin is not a
     /// terminal, from its first line. Signs the account out everywhere.
     SetPassword { email: String },
-    /// Create an account (with `signup_credits`); set its password with `set-password`.
+    /// Create an account; set its password with `set-password`. It starts with
+    /// `signup_credits`, as a sign-up would; an operator (`--admin`) with unlimited credits.
     Create {
         email: String,
         /// Make it an operator.
         #[arg(long)]
         admin: bool,
+        /// Its starting credits instead: a number, or `unlimited`.
+        #[arg(long, value_name = "N|unlimited")]
+        credits: Option<String>,
     },
     /// List accounts: email, admin, disabled, credits, images, created.
     List,
@@ -158,6 +162,9 @@ enum AccountsCommand {
     Disable { email: String },
     /// Enable a disabled account again.
     Enable { email: String },
+    /// Forget the account's failed sign-ins, from every address and browser, so that nothing
+    /// limits or slows its next sign-in.
+    Unlock { email: String },
 }
 
 fn main() -> std::process::ExitCode {
@@ -458,7 +465,8 @@ async fn accounts(config: Config, command: AccountsCommand) -> anyhow::Result<()
         AccountsCommand::SetPassword { email } => {
             let account = find(email).await?;
             let password = read_password()?;
-            easel::accounts::password_rules(&password).map_err(anyhow::Error::msg)?;
+            easel::accounts::password_rules(&password, &account.email)
+                .map_err(anyhow::Error::msg)?;
             let hash = easel::accounts::hash_password(password).await?;
             anyhow::ensure!(
                 store.set_password(&account.id, &hash).await?,
@@ -467,15 +475,26 @@ async fn accounts(config: Config, command: AccountsCommand) -> anyhow::Result<()
             );
             println!("password set for {}", account.email);
         }
-        AccountsCommand::Create { email, admin } => {
+        AccountsCommand::Create {
+            email,
+            admin,
+            credits,
+        } => {
             let email = easel::accounts::normalize_email(&email).map_err(anyhow::Error::msg)?;
+            // An operator is not limited by surprise: unlimited, like the first account, unless
+            // `--credits` says otherwise.
+            let credits = match credits {
+                Some(credits) => parse_credits(&credits)?,
+                None if admin => None,
+                None => config.accounts.signup_credits,
+            };
             let created = store
                 .create_user(&easel::store::NewAccount {
                     email: email.clone(),
                     password_hash: None,
                     signing_secret: webhooks::signing::generate_secret(),
                     admin,
-                    credits: config.accounts.signup_credits,
+                    credits,
                 })
                 .await?
                 .with_context(|| format!("an account {email} exists already"))?;
@@ -501,12 +520,7 @@ async fn accounts(config: Config, command: AccountsCommand) -> anyhow::Result<()
             }
         }
         AccountsCommand::Credits { email, credits } => {
-            let credits = match credits.as_str() {
-                "unlimited" => None,
-                n => Some(n.parse::<i64>().ok().filter(|n| *n >= 0).context(
-                    "credits: must be a whole number of credits, 0 or more, or `unlimited`",
-                )?),
-            };
+            let credits = parse_credits(&credits)?;
             let account = find(email).await?;
             store.set_credits(&account.id, credits).await?;
             println!("credits of {} set", account.email);
@@ -521,7 +535,25 @@ async fn accounts(config: Config, command: AccountsCommand) -> anyhow::Result<()
             store.set_disabled(&account.id, false).await?;
             println!("enabled {}", account.email);
         }
+        AccountsCommand::Unlock { email } => {
+            let account = find(email).await?;
+            easel::accounts::throttle::unlock(store.as_ref(), &account.email).await?;
+            println!(
+                "unlocked {}: its failed sign-ins are forgotten",
+                account.email
+            );
+        }
     }
     store.close().await;
     Ok(())
+}
+
+/// A balance as the command line gives it: a whole number, 0 or more, or `unlimited` (None).
+fn parse_credits(credits: &str) -> anyhow::Result<Option<i64>> {
+    match credits {
+        "unlimited" => Ok(None),
+        n => Ok(Some(n.parse::<i64>().ok().filter(|n| *n >= 0).context(
+            "credits: must be a whole number of credits, 0 or more, or `unlimited`",
+        )?)),
+    }
 }

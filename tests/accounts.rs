@@ -422,6 +422,15 @@ async fn set_password_reads_stdin_checks_the_rules_and_signs_the_account_out() {
     assert!(!ok);
     assert!(out.contains("at least 10 characters"), "{out}");
     let (ok, out) = cli(
+        &["accounts", "set-password", "ann@example.com"],
+        "1234567890\n",
+    );
+    assert!(!ok);
+    assert!(
+        out.contains("too easy to guess (this is a top-100 common password)"),
+        "{out}"
+    );
+    let (ok, out) = cli(
         &["accounts", "set-password", "nobody@example.com"],
         "long enough pw\n",
     );
@@ -488,4 +497,45 @@ async fn set_password_reads_stdin_checks_the_rules_and_signs_the_account_out() {
     assert!(line.contains(" 12 "), "{line}");
     let (ok, _) = cli(&["accounts", "credits", "ann@example.com", "-3"], "");
     assert!(!ok);
+
+    // An account made here starts with `signup_credits`, as a sign-up would; an operator is
+    // unlimited, as the first account is; `--credits` says otherwise for either.
+    for args in [
+        &["accounts", "create", "bea@example.com"][..],
+        &["accounts", "create", "op@example.com", "--admin"],
+        &[
+            "accounts",
+            "create",
+            "cy@example.com",
+            "--credits",
+            "unlimited",
+        ],
+        &[
+            "accounts",
+            "create",
+            "di@example.com",
+            "--admin",
+            "--credits",
+            "5",
+        ],
+    ] {
+        let (ok, out) = cli(args, "");
+        assert!(ok, "{out}");
+    }
+    let (ok, _) = cli(
+        &["accounts", "create", "ed@example.com", "--credits", "lots"],
+        "",
+    );
+    assert!(!ok);
+    let (_, out) = cli(&["accounts", "list"], "");
+    let credits = |email: &str| {
+        let line = out.lines().find(|l| l.starts_with(email)).unwrap();
+        line.split_whitespace().nth(3).unwrap().to_string()
+    };
+    let grant = easel::config::SIGNUP_CREDITS.to_string();
+    assert_eq!(credits("bea@example.com"), grant);
+    assert_eq!(credits("op@example.com"), "unlimited");
+    assert_eq!(credits("cy@example.com"), "unlimited");
+    assert_eq!(credits("di@example.com"), "5");
+    assert!(!out.contains("ed@example.com"));
 }

@@ -6,11 +6,11 @@
 mod common;
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use reqwest::header::{HeaderMap, LOCATION, SET_COOKIE};
 use reqwest::redirect::Policy;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use common::TestApp;
 
@@ -48,13 +48,28 @@ impl Page {
 
 impl Browser {
     fn new(app: &TestApp) -> Browser {
+        Browser::at(app, "127.0.0.1")
+    }
+
+    /// A browser whose requests come from `address`, another loopback address (all of
+    /// 127.0.0.0/8 reaches the server), as a client elsewhere would.
+    fn at(app: &TestApp, address: &str) -> Browser {
         Browser {
             base: app.base.clone(),
             http: reqwest::Client::builder()
                 .redirect(Policy::none())
+                .local_address(address.parse::<std::net::IpAddr>().unwrap())
                 .build()
                 .unwrap(),
             cookies: HashMap::new(),
+        }
+    }
+
+    /// The same browser (its cookies) on another network.
+    fn moved_to(&self, app: &TestApp, address: &str) -> Browser {
+        Browser {
+            cookies: self.cookies.clone(),
+            ..Browser::at(app, address)
         }
     }
 
@@ -334,15 +349,55 @@ async fn passwords_must_follow_the_rules() {
     let bad_email = b.sign_up("not-an-email", PASSWORD).await;
     assert_eq!(bad_email.status, 400);
     assert!(bad_email.body.contains("Email"));
+
+    // Long enough but guessable: each refused with why, and no account made.
+    for (weak, why) in [
+        (
+            "1234567890",
+            "Password: too easy to guess (this is a top-100 common password)",
+        ),
+        ("          ", "Password: must not be only spaces."),
+        (
+            "password123",
+            "Password: too easy to guess (this is a very common password)",
+        ),
+        ("weak.rules.1@example.com", "Password: too easy to guess"),
+    ] {
+        let page = b.sign_up("weak.rules.1@example.com", weak).await;
+        assert_eq!(page.status, 400, "{weak:?}");
+        assert!(page.body.contains(why), "{weak:?}: {}", page.body);
+        assert!(!b.cookies.contains_key("easel_session"));
+    }
+    assert!(app
+        .store
+        .account_by_email("weak.rules.1@example.com")
+        .await
+        .unwrap()
+        .is_none());
+    let form = b.get("/signup").await;
+    assert!(
+        form.body.contains("not easy to guess"),
+        "the rule is on the form"
+    );
     assert_eq!(b.sign_up("rules@example.com", PASSWORD).await.status, 303);
+}
+
+/// The message of a page's error.
+fn message(p: &Page) -> String {
+    let at = p.body.find("role=\"alert\">").expect("an error message");
+    let rest = &p.body[at + "role=\"alert\">".len()..];
+    rest[..rest.find('<').unwrap()].to_string()
 }
 
 #[tokio::test]
 async fn sign_in_is_rate_limited_and_never_says_which_emails_exist() {
+    use easel::accounts::throttle::{SIGN_IN_MAX_PER_ADDRESS, SIGN_IN_MAX_PER_ADDRESS_AND_EMAIL};
     let app = TestApp::spawn().await;
+    Browser::new(&app)
+        .sign_up("limited@example.com", PASSWORD)
+        .await;
+    // A browser that has never signed in to it, as a guesser's is.
     let mut b = Browser::new(&app);
-    assert_eq!(b.sign_up("limited@example.com", PASSWORD).await.status, 303);
-    b.cookies.remove("easel_session");
 
     let wrong = b
         .sign_in("limited@example.com", "wrong password here")
@@ -350,17 +405,13 @@ async fn sign_in_is_rate_limited_and_never_says_which_emails_exist() {
     let unknown = b.sign_in("nobody@example.com", "wrong password here").await;
     assert_eq!(wrong.status, 401);
     assert_eq!(unknown.status, 401);
-    let message = |p: &Page| {
-        let at = p.body.find("role=\"alert\">").unwrap();
-        p.body[at..at + 120].to_string()
-    };
     assert_eq!(
         message(&wrong),
         message(&unknown),
         "the same words for both"
     );
 
-    for _ in 1..easel::web::auth::FAILURES_PER_EMAIL {
+    for _ in 1..SIGN_IN_MAX_PER_ADDRESS_AND_EMAIL {
         assert_eq!(
             b.sign_in("limited@example.com", "nope nope nope")
                 .await
@@ -368,14 +419,23 @@ async fn sign_in_is_rate_limited_and_never_says_which_emails_exist() {
             401
         );
     }
-    // Past the per-email limit, even the right password is refused for a while.
+    // Past the limit for this email from this address, even the right password is refused
+    // here for a while.
     let refused = b.sign_in("limited@example.com", PASSWORD).await;
     assert_eq!(refused.status, 429, "{}", refused.body);
+    assert!(message(&refused).contains("Too many failed sign-in attempts"));
     assert!(!b.cookies.contains_key("easel_session"));
+    // The same for an email without an account: refusals say nothing about which emails exist.
+    for _ in 0..SIGN_IN_MAX_PER_ADDRESS_AND_EMAIL - 1 {
+        b.sign_in("nobody@example.com", "nope nope nope").await;
+    }
+    let nobody = b.sign_in("nobody@example.com", "nope nope nope").await;
+    assert_eq!(nobody.status, 429);
+    assert_eq!(message(&nobody), message(&refused));
 
-    // The per-address limit: this client has failed 6 times; keep failing on other emails.
-    let used = easel::web::auth::FAILURES_PER_EMAIL + 1;
-    for i in used..easel::web::auth::FAILURES_PER_ADDRESS {
+    // The per-address limit: this client has failed 10 times; keep failing on other emails.
+    let used = 2 * SIGN_IN_MAX_PER_ADDRESS_AND_EMAIL;
+    for i in used..SIGN_IN_MAX_PER_ADDRESS {
         let page = b
             .sign_in(&format!("x{i}@example.com"), "nope nope nope")
             .await;
@@ -385,6 +445,184 @@ async fn sign_in_is_rate_limited_and_never_says_which_emails_exist() {
         .sign_in("someone-else@example.com", "nope nope nope")
         .await;
     assert_eq!(other.status, 429, "the address is over its limit");
+}
+
+#[tokio::test]
+async fn a_guesser_is_refused_and_slowed_but_never_locks_the_owner_out() {
+    use easel::accounts::throttle::{SIGN_IN_FREE_PER_EMAIL, SIGN_IN_MAX_PER_ADDRESS_AND_EMAIL};
+    let app = TestApp::spawn().await;
+    let email = "owner@example.com";
+    // The owner's browser is known to the account from signing up in it.
+    let mut owner = Browser::new(&app);
+    assert_eq!(owner.sign_up(email, PASSWORD).await.status, 303);
+    assert!(owner.cookies.contains_key("easel_browser"));
+    owner.cookies.remove("easel_session");
+
+    // A guesser spends its tries from one address, and is then refused there, right or wrong.
+    let mut guesser = Browser::at(&app, "127.0.0.2");
+    for _ in 0..SIGN_IN_MAX_PER_ADDRESS_AND_EMAIL {
+        assert_eq!(guesser.sign_in(email, "a wrong guess").await.status, 401);
+    }
+    assert_eq!(guesser.sign_in(email, PASSWORD).await.status, 429);
+
+    // The owner signs in at once from another address, in a browser new to the account...
+    let mut elsewhere = Browser::at(&app, "127.0.0.3");
+    let started = Instant::now();
+    assert_eq!(elsewhere.sign_in(email, PASSWORD).await.status, 303);
+    assert!(started.elapsed() < Duration::from_secs(1), "not slowed yet");
+    // ...and from the guesser's own address in the browser the account knows.
+    let mut known = owner.moved_to(&app, "127.0.0.2");
+    assert_eq!(known.sign_in(email, PASSWORD).await.status, 303);
+    assert_eq!(known.get("/keys").await.status, 200);
+
+    // Guessing from enough addresses slows every new browser down, and refuses none of them.
+    let failures = SIGN_IN_MAX_PER_ADDRESS_AND_EMAIL;
+    let more = SIGN_IN_FREE_PER_EMAIL - failures;
+    for n in 0..more {
+        let address = format!("127.0.1.{}", n / SIGN_IN_MAX_PER_ADDRESS_AND_EMAIL + 1);
+        let page = Browser::at(&app, &address)
+            .sign_in(email, "another wrong guess")
+            .await;
+        assert_eq!(page.status, 401);
+    }
+    let mut fresh = Browser::at(&app, "127.0.0.4");
+    let started = Instant::now();
+    let wrong = fresh.sign_in(email, "still guessing").await;
+    assert_eq!(wrong.status, 401);
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "the {SIGN_IN_FREE_PER_EMAIL}th failure makes the next try wait"
+    );
+    let started = Instant::now();
+    let right = fresh.sign_in(email, PASSWORD).await;
+    assert_eq!(right.status, 303, "slowed, never refused: {}", right.body);
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "the wait doubles"
+    );
+    // The known browser skips the wait whatever the count.
+    let mut known = owner.moved_to(&app, "127.0.0.5");
+    assert_eq!(known.sign_in(email, PASSWORD).await.status, 303);
+}
+
+#[tokio::test]
+async fn easel_accounts_unlock_forgets_the_failed_sign_ins() {
+    use easel::accounts::throttle::SIGN_IN_MAX_PER_ADDRESS_AND_EMAIL;
+    let app = TestApp::spawn().await;
+    let email = "locked@example.com";
+    Browser::new(&app).sign_up(email, PASSWORD).await;
+    let mut b = Browser::at(&app, "127.0.0.2");
+    for _ in 0..SIGN_IN_MAX_PER_ADDRESS_AND_EMAIL {
+        assert_eq!(b.sign_in(email, "a wrong guess").await.status, 401);
+    }
+    assert_eq!(b.sign_in(email, PASSWORD).await.status, 429);
+
+    // The real binary, on this server's database (SQLite file or PostgreSQL schema).
+    let unlock = |email: &str| {
+        common::binary::command(
+            app.dir.path(),
+            &[
+                ("EASEL_DATA_DIR", app.dir.path().to_str().unwrap()),
+                ("EASEL_DATABASE_URL", &app.config.database_url()),
+            ],
+        )
+        .args(["accounts", "unlock", email])
+        .output()
+        .unwrap()
+    };
+    let out = unlock("nobody@example.com");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no account"));
+    assert_eq!(
+        b.sign_in(email, PASSWORD).await.status,
+        429,
+        "still refused"
+    );
+    let out = unlock("LOCKED@example.com");
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("unlocked locked@example.com"));
+    assert_eq!(b.sign_in(email, PASSWORD).await.status, 303);
+}
+
+#[tokio::test]
+async fn sign_ups_from_one_address_are_limited_and_a_refused_one_stores_nothing() {
+    let app = TestApp::spawn().await;
+    let per_hour = easel::config::SIGNUPS_PER_HOUR;
+    assert_eq!(
+        app.config.accounts.signups_per_hour, per_hour,
+        "the default"
+    );
+    let mut b = Browser::new(&app);
+    for i in 0..per_hour {
+        let page = b.sign_up(&format!("many{i}@example.com"), PASSWORD).await;
+        assert_eq!(page.status, 303, "{}", page.body);
+    }
+    let accounts = app.store.account_count().await.unwrap();
+    b.cookies.remove("easel_session");
+    let refused = b.sign_up("one-more@example.com", PASSWORD).await;
+    assert_eq!(refused.status, 429);
+    assert!(
+        message(&refused).contains("Too many accounts were made from this address"),
+        "{}",
+        refused.body
+    );
+    assert!(!b.cookies.contains_key("easel_session"));
+    assert_eq!(app.store.account_count().await.unwrap(), accounts);
+    assert!(app
+        .store
+        .account_by_email("one-more@example.com")
+        .await
+        .unwrap()
+        .is_none());
+    // Another address is counted apart.
+    let mut other = Browser::at(&app, "127.0.0.2");
+    assert_eq!(
+        other.sign_up("one-more@example.com", PASSWORD).await.status,
+        303
+    );
+}
+
+#[tokio::test]
+async fn a_new_sign_up_starts_with_the_grant_and_is_refused_402_when_it_runs_out() {
+    // 60 credits an imagine: the default grant of 100 pays for one.
+    let app = TestApp::spawn_with(|c| {
+        c.accounts.costs.insert("imagine".into(), 60);
+    })
+    .await;
+    let mut b = Browser::new(&app);
+    b.sign_up("granted@example.com", PASSWORD).await;
+    let key = b.create_key("spending").await;
+    let (_, account) = app.get_as(&key, "/api/v1/account").await;
+    assert_eq!(
+        account["credits"],
+        easel::config::SIGNUP_CREDITS,
+        "{account}"
+    );
+    let (status, body) = app
+        .post_as(&key, "/api/v1/imagine", &json!({ "prompt": "a fox" }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = app
+        .post_as(
+            &key,
+            "/api/v1/imagine",
+            &json!({ "prompt": "a second fox" }),
+        )
+        .await;
+    assert_eq!(status, 402, "{body}");
+    assert_eq!(body["errors"][0]["code"], "insufficient_credits");
+    let (_, account) = app.get_as(&key, "/api/v1/account").await;
+    assert_eq!(account["credits"], 40, "{account}");
+}
+
+#[tokio::test]
+async fn unlimited_sign_up_credits_are_a_setting() {
+    let app = TestApp::spawn_with(|c| c.accounts.signup_credits = None).await;
+    let mut b = Browser::new(&app);
+    b.sign_up("free@example.com", PASSWORD).await;
+    let key = b.create_key("free").await;
+    let (_, account) = app.get_as(&key, "/api/v1/account").await;
+    assert_eq!(account["credits"], Value::Null, "{account}");
 }
 
 #[tokio::test]

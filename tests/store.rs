@@ -88,7 +88,7 @@ conformance!(
     emails_are_unique_in_any_case_and_flags_and_passwords_are_kept,
     sessions_are_found_by_hash_until_they_expire_or_are_deleted,
     a_disabled_account_is_refused_everywhere_until_enabled,
-    sign_in_failures_are_counted_per_scope_within_the_window,
+    throttle_events_are_counted_per_scope_within_the_window_and_cleared_by_prefix,
     credits_are_charged_in_the_insert_refunded_on_failure_and_ledgered,
     tasks_are_listed_newest_first_by_cursor_with_filters_children_and_usage,
     operators_see_the_queue_by_status_and_mode_and_failing_destinations,
@@ -988,29 +988,51 @@ async fn a_disabled_account_is_refused_everywhere_until_enabled(s: &SharedStore)
     assert!(!s.set_disabled("nope", true).await.unwrap());
 }
 
-async fn sign_in_failures_are_counted_per_scope_within_the_window(s: &SharedStore) {
+async fn throttle_events_are_counted_per_scope_within_the_window_and_cleared_by_prefix(
+    s: &SharedStore,
+) {
     let scopes = [
-        "addr:192.0.2.1".to_string(),
-        "email:a@example.com".to_string(),
+        "addr 192.0.2.1".to_string(),
+        "email a_b%@example.com".to_string(),
     ];
     for at in [1_000, 2_000, 3_000] {
-        s.record_sign_in_failure(&scopes, at, 0).await.unwrap();
+        s.record_throttle_events(&scopes, at, 0).await.unwrap();
     }
-    s.record_sign_in_failure(&scopes[..1], 4_000, 0)
+    s.record_throttle_events(&scopes[..1], 4_000, 0)
         .await
         .unwrap();
-    assert_eq!(s.sign_in_failures(&scopes[0], 0).await.unwrap(), 4);
-    assert_eq!(s.sign_in_failures(&scopes[1], 0).await.unwrap(), 3);
-    assert_eq!(s.sign_in_failures(&scopes[1], 2_500).await.unwrap(), 1);
-    assert_eq!(s.sign_in_failures("addr:other", 0).await.unwrap(), 0);
-    s.clear_sign_in_failures(&scopes[1]).await.unwrap();
-    assert_eq!(s.sign_in_failures(&scopes[1], 0).await.unwrap(), 0);
-    assert_eq!(s.sign_in_failures(&scopes[0], 0).await.unwrap(), 4);
+    assert_eq!(s.throttle_events(&scopes[0], 0).await.unwrap(), 4);
+    assert_eq!(s.throttle_events(&scopes[1], 0).await.unwrap(), 3);
+    assert_eq!(s.throttle_events(&scopes[1], 2_500).await.unwrap(), 1);
+    assert_eq!(s.throttle_events("addr other", 0).await.unwrap(), 0);
+
+    // Clearing a scope takes the scopes under it (it and a space) and nothing else: not a
+    // longer email, nor one that `_` or `%` would match as a LIKE pattern.
+    let under = [
+        "email a_b%@example.com addr 192.0.2.1".to_string(),
+        "email a_b%@example.com browser n1".to_string(),
+    ];
+    let beside = [
+        "email a_b%@example.com.au".to_string(),
+        "email axb%@example.com addr 192.0.2.1".to_string(),
+        "email a_bc@example.com addr 192.0.2.1".to_string(),
+    ];
+    s.record_throttle_events(&under, 3_000, 0).await.unwrap();
+    s.record_throttle_events(&beside, 3_000, 0).await.unwrap();
+    s.clear_throttle_events(&scopes[1]).await.unwrap();
+    for scope in scopes[1..].iter().chain(&under) {
+        assert_eq!(s.throttle_events(scope, 0).await.unwrap(), 0, "{scope}");
+    }
+    for scope in &beside {
+        assert_eq!(s.throttle_events(scope, 0).await.unwrap(), 1, "{scope}");
+    }
+    assert_eq!(s.throttle_events(&scopes[0], 0).await.unwrap(), 4);
     // Recording forgets what fell out of the window, for every scope.
-    s.record_sign_in_failure(&scopes[1..], 10_000, 3_500)
+    s.record_throttle_events(&scopes[1..], 10_000, 3_500)
         .await
         .unwrap();
-    assert_eq!(s.sign_in_failures(&scopes[0], 0).await.unwrap(), 1);
+    assert_eq!(s.throttle_events(&scopes[0], 0).await.unwrap(), 1);
+    assert_eq!(s.throttle_events(&beside[0], 0).await.unwrap(), 0);
 }
 
 async fn credits_are_charged_in_the_insert_refunded_on_failure_and_ledgered(s: &SharedStore) {

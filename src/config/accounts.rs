@@ -1,11 +1,11 @@
-//! Accounts and what they pay: who may sign up, the credits they start with, what each
-//! operation costs, and how long a dashboard session lasts.
+//! Accounts and what they pay: who may sign up and how often, the credits they start with, what
+//! each operation costs, and how long a dashboard session lasts.
 
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
 
 use super::values::{choice, duration};
 use crate::domain::{OpKind, Shape};
@@ -19,6 +19,10 @@ choice! {
     }
 }
 
+/// Credits a new account gets unless `signup_credits` says otherwise.
+pub const SIGNUP_CREDITS: i64 = 100;
+/// Sign-ups per client address per hour unless `signups_per_hour` says otherwise.
+pub const SIGNUPS_PER_HOUR: u32 = 5;
 /// Most credits one operation may be configured to cost.
 pub const COST_MAX: i64 = 1_000_000;
 /// Shortest and longest `session_ttl`.
@@ -30,9 +34,15 @@ pub const SESSION_TTL_RANGE: RangeInclusive<Duration> =
 #[serde(default)]
 pub struct Accounts {
     pub signup: Signup,
-    /// Credits an account made by signing up (or `easel accounts create`) starts with. Unset
-    /// (the default): unlimited, and submits are never refused for credits.
+    /// Credits an account made by signing up (or by `easel accounts create` without `--admin`)
+    /// starts with: [`SIGNUP_CREDITS`] unless set, or `unlimited` (`None`), which is never
+    /// refused for credits. Finite by default so that open sign-up does not hand out free
+    /// generation without end.
+    #[serde(with = "grant")]
     pub signup_credits: Option<i64>,
+    /// Sign-ups the dashboard takes from one client address in an hour; more are refused (429)
+    /// and store nothing.
+    pub signups_per_hour: u32,
     /// Credits each operation costs, by its name (`imagine`, `upscale-1x`, ...); operations not
     /// named keep their default (see [`default_cost`]).
     pub costs: BTreeMap<String, i64>,
@@ -45,7 +55,8 @@ impl Default for Accounts {
     fn default() -> Self {
         Accounts {
             signup: Signup::Open,
-            signup_credits: None,
+            signup_credits: Some(SIGNUP_CREDITS),
+            signups_per_hour: SIGNUPS_PER_HOUR,
             costs: OpKind::ALL
                 .iter()
                 .map(|k| (k.as_str().to_string(), default_cost(*k)))
@@ -91,6 +102,12 @@ impl Accounts {
         {
             bail!("configuration: signup_credits must not be negative");
         }
+        if self.signups_per_hour == 0 {
+            bail!(
+                "configuration: signups_per_hour must be at least 1 (signup = \"closed\" turns \
+                 sign-up off)"
+            );
+        }
         for (name, cost) in &self.costs {
             if name.parse::<OpKind>().is_err() {
                 bail!(
@@ -110,5 +127,36 @@ impl Accounts {
             bail!("configuration: session_ttl must be from 1 minute to 366 days");
         }
         Ok(())
+    }
+}
+
+/// `signup_credits`: a whole number of credits, or `unlimited` (`None`). A number may come as
+/// text too, as an environment variable's value can.
+mod grant {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(credits: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
+        match credits {
+            Some(n) => s.serialize_i64(*n),
+            None => s.serialize_str("unlimited"),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(i64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Number(n) => Ok(Some(n)),
+            Raw::Text(t) if t.trim() == "unlimited" => Ok(None),
+            Raw::Text(t) => t.trim().parse().map(Some).map_err(|_| {
+                de::Error::custom(format!(
+                    "signup_credits must be a whole number of credits or `unlimited`, not `{t}`"
+                ))
+            }),
+        }
     }
 }

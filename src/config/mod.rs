@@ -26,7 +26,9 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::{Figment, Provider};
 use serde::{Deserialize, Serialize};
 
-pub use accounts::{default_cost, Accounts, Signup, COST_MAX, SESSION_TTL_RANGE};
+pub use accounts::{
+    default_cost, Accounts, Signup, COST_MAX, SESSION_TTL_RANGE, SIGNUPS_PER_HOUR, SIGNUP_CREDITS,
+};
 pub use backends::{BackendConfig, BackendKind};
 pub use blobs::{BlobStoreKind, Blobs, FreeSpace};
 pub use database::{Database, DatabaseKind, SqliteSynchronous};

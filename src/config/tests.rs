@@ -79,6 +79,8 @@ fn every_section_reads_its_keys_from_the_environment() {
             ("EASEL_MIN_FREE_SPACE", "5%"),
             ("EASEL_MAX_WAIT", "20s"),
             ("EASEL_SIGNUP", "closed"),
+            ("EASEL_SIGNUP_CREDITS", "unlimited"),
+            ("EASEL_SIGNUPS_PER_HOUR", "30"),
             ("EASEL_RETENTION_SWEEP_INTERVAL", "5m"),
             ("EASEL_WEBHOOK_CONCURRENCY", "3"),
             // Not settings: test switches and other programs' variables are left alone.
@@ -97,6 +99,8 @@ fn every_section_reads_its_keys_from_the_environment() {
         assert_eq!(c.blobs.min_free_space, FreeSpace::Percent(5.0));
         assert_eq!(c.limits.max_wait, Duration::from_secs(20));
         assert!(!c.signup_open());
+        assert_eq!(c.accounts.signup_credits, None);
+        assert_eq!(c.accounts.signups_per_hour, 30);
         assert_eq!(c.retention.sweep_interval, Duration::from_secs(300));
         assert_eq!(c.webhooks.concurrency, 3);
         Ok(())
@@ -210,11 +214,31 @@ fn account_settings_are_merged_and_checked() {
         assert_eq!(c.cost(OpKind::Seed), 0);
         Ok(())
     });
+    // Open sign-up gives a finite grant unless the file says `unlimited`; a number written as
+    // text (as the environment gives it) reads the same.
+    let grant = |file: &str| {
+        let mut credits = Some(-1);
+        figment::Jail::expect_with(|jail| {
+            credits = load_in_jail(jail, file)?.accounts.signup_credits;
+            Ok(())
+        });
+        credits
+    };
+    assert_eq!(grant(""), Some(SIGNUP_CREDITS));
+    assert_eq!(grant("signup_credits = \"unlimited\"\n"), None);
+    assert_eq!(grant("signup_credits = \"25\"\n"), Some(25));
+    assert_eq!(grant("signup_credits = 0\n"), Some(0));
+    let e = refused("signup_credits = \"lots\"\n");
+    assert!(
+        e.contains("signup_credits") && e.contains("unlimited"),
+        "{e}"
+    );
     let e = refused("signup = \"invite\"\n");
     assert!(e.contains("signup"), "{e}");
     type Change = fn(&mut Config);
-    let cases: [(Change, &str); 8] = [
+    let cases: [(Change, &str); 9] = [
         (|c| c.accounts.signup_credits = Some(-1), "signup_credits"),
+        (|c| c.accounts.signups_per_hour = 0, "signups_per_hour"),
         (
             |c| c.accounts.costs = [("imagin".to_string(), 1)].into_iter().collect(),
             "imagin",

@@ -134,7 +134,7 @@ pub trait Outbox: Send + Sync {
 }
 
 /// Accounts and their API keys (stored only as hashes), sign-in sessions (stored only as
-/// hashes) and sign-in throttling. Emails are compared without regard to ASCII case.
+/// hashes) and the counts under sign-in and sign-up limits. Emails are compared without regard to ASCII case.
 #[async_trait]
 pub trait Accounts: Send + Sync {
     async fn account_count(&self) -> StoreResult<i64>;
@@ -237,19 +237,23 @@ pub trait Accounts: Send + Sync {
     /// Forget the sessions that expired before `now`; how many there were.
     async fn delete_expired_sessions(&self, now: i64) -> StoreResult<u64>;
 
-    /// Failed sign-ins recorded for `scope` (such as `addr:192.0.2.1` or
-    /// `email:a@example.com`) at or after `since`.
-    async fn sign_in_failures(&self, scope: &str, since: i64) -> StoreResult<i64>;
-    /// Record one failed sign-in for each scope at `at`, and forget those of any scope older
-    /// than `forget_before` (the table stays as small as the window).
-    async fn record_sign_in_failure(
+    /// Events recorded for `scope` at or after `since`: failed sign-ins (scopes such as
+    /// `addr 192.0.2.1` or `email a@example.com`) and sign-ups (`signup 192.0.2.1`); the
+    /// policy and the scopes are `accounts::throttle`'s. They live in the `sign_in_failures`
+    /// table, named for what it held first.
+    async fn throttle_events(&self, scope: &str, since: i64) -> StoreResult<i64>;
+    /// Record one event for each scope at `at`, and forget those of any scope older than
+    /// `forget_before` (the table stays as small as the longest window).
+    async fn record_throttle_events(
         &self,
         scopes: &[String],
         at: i64,
         forget_before: i64,
     ) -> StoreResult<()>;
-    /// Forget a scope's failures (after a successful sign-in).
-    async fn clear_sign_in_failures(&self, scope: &str) -> StoreResult<()>;
+    /// Forget the events of `scope` and of every scope under it: those that start with `scope`
+    /// and a space (`email a@x.com` takes `email a@x.com addr 192.0.2.1` with it, not
+    /// `email a@x.com.au`).
+    async fn clear_throttle_events(&self, scope: &str) -> StoreResult<()>;
 }
 
 /// What the dashboard and operators read: an account's tasks, usage, and the state of the

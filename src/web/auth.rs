@@ -11,16 +11,14 @@ use super::error::{render_status, WebError};
 use super::page::{safe_next, Layout, NavUser};
 use super::session::{self, Posted, PublicPosted, FORM_COOKIE, SESSION_COOKIE};
 use crate::accounts;
+use crate::accounts::throttle::{self, Attempt, Gate, KNOWN_BROWSER_COOKIE};
 use crate::http::state::AppState;
 use crate::store::{now_ms, NewAccount};
 
-pub use crate::accounts::{
-    SIGN_IN_MAX_PER_ADDRESS as FAILURES_PER_ADDRESS, SIGN_IN_MAX_PER_EMAIL as FAILURES_PER_EMAIL,
-};
-
 /// The one message of every failed sign-in: it never says whether the email has an account.
 const WRONG: &str = "That email and password do not match an account that can sign in.";
-const THROTTLED: &str = "Too many failed sign-in attempts. Wait 15 minutes before trying again.";
+const THROTTLED: &str = "Too many failed sign-in attempts from here. Wait 15 minutes before \
+                         trying again, or sign in from a browser you have signed in with before.";
 
 #[derive(Template)]
 #[template(path = "signin.html")]
@@ -118,33 +116,45 @@ pub async fn sign_in(
     let form = posted.form;
     let email = form.email.trim().to_string();
     let store = state.store.as_ref();
-    if !accounts::sign_in_allowed(store, &posted.client, &email).await? {
-        return Ok(sign_in_form(
-            &state,
-            jar,
-            Some((StatusCode::TOO_MANY_REQUESTS, THROTTLED)),
-            &email,
-            &form.next,
-        ));
-    }
     let found = match accounts::normalize_email(&email) {
         Ok(email) => store.account_for_sign_in(&email).await?,
         Err(_) => None,
     };
+    // A browser that signed in to this account before is counted apart (accounts::throttle).
+    let browser = match (&found, jar.get(KNOWN_BROWSER_COOKIE)) {
+        (Some((account, Some(hash))), Some(cookie)) => {
+            throttle::known_browser(cookie.value(), &account.email, hash)
+        }
+        _ => None,
+    };
+    let attempt = Attempt::new(&posted.client, &email, browser);
+    match attempt.gate(store).await? {
+        Gate::Go => {}
+        Gate::Wait(wait) => tokio::time::sleep(wait).await,
+        Gate::Refused => {
+            return Ok(sign_in_form(
+                &state,
+                jar,
+                Some((StatusCode::TOO_MANY_REQUESTS, THROTTLED)),
+                &email,
+                &form.next,
+            ))
+        }
+    }
     // A password is checked (or as long spent without one) whatever was found, so the time
     // taken does not tell which emails have accounts.
     let account = match found {
         Some((account, Some(hash))) => {
-            let matches = accounts::verify_password(form.password.clone(), hash).await;
-            (matches && !account.disabled).then_some(account)
+            let matches = accounts::verify_password(form.password.clone(), hash.clone()).await;
+            (matches && !account.disabled).then_some((account, hash))
         }
         _ => {
             accounts::verify_nothing(form.password.clone()).await;
             None
         }
     };
-    let Some(account) = account else {
-        accounts::sign_in_failed(store, &posted.client, &email).await?;
+    let Some((account, hash)) = account else {
+        attempt.failed(store).await?;
         return Ok(sign_in_form(
             &state,
             jar,
@@ -153,9 +163,24 @@ pub async fn sign_in(
             &form.next,
         ));
     };
-    accounts::sign_in_succeeded(store, &email).await?;
+    attempt.succeeded(store).await?;
+    let jar = remember_browser(&state, jar, &account.email, &hash);
     let jar = start_session(&state, jar, &account.id).await?;
     Ok((jar, Redirect::to(safe_next(&form.next))).into_response())
+}
+
+/// Make this browser known to the account: a new `easel_browser` cookie that outlives the
+/// session, as it is meant to be there the next time the owner signs in.
+fn remember_browser(
+    state: &AppState,
+    jar: CookieJar,
+    email: &str,
+    password_hash: &str,
+) -> CookieJar {
+    let token = throttle::known_browser_token(email, password_hash);
+    let mut cookie = session::cookie(state, KNOWN_BROWSER_COOKIE, token);
+    cookie.set_max_age(time::Duration::days(throttle::KNOWN_BROWSER_DAYS));
+    jar.add(cookie)
 }
 
 /// Store a new session for the account and set its cookie.
@@ -214,7 +239,8 @@ pub struct SignUpForm {
     password: String,
 }
 
-/// `POST /signup`: a new account (when sign-up is open), signed in at once.
+/// `POST /signup`: a new account (when sign-up is open and this address has not made too many
+/// lately), signed in at once.
 pub async fn sign_up(
     State(state): State<AppState>,
     jar: CookieJar,
@@ -224,6 +250,20 @@ pub async fn sign_up(
         return Ok(sign_up_form(&state, jar, None, ""));
     }
     let form = posted.form;
+    let store = state.store.as_ref();
+    let per_hour = state.config.accounts.signups_per_hour;
+    if !throttle::signup_allowed(store, &posted.client, per_hour).await? {
+        let msg = format!(
+            "Too many accounts were made from this address in the last hour (at most {per_hour}). \
+             Try again later, or ask the operator for an account."
+        );
+        return Ok(sign_up_form(
+            &state,
+            jar,
+            Some((StatusCode::TOO_MANY_REQUESTS, msg)),
+            form.email.trim(),
+        ));
+    }
     let refuse = |jar, email: &str, msg: String| {
         Ok(sign_up_form(
             &state,
@@ -236,39 +276,50 @@ pub async fn sign_up(
         Ok(email) => email,
         Err(problem) => return refuse(jar, form.email.trim(), sentence(&problem)),
     };
-    if let Err(problem) = accounts::password_rules(&form.password) {
+    // zxcvbn takes milliseconds of CPU on a long password: off the async workers.
+    let (password, for_email) = (form.password.clone(), email.clone());
+    let rules =
+        tokio::task::spawn_blocking(move || accounts::password_rules(&password, &for_email))
+            .await
+            .map_err(|e| WebError::Internal(e.into()))?;
+    if let Err(problem) = rules {
         return refuse(jar, &email, sentence(&problem));
     }
-    // A sign-up with an email that has an account counts as a failed sign-in of the address and
-    // the email, so that trying emails here is no faster than at sign-in.
-    let store = state.store.as_ref();
-    if !accounts::sign_in_allowed(store, &posted.client, &email).await? {
-        return Ok(sign_up_form(
-            &state,
-            jar,
-            Some((StatusCode::TOO_MANY_REQUESTS, THROTTLED.to_string())),
-            &email,
-        ));
+    // A sign-up with an email that has an account counts as a failed sign-in of it from this
+    // address, so that trying emails here is no faster than at sign-in.
+    let attempt = Attempt::new(&posted.client, &email, None);
+    match attempt.gate(store).await? {
+        Gate::Go => {}
+        Gate::Wait(wait) => tokio::time::sleep(wait).await,
+        Gate::Refused => {
+            return Ok(sign_up_form(
+                &state,
+                jar,
+                Some((StatusCode::TOO_MANY_REQUESTS, THROTTLED.to_string())),
+                &email,
+            ))
+        }
     }
+    let password_hash = accounts::hash_password(form.password.clone())
+        .await
+        .map_err(WebError::Internal)?;
     let new = NewAccount {
         email: email.clone(),
-        password_hash: Some(
-            accounts::hash_password(form.password.clone())
-                .await
-                .map_err(WebError::Internal)?,
-        ),
+        password_hash: Some(password_hash.clone()),
         signing_secret: crate::webhooks::signing::generate_secret(),
         admin: false,
         credits: state.config.accounts.signup_credits,
     };
     let Some(account) = store.create_user(&new).await? else {
-        accounts::sign_in_failed(store, &posted.client, &email).await?;
+        attempt.failed(store).await?;
         return refuse(
             jar,
             &email,
             "No account could be made with that email. If it is yours, sign in instead.".into(),
         );
     };
+    throttle::signed_up(store, &posted.client).await?;
+    let jar = remember_browser(&state, jar, &account.email, &password_hash);
     let jar = start_session(&state, jar, &account.id).await?;
     Ok((jar, Redirect::to("/keys")).into_response())
 }

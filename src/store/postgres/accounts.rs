@@ -387,7 +387,7 @@ impl Accounts for PgStore {
             .rows_affected())
     }
 
-    async fn sign_in_failures(&self, scope: &str, since: i64) -> StoreResult<i64> {
+    async fn throttle_events(&self, scope: &str, since: i64) -> StoreResult<i64> {
         Ok(sqlx::query_scalar(
             "SELECT COUNT(*) FROM sign_in_failures WHERE scope = $1 AND at >= $2",
         )
@@ -397,7 +397,7 @@ impl Accounts for PgStore {
         .await?)
     }
 
-    async fn record_sign_in_failure(
+    async fn record_throttle_events(
         &self,
         scopes: &[String],
         at: i64,
@@ -415,11 +415,13 @@ impl Accounts for PgStore {
         Ok(())
     }
 
-    async fn clear_sign_in_failures(&self, scope: &str) -> StoreResult<()> {
-        sqlx::query("DELETE FROM sign_in_failures WHERE scope = $1")
-            .bind(scope)
-            .execute(&self.pool)
-            .await?;
+    async fn clear_throttle_events(&self, scope: &str) -> StoreResult<()> {
+        sqlx::query(
+            "DELETE FROM sign_in_failures WHERE scope = $1 OR starts_with(scope, $1 || ' ')",
+        )
+        .bind(scope)
+        .execute(&self.pool)
+        .await?;
         Ok(())
     }
 }

@@ -418,7 +418,7 @@ impl Accounts for SqliteStore {
             .await
     }
 
-    async fn sign_in_failures(&self, scope: &str, since: i64) -> StoreResult<i64> {
+    async fn throttle_events(&self, scope: &str, since: i64) -> StoreResult<i64> {
         Ok(
             sqlx::query_scalar("SELECT COUNT(*) FROM sign_in_failures WHERE scope = ? AND at >= ?")
                 .bind(scope)
@@ -428,7 +428,7 @@ impl Accounts for SqliteStore {
         )
     }
 
-    async fn record_sign_in_failure(
+    async fn record_throttle_events(
         &self,
         scopes: &[String],
         at: i64,
@@ -449,12 +449,17 @@ impl Accounts for SqliteStore {
             .await
     }
 
-    async fn clear_sign_in_failures(&self, scope: &str) -> StoreResult<()> {
+    async fn clear_throttle_events(&self, scope: &str) -> StoreResult<()> {
         let scope = scope.to_string();
         self.writer
             .call(Durability::Committed, move |conn| {
-                conn.prepare_cached("DELETE FROM sign_in_failures WHERE scope = ?")?
-                    .execute([scope])?;
+                // substr and length count characters on both sides, so a prefix of any
+                // characters matches (LIKE would read `_` and `%` in emails as wildcards).
+                conn.prepare_cached(
+                    "DELETE FROM sign_in_failures
+                     WHERE scope = ?1 OR substr(scope, 1, length(?1) + 1) = ?1 || ' '",
+                )?
+                .execute([scope])?;
                 Ok(())
             })
             .await

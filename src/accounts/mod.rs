@@ -1,6 +1,6 @@
 //! What signing in needs above the store, in one place for the dashboard and the command line:
-//! the rules for emails and passwords, password hashing (argon2id), session tokens, and the
-//! sign-in throttle's policy.
+//! the rules for emails and passwords, password hashing (argon2id), session tokens, and (in
+//! [`throttle`]) the limits on signing in and up.
 //!
 //! Passwords are hashed with argon2id (the `argon2` crate's defaults: 19 MiB, 2 passes, one
 //! lane) into a PHC string that carries its own salt and parameters, so they can be raised later
@@ -16,11 +16,16 @@ use base64::Engine;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-use crate::store::{now_ms, Store, StoreResult};
+use crate::store::{now_ms, Store};
+
+pub mod throttle;
 
 /// How many characters (not bytes) a password may have. The upper bound keeps one hash's cost
 /// bounded; there is no rule on which characters, as long passphrases are the better passwords.
 pub const PASSWORD_CHARS: std::ops::RangeInclusive<usize> = 10..=1024;
+/// The least zxcvbn score a password must have: 3, "safely unguessable" (its estimate is at
+/// least 10^8 guesses), which no common password, keyboard walk, repeat or date reaches.
+pub const PASSWORD_MIN_SCORE: u8 = 3;
 /// Longest email accepted (RFC 5321's path limit).
 pub const EMAIL_MAX_CHARS: usize = 254;
 
@@ -45,8 +50,12 @@ pub fn key_name_rules(name: &str) -> Result<String, String> {
     Ok(name.to_string())
 }
 
-/// Whether `password` may be set; the reason when not, to show as it is.
-pub fn password_rules(password: &str) -> Result<(), String> {
+/// Whether `password` may be set for the account `email`; the reason when not, to show as it
+/// is. Besides its length, it must not be only spaces, and zxcvbn (Dropbox's estimator: common
+/// passwords, names and words, keyboard patterns, repeats, sequences, dates, and the email's
+/// own parts) must score it at least [`PASSWORD_MIN_SCORE`]. Takes a few milliseconds of CPU
+/// for the longest passwords.
+pub fn password_rules(password: &str, email: &str) -> Result<(), String> {
     let n = password.chars().count();
     if n < *PASSWORD_CHARS.start() {
         return Err(format!(
@@ -58,6 +67,43 @@ pub fn password_rules(password: &str) -> Result<(), String> {
         return Err(format!(
             "password: must have at most {} characters",
             PASSWORD_CHARS.end()
+        ));
+    }
+    if password.chars().all(char::is_whitespace) {
+        return Err("password: must not be only spaces".into());
+    }
+    // The email, its name run together (`ann.lee` as `annlee`) and its words count as guessed.
+    let email = email.trim().to_lowercase();
+    let name: String = email
+        .split('@')
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| c.is_alphanumeric())
+        .collect();
+    let mut own: Vec<&str> = vec![&email, &name, "easel"];
+    own.extend(
+        email
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|p| p.len() > 2),
+    );
+    let estimate = zxcvbn::zxcvbn(password, &own);
+    if (estimate.score() as u8) < PASSWORD_MIN_SCORE {
+        let why = estimate
+            .feedback()
+            .and_then(|f| f.warning())
+            .map(|w| {
+                let w = w.to_string();
+                let w = w.trim_end_matches('.');
+                let mut c = w.chars();
+                match c.next() {
+                    Some(first) => format!(" ({}{})", first.to_lowercase(), c.as_str()),
+                    None => String::new(),
+                }
+            })
+            .unwrap_or_default();
+        return Err(format!(
+            "password: too easy to guess{why}; a few uncommon words together make a strong one"
         ));
     }
     Ok(())
@@ -151,51 +197,6 @@ pub fn session_token_hash(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
-/// Sign-in throttling: failures are counted in the store (so the limits hold across nodes) over
-/// a sliding window, per client address and per email.
-pub const SIGN_IN_WINDOW: Duration = Duration::from_secs(15 * 60);
-/// Failed sign-ins from one address within the window before it is refused.
-pub const SIGN_IN_MAX_PER_ADDRESS: i64 = 20;
-/// Failed sign-ins for one email within the window before it is refused.
-pub const SIGN_IN_MAX_PER_EMAIL: i64 = 5;
-
-fn address_scope(address: &str) -> String {
-    format!("addr:{address}")
-}
-
-fn email_scope(email: &str) -> String {
-    format!("email:{}", email.trim().to_ascii_lowercase())
-}
-
-/// Whether a sign-in from `address` for `email` may be tried now; false while either has used
-/// up its failures in the window. Checked before the password, whether the email exists or not.
-pub async fn sign_in_allowed(store: &dyn Store, address: &str, email: &str) -> StoreResult<bool> {
-    let since = now_ms() - SIGN_IN_WINDOW.as_millis() as i64;
-    Ok(store
-        .sign_in_failures(&address_scope(address), since)
-        .await?
-        < SIGN_IN_MAX_PER_ADDRESS
-        && store.sign_in_failures(&email_scope(email), since).await? < SIGN_IN_MAX_PER_EMAIL)
-}
-
-/// Count a failed sign-in against the address and the email.
-pub async fn sign_in_failed(store: &dyn Store, address: &str, email: &str) -> StoreResult<()> {
-    let now = now_ms();
-    store
-        .record_sign_in_failure(
-            &[address_scope(address), email_scope(email)],
-            now,
-            now - SIGN_IN_WINDOW.as_millis() as i64,
-        )
-        .await
-}
-
-/// A successful sign-in clears the email's failures (not the address's: one account's success
-/// says nothing about the other emails tried from there).
-pub async fn sign_in_succeeded(store: &dyn Store, email: &str) -> StoreResult<()> {
-    store.clear_sign_in_failures(&email_scope(email)).await
-}
-
 /// How often an API node deletes expired sessions and idempotency keys.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(600);
 
@@ -215,15 +216,49 @@ mod tests {
 
     #[test]
     fn passwords_follow_the_rules() {
-        assert!(password_rules("short").is_err());
+        let rules = |pw: &str| password_rules(pw, "ann@example.com");
+        assert!(rules("short").is_err());
+        let e = rules(&"é".repeat(9)).unwrap_err();
         assert!(
-            password_rules(&"é".repeat(9)).is_err(),
-            "characters, not bytes"
+            e.contains("at least 10 characters"),
+            "characters, not bytes: {e}"
         );
-        assert!(password_rules(&"é".repeat(10)).is_ok());
-        assert!(password_rules(&"x".repeat(1024)).is_ok());
-        let e = password_rules(&"x".repeat(1025)).unwrap_err();
+        assert!(rules("ééé çà ñõ ü ß ø").is_ok(), "any characters");
+        assert!(rules("correct horse battery staple").is_ok());
+        let long: String = (0..1024)
+            .map(|i| char::from(b'a' + (i * 7 % 26) as u8))
+            .collect();
+        assert!(rules(&long).is_ok());
+        let e = rules(&"x".repeat(1025)).unwrap_err();
         assert!(e.starts_with("password:"), "{e}");
+    }
+
+    #[test]
+    fn common_and_weak_passwords_are_refused_with_a_reason() {
+        let rules = |pw: &str| {
+            password_rules(pw, "ann.lee@example.com")
+                .err()
+                .unwrap_or_else(|| panic!("{pw:?} was accepted"))
+        };
+        assert_eq!(rules(&" ".repeat(10)), "password: must not be only spaces");
+        assert_eq!(
+            rules(&"\t \n".repeat(4)),
+            "password: must not be only spaces"
+        );
+        for weak in [
+            "1234567890",
+            "password123",
+            "qwertyuiop",
+            "aaaaaaaaaaaa",
+            "passwordpassword",
+            "Tr0ub4dour&3",
+            "ann.lee@example.com",
+            "annlee2024!",
+        ] {
+            let e = rules(weak);
+            assert!(e.starts_with("password: too easy to guess"), "{weak}: {e}");
+        }
+        assert!(rules("1234567890").contains("(this is a top-100 common password)"));
     }
 
     #[test]
