@@ -20,10 +20,12 @@ pub struct Job {
     pub aspect: AspectRatio,
     /// The long side of a new image (`image_size`).
     pub image_size: u32,
-    /// The images the operation reads, decoded, in `Operation::inputs` order.
-    pub inputs: Vec<RgbaImage>,
-    /// Inpaint's mask, decoded, the size of `inputs[0]`.
-    pub mask: Option<RgbaImage>,
+    /// The images the operation reads, decoded, in `Operation::inputs` order. Shared, so that a
+    /// generator that clones the job to move it onto a thread does not copy the pixels the
+    /// decode budget counted once.
+    pub inputs: Arc<[RgbaImage]>,
+    /// Inpaint's mask, decoded, the size of `inputs[0]`; shared for the same reason.
+    pub mask: Option<Arc<RgbaImage>>,
 }
 
 impl Job {

@@ -468,7 +468,7 @@ mod tests {
             seed: 1,
             aspect: AspectRatio::SQUARE,
             image_size: 64,
-            inputs: vec![],
+            inputs: Vec::new().into(),
             mask: None,
         }
     }

@@ -248,8 +248,8 @@ impl WorkerContext {
             seed: task.seed as u64,
             aspect: task.aspect_ratio,
             image_size: self.config.worker.image_size,
-            inputs,
-            mask,
+            inputs: inputs.into(),
+            mask: mask.map(Arc::new),
         };
         let permit = self
             .generating
