@@ -470,6 +470,7 @@ mod tests {
             image_size: 64,
             inputs: Vec::new().into(),
             mask: None,
+            reservation: None,
         }
     }
 

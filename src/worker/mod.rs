@@ -250,6 +250,7 @@ impl WorkerContext {
             image_size: self.config.worker.image_size,
             inputs: inputs.into(),
             mask: mask.map(Arc::new),
+            reservation: Some(Arc::new(reservation)),
         };
         let permit = self
             .generating
@@ -269,9 +270,8 @@ impl WorkerContext {
                 );
             }
         };
-        // The decoded inputs are gone with the job: their share of the decode budget goes too.
+        // The decoded inputs go with the job, and their share of the decode budget with them.
         drop(job);
-        drop(reservation);
         // The rest is storage I/O: let the next task generate meanwhile.
         drop(permit);
         progress.report(90);

@@ -123,6 +123,7 @@ fn job(operation: Operation, aspect: (u32, u32), image_size: u32) -> Job {
         image_size,
         inputs: Vec::new().into(),
         mask: None,
+        reservation: None,
     }
 }
 
