@@ -27,8 +27,8 @@ const MARGIN_MIB: f64 = 512.0;
 /// The same test with the budget out of the way: more than every input there is.
 const BUDGET_OFF: &str = "4TiB";
 
-/// A `side` x `side` 16-bit RGBA PNG of smooth gradients: a few hundred KB of file for 200 MB of
-/// 16-bit samples, written row by row so that the driver never holds the raw image.
+/// A `side` x `side` 16-bit RGBA PNG of smooth gradients, which compress to a small file, written
+/// row by row so that the driver never holds the raw image.
 fn png16(side: u32) -> anyhow::Result<Vec<u8>> {
     use std::io::Write;
     let mut out = Vec::new();

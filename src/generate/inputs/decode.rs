@@ -52,15 +52,16 @@ impl Header {
         let px = self.pixels();
         let file = self.file_bytes;
         let scaled = match self.format {
-            // The rows being unfiltered, at up to 16-bit RGBA, and a non-pixel chunk buffered
-            // whole (at most the file).
+            // A few rows at a time (unfiltered, decompressed, converted), eight rows of 16-bit
+            // RGBA covering them, and a non-pixel chunk buffered whole (at most the file).
             ImageFormat::Png => u64::from(self.width) * 8 * 8 + file,
             // A copy of the file; progressive or multi-scan JPEG keeps every component's
             // coefficients (two bytes each, up to four components) until its last scan.
             // Blocks are whole 16 x 16 MCUs.
             ImageFormat::Jpeg => {
-                let padded = u64::from(self.width.div_ceil(16) * 16)
-                    * u64::from(self.height.div_ceil(16) * 16);
+                let padded = u64::from(self.width).div_ceil(16)
+                    * 16
+                    * (u64::from(self.height).div_ceil(16) * 16);
                 let components = if self.grey { 1 } else { 4 };
                 padded * 2 * components + file * 2
             }
