@@ -33,8 +33,8 @@ impl From<String> for Refused {
 }
 
 /// The decoded images in `Operation::inputs` order, the mask, and the share of the decode budget
-/// they hold.
-type Resolved = (Vec<RgbaImage>, Option<RgbaImage>, Reservation);
+/// they hold (none when there are none).
+type Resolved = (Vec<RgbaImage>, Option<RgbaImage>, Option<Reservation>);
 
 impl Inputs {
     /// The operation's input images (easel's own read from `blobs`) and mask, decoded; or the
@@ -83,12 +83,16 @@ impl Inputs {
                 .map_err(|e| Refused::Task(format!("mask: {e}")))?;
             files.push(("mask".to_owned(), png.into()));
         }
+        // Most tasks have none: they go on without a trip through the blocking threads.
+        if files.is_empty() {
+            return Ok((Vec::new(), None, None));
+        }
         let mut decoded = self.budget.decode_all(files, self.limits).await?;
         let mask = if decoded.images.len() > inputs {
             decoded.images.pop()
         } else {
             None
         };
-        Ok((decoded.images, mask, decoded.reservation))
+        Ok((decoded.images, mask, Some(decoded.reservation)))
     }
 }

@@ -250,7 +250,7 @@ impl WorkerContext {
             image_size: self.config.worker.image_size,
             inputs: inputs.into(),
             mask: mask.map(Arc::new),
-            reservation: Some(Arc::new(reservation)),
+            reservation: reservation.map(Arc::new),
         };
         let permit = self
             .generating
