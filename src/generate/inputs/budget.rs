@@ -104,16 +104,17 @@ impl DecodeBudget {
         let headers = headers?;
         let held: u64 = headers.iter().map(Header::held_bytes).sum();
         let working = headers.iter().map(Header::working_bytes).max().unwrap_or(0);
-        if held + working > self.available() {
+        let needed = held + working;
+        if needed > self.available() && needed <= self.bytes {
             crate::metrics::decode_budget_wait();
             tracing::info!(
-                needed = held + working,
+                needed,
                 available = self.available(),
                 "waiting for the decode memory budget"
             );
         }
         let mut reservation = self
-            .reserve(held + working)
+            .reserve(needed)
             .await
             .map_err(|e| format!("{}: {e}", subject(&names)))?;
         tokio::task::spawn_blocking(move || {
