@@ -35,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 use crate::blobs::Blobs;
 use crate::config::{Config, Role};
 use crate::domain::ContentPolicy;
-use crate::generate::inputs::{ImageFetcher, InputLimits};
+use crate::generate::inputs::{DecodeBudget, ImageFetcher, InputLimits};
 use crate::generate::Generator;
 use crate::http::state::{AppState, Shared};
 use crate::net::DestinationPolicy;
@@ -122,6 +122,14 @@ impl Application {
             timeout: config.limits.input_timeout,
             ..InputLimits::default()
         };
+        let decode_budget = DecodeBudget::new(config.limits.decode_memory_budget.bytes());
+        if config.runs(Role::Worker) {
+            tracing::info!(
+                bytes = decode_budget.bytes(),
+                setting = %config.limits.decode_memory_budget,
+                "decode memory budget"
+            );
+        }
         let fetcher = ImageFetcher::new(destinations, limits, &webhooks::user_agent())
             .map_err(|e| anyhow::anyhow!("input image client: {e}"))?;
         let pool = Arc::new(generate::backends::build(&config)?);
@@ -156,7 +164,11 @@ impl Application {
             store: store.clone(),
             blobs,
             generator,
-            inputs: worker::Inputs { fetcher, limits },
+            inputs: worker::Inputs {
+                fetcher,
+                limits,
+                budget: decode_budget,
+            },
             policy: content_policy,
             config: config.clone(),
             generating: Arc::new(tokio::sync::Semaphore::new(config.worker.workers.max(1))),

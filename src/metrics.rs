@@ -96,6 +96,7 @@ struct Metrics {
     webhook_lag: Histogram,
     store_errors: Family<StoreErrorLabels, Counter>,
     retention_removed: Counter,
+    decode_budget_waits: Counter,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -146,6 +147,12 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Tasks whose images this node's retention sweep deleted",
         retention_removed.clone(),
     );
+    let decode_budget_waits = Counter::default();
+    registry.register(
+        "decode_budget_waits",
+        "Tasks whose input images waited for room in this node's decode memory budget",
+        decode_budget_waits.clone(),
+    );
     Metrics {
         registry,
         http,
@@ -158,6 +165,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         webhook_lag,
         store_errors,
         retention_removed,
+        decode_budget_waits,
     }
 });
 
@@ -319,6 +327,11 @@ pub fn store_error(component: &'static str, error: &StoreError) {
 /// Count tasks whose images the retention sweep deleted.
 pub fn retention_removed(tasks: u64) {
     METRICS.retention_removed.inc_by(tasks);
+}
+
+/// Count a task whose input images wait for room in the decode memory budget.
+pub fn decode_budget_wait() {
+    METRICS.decode_budget_waits.inc();
 }
 
 /// One backend's gauges.

@@ -1,5 +1,6 @@
 //! Resource bounds: slow clients, huge heads and bodies, and thousands of connections do not stop
-//! easel from serving others, and its memory stays bounded.
+//! easel from serving others, and its memory stays bounded; input images share the node's decode
+//! memory budget.
 
 mod common;
 
@@ -7,6 +8,7 @@ use std::time::Duration;
 
 use common::binary::Easel;
 use common::{split, TestApp};
+use easel::generate::raster::{encode_png, RgbaImage};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -224,4 +226,116 @@ async fn silent_connections_are_closed() {
     let app = TestApp::spawn_with(|c| c.server.header_timeout = Duration::from_millis(500)).await;
     let mut silent = TcpStream::connect(addr(&app)).await.unwrap();
     assert!(closed_by_server(&mut silent, Duration::from_secs(5)).await);
+}
+
+/// A PNG of `side` x `side` with a little detail, so that it is not all one colour.
+fn input_png(side: u32) -> Vec<u8> {
+    let mut img = RgbaImage::new(side, side);
+    for (i, px) in img.data.chunks_exact_mut(4).enumerate() {
+        px[0] = (i % 251) as u8;
+        px[1] = (i / side as usize % 241) as u8;
+    }
+    encode_png(&img)
+}
+
+/// The decode budget's waits so far, from `/metrics` (a count for the whole test process).
+async fn decode_waits(app: &TestApp, token: &str) -> u64 {
+    let text = app
+        .http
+        .get(app.url("/metrics"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("easel_decode_budget_waits_total "))
+        .unwrap_or_else(|| panic!("no decode budget waits in {text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// The node's decode memory budget, sized here from what two 2-image blends need: one of them
+/// fits, both at once do not, and a blend of five does not fit even alone. The five-image blend
+/// fails naming its inputs; the two blends submitted together both finish, one of them having
+/// waited for the other's images to be dropped (each generation takes at least a second, so the
+/// first holds its share while the second arrives).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_images_share_the_decode_budget_and_a_set_over_it_fails() {
+    use easel::config::DecodeMemoryBudget;
+    use easel::generate::inputs::{probe, InputLimits};
+
+    let png = input_png(500);
+    let header = probe(&png, &InputLimits::default()).unwrap();
+    let pair = 2 * header.held_bytes() + header.working_bytes();
+    let five = 5 * header.held_bytes() + header.working_bytes();
+    let budget = pair * 3 / 2 / 1024 * 1024;
+    assert!(pair <= budget && 2 * pair > budget && five > budget);
+
+    const TOKEN: &str = "decode-budget-metrics";
+    let app = TestApp::spawn_with(|c| {
+        c.limits.decode_memory_budget = DecodeMemoryBudget::Bytes(budget);
+        c.worker.workers = 2;
+        c.worker.procedural_min_duration = Duration::from_secs(1);
+        c.server.metrics_token = Some(TOKEN.into());
+    })
+    .await;
+    let served = {
+        let png = png.clone();
+        axum::Router::new().route(
+            "/{name}",
+            axum::routing::get(move || {
+                let png = png.clone();
+                async move { ([("content-type", "image/png")], png) }
+            }),
+        )
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, served).await });
+    let blend = |n: usize, tag: &str| {
+        let urls: Vec<String> = (0..n).map(|i| format!("{base}/{tag}-{i}.png")).collect();
+        json!({ "image_urls": urls })
+    };
+    let submit = |body: serde_json::Value| {
+        let app = &app;
+        async move {
+            let (status, answer) = app.post("/api/v1/blend", &body).await;
+            assert_eq!(status, 200, "{answer}");
+            answer["task_id"].as_str().unwrap().to_string()
+        }
+    };
+    let within = Duration::from_secs(60);
+
+    let over = submit(blend(5, "five")).await;
+    let record = app.wait_final(&over, within).await;
+    assert_eq!(record["status"], "failed", "{record}");
+    let error = record["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("image_urls: decoding needs ")
+            && error.ends_with("this node allows")
+            && error.contains(" MiB at once, more than the "),
+        "{error}"
+    );
+
+    let waits = decode_waits(&app, TOKEN).await;
+    let (a, b) = (submit(blend(2, "a")).await, submit(blend(2, "b")).await);
+    let mut ends = Vec::new();
+    for id in [a, b] {
+        let record = app.wait_final(&id, within).await;
+        assert_eq!(record["status"], "finished", "{record}");
+        let at = record["finished_at"].as_str().unwrap();
+        ends.push(chrono::DateTime::parse_from_rfc3339(at).unwrap());
+    }
+    assert!(
+        decode_waits(&app, TOKEN).await > waits,
+        "one of the two blends waited for the other's images"
+    );
+    // The first held its images' share until its job was done, so the second generated after
+    // it, not beside it.
+    let apart = (ends[1] - ends[0]).num_milliseconds().abs();
+    assert!(apart >= 900, "the blends ended {apart} ms apart");
 }

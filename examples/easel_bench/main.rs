@@ -4,12 +4,13 @@
 //!
 //! ```text
 //! bench/run [--quick] [--only submit,e2e,webhooks,retry,scale,postgres,operations,backends,listing,
-//!     wait,idempotency]
+//!     wait,idempotency,decode]
 //! ```
 //!
 //! It needs the release `easel` binary (`--easel`) and `wrk` on the PATH; bench/run provides both.
 
 mod backends;
+mod decode;
 mod e2e;
 mod idempotency;
 mod listing;
@@ -48,6 +49,7 @@ const BENCHMARKS: &[&str] = &[
     "listing",
     "wait",
     "idempotency",
+    "decode",
 ];
 
 #[derive(Parser)]
@@ -63,7 +65,7 @@ struct Args {
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/wrk"))]
     lua: PathBuf,
     /// Benchmarks to run, comma-separated (default: all): submit, e2e, webhooks, retry, scale,
-    /// postgres, operations, backends, listing, wait, idempotency.
+    /// postgres, operations, backends, listing, wait, idempotency, decode.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Smaller counts and shorter runs (a couple of minutes); figures are rougher.
@@ -332,6 +334,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             "scale" => scale::run(&ctx).await,
             "postgres" => postgres::run(&ctx, &args.postgres_url).await,
             "operations" => operations::run(&ctx).await,
+            "decode" => decode::run(&ctx).await,
             "idempotency" => idempotency::run(&ctx).await,
             "backends" => backends::run(&ctx).await,
             "listing" => {

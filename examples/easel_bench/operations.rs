@@ -18,15 +18,16 @@ const RUNS: usize = 3;
 /// The memory goal of four concurrent 4x upscales, in MiB (the operations issue).
 const HIGHRES_GOAL_MIB: f64 = 512.0;
 
-struct Client {
-    http: reqwest::Client,
-    server_url: String,
-    key: String,
+/// An API client of the server under test (also the decode benchmark's).
+pub struct Client {
+    pub http: reqwest::Client,
+    pub server_url: String,
+    pub key: String,
 }
 
 impl Client {
     /// Submit `body` to `op`; the task id.
-    async fn submit(&self, op: &str, body: &Value) -> anyhow::Result<String> {
+    pub async fn submit(&self, op: &str, body: &Value) -> anyhow::Result<String> {
         let res = self
             .http
             .post(format!("{}/api/v1/{op}", self.server_url))
@@ -47,7 +48,13 @@ impl Client {
 
     /// Wait for the task to end; its record, which must be finished.
     async fn finished(&self, id: &str) -> anyhow::Result<Value> {
-        for _ in 0..6000 {
+        self.finished_within(id, Duration::from_secs(120)).await
+    }
+
+    /// [`Client::finished`], waiting up to `within`.
+    pub async fn finished_within(&self, id: &str, within: Duration) -> anyhow::Result<Value> {
+        let deadline = tokio::time::Instant::now() + within;
+        while tokio::time::Instant::now() < deadline {
             let record: Value = self
                 .http
                 .get(format!("{}/api/v1/tasks/{id}", self.server_url))
@@ -62,7 +69,7 @@ impl Client {
                 _ => tokio::time::sleep(Duration::from_millis(20)).await,
             }
         }
-        bail!("task {id} did not finish within 120 s")
+        bail!("task {id} did not finish within {within:?}")
     }
 
     /// Run `op` with `body` to its end: its record and its time on the server, in ms.

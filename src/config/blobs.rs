@@ -86,9 +86,8 @@ pub enum FreeSpace {
 }
 
 impl FreeSpace {
-    /// `512MiB`, `1GiB`, `2GB`, `1048576` (bytes), `5%`, `0`. Units: B, KB, MB, GB, TB (powers of
-    /// 1000) and KiB, MiB, GiB, TiB (powers of 1024), in any case; a space may come before the
-    /// unit.
+    /// `512MiB`, `1GiB`, `2GB`, `1048576` (bytes), `5%`, `0`: a size as
+    /// [`parse_size`](super::values::parse_size) reads it, or a share.
     pub fn parse(text: &str) -> Result<FreeSpace, String> {
         let text = text.trim();
         let bad = || {
@@ -104,28 +103,9 @@ impl FreeSpace {
             }
             return Ok(FreeSpace::Percent(share));
         }
-        let split = text
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(text.len());
-        let (number, unit) = text.split_at(split);
-        let number: f64 = number.parse().map_err(|_| bad())?;
-        let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-            "" | "b" => 1,
-            "kb" | "k" => 1000,
-            "mb" | "m" => 1000_u64.pow(2),
-            "gb" | "g" => 1000_u64.pow(3),
-            "tb" | "t" => 1000_u64.pow(4),
-            "kib" => 1 << 10,
-            "mib" => 1 << 20,
-            "gib" => 1 << 30,
-            "tib" => 1 << 40,
-            _ => return Err(bad()),
-        };
-        let bytes = number * scale as f64;
-        if !bytes.is_finite() || bytes >= u64::MAX as f64 {
-            return Err(bad());
-        }
-        Ok(FreeSpace::Bytes(bytes as u64))
+        super::values::parse_size(text)
+            .map(FreeSpace::Bytes)
+            .map_err(|_| bad())
     }
 
     /// The floor in bytes on a filesystem of `total` bytes.

@@ -1,11 +1,12 @@
 //! What one request, one account and one input image may ask of a node: body sizes, input image
-//! limits, pending tasks, `Prefer: wait`, idempotency and request rates.
+//! limits and the memory their decoding may take, pending tasks, `Prefer: wait`, idempotency and
+//! request rates.
 
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
 
 use super::values::duration;
 
@@ -30,6 +31,8 @@ pub struct Limits {
     pub input_max_bytes: u64,
     /// Most pixels of a decoded input image.
     pub input_max_pixels: u64,
+    /// Most bytes of decoded input images this node holds at once, over all its tasks.
+    pub decode_memory_budget: DecodeMemoryBudget,
     /// Most tasks one account may have queued or running at once; more is refused with 429.
     pub max_pending_per_account: u32,
     /// How long a submit's first answer is replayed to requests with the same `Idempotency-Key`
@@ -54,6 +57,7 @@ impl Default for Limits {
             input_timeout: Duration::from_secs(30),
             input_max_bytes: 20 * 1024 * 1024,
             input_max_pixels: 25_000_000,
+            decode_memory_budget: DecodeMemoryBudget::Auto,
             max_pending_per_account: 1000,
             idempotency_ttl: Duration::from_secs(86_400),
             max_wait: Duration::from_secs(WAIT_MAX_SECS),
@@ -95,6 +99,11 @@ impl Limits {
         if self.input_timeout.is_zero() || self.input_max_bytes == 0 || self.input_max_pixels == 0 {
             bail!("configuration: input_timeout, input_max_bytes and input_max_pixels must be > 0");
         }
+        if let DecodeMemoryBudget::Bytes(bytes) = self.decode_memory_budget {
+            if !DECODE_MEMORY_BUDGET_RANGE.contains(&bytes) {
+                bail!("configuration: decode_memory_budget must be from 1 MiB to 4 TiB");
+            }
+        }
         if self.mask_body_limit < self.body_limit {
             bail!("configuration: mask_body_limit must be at least body_limit");
         }
@@ -124,5 +133,159 @@ impl Limits {
             }
         }
         Ok(())
+    }
+}
+
+/// The smallest and largest `decode_memory_budget` that may be set (the budget counts in KiB, and
+/// a count of KiB must fit in 32 bits).
+pub const DECODE_MEMORY_BUDGET_RANGE: RangeInclusive<u64> = (1 << 20)..=(4 << 40);
+
+/// `decode_memory_budget`: `auto`, or a size (`2GiB`, or plain digits for bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeMemoryBudget {
+    /// A quarter of the memory this process may use (the machine's, or its cgroup's limit when
+    /// that is lower), kept from 1 GiB to 8 GiB: at least what one blend of five images at the
+    /// default pixel limit needs, and no more than a node can put to use.
+    Auto,
+    Bytes(u64),
+}
+
+impl DecodeMemoryBudget {
+    /// `auto`'s share of the memory, and its floor and ceiling.
+    const AUTO_SHARE: u64 = 4;
+    const AUTO_FLOOR: u64 = 1 << 30;
+    const AUTO_CEILING: u64 = 8 << 30;
+
+    /// The budget in bytes; `auto` reads the memory there is.
+    pub fn bytes(self) -> u64 {
+        match self {
+            DecodeMemoryBudget::Bytes(bytes) => bytes,
+            DecodeMemoryBudget::Auto => Self::auto_of(memory_available()),
+        }
+    }
+
+    /// `auto` on a machine (or in a cgroup) of `memory` bytes; the floor when it is unknown.
+    fn auto_of(memory: Option<u64>) -> u64 {
+        memory.map_or(Self::AUTO_FLOOR, |m| {
+            (m / Self::AUTO_SHARE).clamp(Self::AUTO_FLOOR, Self::AUTO_CEILING)
+        })
+    }
+}
+
+/// The memory this process may use: the machine's (`MemTotal`), or its cgroup's limit when that
+/// is lower. `None` where neither can be read (not Linux).
+fn memory_available() -> Option<u64> {
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib * 1024)
+        });
+    // cgroup v2, then v1. v2's "max" (no limit) does not parse; v1 writes no limit as a huge
+    // number, which the machine's figure then undercuts.
+    let cgroup = [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ]
+    .iter()
+    .find_map(|path| {
+        std::fs::read_to_string(path)
+            .ok()?
+            .trim()
+            .parse::<u64>()
+            .ok()
+    });
+    match (total, cgroup) {
+        (Some(t), Some(c)) => Some(t.min(c)),
+        (t, c) => t.or(c),
+    }
+}
+
+impl std::str::FromStr for DecodeMemoryBudget {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        if text.trim().eq_ignore_ascii_case("auto") {
+            return Ok(DecodeMemoryBudget::Auto);
+        }
+        super::values::parse_size(text)
+            .map(DecodeMemoryBudget::Bytes)
+            .map_err(|e| format!("decode_memory_budget: {e}, nor `auto`"))
+    }
+}
+
+/// Written back as it is read: `auto`, or bytes as plain digits.
+impl std::fmt::Display for DecodeMemoryBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecodeMemoryBudget::Auto => f.write_str("auto"),
+            DecodeMemoryBudget::Bytes(bytes) => write!(f, "{bytes}"),
+        }
+    }
+}
+
+impl Serialize for DecodeMemoryBudget {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+/// `auto` or a size as text, or plain digits (bytes) as a number.
+impl<'de> Deserialize<'de> for DecodeMemoryBudget {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bytes(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Bytes(bytes) => Ok(DecodeMemoryBudget::Bytes(bytes)),
+            Raw::Text(text) => text.parse().map_err(de::Error::custom),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_memory_budget_takes_auto_and_sizes() {
+        let parse = |t: &str| t.parse::<DecodeMemoryBudget>();
+        assert_eq!(parse("auto"), Ok(DecodeMemoryBudget::Auto));
+        assert_eq!(parse(" AUTO "), Ok(DecodeMemoryBudget::Auto));
+        assert_eq!(parse("2GiB"), Ok(DecodeMemoryBudget::Bytes(2 << 30)));
+        assert_eq!(parse("512 MiB"), Ok(DecodeMemoryBudget::Bytes(512 << 20)));
+        assert_eq!(parse("1048576"), Ok(DecodeMemoryBudget::Bytes(1 << 20)));
+        let err = parse("lots").unwrap_err();
+        assert!(
+            err.starts_with("decode_memory_budget: `lots` is not a size"),
+            "{err}"
+        );
+        for shown in [DecodeMemoryBudget::Auto, DecodeMemoryBudget::Bytes(3 << 29)] {
+            assert_eq!(parse(&shown.to_string()), Ok(shown));
+        }
+    }
+
+    #[test]
+    fn auto_is_a_quarter_of_memory_within_its_floor_and_ceiling() {
+        let gib = 1u64 << 30;
+        assert_eq!(DecodeMemoryBudget::auto_of(Some(16 * gib)), 4 * gib);
+        assert_eq!(DecodeMemoryBudget::auto_of(Some(2 * gib)), gib);
+        assert_eq!(DecodeMemoryBudget::auto_of(Some(256 * gib)), 8 * gib);
+        assert_eq!(DecodeMemoryBudget::auto_of(None), gib);
+        let here = DecodeMemoryBudget::Auto.bytes();
+        assert!((gib..=8 * gib).contains(&here), "{here}");
+    }
+
+    #[test]
+    fn a_budget_outside_its_range_is_refused() {
+        let mut limits = Limits::default();
+        for (bytes, ok) in [(1 << 20, true), ((1 << 20) - 1, false), (5 << 40, false)] {
+            limits.decode_memory_budget = DecodeMemoryBudget::Bytes(bytes);
+            assert_eq!(limits.validate().is_ok(), ok, "{bytes}");
+        }
     }
 }

@@ -32,7 +32,10 @@ pub use accounts::{
 pub use backends::{BackendConfig, BackendKind};
 pub use blobs::{BlobStoreKind, Blobs, FreeSpace};
 pub use database::{Database, DatabaseKind, SqliteSynchronous};
-pub use limits::{Limits, PlanRate, IDEMPOTENCY_TTL_RANGE, WAIT_MAX_SECS};
+pub use limits::{
+    DecodeMemoryBudget, Limits, PlanRate, DECODE_MEMORY_BUDGET_RANGE, IDEMPOTENCY_TTL_RANGE,
+    WAIT_MAX_SECS,
+};
 pub use retention::{Retention, RETENTION_MIN};
 pub use server::{LogFormat, Role, Server};
 pub use values::duration;

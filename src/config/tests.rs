@@ -78,6 +78,7 @@ fn every_section_reads_its_keys_from_the_environment() {
             ("EASEL_S3_BUCKET", "images"),
             ("EASEL_MIN_FREE_SPACE", "5%"),
             ("EASEL_MAX_WAIT", "20s"),
+            ("EASEL_DECODE_MEMORY_BUDGET", "512MiB"),
             ("EASEL_SIGNUP", "closed"),
             ("EASEL_SIGNUP_CREDITS", "unlimited"),
             ("EASEL_SIGNUPS_PER_HOUR", "30"),
@@ -98,6 +99,10 @@ fn every_section_reads_its_keys_from_the_environment() {
         assert_eq!(c.blobs.store, BlobStoreKind::S3);
         assert_eq!(c.blobs.min_free_space, FreeSpace::Percent(5.0));
         assert_eq!(c.limits.max_wait, Duration::from_secs(20));
+        assert_eq!(
+            c.limits.decode_memory_budget,
+            DecodeMemoryBudget::Bytes(512 << 20)
+        );
         assert!(!c.signup_open());
         assert_eq!(c.accounts.signup_credits, None);
         assert_eq!(c.accounts.signups_per_hour, 30);
@@ -166,6 +171,14 @@ fn a_choice_not_offered_is_refused_naming_the_setting_and_the_choices() {
             "roles must be `api`, `worker` or `dispatcher`, not `cook`",
         ),
         ("min_free_space = \"lots\"\n", "min_free_space: `lots`"),
+        (
+            "decode_memory_budget = \"lots\"\n",
+            "decode_memory_budget: `lots` is not a size",
+        ),
+        (
+            "decode_memory_budget = 1000\n",
+            "decode_memory_budget must be from 1 MiB to 4 TiB",
+        ),
     ] {
         let e = refused(file);
         assert!(e.contains(named), "{file:?}: {e}");

@@ -75,6 +75,37 @@ pub fn one_of(names: &[&str]) -> String {
     }
 }
 
+/// A size in bytes: `512MiB`, `1GiB`, `2GB`, `1.5gib`, `1048576` (plain digits are bytes). Units:
+/// B, KB, MB, GB, TB (powers of 1000) and KiB, MiB, GiB, TiB (powers of 1024), in any case; a
+/// space may come before the unit. The error says only that the text is not a size: the
+/// setting adds its name and what else it takes.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let bad = || format!("`{text}` is not a size (like 512MiB, 1GiB, 2GB or a number of bytes)");
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().map_err(|_| bad())?;
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" | "k" => 1000,
+        "mb" | "m" => 1000_u64.pow(2),
+        "gb" | "g" => 1000_u64.pow(3),
+        "tb" | "t" => 1000_u64.pow(4),
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
+        _ => return Err(bad()),
+    };
+    let bytes = number * scale as f64;
+    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+        return Err(bad());
+    }
+    Ok(bytes as u64)
+}
+
 /// Durations as human-readable strings (`10s`, `1m 30s`, `250ms`), or plain integers as seconds.
 pub mod duration {
     use serde::{de, Deserialize, Deserializer, Serializer};

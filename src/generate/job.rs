@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 
+use super::inputs::Reservation;
 use super::raster::{compose_grid, dimensions, encode_png, RgbaImage};
 
 use crate::domain::{AspectRatio, OpKind, Operation};
@@ -20,10 +21,16 @@ pub struct Job {
     pub aspect: AspectRatio,
     /// The long side of a new image (`image_size`).
     pub image_size: u32,
-    /// The images the operation reads, decoded, in `Operation::inputs` order.
-    pub inputs: Vec<RgbaImage>,
-    /// Inpaint's mask, decoded, the size of `inputs[0]`.
-    pub mask: Option<RgbaImage>,
+    /// The images the operation reads, decoded, in `Operation::inputs` order. Shared, so that a
+    /// generator that clones the job to move it onto a thread does not copy the pixels the
+    /// decode budget counted once.
+    pub inputs: Arc<[RgbaImage]>,
+    /// Inpaint's mask, decoded, the size of `inputs[0]`; shared for the same reason.
+    pub mask: Option<Arc<RgbaImage>>,
+    /// The share of the node's decode budget that `inputs` and `mask` hold. It goes with the
+    /// last clone of the job, when the pixels do: a generator's thread may outlive the worker's
+    /// wait for it (a stopped job answers at once).
+    pub reservation: Option<Arc<Reservation>>,
 }
 
 impl Job {

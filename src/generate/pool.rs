@@ -468,8 +468,9 @@ mod tests {
             seed: 1,
             aspect: AspectRatio::SQUARE,
             image_size: 64,
-            inputs: vec![],
+            inputs: Vec::new().into(),
             mask: None,
+            reservation: None,
         }
     }
 

@@ -281,9 +281,14 @@ pub fn resize(img: &RgbaImage, w: u32, h: u32, filter: Filter) -> RgbaImage {
     debug_assert!(img.is_well_formed() && w > 0 && h > 0);
     let opaque = img.data.chunks_exact(4).all(|p| p[3] == 255);
     if filter == Filter::Nearest || opaque {
-        // Nothing to premultiply: the pixels are filtered as they are.
-        let src = image::RgbaImage::from_raw(img.width, img.height, img.data.clone())
-            .expect("a well-formed image");
+        // Nothing to premultiply: the pixels are filtered as they are, read in place (an input
+        // may be 25 megapixels).
+        let src = image::ImageBuffer::<image::Rgba<u8>, _>::from_raw(
+            img.width,
+            img.height,
+            img.data.as_slice(),
+        )
+        .expect("a well-formed image");
         let out = image::imageops::resize(&src, w, h, filter);
         return RgbaImage {
             width: w,

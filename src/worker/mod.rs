@@ -15,6 +15,7 @@
 //! is removed, and every worker loop waits on the shared `blobs::StorageHealth` before its next
 //! claim, so the queue waits instead of draining into failures.
 
+mod inputs;
 pub mod retention;
 mod sweep;
 
@@ -28,14 +29,12 @@ use tracing::Instrument;
 
 use crate::blobs::{BlobError, Blobs};
 use crate::config::Config;
-use base64::Engine;
 
-use crate::domain::operation::ImageInput;
-use crate::domain::{prompt_text, ContentPolicy, Operation, Outcome, Output, TaskStatus};
-use crate::generate::inputs::{decode, ImageFetcher, InputLimits};
-use crate::generate::raster::{decode_png, RgbaImage};
+use crate::domain::{prompt_text, ContentPolicy, Outcome, Output, TaskStatus};
 use crate::generate::{Generator, Job, Product, Progress};
 use crate::store::{ClaimedTask, Ending, SharedStore, StoreError, StoreResult};
+pub use inputs::Inputs;
+use inputs::Refused;
 pub use sweep::{sweep_orphans, SWEEP_LIMIT, SWEEP_MIN_AGE};
 
 /// Everything a worker needs. Cheap to clone.
@@ -52,13 +51,6 @@ pub struct WorkerContext {
     pub generating: Arc<Semaphore>,
     /// Where callers' input images come from.
     pub inputs: Inputs,
-}
-
-/// Callers' input images: the client that fetches them and the limits on each.
-#[derive(Clone)]
-pub struct Inputs {
-    pub fetcher: ImageFetcher,
-    pub limits: InputLimits,
 }
 
 /// How one claimed task ended for this worker.
@@ -83,20 +75,6 @@ enum Produced {
     Done(Outcome, Option<String>),
     /// The image store failed in a way that may pass; nothing written is left.
     StorageUnavailable(BlobError),
-}
-
-/// Why an input could not be used.
-enum Refused {
-    /// The task fails with this error.
-    Task(String),
-    /// The image store failed in a way that may pass.
-    Storage(BlobError),
-}
-
-impl From<String> for Refused {
-    fn from(error: String) -> Refused {
-        Refused::Task(error)
-    }
 }
 
 impl WorkerContext {
@@ -255,7 +233,7 @@ impl WorkerContext {
                 );
             }
         };
-        let (inputs, mask) = match self.inputs(&operation).await {
+        let (inputs, mask, reservation) = match self.inputs.resolve(&self.blobs, &operation).await {
             Ok(resolved) => resolved,
             Err(Refused::Task(error)) => {
                 tracing::info!(error, "an input image could not be used");
@@ -270,8 +248,9 @@ impl WorkerContext {
             seed: task.seed as u64,
             aspect: task.aspect_ratio,
             image_size: self.config.worker.image_size,
-            inputs,
-            mask,
+            inputs: inputs.into(),
+            mask: mask.map(Arc::new),
+            reservation: reservation.map(Arc::new),
         };
         let permit = self
             .generating
@@ -291,6 +270,7 @@ impl WorkerContext {
                 );
             }
         };
+        // The decoded inputs go with the job, and their share of the decode budget with them.
         drop(job);
         // The rest is storage I/O: let the next task generate meanwhile.
         drop(permit);
@@ -369,62 +349,6 @@ impl WorkerContext {
         }
         self.blobs.health().wrote(bytes);
         Produced::Done(Outcome::Finished(output), Some(folder))
-    }
-
-    /// The operation's input images and mask, decoded; or the error that fails the task, naming
-    /// the input.
-    async fn inputs(
-        &self,
-        operation: &Operation,
-    ) -> Result<(Vec<RgbaImage>, Option<RgbaImage>), Refused> {
-        let limits = self.inputs.limits;
-        let reads = operation
-            .inputs()
-            .into_iter()
-            .map(|(name, input)| async move {
-                let bytes = match &input {
-                    ImageInput::Stored(image) => match self.blobs.get(&image.key).await {
-                        Ok(Some(bytes)) => bytes,
-                        Ok(None) => {
-                            return Err(format!("{name}: the image is no longer stored").into())
-                        }
-                        Err(e) if e.is_transient() => return Err(Refused::Storage(e)),
-                        Err(e) => {
-                            tracing::error!(error = %e, key = image.key, "could not read an input");
-                            return Err(format!(
-                                "{name}: internal error: could not read the image"
-                            )
-                            .into());
-                        }
-                    },
-                    ImageInput::Url { url } => self
-                        .inputs
-                        .fetcher
-                        .fetch(url)
-                        .await
-                        .map_err(|e| format!("{name}: {e}"))?,
-                };
-                let image = tokio::task::spawn_blocking(move || decode(&bytes, &limits))
-                    .await
-                    .map_err(|e| format!("{name}: the decoder crashed: {e}"))?
-                    .map_err(|e| format!("{name}: {e}"))?;
-                Ok::<_, Refused>(image)
-            });
-        let images = futures::future::try_join_all(reads).await?;
-        let mask = match operation {
-            Operation::Inpaint { mask, .. } => {
-                let png = base64::engine::general_purpose::STANDARD
-                    .decode(mask)
-                    .map_err(|e| Refused::Task(format!("mask: {e}")))?;
-                let mask = tokio::task::spawn_blocking(move || decode_png(&png))
-                    .await
-                    .map_err(|e| Refused::Task(format!("mask: the decoder crashed: {e}")))?
-                    .map_err(|e| Refused::Task(format!("mask: {e}")))?;
-                Some(mask)
-            }
-            _ => None,
-        };
-        Ok((images, mask))
     }
 
     async fn record(

@@ -60,8 +60,9 @@ fn job(operation: Operation, inputs: Vec<RgbaImage>) -> Job {
             height: 2,
         },
         image_size: 64,
-        inputs,
+        inputs: inputs.into(),
         mask: None,
+        reservation: None,
     }
 }
 
@@ -222,7 +223,7 @@ async fn inpaint_sends_the_masked_area_transparent_and_a_mask() {
         },
         vec![parent],
     );
-    job.mask = Some(mask);
+    job.mask = Some(mask.into());
     backend.run(&job, &Progress::default()).await.unwrap();
     let uploads = mock.uploads.lock().unwrap().clone();
     assert_eq!(uploads.len(), 2);

@@ -121,8 +121,9 @@ fn job(operation: Operation, aspect: (u32, u32), image_size: u32) -> Job {
             height: aspect.1,
         },
         image_size,
-        inputs: Vec::new(),
+        inputs: Vec::new().into(),
         mask: None,
+        reservation: None,
     }
 }
 
@@ -249,7 +250,7 @@ async fn dall_e_2_is_square_and_varies_through_the_variations_endpoint() {
         (4, 3),
         512,
     );
-    j.inputs = vec![parent];
+    j.inputs = vec![parent].into();
     let product = run(&backend, &j).await.unwrap();
     assert_eq!(grid_size(&product), (16, 16));
     let seen = mock.seen_at("/images/variations");
@@ -289,8 +290,8 @@ async fn inpaint_sends_the_parent_and_easels_mask_as_transparency() {
         (1, 1),
         64,
     );
-    j.inputs = vec![parent.clone()];
-    j.mask = Some(mask);
+    j.inputs = vec![parent.clone()].into();
+    j.mask = Some(mask.into());
     let product = run(&backend, &j).await.unwrap();
     assert_eq!(grid_size(&product), (64, 64));
     let seen = mock.seen_at("/images/edits");
@@ -328,7 +329,7 @@ async fn pan_and_outpaint_edit_the_transparent_part_of_a_larger_canvas() {
             (1, 1),
             128,
         );
-        j.inputs = vec![parent.clone()];
+        j.inputs = vec![parent.clone()].into();
         run(&backend, &j).await.unwrap();
         let seen = mock.seen_at("/images/edits");
         let s = &seen[0];
@@ -350,7 +351,7 @@ async fn pan_and_outpaint_edit_the_transparent_part_of_a_larger_canvas() {
         (1, 1),
         128,
     );
-    down.inputs = vec![parent.clone()];
+    down.inputs = vec![parent.clone()].into();
     run(&backend, &down).await.unwrap();
     let seen = mock.seen_at("/images/edits");
     assert_eq!(seen[0].text("size").as_deref(), Some("64x128"));
@@ -365,7 +366,7 @@ async fn pan_and_outpaint_edit_the_transparent_part_of_a_larger_canvas() {
         (1, 1),
         64,
     );
-    j.inputs = vec![parent.clone()];
+    j.inputs = vec![parent.clone()].into();
     run(&backend, &j).await.unwrap();
     let seen = mock.seen_at("/images/edits");
     let s = &seen[0];
@@ -397,7 +398,7 @@ async fn blend_and_variations_edit_without_a_mask() {
         64,
     );
     j.prompt = String::new();
-    j.inputs = vec![first.clone(), solid(20, 20, [9, 9, 9, 255])];
+    j.inputs = vec![first.clone(), solid(20, 20, [9, 9, 9, 255])].into();
     let product = run(&backend, &j).await.unwrap();
     assert_eq!(grid_size(&product), (16, 24));
     let seen = mock.seen_at("/images/edits");
@@ -417,7 +418,7 @@ async fn blend_and_variations_edit_without_a_mask() {
         (1, 1),
         64,
     );
-    j.inputs = vec![first];
+    j.inputs = vec![first].into();
     run(&backend, &j).await.unwrap();
     let seen = mock.seen_at("/images/edits");
     assert_eq!(seen[0].text("prompt").as_deref(), Some("a red fox in snow"));

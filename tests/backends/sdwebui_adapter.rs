@@ -72,8 +72,9 @@ fn job(operation: Operation, inputs: Vec<RgbaImage>) -> Job {
         seed: 1234,
         aspect: AspectRatio::SQUARE,
         image_size: 64,
-        inputs,
+        inputs: inputs.into(),
         mask: None,
+        reservation: None,
     }
 }
 
@@ -256,14 +257,14 @@ async fn inpaint_sends_easels_mask_in_black_and_white() {
         mask: String::new(),
     };
     let mut j = job(op, vec![parent(64, 64)]);
-    j.mask = Some(mask);
+    j.mask = Some(mask.into());
     run(&b, &j).await.unwrap();
     let sent = unpng(&mock.last().1["mask"]);
     assert_eq!(pixel(&sent, 40, 3)[..3], [255, 255, 255]);
     assert_eq!(pixel(&sent, 10, 3)[..3], [0, 0, 0]);
     // A mask of another size is refused before anything is sent.
     let requests = mock.seen.lock().unwrap().len();
-    j.mask = Some(RgbaImage::new(32, 64));
+    j.mask = Some(RgbaImage::new(32, 64).into());
     assert!(matches!(run(&b, &j).await, Err(GenerateError::Failed(_))));
     j.mask = None;
     assert!(matches!(run(&b, &j).await, Err(GenerateError::Failed(_))));

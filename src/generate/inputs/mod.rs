@@ -9,10 +9,15 @@
 //! when the development switch `allow_private` is on, as IP literals and in DNS answers.
 //!
 //! Decoding sniffs the format from the bytes, reads the dimensions from the header and checks
-//! them before any pixel buffer exists, and sets [`image::Limits`] as a second guard.
+//! them before any pixel buffer exists, and sets [`image::Limits`] as a second guard. What a
+//! task's images take to decode is reserved from the node's [`DecodeBudget`] before any of them
+//! is decoded.
 
+mod budget;
 mod decode;
 mod fetch;
+#[cfg(test)]
+mod metered;
 #[cfg(test)]
 mod samples;
 
@@ -20,7 +25,8 @@ use std::time::Duration;
 
 use crate::net::format_duration;
 
-pub use decode::decode;
+pub use budget::{DecodeBudget, Decoded, Reservation};
+pub use decode::{decode, decode_probed, probe, Header};
 pub use fetch::ImageFetcher;
 
 const MIB: u64 = 1024 * 1024;
@@ -94,6 +100,14 @@ pub enum InputError {
     /// The bytes look like a supported format but are truncated, corrupt or unusable.
     #[error("could not be decoded: {0}")]
     Decode(String),
+    /// The images a task decodes together need more memory than the node's whole
+    /// `decode_memory_budget`: no wait would make room for them.
+    #[error(
+        "decoding needs {} at once, more than the {} this node allows",
+        format_size(*.needed, Round::Up),
+        format_size(*.budget, Round::Down)
+    )]
+    OverBudget { needed: u64, budget: u64 },
 }
 
 impl InputError {
@@ -118,6 +132,31 @@ fn format_bytes(n: u64) -> String {
     } else {
         format!("{n} bytes")
     }
+}
+
+enum Round {
+    Up,
+    Down,
+}
+
+/// A size in the largest binary unit it reaches: whole when it is a whole number of them, else
+/// to a tenth, rounded as asked (a need up, a budget down, so that the need never reads as less).
+fn format_size(n: u64, round: Round) -> String {
+    let Some((unit, name)) = [(1 << 30, "GiB"), (MIB, "MiB"), (1024, "KiB")]
+        .into_iter()
+        .find(|(unit, _)| n >= *unit)
+    else {
+        return format!("{n} bytes");
+    };
+    if n % unit == 0 {
+        return format!("{} {name}", n / unit);
+    }
+    let tenths = n as f64 * 10.0 / unit as f64;
+    let tenths = match round {
+        Round::Up => tenths.ceil(),
+        Round::Down => tenths.floor(),
+    };
+    format!("{:.1} {name}", tenths / 10.0)
 }
 
 fn format_pixels(n: u64) -> String {
@@ -161,5 +200,17 @@ mod tests {
         assert!(InputError::Status(408).is_transient());
         assert!(!InputError::Status(403).is_transient());
         assert!(!InputError::NonPublicHost.is_transient());
+        let over = InputError::OverBudget {
+            needed: 5_452_595,
+            budget: 4 * MIB + 100,
+        };
+        assert_eq!(
+            over.to_string(),
+            "decoding needs 5.2 MiB at once, more than the 4.0 MiB this node allows"
+        );
+        assert!(!over.is_transient());
+        assert_eq!(format_size(3 << 30, Round::Down), "3 GiB");
+        assert_eq!(format_size(1536, Round::Up), "1.5 KiB");
+        assert_eq!(format_size(1000, Round::Up), "1000 bytes");
     }
 }

@@ -125,3 +125,76 @@ pub fn assert_image(img: &RgbaImage, width: u32, height: u32) {
     assert_eq!((img.width, img.height), (width, height));
     assert_eq!(img.data.len(), width as usize * height as usize * 4);
 }
+
+/// A 16-bit RGBA PNG of [`pattern`]: each sample's high byte is the pattern's, its low byte
+/// noise, so that a decoder that keeps the high byte gives the pattern exactly. Written with the
+/// `png` crate (compressed), or, `interlaced`, by hand (Adam7, stored deflate blocks).
+pub fn png16_bytes(width: u32, height: u32, interlaced: bool) -> Vec<u8> {
+    let img = pattern(width, height);
+    let sample = |x: u32, y: u32, c: usize| -> [u8; 2] {
+        [img.get_pixel(x, y)[c], (x * 31 + y * 17 + c as u32) as u8]
+    };
+    let row_of = |y: u32, xs: &mut dyn Iterator<Item = u32>| -> Vec<u8> {
+        let mut row = vec![0u8]; // filter type None
+        for x in xs {
+            (0..4).for_each(|c| row.extend_from_slice(&sample(x, y, c)));
+        }
+        row
+    };
+    if !interlaced {
+        let mut out = Vec::new();
+        let mut encoder = png::Encoder::new(&mut out, width, height);
+        encoder.set_color(png::ColorType::Rgba);
+        encoder.set_depth(png::BitDepth::Sixteen);
+        let mut writer = encoder.write_header().unwrap();
+        let data: Vec<u8> = (0..height)
+            .flat_map(|y| row_of(y, &mut (0..width))[1..].to_vec())
+            .collect();
+        writer.write_image_data(&data).unwrap();
+        writer.finish().unwrap();
+        return out;
+    }
+    const PASSES: [(u32, u32, u32, u32); 7] = [
+        (0, 0, 8, 8),
+        (4, 0, 8, 8),
+        (0, 4, 4, 8),
+        (2, 0, 4, 4),
+        (0, 2, 2, 4),
+        (1, 0, 2, 2),
+        (0, 1, 1, 2),
+    ];
+    let mut raw = Vec::new();
+    for (x0, y0, dx, dy) in PASSES {
+        if x0 >= width {
+            continue;
+        }
+        for y in (y0..height).step_by(dy as usize) {
+            raw.extend(row_of(y, &mut (x0..width).step_by(dx as usize)));
+        }
+    }
+    // zlib: a header, stored blocks of at most 65535 bytes, the Adler-32 of the data.
+    let mut zlib = vec![0x78, 0x01];
+    let blocks: Vec<&[u8]> = raw.chunks(65_535).collect();
+    for (i, block) in blocks.iter().enumerate() {
+        zlib.push(u8::from(i + 1 == blocks.len()));
+        let len = block.len() as u16;
+        zlib.extend_from_slice(&len.to_le_bytes());
+        zlib.extend_from_slice(&(!len).to_le_bytes());
+        zlib.extend_from_slice(block);
+    }
+    let (mut a, mut b) = (1u32, 0u32);
+    for &byte in &raw {
+        a = (a + u32::from(byte)) % 65_521;
+        b = (b + a) % 65_521;
+    }
+    zlib.extend_from_slice(&((b << 16) | a).to_be_bytes());
+    let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
+    let mut ihdr = Vec::new();
+    ihdr.extend_from_slice(&width.to_be_bytes());
+    ihdr.extend_from_slice(&height.to_be_bytes());
+    ihdr.extend_from_slice(&[16, 6, 0, 0, 1]);
+    chunk(&mut out, b"IHDR", &ihdr);
+    chunk(&mut out, b"IDAT", &zlib);
+    chunk(&mut out, b"IEND", &[]);
+    out
+}

@@ -17,6 +17,10 @@ fn cover(img: &RgbaImage, w: u32, h: u32) -> RgbaImage {
     let scale = (f64::from(w) / iw).max(f64::from(h) / ih);
     let cw = ((f64::from(w) / scale).round() as u32).clamp(1, img.width);
     let ch = ((f64::from(h) / scale).round() as u32).clamp(1, img.height);
+    // A crop of the whole image is the image: no copy of it (it may be 25 megapixels).
+    if (cw, ch) == (img.width, img.height) {
+        return resize(img, w, h);
+    }
     let (cx, cy) = ((img.width - cw) / 2, (img.height - ch) / 2);
     let mut data = Vec::with_capacity(cw as usize * ch as usize * 4);
     for y in cy..cy + ch {

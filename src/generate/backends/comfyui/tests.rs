@@ -49,8 +49,9 @@ fn job(operation: Operation, inputs: Vec<RgbaImage>) -> Job {
             height: 2,
         },
         image_size: 64,
-        inputs,
+        inputs: inputs.into(),
         mask: None,
+        reservation: None,
     }
 }
 
