@@ -74,10 +74,29 @@ fn router(state: AppState) -> Router {
         .merge(
             crate::web::routes().route_layer(axum::middleware::from_fn_with_state(
                 state.clone(),
-                super::hosts::check,
+                dashboard_host,
             )),
         )
         .fallback(|| async { ApiError::RouteNotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)
+}
+
+/// Middleware for the dashboard's routes: 421 for a request that names a host other than the
+/// dashboard's own (`super::hosts`).
+async fn dashboard_host(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    req: Request<Body>,
+    next: axum::middleware::Next,
+) -> Response<Body> {
+    let allowed =
+        super::hosts::authority(req.uri(), req.headers()).is_some_and(|a| state.hosts.allows(&a));
+    if !allowed {
+        return (
+            axum::http::StatusCode::MISDIRECTED_REQUEST,
+            "This host name is not one this dashboard is served under.\n",
+        )
+            .into_response();
+    }
+    next.run(req).await
 }

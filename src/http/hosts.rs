@@ -10,12 +10,7 @@
 
 use std::net::IpAddr;
 
-use axum::extract::{Request, State};
-use axum::http::{header, StatusCode};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-
-use super::state::AppState;
+use axum::http::header;
 
 /// The dashboard's own hosts (see the module's documentation).
 #[derive(Clone, Debug)]
@@ -89,19 +84,6 @@ pub fn authority(req_uri: &axum::http::Uri, headers: &axum::http::HeaderMap) -> 
                 .and_then(|h| h.to_str().ok())
                 .map(str::to_string)
         })
-}
-
-/// Middleware for the dashboard's routes: 421 for a request that names another host.
-pub async fn check(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let allowed = authority(req.uri(), req.headers()).is_some_and(|a| state.hosts.allows(&a));
-    if !allowed {
-        return (
-            StatusCode::MISDIRECTED_REQUEST,
-            "This host name is not one this dashboard is served under.\n",
-        )
-            .into_response();
-    }
-    next.run(req).await
 }
 
 #[cfg(test)]

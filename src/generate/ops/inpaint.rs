@@ -16,6 +16,41 @@ pub fn mask_redraws(px: [u8; 4]) -> bool {
     px[3] >= 128 && l >= 128
 }
 
+/// Whether a mask PNG marks any pixel to redraw, read a row at a time: a request's mask is
+/// checked without holding its whole image (as 8-bit, as [`crate::generate::raster::decode_png`]
+/// reads it).
+pub fn png_marks_any(bytes: &[u8]) -> Result<bool, String> {
+    let mut decoder = png::Decoder::new(std::io::Cursor::new(bytes));
+    decoder.set_transformations(png::Transformations::normalize_to_color8());
+    let mut reader = decoder
+        .read_info()
+        .map_err(|e| format!("is not a valid PNG ({e})"))?;
+    let (color, _) = reader.output_color_type();
+    while let Some(row) = reader
+        .next_row()
+        .map_err(|e| format!("is not a valid PNG ({e})"))?
+    {
+        let data = row.data();
+        let marks = match color {
+            png::ColorType::Grayscale => data.iter().any(|&v| mask_redraws([v, v, v, 255])),
+            png::ColorType::GrayscaleAlpha => data
+                .chunks_exact(2)
+                .any(|p| mask_redraws([p[0], p[0], p[0], p[1]])),
+            png::ColorType::Rgb => data
+                .chunks_exact(3)
+                .any(|p| mask_redraws([p[0], p[1], p[2], 255])),
+            png::ColorType::Rgba => data
+                .chunks_exact(4)
+                .any(|p| mask_redraws([p[0], p[1], p[2], p[3]])),
+            png::ColorType::Indexed => return Err("has a palette left after expansion".into()),
+        };
+        if marks {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// A copy of `parent` whose redrawn pixels (per [`mask_redraws`] on `mask`) come from `fill`,
 /// softened toward the parent within a couple of pixels of the mask's inner edge. Every pixel
 /// outside the mask stays the parent's, bit for bit. When `mask` or `fill` does not have the
@@ -110,6 +145,42 @@ pub fn inpaint(parent: &RgbaImage, mask: &RgbaImage, fill: &RgbaImage) -> RgbaIm
 mod tests {
     use super::super::testutil::{scene, scene_of, solid};
     use super::*;
+
+    fn png_of(w: u32, h: u32, color: png::ColorType, depth: png::BitDepth, data: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut encoder = png::Encoder::new(&mut out, w, h);
+        encoder.set_color(color);
+        encoder.set_depth(depth);
+        let mut writer = encoder.write_header().unwrap();
+        writer.write_image_data(data).unwrap();
+        writer.finish().unwrap();
+        out
+    }
+
+    #[test]
+    fn a_mask_is_checked_row_by_row_in_every_color_type() {
+        use png::{BitDepth, ColorType};
+        let mut rgba = vec![0u8; 4 * 4 * 4];
+        assert!(!png_marks_any(&png_of(4, 4, ColorType::Rgba, BitDepth::Eight, &rgba)).unwrap());
+        rgba[4 * 4 * 3 + 4..4 * 4 * 3 + 8].copy_from_slice(&[255, 255, 255, 255]);
+        assert!(png_marks_any(&png_of(4, 4, ColorType::Rgba, BitDepth::Eight, &rgba)).unwrap());
+        // Light but transparent marks nothing.
+        let faint = [255u8, 255, 255, 10].repeat(16);
+        assert!(!png_marks_any(&png_of(4, 4, ColorType::Rgba, BitDepth::Eight, &faint)).unwrap());
+        // 16-bit grey, white in its last pixel.
+        let mut grey16 = vec![0u8; 4 * 4 * 2];
+        grey16[30..32].copy_from_slice(&[0xff, 0xff]);
+        assert!(png_marks_any(&png_of(
+            4,
+            4,
+            ColorType::Grayscale,
+            BitDepth::Sixteen,
+            &grey16
+        ))
+        .unwrap());
+        assert!(!png_marks_any(&png_of(4, 4, ColorType::Rgb, BitDepth::Eight, &[0; 48])).unwrap());
+        assert!(png_marks_any(b"not a png").is_err());
+    }
 
     fn circle_mask(w: u32, h: u32) -> RgbaImage {
         let mut m = solid(w, h, [0, 0, 0, 255]);

@@ -19,7 +19,7 @@ mod testutil;
 pub use blend::blend;
 pub use describe::describe;
 pub use extend::{outpaint, outpaint_placement, pan, pan_size};
-pub use inpaint::{inpaint, mask_redraws};
+pub use inpaint::{inpaint, mask_redraws, png_marks_any};
 pub use resize::resize;
 pub use shorten::{important_words, shorten};
 pub use upscale::upscale_png;

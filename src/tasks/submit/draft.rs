@@ -13,8 +13,7 @@ use super::request::{
 use crate::domain::operation::{AltKind, Dimension, PanDirection};
 use crate::domain::{AspectRatio, OpKind, ProcessMode, Prompt, Shape};
 use crate::error::ApiError;
-use crate::generate::ops::mask_redraws;
-use crate::generate::raster::decode_png;
+use crate::generate::ops::png_marks_any;
 use crate::net::validate_webhook_url;
 
 /// Most characters of a `webhook_secret`.
@@ -314,9 +313,9 @@ fn mask(raw: &str) -> Result<(String, u32, u32), ApiError> {
 }
 
 impl Draft {
-    /// For `inpaint`: that the mask decodes and marks at least one pixel to redraw. Its pixels are
-    /// decoded on a blocking thread: a 2048 x 2048 mask takes milliseconds that the request
-    /// threads owe to other connections.
+    /// For `inpaint`: that the mask decodes and marks at least one pixel to redraw. Its rows are
+    /// read one at a time, on a blocking thread: a 2048 x 2048 mask takes milliseconds that the
+    /// request threads owe to other connections.
     pub(super) async fn check_mask(&self) -> Result<(), ApiError> {
         let Some((data, _, _)) = self.mask.clone() else {
             return Ok(());
@@ -326,13 +325,7 @@ impl Draft {
             let png = base64::engine::general_purpose::STANDARD
                 .decode(data)
                 .map_err(|e| e.to_string())?;
-            let image = decode_png(&png)?;
-            Ok::<bool, String>(
-                image
-                    .data
-                    .chunks_exact(4)
-                    .any(|px| mask_redraws([px[0], px[1], px[2], px[3]])),
-            )
+            png_marks_any(&png)
         })
         .await
         .map_err(|e| ApiError::Internal(anyhow::anyhow!("mask check: {e}")))?;
