@@ -31,6 +31,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
         // Nothing runs: the tasks stay queued for as long as the benchmark needs.
         ("EASEL_WORKERS", "0".into()),
         ("EASEL_MAX_CONNECTIONS", (WAITERS + 1_000).to_string()),
+        // Every waiter comes from this one address.
+        ("EASEL_MAX_CONNECTIONS_PER_ADDRESS", "0".into()),
     ];
     raise_open_files(WAITERS as u64 * 2 + 1_000)?;
     let server = Server::start(&ctx.easel, &["serve"], &env, &data, "easel").await?;
