@@ -3,7 +3,7 @@
 
 use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
 
-use super::values::{check_http_url, choice};
+use super::values::{bytes_or_text, check_http_url, choice};
 
 choice! {
     /// Where the images are kept: `local` (files under `{data_dir}/files`, the default) or `s3`
@@ -148,15 +148,9 @@ impl Serialize for FreeSpace {
 /// A size or share as text, or plain digits (bytes) as a number.
 impl<'de> Deserialize<'de> for FreeSpace {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<FreeSpace, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Bytes(u64),
-            Text(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Bytes(bytes) => Ok(FreeSpace::Bytes(bytes)),
-            Raw::Text(text) => FreeSpace::parse(&text)
+        match bytes_or_text(d)? {
+            Ok(bytes) => Ok(FreeSpace::Bytes(bytes)),
+            Err(text) => FreeSpace::parse(&text)
                 .map_err(|e| de::Error::custom(format!("min_free_space: {e}"))),
         }
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
 
-use super::values::duration;
+use super::values::{bytes_or_text, duration};
 
 /// The longest `Prefer: wait` any node serves, in seconds; `max_wait` may only lower it.
 pub const WAIT_MAX_SECS: u64 = 60;
@@ -234,15 +234,9 @@ impl Serialize for DecodeMemoryBudget {
 /// `auto` or a size as text, or plain digits (bytes) as a number.
 impl<'de> Deserialize<'de> for DecodeMemoryBudget {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Bytes(u64),
-            Text(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Bytes(bytes) => Ok(DecodeMemoryBudget::Bytes(bytes)),
-            Raw::Text(text) => text.parse().map_err(de::Error::custom),
+        match bytes_or_text(d)? {
+            Ok(bytes) => Ok(DecodeMemoryBudget::Bytes(bytes)),
+            Err(text) => text.parse().map_err(de::Error::custom),
         }
     }
 }

@@ -75,6 +75,23 @@ pub fn one_of(names: &[&str]) -> String {
     }
 }
 
+/// A size-like setting as written: plain digits (a number of bytes, as a TOML number) or text,
+/// which the setting parses itself.
+pub fn bytes_or_text<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Result<u64, String>, D::Error> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Bytes(u64),
+        Text(String),
+    }
+    Ok(match <Raw as serde::Deserialize>::deserialize(d)? {
+        Raw::Bytes(bytes) => Ok(bytes),
+        Raw::Text(text) => Err(text),
+    })
+}
+
 /// A size in bytes: `512MiB`, `1GiB`, `2GB`, `1.5gib`, `1048576` (plain digits are bytes). Units:
 /// B, KB, MB, GB, TB (powers of 1000) and KiB, MiB, GiB, TiB (powers of 1024), in any case; a
 /// space may come before the unit. The error says only that the text is not a size: the

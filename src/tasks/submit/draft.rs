@@ -1,6 +1,8 @@
 //! A submit's body: the operation's typed fields (`request`), then the rules across fields,
 //! gathered into the one shape (`Draft`) that `resolve` checks against the parent.
 
+use std::sync::Arc;
+
 use base64::Engine;
 use uuid::Uuid;
 
@@ -40,8 +42,8 @@ pub(super) struct Draft {
     pub(super) factor: Option<u8>,
     pub(super) direction: Option<PanDirection>,
     pub(super) zoom_ratio: Option<f64>,
-    /// The mask's PNG file as base64, and its size.
-    pub(super) mask: Option<(String, u32, u32)>,
+    /// The mask's PNG file, and its size.
+    pub(super) mask: Option<(Arc<[u8]>, u32, u32)>,
     pub(super) image_url: Option<String>,
     pub(super) image_urls: Vec<String>,
     pub(super) dimension: Dimension,
@@ -290,7 +292,7 @@ fn check_url(tasks: &Tasks, field: &str, raw: &str) -> Result<String, ApiError> 
 /// `mask`: a `data:image/png;base64,` URL of a PNG that marks at least one pixel to redraw.
 /// The base64 and the image's size, from its header; its pixels are checked by
 /// [`Draft::check_mask`], its size against the parent's later.
-fn mask(raw: &str) -> Result<(String, u32, u32), ApiError> {
+fn mask(raw: &str) -> Result<(Arc<[u8]>, u32, u32), ApiError> {
     let bad = |problem: String| ApiError::field("mask", "invalid_value", problem);
     let data = raw
         .strip_prefix("data:image/png;base64,")
@@ -309,7 +311,7 @@ fn mask(raw: &str) -> Result<(String, u32, u32), ApiError> {
              the long side)"
         )));
     }
-    Ok((base64::engine::general_purpose::STANDARD.encode(&png), w, h))
+    Ok((png.into(), w, h))
 }
 
 impl Draft {
@@ -317,18 +319,13 @@ impl Draft {
     /// read one at a time, on a blocking thread: a 2048 x 2048 mask takes milliseconds that the
     /// request threads owe to other connections.
     pub(super) async fn check_mask(&self) -> Result<(), ApiError> {
-        let Some((data, _, _)) = self.mask.clone() else {
+        let Some((png, _, _)) = self.mask.clone() else {
             return Ok(());
         };
         let bad = |problem: String| ApiError::field("mask", "invalid_value", problem);
-        let checked = tokio::task::spawn_blocking(move || {
-            let png = base64::engine::general_purpose::STANDARD
-                .decode(data)
-                .map_err(|e| e.to_string())?;
-            png_marks_any(&png)
-        })
-        .await
-        .map_err(|e| ApiError::Internal(anyhow::anyhow!("mask check: {e}")))?;
+        let checked = tokio::task::spawn_blocking(move || png_marks_any(&png))
+            .await
+            .map_err(|e| ApiError::Internal(anyhow::anyhow!("mask check: {e}")))?;
         match checked {
             Ok(true) => Ok(()),
             Ok(false) => Err(bad(

@@ -1,6 +1,7 @@
 //! A submit's parent checked against the operation's rules, and what the worker will need from
 //! it (the source image, its size, the seed) resolved into the task to store.
 
+use base64::Engine;
 use uuid::Uuid;
 
 use super::super::Tasks;
@@ -193,7 +194,7 @@ impl Draft {
                                 }
                                 Operation::Inpaint {
                                     source: image,
-                                    mask: png,
+                                    mask: base64::engine::general_purpose::STANDARD.encode(png),
                                 }
                             }
                         }
