@@ -274,6 +274,38 @@ async fn bodies_over_the_limit_are_refused_in_every_framing_and_none_is_read_for
     assert_healthz_answered(&easel, Duration::from_secs(1)).await;
 }
 
+/// Post a signed-out form (`/signin`, `/signup`) as its page does: the page's form cookie and
+/// CSRF token, and the dashboard's own origin.
+async fn post_signed_out_form(
+    http: &reqwest::Client,
+    easel: &Easel,
+    path: &str,
+    fields: &[(&str, &str)],
+) -> reqwest::Response {
+    let cookie = form_cookie(easel).await;
+    let page = http
+        .get(format!("{}{path}", easel.base))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let field = "name=\"csrf\" value=\"";
+    let at = page.find(field).expect("a csrf field") + field.len();
+    let csrf = &page[at..at + page[at..].find('"').unwrap()];
+    let mut form = vec![("csrf", csrf)];
+    form.extend_from_slice(fields);
+    http.post(format!("{}{path}", easel.base))
+        .header("cookie", &cookie)
+        .header("origin", &easel.base)
+        .form(&form)
+        .send()
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sign_in_redirects_stay_on_this_site_and_the_dashboard_answers_only_its_own_names() {
     let dir = tempfile::tempdir().unwrap();
@@ -283,35 +315,16 @@ async fn sign_in_redirects_stay_on_this_site_and_the_dashboard_answers_only_its_
         .redirect(Policy::none())
         .build()
         .unwrap();
-    let csrf_of = |page: &str| {
-        let at = page.find("name=\"csrf\" value=\"").unwrap() + "name=\"csrf\" value=\"".len();
-        page[at..at + page[at..].find('"').unwrap()].to_string()
-    };
     let password = "tq8-Vex!plover-Quarry-19";
 
     // Sign up once, then sign in with hostile `next` values.
-    let cookie = form_cookie(&easel).await;
-    let page = http
-        .get(format!("{}/signup", easel.base))
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let res = http
-        .post(format!("{}/signup", easel.base))
-        .header("cookie", &cookie)
-        .header("origin", &easel.base)
-        .form(&[
-            ("csrf", csrf_of(&page).as_str()),
-            ("email", "owner@example.com"),
-            ("password", password),
-        ])
-        .send()
-        .await
-        .unwrap();
+    let res = post_signed_out_form(
+        &http,
+        &easel,
+        "/signup",
+        &[("email", "owner@example.com"), ("password", password)],
+    )
+    .await;
     assert_eq!(res.status(), 303, "signed up");
     for next in [
         "/\t/evil.example",
@@ -320,29 +333,17 @@ async fn sign_in_redirects_stay_on_this_site_and_the_dashboard_answers_only_its_
         "/\\evil.example",
         "/ /x",
     ] {
-        let cookie = form_cookie(&easel).await;
-        let page = http
-            .get(format!("{}/signin", easel.base))
-            .header("cookie", &cookie)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        let res = http
-            .post(format!("{}/signin", easel.base))
-            .header("cookie", &cookie)
-            .header("origin", &easel.base)
-            .form(&[
-                ("csrf", csrf_of(&page).as_str()),
+        let res = post_signed_out_form(
+            &http,
+            &easel,
+            "/signin",
+            &[
                 ("email", "owner@example.com"),
                 ("password", password),
                 ("next", next),
-            ])
-            .send()
-            .await
-            .unwrap();
+            ],
+        )
+        .await;
         assert_eq!(res.status(), 303, "next={next:?}");
         assert_eq!(res.headers()["location"], "/", "next={next:?}");
     }

@@ -240,22 +240,7 @@ fn input_png(side: u32) -> Vec<u8> {
 
 /// The decode budget's waits so far, from `/metrics` (a count for the whole test process).
 async fn decode_waits(app: &TestApp, token: &str) -> u64 {
-    let text = app
-        .http
-        .get(app.url("/metrics"))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix("easel_decode_budget_waits_total "))
-        .unwrap_or_else(|| panic!("no decode budget waits in {text}"))
-        .trim()
-        .parse()
-        .unwrap()
+    app.metric(token, "easel_decode_budget_waits_total").await as u64
 }
 
 /// The node's decode memory budget, sized here from what two 2-image blends need: one of them

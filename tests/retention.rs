@@ -151,23 +151,9 @@ async fn a_task_that_finishes_while_the_server_runs_is_removed_once_it_expires()
     );
     assert!(record.get("image_urls").is_none(), "{record}");
     // The sweep counts what it removed (in this process, which other tests share).
-    let text = app
-        .http
-        .get(app.url("/metrics"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let removed: f64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("easel_retention_removed_tasks_total "))
-        .unwrap_or_else(|| panic!("the counter is exposed: {text}"))
-        .trim()
-        .parse()
-        .unwrap();
+    let removed = app
+        .metric(TOKEN, "easel_retention_removed_tasks_total")
+        .await;
     assert!(removed >= 1.0, "{removed}");
     app.stop().await;
 }

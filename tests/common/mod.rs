@@ -321,6 +321,26 @@ impl TestApp {
         split(res).await
     }
 
+    /// The value of the counter or gauge `name` (no labels) on `/metrics`, asked with `token`.
+    pub async fn metric(&self, token: &str, name: &str) -> f64 {
+        let text = self
+            .http
+            .get(self.url("/metrics"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
     /// Submit an imagine task and return its id (panics unless 200).
     pub async fn imagine(&self, body: Value) -> String {
         let (status, body) = self.post("/api/v1/imagine", &body).await;
