@@ -411,6 +411,7 @@ async fn the_queue_and_the_outbox_can_be_driven_one_step_at_a_time() {
         webhook_secret: None,
         cost: 0,
         idempotency: None,
+        extras: Default::default(),
     };
     let key = common::key_hash(app.store().as_ref(), &account.id).await;
     let task_id = match app.store().submit(&task, &key, 10).await.unwrap() {

@@ -81,6 +81,7 @@ pub async fn submits(
                         webhook_secret: None,
                         cost: 0,
                         idempotency: None,
+                        extras: Default::default(),
                     };
                     let done = store.submit(&task, &key_hash, u32::MAX).await?;
                     anyhow::ensure!(

@@ -2,6 +2,7 @@
 //! validated values a task is made of. Validation errors are short phrases without the field
 //! name; the API layer prefixes the field.
 
+pub mod extras;
 pub mod operation;
 pub mod output;
 mod policy;
@@ -9,6 +10,7 @@ mod result;
 mod task;
 pub mod wire;
 
+pub use extras::{Extras, Metadata};
 pub use operation::{OpKind, Operation, Shape};
 pub use output::Output;
 pub use policy::ContentPolicy;

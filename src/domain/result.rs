@@ -1,3 +1,4 @@
+use super::extras::Metadata;
 use super::output::Output;
 use super::task::TaskStatus;
 use super::wire::{OperationFields, Payload, ResultFields};
@@ -21,6 +22,8 @@ pub struct PayloadHead<'a> {
     pub task_type: &'a str,
     pub parent_task_id: Option<&'a str>,
     pub fields: OperationFields,
+    /// The caller's `metadata`, in every payload whatever the outcome.
+    pub metadata: Option<&'a Metadata>,
 }
 
 impl<'a> PayloadHead<'a> {
@@ -62,6 +65,7 @@ impl Outcome {
             error: None,
             operation: &head.fields,
             result: ResultFields::default(),
+            metadata: head.metadata,
         };
         match self {
             Outcome::Finished(output) => {
@@ -140,6 +144,7 @@ mod tests {
             task_type: "upscale-1x",
             parent_task_id: Some("t1"),
             fields,
+            metadata: None,
         };
         let url = |key: &str| format!("https://x/files/{key}");
         let v: serde_json::Value = serde_json::from_str(&ok.webhook_payload(&head, &url)).unwrap();

@@ -4,6 +4,8 @@
 
 use serde::Serialize;
 
+use super::Metadata;
+
 /// An image's `index` as the contract shows it: 1..=4, or a variation's strength.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(untagged)]
@@ -70,6 +72,9 @@ pub struct Payload<'a> {
     pub operation: &'a OperationFields,
     #[serde(flatten)]
     pub result: ResultFields,
+    /// The caller's own object, unchanged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<&'a Metadata>,
 }
 
 /// Where a task's webhook delivery stands, in its record.
@@ -117,6 +122,9 @@ pub struct Record {
     /// The record's own `seed` already says a seed task's answer, so `result.seed` stays empty.
     #[serde(flatten)]
     pub result: ResultFields,
+    /// The caller's own object, unchanged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Metadata>,
 }
 
 #[cfg(test)]
@@ -166,6 +174,7 @@ mod tests {
                 content: Some(vec![]),
                 seed: None,
             },
+            metadata: Some(Metadata::parse(serde_json::json!({"order": 1})).unwrap()),
         }
     }
 
@@ -196,6 +205,7 @@ mod tests {
         bare.webhook = None;
         bare.operation = OperationFields::default();
         bare.result = ResultFields::default();
+        bare.metadata = None;
         let bare = serde_json::to_value(bare).unwrap();
         let mut required: Vec<String> = task["required"]
             .as_array()
@@ -219,6 +229,7 @@ mod tests {
     #[test]
     fn a_payload_names_no_field_the_record_does_not() {
         let operation = full().operation;
+        let metadata = full().metadata;
         let payload = Payload {
             task_id: "t",
             task_type: "seed",
@@ -231,6 +242,7 @@ mod tests {
                 seed: Some(1),
                 ..full().result
             },
+            metadata: metadata.as_ref(),
         };
         let payload = serde_json::to_value(payload).unwrap();
         let record = keys(&serde_json::to_value(full()).unwrap());

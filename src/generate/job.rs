@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 use super::inputs::Reservation;
 use super::raster::{compose_grid, dimensions, encode_png, RgbaImage};
 
-use crate::domain::{AspectRatio, OpKind, Operation};
+use crate::domain::{AspectRatio, Extras, OpKind, Operation};
 
 /// What to do: the operation with its parameters, and the inputs the worker resolved for it.
 #[derive(Clone, Debug)]
@@ -31,6 +31,9 @@ pub struct Job {
     /// last clone of the job, when the pixels do: a generator's thread may outlive the worker's
     /// wait for it (a stopped job answers at once).
     pub reservation: Option<Arc<Reservation>>,
+    /// What the caller asked for beyond the operation (the settings and prompt parameters that
+    /// shape the generation).
+    pub extras: Extras,
 }
 
 impl Job {

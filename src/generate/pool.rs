@@ -471,6 +471,7 @@ mod tests {
             inputs: Vec::new().into(),
             mask: None,
             reservation: None,
+            extras: Default::default(),
         }
     }
 

@@ -6,7 +6,9 @@ use uuid::Uuid;
 
 use crate::domain::output::OutputColumns;
 pub use crate::domain::Outcome;
-use crate::domain::{AspectRatio, OpKind, Operation, Output, PayloadHead, ProcessMode, TaskStatus};
+use crate::domain::{
+    AspectRatio, Extras, OpKind, Operation, Output, PayloadHead, ProcessMode, TaskStatus,
+};
 
 /// A task as submitted and validated. Its account is the submitting key's; its id is given
 /// when it is stored.
@@ -28,6 +30,8 @@ pub struct NewTask {
     pub cost: i64,
     /// The request's `Idempotency-Key`, when it has one: decided in the submit's transaction.
     pub idempotency: Option<Idempotency>,
+    /// What the caller asked for beyond the operation.
+    pub extras: Extras,
 }
 
 impl NewTask {
@@ -101,6 +105,8 @@ pub struct Task {
     /// When retention deleted its images (see [`Retention`](super::Retention)); None while
     /// they are kept.
     pub data_removed_at: Option<i64>,
+    /// What the caller asked for beyond the operation.
+    pub extras: Extras,
 }
 
 impl Task {
@@ -237,6 +243,8 @@ pub struct ClaimedTask {
     pub seed: i64,
     /// The attempt number this claim holds; every later change is fenced by it.
     pub attempts: i64,
+    /// What the caller asked for beyond the operation.
+    pub extras: Extras,
 }
 
 impl ClaimedTask {
@@ -251,6 +259,7 @@ impl ClaimedTask {
                 .as_ref()
                 .map(Operation::public_fields)
                 .unwrap_or_default(),
+            metadata: self.extras.metadata.as_ref(),
         }
     }
 }
@@ -606,15 +615,22 @@ impl Quota {
 }
 
 /// The failure recorded for a task whose workers were lost `attempts` times.
-pub(crate) fn worker_lost(task_id: &str, task_type: &str, attempts: i64) -> Ending {
+pub(crate) fn worker_lost(
+    task_id: &str,
+    task_type: &str,
+    attempts: i64,
+    extras: Option<&str>,
+) -> Ending {
     let outcome = Outcome::Failed {
         error: format!(
             "worker lost: the task was interrupted {attempts} times and will not be retried"
         ),
     };
+    let extras = Extras::from_column(extras);
     let head = PayloadHead {
         task_id,
         task_type,
+        metadata: extras.metadata.as_ref(),
         ..Default::default()
     };
     // A failure names no image, so no URL is ever made.

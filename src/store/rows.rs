@@ -11,7 +11,7 @@ use super::{
     Task, TaskIds, WebhookState,
 };
 use crate::domain::output::OutputColumns;
-use crate::domain::{OpKind, Operation, Output, TaskStatus};
+use crate::domain::{Extras, OpKind, Operation, Output, TaskStatus};
 
 /// A task's row, with its delivery's, as the reads select it.
 #[derive(FromRow)]
@@ -37,6 +37,7 @@ pub(crate) struct TaskRow {
     result: Option<String>,
     error: Option<String>,
     webhook_url: Option<String>,
+    extras: Option<String>,
     wh_status: Option<String>,
     wh_attempts: Option<i64>,
     wh_last_status_code: Option<i64>,
@@ -113,6 +114,7 @@ impl TaskRow {
             error: self.error,
             webhook,
             data_removed_at: self.data_removed_at,
+            extras: Extras::from_column(self.extras.as_deref()),
         })
     }
 }
@@ -129,6 +131,7 @@ pub(crate) struct ClaimedRow {
     pub aspect_ratio: String,
     pub seed: i64,
     pub attempts: i64,
+    pub extras: Option<String>,
 }
 
 impl ClaimedRow {
@@ -145,6 +148,7 @@ impl ClaimedRow {
             prompt: self.prompt,
             seed: self.seed,
             attempts: self.attempts,
+            extras: Extras::from_column(self.extras.as_deref()),
         })
     }
 }

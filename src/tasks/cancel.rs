@@ -40,6 +40,7 @@ fn canceled(tasks: &Tasks, task: &Task) -> Ending {
         task_type: task.task_type.as_str(),
         parent_task_id: task.parent_id.as_deref(),
         fields,
+        metadata: task.extras.metadata.as_ref(),
     };
     Ending::new(Outcome::Canceled, &head, &|key| tasks.blobs.url(key))
 }

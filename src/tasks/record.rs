@@ -60,5 +60,6 @@ pub fn task_record(task: &Task, blobs: &Blobs, retention: Option<Duration>) -> R
             .map(|op| op.public_fields())
             .unwrap_or_default(),
         result,
+        metadata: task.extras.metadata.clone(),
     }
 }

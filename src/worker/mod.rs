@@ -251,6 +251,7 @@ impl WorkerContext {
             inputs: inputs.into(),
             mask: mask.map(Arc::new),
             reservation: reservation.map(Arc::new),
+            extras: task.extras.clone(),
         };
         let permit = self
             .generating

@@ -63,6 +63,7 @@ fn job(operation: Operation, inputs: Vec<RgbaImage>) -> Job {
         inputs: inputs.into(),
         mask: None,
         reservation: None,
+        extras: Default::default(),
     }
 }
 

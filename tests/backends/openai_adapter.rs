@@ -124,6 +124,7 @@ fn job(operation: Operation, aspect: (u32, u32), image_size: u32) -> Job {
         inputs: Vec::new().into(),
         mask: None,
         reservation: None,
+        extras: Default::default(),
     }
 }
 

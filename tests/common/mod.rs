@@ -65,6 +65,7 @@ pub fn new_task(mode: &str, priority: i64) -> easel::store::NewTask {
         webhook_secret: None,
         cost: 0,
         idempotency: None,
+        extras: Default::default(),
     }
 }
 

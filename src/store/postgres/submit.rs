@@ -245,6 +245,7 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
         .bind(&rows.parent_seq)
         .bind(&rows.cost)
         .bind(&spent)
+        .bind(&rows.extras)
         .bind_idempotency(&remembered)
         .fetch_one(&mut *tx)
         .await?;
@@ -263,14 +264,15 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
 const SUBMIT: &str = "WITH inserted AS (
              INSERT INTO tasks (seq, account_id, task_type, params, parent_seq, status,
                  priority, prompt, aspect_ratio, process_mode, seed, created_at, webhook_url,
-                 webhook_secret, cost)
+                 webhook_secret, cost, extras)
              SELECT seq, account_id, task_type, params, parent_seq, 'pending', priority, prompt,
-                 aspect_ratio, process_mode, seed, $9, webhook_url, webhook_secret, cost
+                 aspect_ratio, process_mode, seed, $9, webhook_url, webhook_secret, cost, extras
              FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::text[],
                          $6::text[], $7::text[], $8::bigint[], $10::text[], $11::text[],
-                         $17::text[], $18::bigint[], $19::bigint[])
+                         $17::text[], $18::bigint[], $19::bigint[], $21::text[])
                   AS t(seq, account_id, task_type, priority, prompt, aspect_ratio,
-                       process_mode, seed, webhook_url, webhook_secret, params, parent_seq, cost)
+                       process_mode, seed, webhook_url, webhook_secret, params, parent_seq, cost,
+                       extras)
              RETURNING 1),
          ledgered AS (
              INSERT INTO credit_ledger (account_id, task_seq, delta, reason, created_at)
@@ -304,8 +306,8 @@ const REMEMBER: &str = ",
              INSERT INTO idempotency_keys (account_id, idempotency_key, fingerprint, task_id,
                  status, body, created_at, expires_at)
              SELECT account_id, idempotency_key, fingerprint, task_id, 200, body, $9, expires_at
-             FROM UNNEST($21::text[], $22::text[], $23::bytea[], $24::text[], $25::text[],
-                         $26::bigint[])
+             FROM UNNEST($22::text[], $23::text[], $24::bytea[], $25::text[], $26::text[],
+                         $27::bigint[])
                   AS i(account_id, idempotency_key, fingerprint, task_id, body, expires_at)
              ON CONFLICT (account_id, idempotency_key) DO UPDATE SET
                  fingerprint = excluded.fingerprint, task_id = excluded.task_id,
@@ -420,6 +422,7 @@ struct Rows {
     parent_seq: Vec<Option<i64>>,
     /// Credits charged (0 for an unlimited account).
     cost: Vec<i64>,
+    extras: Vec<Option<String>>,
 }
 
 impl Rows {
@@ -429,6 +432,7 @@ impl Rows {
         self.account_id.push(account.to_string());
         self.task_type.push(task.task_type().to_string());
         self.params.push(task.operation.to_params());
+        self.extras.push(task.extras.to_column());
         self.parent_seq.push(task.parent_seq);
         self.priority.push(task.priority);
         self.prompt.push(task.prompt.clone());

@@ -123,6 +123,7 @@ impl TaskQueue for PgStore {
             i64,
             i64,
             Option<i64>,
+            Option<String>,
         );
         let claimed: Option<Claimed> = sqlx::query_as(
             "UPDATE tasks SET status = 'starting', attempts = attempts + 1,
@@ -131,7 +132,7 @@ impl TaskQueue for PgStore {
              WHERE seq = (SELECT seq FROM tasks WHERE status = 'pending'
                           ORDER BY priority, seq LIMIT 1 FOR UPDATE SKIP LOCKED)
              RETURNING seq, account_id, task_type, params, prompt, aspect_ratio, seed, attempts,
-                 parent_seq",
+                 parent_seq, extras",
         )
         .bind(owner)
         .bind(now + lease_ms)
@@ -150,6 +151,7 @@ impl TaskQueue for PgStore {
                     seed,
                     attempts,
                     parent,
+                    extras,
                 )| {
                     ClaimedRow {
                         seq,
@@ -162,6 +164,7 @@ impl TaskQueue for PgStore {
                         aspect_ratio,
                         seed,
                         attempts,
+                        extras,
                     }
                     .into_claimed()
                 },
@@ -247,8 +250,8 @@ impl TaskQueue for PgStore {
             notify(&mut tx, QUEUE_CHANNEL).await?;
         }
         // Another node's reaper may be at the same rows: each takes those the other has not.
-        let exhausted: Vec<(i64, String, i64)> = sqlx::query_as(&format!(
-            "SELECT seq, task_type, attempts FROM tasks
+        let exhausted: Vec<(i64, String, i64, Option<String>)> = sqlx::query_as(&format!(
+            "SELECT seq, task_type, attempts, extras FROM tasks
              WHERE status IN {RUNNING} AND lease_expires_at < $1 AND attempts >= $2
              LIMIT 500 FOR UPDATE SKIP LOCKED"
         ))
@@ -258,9 +261,9 @@ impl TaskQueue for PgStore {
         .await?;
         let mut failed = Vec::new();
         let mut queued = false;
-        for (seq, task_type, attempts) in exhausted {
+        for (seq, task_type, attempts, extras) in exhausted {
             let id = self.ids.id(seq).to_string();
-            let ending = worker_lost(&id, &task_type, attempts);
+            let ending = worker_lost(&id, &task_type, attempts, extras.as_deref());
             let fence = Fence::Attempt(attempts);
             if let Some(delivery) = complete_in_tx(&mut tx, &id, seq, fence, &ending).await? {
                 queued |= delivery;

@@ -123,9 +123,10 @@ pub(super) fn apply_submits(
         .collect();
     for (k, chunk) in chunks(&rows, INSERT_CHUNK_MAX) {
         let mut insert = conn.prepare_cached(&INSERT_TASKS[k])?;
-        let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 14);
+        let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 15);
         // The stored forms of the typed fields, kept alive beside the borrowed values.
-        let stored: Vec<(&str, Option<String>, String, &str)> = chunk
+        type Stored<'a> = (&'a str, Option<String>, String, &'a str, Option<String>);
+        let stored: Vec<Stored> = chunk
             .iter()
             .map(|(t, _, _, _)| {
                 (
@@ -133,10 +134,11 @@ pub(super) fn apply_submits(
                     t.operation.to_params(),
                     t.aspect_ratio.to_string(),
                     t.process_mode.as_str(),
+                    t.extras.to_column(),
                 )
             })
             .collect();
-        for ((t, seq, account, charged), (task_type, params, aspect_ratio, process_mode)) in
+        for ((t, seq, account, charged), (task_type, params, aspect_ratio, process_mode, extras)) in
             chunk.iter().zip(&stored)
         {
             values.extend_from_slice(&[
@@ -154,6 +156,7 @@ pub(super) fn apply_submits(
                 &t.webhook_url,
                 &t.webhook_secret,
                 charged,
+                extras,
             ]);
         }
         insert.execute(rusqlite::params_from_iter(values))?;
@@ -323,14 +326,14 @@ const INSERT_CHUNK_MAX: usize = 64;
 
 /// The `INSERT` for 2^k tasks at index k, bound parameters only, in `apply_submits`' order.
 static INSERT_TASKS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
-    let row = "(?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    let row = "(?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     (0..=INSERT_CHUNK_MAX.ilog2())
         .map(|k| {
             format!(
                 "INSERT INTO tasks (seq, account_id, task_type, params, parent_seq, status,
                      priority, prompt,
                      aspect_ratio, process_mode, seed, created_at, webhook_url, webhook_secret,
-                     cost)
+                     cost, extras)
                  VALUES {}",
                 vec![row; 1 << k].join(", ")
             )

@@ -17,7 +17,7 @@ pub(super) const TASK_COLUMNS: &str =
     "t.seq, t.id AS legacy_id, t.task_type, t.params, t.parent_seq, p.id AS parent_legacy_id,
     t.status, t.percentage, t.prompt, t.aspect_ratio,
     t.process_mode, t.seed, t.attempts, t.created_at, t.started_at, t.finished_at,
-    t.grid_key, t.image_keys, t.result, t.error, t.webhook_url,
+    t.grid_key, t.image_keys, t.result, t.error, t.webhook_url, t.extras,
     d.status AS wh_status, d.attempts AS wh_attempts, d.last_status_code AS wh_last_status_code,
     d.last_error AS wh_last_error, d.next_attempt_at AS wh_next_attempt_at,
     t.data_removed_at";
@@ -157,7 +157,7 @@ impl TaskQueue for SqliteStore {
                                       ORDER BY priority, seq LIMIT 1)
                          RETURNING seq, id, account_id, task_type, params, prompt, aspect_ratio,
                              seed, attempts, parent_seq,
-                             (SELECT p.id FROM tasks p WHERE p.seq = tasks.parent_seq)",
+                             (SELECT p.id FROM tasks p WHERE p.seq = tasks.parent_seq), extras",
                     )?
                     .query_row(params![owner, now + lease_ms, now], |r| {
                         let seq = r.get(0)?;
@@ -177,6 +177,7 @@ impl TaskQueue for SqliteStore {
                             aspect_ratio: r.get(6)?,
                             seed: r.get(7)?,
                             attempts: r.get(8)?,
+                            extras: r.get(11)?,
                         })
                     })
                     .optional()?;
@@ -285,21 +286,22 @@ impl TaskQueue for SqliteStore {
                          WHERE status IN {ACTIVE} AND lease_expires_at < ? AND attempts < ?"
                     ))?
                     .execute(params![now, max_attempts])?;
-                let exhausted: Vec<(i64, Option<String>, String, i64)> = conn
+                type Exhausted = (i64, Option<String>, String, i64, Option<String>);
+                let exhausted: Vec<Exhausted> = conn
                     .prepare_cached(&format!(
-                        "SELECT seq, id, task_type, attempts FROM tasks
+                        "SELECT seq, id, task_type, attempts, extras FROM tasks
                          WHERE status IN {ACTIVE} AND lease_expires_at < ? AND attempts >= ?
                          LIMIT 500"
                     ))?
                     .query_map(params![now, max_attempts], |r| {
-                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
                     })?
                     .collect::<Result<_, _>>()?;
                 let mut failed = Vec::new();
                 let mut queued = false;
-                for (seq, legacy_id, task_type, attempts) in exhausted {
+                for (seq, legacy_id, task_type, attempts, extras) in exhausted {
                     let id = ids.of_row(seq, legacy_id.as_deref());
-                    let ending = worker_lost(&id, &task_type, attempts);
+                    let ending = worker_lost(&id, &task_type, attempts, extras.as_deref());
                     let fence = Fence::Attempt(attempts);
                     if let Some(delivery) = complete_in_tx(conn, &ids, seq, fence, &ending)? {
                         queued |= delivery;

@@ -13,7 +13,7 @@ use super::request::{
     TaskId, Text, SEED_RULE,
 };
 use crate::domain::operation::{AltKind, Dimension, PanDirection};
-use crate::domain::{AspectRatio, OpKind, ProcessMode, Prompt, Shape};
+use crate::domain::{AspectRatio, Extras, OpKind, ProcessMode, Prompt, Shape};
 use crate::error::ApiError;
 use crate::generate::ops::png_marks_any;
 use crate::net::validate_webhook_url;
@@ -47,6 +47,8 @@ pub(super) struct Draft {
     pub(super) image_url: Option<String>,
     pub(super) image_urls: Vec<String>,
     pub(super) dimension: Dimension,
+    /// What the caller asked for beyond the operation.
+    pub(super) extras: Extras,
 }
 
 impl Draft {
@@ -70,6 +72,7 @@ impl Draft {
             image_url: None,
             image_urls: Vec::new(),
             dimension: Dimension::Square,
+            extras: Extras::default(),
         };
         let prompt = |raw: Option<Text>| -> Result<Option<Prompt>, ApiError> {
             raw.map(|Text(raw)| {
@@ -216,6 +219,7 @@ impl Draft {
             ),
         };
         d.webhook_secret = webhook_secret(delivery.webhook_secret)?;
+        d.extras.metadata = delivery.metadata.map(|m| m.0);
         Ok(d)
     }
 }

@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::domain::operation::{AltKind, Dimension, PanDirection};
-use crate::domain::{AspectRatio, ProcessMode};
+use crate::domain::{AspectRatio, Metadata, ProcessMode};
 use crate::error::ApiError;
 
 /// A field's refusal before its name is known: the contract's code and the rule broken.
@@ -270,6 +270,12 @@ field_type!(
     }
 );
 
+field_type!(
+    /// `metadata`: the caller's own JSON object, kept unread.
+    MetadataField(Metadata),
+    |v| Metadata::parse(v).map_err(|rule| Refusal::new("invalid_value", rule))
+);
+
 /// What every operation may carry besides its own fields. Absent and null are the same; empty
 /// strings count as absent where `draft` says so.
 #[derive(Deserialize)]
@@ -280,6 +286,8 @@ pub struct Delivery {
     pub webhook_secret: Option<Text>,
     #[serde(default)]
     pub seed: Option<Seed>,
+    #[serde(default)]
+    pub metadata: Option<MetadataField>,
 }
 
 /// `process_mode`, on the operations that make images.
@@ -445,6 +453,10 @@ mod tests {
         assert_eq!(
             refused::<Delivery>(json!({"seed": "1"})),
             format!("invalid_type seed: {SEED_RULE}")
+        );
+        assert_eq!(
+            refused::<Delivery>(json!({"metadata": "x"})),
+            "invalid_value metadata: must be a JSON object"
         );
         assert_eq!(
             refused::<UpscaleHighres>(json!({"type": "3x"})),

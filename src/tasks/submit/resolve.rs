@@ -224,6 +224,7 @@ impl Draft {
             webhook_secret: self.webhook_secret,
             cost: tasks.config.cost(kind),
             idempotency: None,
+            extras: self.extras,
         })
     }
 }
