@@ -6,12 +6,21 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::parameters::Parameters;
+use super::settings::Settings;
+
 /// Most bytes of a task's `metadata`, serialized.
 pub const METADATA_MAX_BYTES: usize = 4096;
 
 /// The caller's additions to a task, as stored and as the worker reads them.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Extras {
+    /// The prompt's Midjourney parameters.
+    #[serde(default, skip_serializing_if = "Parameters::is_empty")]
+    pub parameters: Parameters,
+    /// The model and the values its backend is sent.
+    #[serde(default, skip_serializing_if = "Settings::is_empty")]
+    pub settings: Settings,
     /// The caller's own object, kept and echoed unchanged; easel never reads it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Metadata>,
@@ -75,6 +84,7 @@ mod tests {
         let metadata = Metadata::parse(json!({"z": 1, "a": {"b": [true, null]}})).unwrap();
         let extras = Extras {
             metadata: Some(metadata),
+            ..Extras::default()
         };
         let stored = extras.to_column().unwrap();
         assert_eq!(stored, r#"{"metadata":{"z":1,"a":{"b":[true,null]}}}"#);

@@ -5,14 +5,18 @@
 pub mod extras;
 pub mod operation;
 pub mod output;
+pub mod parameters;
 mod policy;
 mod result;
+pub mod settings;
 mod task;
 pub mod wire;
 
 pub use extras::{Extras, Metadata};
 pub use operation::{OpKind, Operation, Shape};
 pub use output::Output;
+pub use parameters::Parameters;
 pub use policy::ContentPolicy;
 pub use result::{Outcome, PayloadHead};
+pub use settings::Settings;
 pub use task::{prompt_text, AspectRatio, ProcessMode, Prompt, TaskStatus};
