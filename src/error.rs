@@ -17,6 +17,15 @@ pub enum ApiError {
     RouteNotFound,
     #[error("file not found")]
     FileNotFound,
+    /// 404 `upload_not_found`: an upload that is not the caller's, or no longer kept (never
+    /// revealing which). `msg` names the field.
+    #[error("{msg}")]
+    UploadNotFound { msg: String },
+    /// 415 for an upload that is neither `multipart/form-data` nor an image type.
+    #[error(
+        "Content-Type must be multipart/form-data, or image/png, image/jpeg, image/webp or          image/gif with the image as the body"
+    )]
+    UnsupportedUploadType,
     #[error("method not allowed")]
     MethodNotAllowed,
     #[error("{msg}")]

@@ -148,6 +148,7 @@ impl Application {
                 blobs: blobs.clone(),
                 pool: pool.clone(),
                 fetcher: fetcher.clone(),
+                decode_budget: decode_budget.clone(),
                 destinations,
                 content_policy: content_policy.clone(),
                 shutdown: CancellationToken::new(),

@@ -58,7 +58,10 @@ pub(super) async fn serve(
     }
     Ok((
         common,
-        [(header::CONTENT_TYPE, HeaderValue::from_static("image/png"))],
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(blobs::content_type_of(&key)),
+        )],
         bytes,
     )
         .into_response())

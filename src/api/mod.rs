@@ -6,6 +6,7 @@ pub mod health;
 pub mod routes;
 pub mod submit;
 pub mod tasks;
+pub mod upload;
 
 use axum::http::header;
 use axum::routing::{get, post};
@@ -34,6 +35,7 @@ pub fn routes() -> Router<AppState> {
             "/api/v1/tasks/{task_id}/webhook-attempts",
             get(tasks::webhook_attempts),
         )
+        .route("/api/v1/upload", post(upload::upload))
         .route("/api/v1/account", get(account::get_account))
         .route(
             "/api/v1/openapi.json",

@@ -30,6 +30,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/tasks/{task_id}/cancel"),
     ("post", "/api/v1/tasks/{task_id}/redeliver"),
     ("get", "/api/v1/tasks/{task_id}/webhook-attempts"),
+    ("post", "/api/v1/upload"),
     ("get", "/api/v1/account"),
     ("get", "/api/v1/openapi.json"),
     ("get", "/healthz"),

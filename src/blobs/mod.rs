@@ -221,6 +221,20 @@ impl Blobs {
 
 /// Where storage probes write, beside the task folders; never a task id.
 const PROBE_FOLDER: &str = "storage-probe";
+/// Where callers' uploads are kept, beside the task folders; never a task id.
+pub const UPLOAD_FOLDER: &str = "uploads";
+
+/// The media type a file is served with, from its key's extension: a task's images are PNG,
+/// an upload keeps the format its bytes were checked to be.
+pub fn content_type_of(key: &str) -> &'static str {
+    match key.rsplit_once('.').map(|(_, ext)| ext) {
+        Some("png") => "image/png",
+        Some("jpg") => "image/jpeg",
+        Some("webp") => "image/webp",
+        Some("gif") => "image/gif",
+        _ => "application/octet-stream",
+    }
+}
 
 /// What a key of easel's own is.
 #[derive(Debug, PartialEq, Eq)]
@@ -233,6 +247,9 @@ pub enum Layout<'a> {
     },
     /// `storage-probe/{name}`: a probe's test write.
     Probe,
+    /// `uploads/{account_id}/{token}.{ext}`: a caller's upload, removed with its row when it
+    /// expires (`worker::retention`), never by the sweep of images no task refers to.
+    Upload { account_id: uuid::Uuid },
 }
 
 impl<'a> Layout<'a> {
@@ -241,6 +258,15 @@ impl<'a> Layout<'a> {
         let parts: Vec<&str> = key.split('/').collect();
         match parts.as_slice() {
             [PROBE_FOLDER, name] if name.ends_with(".bin") => Some(Layout::Probe),
+            [UPLOAD_FOLDER, account, name] => {
+                let account_id = uuid::Uuid::parse_str(account).ok()?;
+                let (token, ext) = name.split_once('.')?;
+                let token_ok = token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit());
+                let ext_ok = content_type_of(name) != "application/octet-stream"
+                    && !ext.contains('.');
+                (token_ok && ext_ok && account == &account_id.hyphenated().to_string())
+                    .then_some(Layout::Upload { account_id })
+            }
             [task, token, name] => {
                 let task_id = uuid::Uuid::parse_str(task).ok()?;
                 let token_ok = token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit());
@@ -328,6 +354,20 @@ mod tests {
         }
         assert!(Layout::of(&format!("{folder}/0.partial")).is_some());
         assert_eq!(Layout::of("storage-probe/0a1b.bin"), Some(Layout::Probe));
+        let account = "0190d6c1-2b7e-7c3a-9f00-000000000002";
+        assert_eq!(
+            Layout::of(&format!("uploads/{account}/0123456789abcdef0123456789abcdef.jpg")),
+            Some(Layout::Upload {
+                account_id: account.parse().unwrap()
+            })
+        );
+        for foreign in [
+            format!("uploads/{account}/0123456789abcdef0123456789abcdef.txt"),
+            format!("uploads/{account}/short.png"),
+            "uploads/not-a-uuid/0123456789abcdef0123456789abcdef.png".to_string(),
+        ] {
+            assert_eq!(Layout::of(&foreign), None, "{foreign}");
+        }
         for foreign in [
             "backups/db.tar",
             "0190d6c1-2b7e-7c3a-9f00-000000000001/short/0.png",

@@ -33,6 +33,10 @@ pub struct Limits {
     pub input_max_pixels: u64,
     /// Most bytes of decoded input images this node holds at once, over all its tasks.
     pub decode_memory_budget: DecodeMemoryBudget,
+    /// Most bytes one account may upload per UTC day (`POST /api/v1/upload` and `data:` URLs
+    /// together); past it uploads are refused with 429 until the next day.
+    #[serde(deserialize_with = "upload_bytes")]
+    pub max_upload_bytes_per_day: u64,
     /// Most tasks one account may have queued or running at once; more is refused with 429.
     pub max_pending_per_account: u32,
     /// How long a submit's first answer is replayed to requests with the same `Idempotency-Key`
@@ -58,6 +62,7 @@ impl Default for Limits {
             input_max_bytes: 20 * 1024 * 1024,
             input_max_pixels: 25_000_000,
             decode_memory_budget: DecodeMemoryBudget::Auto,
+            max_upload_bytes_per_day: 1 << 30,
             max_pending_per_account: 1000,
             idempotency_ttl: Duration::from_secs(86_400),
             max_wait: Duration::from_secs(WAIT_MAX_SECS),
@@ -104,6 +109,9 @@ impl Limits {
                 bail!("configuration: decode_memory_budget must be from 1 MiB to 4 TiB");
             }
         }
+        if self.max_upload_bytes_per_day == 0 {
+            bail!("configuration: max_upload_bytes_per_day must be > 0");
+        }
         if self.mask_body_limit < self.body_limit {
             bail!("configuration: mask_body_limit must be at least body_limit");
         }
@@ -133,6 +141,15 @@ impl Limits {
             }
         }
         Ok(())
+    }
+}
+
+/// `max_upload_bytes_per_day`: plain digits (bytes) or a size as text (`512MiB`).
+fn upload_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    match bytes_or_text(d)? {
+        Ok(bytes) => Ok(bytes),
+        Err(text) => super::values::parse_size(&text)
+            .map_err(|e| de::Error::custom(format!("max_upload_bytes_per_day: {e}"))),
     }
 }
 

@@ -22,6 +22,10 @@ pub struct Retention {
     /// How often a worker node looks for tasks whose data has expired (with `retention` set).
     #[serde(rename = "retention_sweep_interval", with = "duration")]
     pub sweep_interval: Duration,
+    /// How long a caller's upload (and an image given inline as a `data:` URL) is kept, from
+    /// when it arrived; the sweep then deletes its file and row.
+    #[serde(with = "duration")]
+    pub upload_retention: Duration,
 }
 
 impl Default for Retention {
@@ -29,6 +33,7 @@ impl Default for Retention {
         Retention {
             keep: None,
             sweep_interval: Duration::from_secs(60),
+            upload_retention: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -37,6 +42,9 @@ impl Retention {
     pub fn validate(&self) -> anyhow::Result<()> {
         if self.keep.is_some_and(|r| r.is_zero()) || self.sweep_interval.is_zero() {
             anyhow::bail!("configuration: retention and retention_sweep_interval must be non-zero");
+        }
+        if self.upload_retention.is_zero() {
+            anyhow::bail!("configuration: upload_retention must be non-zero");
         }
         Ok(())
     }

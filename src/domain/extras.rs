@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::image_prompts::ImagePrompt;
 use super::parameters::Parameters;
 use super::settings::Settings;
 
@@ -24,6 +25,10 @@ pub struct Extras {
     /// The caller's own object, kept and echoed unchanged; easel never reads it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Metadata>,
+    /// Imagine's image prompts, in the prompt's order: inputs the worker reads after the
+    /// operation's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_prompts: Vec<ImagePrompt>,
 }
 
 impl Extras {

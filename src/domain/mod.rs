@@ -3,6 +3,7 @@
 //! name; the API layer prefixes the field.
 
 pub mod extras;
+pub mod image_prompts;
 pub mod operation;
 pub mod output;
 pub mod parameters;

@@ -46,6 +46,7 @@ static NO_FIELDS: OperationFields = OperationFields {
     dimension: None,
     input_image_urls: None,
     input_image_url: None,
+    image_prompts: None,
 };
 
 impl Outcome {

@@ -32,6 +32,9 @@ pub struct OperationFields {
     pub input_image_urls: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input_image_url: Option<String>,
+    /// Imagine's image prompts (the URLs at the start of its prompt).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_prompts: Option<Vec<String>>,
 }
 
 /// A finished task's result, in the fields of its shape.

@@ -10,6 +10,7 @@ use super::job::{GenerateError, Generator, Job, Product, Progress};
 use super::ops::{self, Detail, Direction, Strength};
 use super::procedural;
 use super::raster::{dimensions, RgbaImage};
+use crate::domain::image_prompts::IMAGE_WEIGHT_DEFAULT;
 use crate::domain::operation::{AltKind, VariationOf};
 use crate::domain::{OpKind, Operation};
 
@@ -128,7 +129,12 @@ fn draw(job: &Job, pace: &Pace<'_>) -> Result<Product, GenerateError> {
     let product = match &job.operation {
         Operation::Imagine | Operation::Reroll => {
             let (w, h) = job.new_image_size();
-            pace.grid(|k| procedural::render(prompt, job.seed, k, w, h))
+            // Imagine's image prompts are its inputs, laid over the scene at `--iw`'s share.
+            let share = ops::image_share(job.extras.parameters.iw.unwrap_or(IMAGE_WEIGHT_DEFAULT));
+            pace.grid(|k| {
+                let scene = procedural::render(prompt, job.seed, k, w, h);
+                ops::image_prompted(scene, &job.inputs, share, image_seed(job.seed, k), k)
+            })
         }
         Operation::Upscale1x { .. } => {
             let image = input(0)?;

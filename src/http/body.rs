@@ -19,6 +19,19 @@ use tower::BoxError;
 /// The route of the operation whose bodies may carry a mask (`mask_body_limit`).
 pub const MASK_ROUTE: &str = "/api/v1/inpaint";
 
+/// Routes whose bodies may carry an image (a mask, an upload, a `data:` URL in an image field):
+/// read under `mask_body_limit`, every other under `body_limit`.
+pub const IMAGE_ROUTES: &[&str] = &[
+    MASK_ROUTE,
+    "/api/v1/upload",
+    "/api/v1/imagine",
+    "/api/v1/blend",
+    "/api/v1/describe",
+    "/api/v1/upscale-highres",
+    "/api/v1/faceswap",
+    "/playground/upload",
+];
+
 /// The byte limit that applies to a request's body, kept with the request so that a refusal can
 /// name it.
 #[derive(Clone, Copy, Debug)]
@@ -45,7 +58,7 @@ pub struct BodyLimits {
 
 impl BodyLimits {
     fn for_path(&self, path: &str) -> usize {
-        if path == MASK_ROUTE {
+        if IMAGE_ROUTES.contains(&path) {
             self.mask_body_limit
         } else {
             self.body_limit

@@ -15,6 +15,10 @@ pub fn status_and_code(error: &ApiError) -> (StatusCode, &'static str) {
         ApiError::TaskNotFound => (StatusCode::NOT_FOUND, "task_not_found"),
         ApiError::RouteNotFound => (StatusCode::NOT_FOUND, "route_not_found"),
         ApiError::FileNotFound => (StatusCode::NOT_FOUND, "file_not_found"),
+        ApiError::UploadNotFound { .. } => (StatusCode::NOT_FOUND, "upload_not_found"),
+        ApiError::UnsupportedUploadType => {
+            (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+        }
         ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
         ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code),
         ApiError::PayloadTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),

@@ -11,6 +11,7 @@ use uuid::Uuid;
 use super::ends::TaskEnds;
 use super::error::{Failure, StoreError, StoreResult};
 use super::model::*;
+use super::uploads::{Upload, UploadAdmitted};
 
 /// The queue: submit, read, claim with a lease, heartbeat, end fenced by attempt.
 #[async_trait]
@@ -305,10 +306,34 @@ pub trait Retention: Send + Sync {
     async fn mark_data_removed(&self, seqs: &[i64], at: i64) -> StoreResult<u64>;
 }
 
+/// Callers' uploads: recorded under the account's daily byte limit, found by blob key, removed
+/// once expired (see `worker::retention`).
+#[async_trait]
+pub trait Uploads: Send + Sync {
+    /// Record `upload` unless the account's bytes for the upload's UTC day would pass
+    /// `max_bytes_per_day`; decided in the transaction that inserts, so that concurrent uploads
+    /// cannot both pass. Durable when it returns.
+    async fn insert_upload(
+        &self,
+        upload: &Upload,
+        max_bytes_per_day: u64,
+    ) -> StoreResult<UploadAdmitted>;
+
+    /// The upload stored at blob key `key`, whoever's it is.
+    async fn upload_by_key(&self, key: &str) -> StoreResult<Option<Upload>>;
+
+    /// Up to `limit` uploads that expired at or before `now`, oldest first.
+    async fn expired_uploads(&self, now: i64, limit: u32) -> StoreResult<Vec<Upload>>;
+
+    /// Forget the uploads `ids` (their files deleted already), and the daily counts of days
+    /// before `day`, which no limit reads any more. How many uploads were forgotten.
+    async fn delete_uploads(&self, ids: &[String], day: i64) -> StoreResult<u64>;
+}
+
 /// Everything easel needs from its store. The API, the workers and the dispatcher hold an
 /// `Arc<dyn Store>` and never learn which database is behind it.
 #[async_trait]
-pub trait Store: TaskQueue + Outbox + Accounts + Views + Retention {
+pub trait Store: TaskQueue + Outbox + Accounts + Views + Retention + Uploads {
     /// `sqlite` or `postgres`, for logs.
     fn kind(&self) -> &'static str;
 

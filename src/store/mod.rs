@@ -21,6 +21,7 @@ mod open;
 pub mod postgres;
 mod rows;
 pub mod sqlite;
+mod uploads;
 
 pub(crate) use chunks::chunks;
 pub use ends::{TaskEnds, TaskWatch};
@@ -28,7 +29,11 @@ pub use error::{Cause, Failure, StoreError, StoreResult};
 pub use idempotency::accepted_body;
 pub(crate) use ids::fresh_id_key;
 pub use ids::TaskIds;
-pub use interface::{Accounts, Outbox, Retention, SharedStore, Store, TaskQueue, Views, Wakeups};
+pub use interface::{
+    Accounts, Outbox, Retention, SharedStore, Store, TaskQueue, Uploads, Views, Wakeups,
+};
+pub(crate) use uploads::{upload_of, UploadRow, UPLOAD_COLUMNS};
+pub use uploads::{upload_day, Upload, UploadAdmitted};
 pub use model::{
     now_ms, Account, ApiKeyInfo, AttemptRecord, AttemptRow, ClaimedTask, DayUsage, DueDelivery,
     Ending, ExpiredTask, FailingDestination, Idempotency, KeyOwner, KeyRow, LedgerRow, LiveKey,

@@ -8,6 +8,7 @@ pub mod idempotency;
 pub mod list;
 pub mod record;
 pub mod submit;
+pub mod upload;
 pub mod wait;
 
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use crate::blobs::Blobs;
 use crate::config::Config;
 use crate::domain::ContentPolicy;
 use crate::error::ApiError;
-use crate::generate::inputs::ImageFetcher;
+use crate::generate::inputs::{DecodeBudget, ImageFetcher};
 use crate::generate::pool::Pool;
 use crate::net::DestinationPolicy;
 use crate::store::{SharedStore, Task};
@@ -36,6 +37,8 @@ pub struct Tasks {
     pub pool: Arc<Pool>,
     /// Checks callers' input image URLs at submit (workers fetch them).
     pub fetcher: ImageFetcher,
+    /// The node's decode memory budget, shared with its workers: uploads are decoded under it.
+    pub decode_budget: DecodeBudget,
     /// Where webhooks may be sent.
     pub destinations: DestinationPolicy,
     pub content_policy: ContentPolicy,

@@ -54,11 +54,17 @@ pub fn task_record(task: &Task, blobs: &Blobs, retention: Option<Duration>) -> R
                 .filter(|_| w.status == "pending")
                 .map(rfc3339),
         }),
-        operation: task
-            .operation
-            .as_ref()
-            .map(|op| op.public_fields())
-            .unwrap_or_default(),
+        operation: {
+            let mut fields = task
+                .operation
+                .as_ref()
+                .map(|op| op.public_fields())
+                .unwrap_or_default();
+            let prompts = &task.extras.image_prompts;
+            fields.image_prompts =
+                (!prompts.is_empty()).then(|| prompts.iter().map(|p| p.url.clone()).collect());
+            fields
+        },
         result,
         metadata: task.extras.metadata.clone(),
     }

@@ -5,7 +5,7 @@ use base64::Engine;
 
 use crate::blobs::{BlobError, Blobs};
 use crate::domain::operation::ImageInput;
-use crate::domain::Operation;
+use crate::domain::{Extras, Operation};
 use crate::generate::inputs::{DecodeBudget, ImageFetcher, InputLimits, Reservation};
 use crate::generate::raster::RgbaImage;
 
@@ -32,12 +32,13 @@ impl From<String> for Refused {
     }
 }
 
-/// The decoded images in `Operation::inputs` order, the mask, and the share of the decode budget
+/// The decoded images in `Operation::inputs` order then the image prompts', the mask, and the share of the decode budget
 /// they hold (none when there are none).
 type Resolved = (Vec<RgbaImage>, Option<RgbaImage>, Option<Reservation>);
 
 impl Inputs {
-    /// The operation's input images (easel's own read from `blobs`) and mask, decoded; or the
+    /// The operation's input images (easel's own read from `blobs`), then the image prompts of
+    /// `extras`, and the mask, decoded; or the
     /// error that fails the task, naming the input. The files are all read first, then decoded
     /// as one set: a task waits here while other tasks' images hold the node's decode budget,
     /// and fails when its own set alone needs more than the whole budget.
@@ -45,10 +46,17 @@ impl Inputs {
         &self,
         blobs: &Blobs,
         operation: &Operation,
+        extras: &Extras,
     ) -> Result<Resolved, Refused> {
+        let prompts = extras
+            .image_prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (format!("image_prompts[{i}]"), p.input.clone()));
         let reads = operation
             .inputs()
             .into_iter()
+            .chain(prompts)
             .map(|(name, input)| async move {
                 let bytes = match &input {
                     ImageInput::Stored(image) => match blobs.get(&image.key).await {

@@ -233,7 +233,11 @@ impl WorkerContext {
                 );
             }
         };
-        let (inputs, mask, reservation) = match self.inputs.resolve(&self.blobs, &operation).await {
+        let resolved = self
+            .inputs
+            .resolve(&self.blobs, &operation, &task.extras)
+            .await;
+        let (inputs, mask, reservation) = match resolved {
             Ok(resolved) => resolved,
             Err(Refused::Task(error)) => {
                 tracing::info!(error, "an input image could not be used");
@@ -467,15 +471,13 @@ pub async fn run_pool(ctx: WorkerContext, shutdown: CancellationToken) {
     }
     set.spawn(reaper_loop(ctx.clone(), shutdown.clone()));
     set.spawn(sweep_at_start(ctx.clone(), shutdown.clone()));
-    if let Some(retention) = ctx.config.retention.keep {
-        set.spawn(retention::run(
-            ctx.store.clone(),
-            ctx.blobs.clone(),
-            retention,
-            ctx.config.retention.sweep_interval,
-            shutdown.clone(),
-        ));
-    }
+    set.spawn(retention::run(
+        ctx.store.clone(),
+        ctx.blobs.clone(),
+        ctx.config.retention.keep,
+        ctx.config.retention.sweep_interval,
+        shutdown.clone(),
+    ));
 
     shutdown.cancelled().await;
     let drained = tokio::time::timeout(ctx.config.server.shutdown_timeout, async {

@@ -1,5 +1,6 @@
 //! Retention: on worker nodes, a loop that deletes the images of tasks that became final more
-//! than `retention` ago and marks their data removed.
+//! than `retention` ago and marks their data removed, and the callers' uploads that are past
+//! `upload_retention` (their files, then their rows).
 //!
 //! Each round takes the oldest expired tasks whose data is not marked removed, a batch at a
 //! time: it deletes their files through the blob store (a file already gone is no error), then
@@ -14,27 +15,38 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::blobs::{is_valid_key, Blobs};
-use crate::store::{now_ms, SharedStore};
+use crate::store::{now_ms, upload_day, SharedStore};
 
 /// Tasks one batch of a round takes.
 pub const RETENTION_BATCH: u32 = 100;
 
-/// Sweep every `retention_sweep_interval` until `shutdown`, when `retention` is set.
+/// Sweep every `retention_sweep_interval` until `shutdown`: expired uploads always, tasks'
+/// data when `retention` is set.
 pub async fn run(
     store: SharedStore,
     blobs: Blobs,
-    retention: Duration,
+    retention: Option<Duration>,
     every: Duration,
     shutdown: CancellationToken,
 ) {
     loop {
         tokio::select! {
-            swept = sweep_expired(&store, &blobs, retention, RETENTION_BATCH) => match swept {
+            swept = sweep_uploads(&store, &blobs, RETENTION_BATCH) => match swept {
                 Ok(0) => {}
-                Ok(removed) => tracing::info!(removed, "retention removed the data of expired tasks"),
-                Err(e) => tracing::warn!(error = %e, "the retention sweep stopped; it tries again next round"),
+                Ok(removed) => tracing::info!(removed, "retention removed expired uploads"),
+                Err(e) => tracing::warn!(error = %e, "the upload sweep stopped; it tries again next round"),
             },
             _ = shutdown.cancelled() => return,
+        }
+        if let Some(retention) = retention {
+            tokio::select! {
+                swept = sweep_expired(&store, &blobs, retention, RETENTION_BATCH) => match swept {
+                    Ok(0) => {}
+                    Ok(removed) => tracing::info!(removed, "retention removed the data of expired tasks"),
+                    Err(e) => tracing::warn!(error = %e, "the retention sweep stopped; it tries again next round"),
+                },
+                _ = shutdown.cancelled() => return,
+            }
         }
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
@@ -80,6 +92,32 @@ pub async fn sweep_expired(
             return Ok(removed);
         }
         // In the background: let the node's own work go first.
+        tokio::task::yield_now().await;
+    }
+}
+
+/// One round over the uploads past their `expires_at`, `batch` at a time: their files are
+/// deleted, then their rows (with the daily counts of days before yesterday, which no limit
+/// reads). A blob store that fails ends the round before the rows go, so no row is forgotten
+/// while its file is still there. Returns how many uploads were removed.
+pub async fn sweep_uploads(store: &SharedStore, blobs: &Blobs, batch: u32) -> anyhow::Result<u64> {
+    let mut removed = 0;
+    loop {
+        let now = now_ms();
+        let expired = store.expired_uploads(now, batch).await?;
+        let keys: Vec<String> = expired
+            .iter()
+            .map(|u| u.key.clone())
+            .filter(|key| is_valid_key(key))
+            .collect();
+        if !keys.is_empty() {
+            blobs.delete_keys(keys).await?;
+        }
+        let ids: Vec<String> = expired.iter().map(|u| u.id.clone()).collect();
+        removed += store.delete_uploads(&ids, upload_day(now) - 1).await?;
+        if expired.len() < batch as usize {
+            return Ok(removed);
+        }
         tokio::task::yield_now().await;
     }
 }

@@ -40,7 +40,8 @@ pub async fn sweep_orphans(
         match Layout::of(&key) {
             Some(Layout::Image { task_id, .. }) => by_task.entry(task_id).or_default().push(key),
             Some(Layout::Probe) => orphans.push(key),
-            None => {}
+            // Removed with their rows when they expire (`retention`).
+            Some(Layout::Upload { .. }) | None => {}
         }
     }
     let ids: Vec<uuid::Uuid> = by_task.keys().copied().collect();

@@ -16,6 +16,7 @@
 mod budget;
 mod decode;
 mod fetch;
+mod whole;
 #[cfg(test)]
 mod metered;
 #[cfg(test)]
@@ -28,6 +29,7 @@ use crate::net::format_duration;
 pub use budget::{DecodeBudget, Decoded, Reservation};
 pub use decode::{decode, decode_probed, probe, Header};
 pub use fetch::ImageFetcher;
+pub use whole::check_whole;
 
 const MIB: u64 = 1024 * 1024;
 

@@ -20,6 +20,7 @@ mod deliveries;
 mod retention;
 mod submit;
 mod tasks;
+mod uploads;
 mod views;
 
 use std::sync::Arc;

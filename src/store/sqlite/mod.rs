@@ -12,6 +12,7 @@ mod records;
 mod retention;
 mod submit;
 mod tasks;
+mod uploads;
 mod views;
 mod writer;
 

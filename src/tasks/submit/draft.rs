@@ -12,6 +12,8 @@ use super::request::{
     self, fields, Aspect, Choice, Delivery, Index, Mode, OptionalIndex, Prompted, Reprompt, Seed,
     TaskId, Text, SEED_RULE,
 };
+use super::super::upload::inline::{decode_data_url, is_data_url};
+use crate::domain::image_prompts::{split_image_prompts, IMAGE_PROMPTS_MAX};
 use crate::domain::operation::{AltKind, Dimension, PanDirection};
 use crate::domain::{AspectRatio, Extras, OpKind, ProcessMode, Prompt, Shape};
 use crate::error::ApiError;
@@ -47,6 +49,8 @@ pub(super) struct Draft {
     pub(super) image_url: Option<String>,
     pub(super) image_urls: Vec<String>,
     pub(super) dimension: Dimension,
+    /// Imagine's image prompts, as given (URLs checked, `data:` URLs decoded but not yet kept).
+    pub(super) image_prompts: Vec<String>,
     /// What the caller asked for beyond the operation.
     pub(super) extras: Extras,
 }
@@ -72,6 +76,7 @@ impl Draft {
             image_url: None,
             image_urls: Vec::new(),
             dimension: Dimension::Square,
+            image_prompts: Vec::new(),
             extras: Extras::default(),
         };
         let prompt = |raw: Option<Text>| -> Result<Option<Prompt>, ApiError> {
@@ -93,6 +98,11 @@ impl Draft {
         match kind {
             OpKind::Imagine | OpKind::Shorten => {
                 let Prompted { prompt: raw } = fields(body)?;
+                let raw = match kind {
+                    // Image prompts come off first: a data: URL may be longer than a prompt.
+                    OpKind::Imagine => Text(image_prompts(tasks, &raw.0, &mut d.image_prompts)?),
+                    _ => raw,
+                };
                 d.prompt = prompt(Some(raw))?;
                 if kind == OpKind::Imagine {
                     d.aspect = aspect(d.prompt.as_ref())?;
@@ -280,9 +290,34 @@ fn webhook_secret(given: Option<Text>) -> Result<Option<String>, ApiError> {
     Ok(Some(secret))
 }
 
-/// An input image's URL, checked without network access: one of easel's own image URLs, or one
-/// the input fetch policy allows.
+/// The image URLs an imagine's prompt starts with, checked as every image field is (into
+/// `urls`), and the rest of the prompt.
+fn image_prompts(tasks: &Tasks, raw: &str, urls: &mut Vec<String>) -> Result<String, ApiError> {
+    let (given, text) = split_image_prompts(raw);
+    if given.len() > IMAGE_PROMPTS_MAX {
+        return Err(ApiError::field(
+            "prompt",
+            "invalid_value",
+            format!(
+                "may start with at most {IMAGE_PROMPTS_MAX} image URLs (got {})",
+                given.len()
+            ),
+        ));
+    }
+    for (i, url) in given.into_iter().enumerate() {
+        urls.push(check_url(tasks, &format!("image_prompts[{i}]"), url)?);
+    }
+    Ok(text.to_string())
+}
+
+/// An input image's URL, checked without network access: one of easel's own image URLs, a
+/// `data:` URL of an image (its base64 decoded here, its content checked once the key is known),
+/// or one the input fetch policy allows.
 fn check_url(tasks: &Tasks, field: &str, raw: &str) -> Result<String, ApiError> {
+    if is_data_url(raw) {
+        decode_data_url(field, raw)?;
+        return Ok(raw.to_string());
+    }
     if tasks.blobs.key_of_url(raw).is_some() {
         return Ok(raw.to_string());
     }

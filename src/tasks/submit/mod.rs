@@ -4,6 +4,7 @@
 //! the account's quota, credits and idempotency key decided in the same write.
 
 mod draft;
+mod images;
 pub mod request;
 mod resolve;
 
@@ -70,7 +71,7 @@ pub async fn submit_keyed(
         Ok(draft) => draft.check_mask().await.map(|()| draft),
         Err(e) => Err(e),
     };
-    let draft = match draft {
+    let mut draft = match draft {
         Ok(draft) => draft,
         Err(e) => {
             // Only a live key learns what was wrong with its request.
@@ -78,6 +79,22 @@ pub async fn submit_keyed(
             return Err(e);
         }
     };
+    let kept = draft.take_images(tasks, key).await?;
+    let answer = submit_draft(tasks, key, draft, idempotency).await;
+    // Images given inline for a submit that stored no task of its own are not kept.
+    if !matches!(answer, Ok(Answer::Accepted(_))) {
+        super::upload::discard(tasks, &kept).await;
+    }
+    answer
+}
+
+/// The rest of a submit, once its body has passed: the parent, the task, the store.
+async fn submit_draft(
+    tasks: &Tasks,
+    key: &PresentedKey,
+    draft: Draft,
+    idempotency: Option<Idempotency>,
+) -> Result<Answer, ApiError> {
     let parent = match draft.parent {
         None => None,
         Some((field, id)) => {

@@ -9,7 +9,8 @@ use super::draft::{invalid_parent, Draft, FOLLOW_UP_MAX_SIDE};
 use super::request::Index;
 use crate::auth::PresentedKey;
 use crate::domain::operation::{ImageInput, StoredImage, VariationOf};
-use crate::domain::{AspectRatio, OpKind, Operation, Shape};
+use crate::domain::image_prompts::ImagePrompt;
+use crate::domain::{AspectRatio, Extras, OpKind, Operation, Shape};
 use crate::error::ApiError;
 use crate::generate::ops::important_words;
 use crate::store::{NewTask, Task};
@@ -224,7 +225,17 @@ impl Draft {
             webhook_secret: self.webhook_secret,
             cost: tasks.config.cost(kind),
             idempotency: None,
-            extras: self.extras,
+            extras: Extras {
+                image_prompts: self
+                    .image_prompts
+                    .iter()
+                    .map(|url| ImagePrompt {
+                        url: url.clone(),
+                        input: input_of(tasks, url),
+                    })
+                    .collect(),
+                ..self.extras
+            },
         })
     }
 }
