@@ -140,6 +140,36 @@ async fn imagine_fills_the_graph_and_makes_a_grid() {
     assert!(mock.interrupts.lock().unwrap().is_empty());
 }
 
+/// Image prompts on the text-to-image workflow: the image (at the new image's size) is
+/// uploaded, loaded and encoded into the sampler's latent for the four, denoised from `--iw`.
+#[tokio::test]
+async fn image_prompts_start_the_imagine_graph_from_the_encoded_image() {
+    let (mock, url) = serve(ComfyMock::default()).await;
+    let backend = backend(&config(&url));
+    let mut job = job(Operation::Imagine, vec![RgbaImage::new(30, 20)]);
+    job.extras.parameters.iw = Some(3.0);
+    let product = backend.run(&job, &Progress::default()).await.unwrap();
+    let (w, h) = size_for(&job, 8);
+    assert!(matches!(product, Product::Grid { width, height, .. } if (width, height) == (w, h)));
+    let uploads = mock.uploads.lock().unwrap().clone();
+    assert_eq!(uploads.len(), 1);
+    assert_eq!((uploads[0].1.width, uploads[0].1.height), (w, h));
+    let graph = mock.prompts.lock().unwrap()[0]["prompt"].clone();
+    let (repeat, _) = graph["3"]["inputs"]["latent_image"][0]
+        .as_str()
+        .map(|id| (id.to_string(), ()))
+        .unwrap();
+    assert_eq!(graph[&repeat]["class_type"], "RepeatLatentBatch");
+    assert_eq!(graph[&repeat]["inputs"]["amount"], 4);
+    let encode = graph[&repeat]["inputs"]["samples"][0].as_str().unwrap();
+    assert_eq!(graph[encode]["class_type"], "VAEEncode");
+    assert_eq!(graph[encode]["inputs"]["vae"], json!(["4", 2]));
+    let load = graph[encode]["inputs"]["pixels"][0].as_str().unwrap();
+    assert_eq!(graph[load]["class_type"], "LoadImage");
+    assert_eq!(graph[load]["inputs"]["image"].as_str(), Some(uploads[0].0.as_str()));
+    assert!((graph["3"]["inputs"]["denoise"].as_f64().unwrap() - 0.4).abs() < 1e-9);
+}
+
 #[tokio::test]
 async fn reroll_runs_imagines_workflow() {
     let (mock, url) = serve(ComfyMock::default()).await;

@@ -312,6 +312,38 @@ async fn inpaint_sends_the_parent_and_easels_mask_as_transparency() {
     assert_eq!(px(&sent, 60, 60)[3], 255);
 }
 
+/// Image prompts are an edit of the image at the new image's size; dall-e-3, which has no
+/// edits, generates from the text alone.
+#[tokio::test]
+async fn image_prompts_are_edits_where_the_model_has_them() {
+    let (mock, url) = serve_making(None, None).await;
+    let local = backend(&url, Some("sd-turbo"), None);
+    let mut j = job(Operation::Imagine, (16, 9), 128);
+    j.inputs = vec![solid(20, 20, [10, 200, 10, 255])].into();
+    let product = run(&local, &j).await.unwrap();
+    assert_eq!(grid_size(&product), (128, 64));
+    assert!(mock.seen_at("/images/generations").is_empty());
+    let seen = mock.seen_at("/images/edits");
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].text("size").as_deref(), Some("128x64"));
+    assert_eq!(seen[0].text("prompt").as_deref(), Some("a red fox in snow"));
+    assert!(!seen[0].has("mask"));
+    let sent = seen[0].png("image");
+    assert_eq!((sent.width, sent.height), (128, 64));
+    assert_eq!(px(&sent, 60, 32), [10, 200, 10, 255], "the image prompt, covering it");
+
+    let mock3 = OpenAiMock {
+        key: Some(KEY.into()),
+        ..OpenAiMock::default()
+    };
+    *mock3.made.lock().unwrap() = Some((32, 32));
+    let (mock3, url3) = serve(mock3).await;
+    let dalle3 = backend(&url3, Some("dall-e-3"), Some(KEY));
+    run(&dalle3, &j).await.unwrap();
+    assert!(mock3.seen_at("/images/edits").is_empty());
+    assert_eq!(mock3.seen_at("/images/generations").len(), 4);
+}
+
 #[tokio::test]
 async fn pan_and_outpaint_edit_the_transparent_part_of_a_larger_canvas() {
     let (mock, url) = serve_making(None, None).await;

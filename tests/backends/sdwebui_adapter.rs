@@ -147,6 +147,29 @@ async fn imagine_asks_txt2img_for_four_at_the_job_size() {
     assert!(mock.last().1.get("override_settings").is_none());
 }
 
+/// Image prompts: img2img from them at the new image's size, denoised as `--iw` asks.
+#[tokio::test]
+async fn image_prompts_are_img2img_weighed_by_iw() {
+    let (mock, url) = serve().await;
+    let b = backend(&url, json!({}));
+    for (iw, denoising) in [(None, 0.6), (Some(3.0), 0.4)] {
+        let mut j = job(Operation::Imagine, vec![parent(30, 20)]);
+        j.aspect = AspectRatio {
+            width: 16,
+            height: 9,
+        };
+        j.extras.parameters.iw = iw;
+        let product = run(&b, &j).await.unwrap();
+        assert_eq!(grid_size(&product), (64, 40));
+        let (path, body) = mock.last();
+        assert_eq!(path, IMG2IMG);
+        assert!((body["denoising_strength"].as_f64().unwrap() - denoising).abs() < 1e-9);
+        assert_eq!(body["prompt"], "a lighthouse at dusk");
+        let init = unpng(&body["init_images"][0]);
+        assert_eq!((init.width, init.height), (64, 40));
+    }
+}
+
 #[tokio::test]
 async fn extra_images_are_passed_over() {
     let (mock, url) = serve().await;

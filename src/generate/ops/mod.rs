@@ -21,7 +21,7 @@ pub use blend::blend;
 pub use describe::describe;
 pub use extend::{outpaint, outpaint_placement, pan, pan_size};
 pub use inpaint::{inpaint, mask_redraws, png_marks_any};
-pub use prompted::{image_prompted, image_share};
+pub use prompted::{image_prompt_canvas, image_prompt_denoising, image_prompted, image_share};
 pub use resize::resize;
 pub use shorten::{important_words, shorten};
 pub use upscale::upscale_png;

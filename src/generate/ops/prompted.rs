@@ -12,6 +12,18 @@ pub fn image_share(iw: f64) -> f64 {
     iw / (iw + 1.0)
 }
 
+/// The denoising strength a model backend starts from an image prompt with: how much of it is
+/// redrawn. `--iw` 1 keeps 40 % of the image (0.6), 3 keeps 60 % (0.4), 0 redraws it all.
+pub fn image_prompt_denoising(iw: f64) -> f64 {
+    1.0 - 0.8 * image_share(iw)
+}
+
+/// The one image a model backend starts from: the image prompts blended (one covers it),
+/// `w` x `h`.
+pub fn image_prompt_canvas(images: &[RgbaImage], w: u32, h: u32, seed: u64) -> RgbaImage {
+    blend(images, w, h, seed, 0)
+}
+
 /// Image `k` of a grid whose `scene` (drawn from the text) is mixed with the image prompts
 /// `images`, covering the scene's size, at `share` (0..=1) of the image prompts.
 pub fn image_prompted(
@@ -50,6 +62,9 @@ mod tests {
         assert_eq!(image_share(1.0), 0.5);
         assert_eq!(image_share(0.0), 0.0);
         assert_eq!(image_share(3.0), 0.75);
+        assert!((image_prompt_denoising(1.0) - 0.6).abs() < 1e-9);
+        assert!((image_prompt_denoising(3.0) - 0.4).abs() < 1e-9);
+        assert_eq!(image_prompt_denoising(0.0), 1.0);
         let scene = flat(8, 6, 0);
         let prompt = [flat(4, 4, 200)];
         assert_eq!(image_prompted(scene.clone(), &prompt, 0.0, 1, 0), scene);

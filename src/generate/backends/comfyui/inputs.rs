@@ -85,6 +85,20 @@ pub(super) fn prepare_inputs(job: &Job) -> Result<Prepared, GenerateError> {
                 ops::outpaint_placement(parent.width, parent.height, w, h, *zoom_ratio);
             around(&ops::resize(parent, sw, sh), (w, h), (x0, y0))
         }
+        // Image prompts: one image at the new image's size, which the graph encodes.
+        Operation::Imagine if !job.inputs.is_empty() => {
+            let (w, h) = images::size_for(job, 8);
+            Prepared {
+                size: Some((w, h)),
+                images: vec![encode_png(&ops::image_prompt_canvas(
+                    &job.inputs,
+                    w,
+                    h,
+                    job.seed,
+                ))],
+                mask: None,
+            }
+        }
         _ => Prepared {
             size: job.inputs.first().map(|i| (i.width, i.height)),
             images: job.inputs.iter().map(encode_png).collect(),

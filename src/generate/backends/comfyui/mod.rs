@@ -11,6 +11,7 @@
 
 mod client;
 mod inputs;
+mod prompted;
 #[cfg(test)]
 mod tests;
 mod workflow;

@@ -7,7 +7,10 @@ use std::path::Path;
 use serde_json::{json, Map, Value};
 
 use super::inputs::Prepared;
+use super::prompted::start_from_image;
+use crate::domain::image_prompts::IMAGE_WEIGHT_DEFAULT;
 use crate::domain::{OpKind, Operation, Shape};
+use crate::generate::ops::image_prompt_denoising;
 use crate::generate::backends::images::size_for;
 use crate::generate::{GenerateError, Job};
 
@@ -57,18 +60,18 @@ fn link(graph: &Graph, node: &str, input: &str) -> Option<String> {
     }
 }
 
-fn class_of<'g>(graph: &'g Graph, node: &str) -> Option<&'g str> {
+pub(super) fn class_of<'g>(graph: &'g Graph, node: &str) -> Option<&'g str> {
     graph.get(node)?.get("class_type")?.as_str()
 }
 
-fn has_input(graph: &Graph, node: &str, input: &str) -> bool {
+pub(super) fn has_input(graph: &Graph, node: &str, input: &str) -> bool {
     graph
         .get(node)
         .and_then(|n| n.get("inputs"))
         .is_some_and(|i| i.get(input).is_some())
 }
 
-fn set_input(graph: &mut Graph, node: &str, input: &str, value: Value) {
+pub(super) fn set_input(graph: &mut Graph, node: &str, input: &str, value: Value) {
     if let Some(inputs) = graph
         .get_mut(node)
         .and_then(|n| n.get_mut("inputs"))
@@ -79,7 +82,7 @@ fn set_input(graph: &mut Graph, node: &str, input: &str, value: Value) {
 }
 
 /// Ids of the nodes of a class, in id order.
-fn nodes_of(graph: &Graph, class: &str) -> Vec<String> {
+pub(super) fn nodes_of(graph: &Graph, class: &str) -> Vec<String> {
     let mut ids: Vec<String> = graph
         .keys()
         .filter(|id| class_of(graph, id) == Some(class))
@@ -348,7 +351,14 @@ impl Workflow {
                 set_input(graph, node, "scale_by", json!(factor));
             }
         }
-        if !uploaded.is_empty() {
+        let image_prompted = matches!(job.operation, Operation::Imagine) && self.images.is_empty();
+        if image_prompted && !uploaded.is_empty() {
+            let sampler = self.sampler.as_deref().ok_or_else(|| {
+                GenerateError::Failed("the imagine workflow has no sampler to start from".into())
+            })?;
+            let iw = job.extras.parameters.iw.unwrap_or(IMAGE_WEIGHT_DEFAULT);
+            start_from_image(graph, sampler, &uploaded[0], count, image_prompt_denoising(iw))?;
+        } else if !uploaded.is_empty() {
             if uploaded.len() > self.images.len() {
                 return Err(GenerateError::Failed(format!(
                     "the workflow has {} image loaders; this job has {} images",

@@ -59,8 +59,23 @@ impl OpenAi {
                 .ok_or_else(|| GenerateError::Failed("the input image is missing".into()))
         };
         let images = match &job.operation {
-            Operation::Imagine | Operation::Reroll => {
+            // dall-e-3 has no edits: its image prompts are recorded but not used.
+            Operation::Imagine | Operation::Reroll
+                if job.inputs.is_empty() || !self.client.family.edits() =>
+            {
                 self.client.generations(job, progress).await?
+            }
+            // Image prompts: an edit of them (blended into one, as edits take one image).
+            Operation::Imagine | Operation::Reroll => {
+                let size =
+                    self.client
+                        .family
+                        .size(job.aspect.width, job.aspect.height, job.image_size);
+                let (inputs, seed) = (job.inputs.clone(), job.seed);
+                let image =
+                    blocking(move || ops::image_prompt_canvas(&inputs, size.0, size.1, seed))
+                        .await?;
+                self.client.edits(&image, None, &job.prompt, size).await?
             }
             Operation::Variations { .. } => {
                 let parent = parent()?;

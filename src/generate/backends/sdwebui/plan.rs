@@ -6,6 +6,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use serde_json::{json, Value};
 
+use crate::domain::image_prompts::IMAGE_WEIGHT_DEFAULT;
 use crate::domain::operation::VariationOf;
 use crate::domain::Operation;
 use crate::generate::backends::images::{self, size_for};
@@ -68,9 +69,16 @@ pub(super) fn plan(job: &Job, model: Option<&str>) -> Result<Call, GenerateError
     let call = match &job.operation {
         Operation::Imagine | Operation::Reroll => {
             let (width, height) = size_for(job, 8);
-            Call::Images {
-                path: TXT2IMG,
-                body: encode(&generation(job, model, width, height)),
+            if job.inputs.is_empty() {
+                Call::Images {
+                    path: TXT2IMG,
+                    body: encode(&generation(job, model, width, height)),
+                }
+            } else {
+                // Image prompts: img2img from them, as much of them kept as `--iw` asks.
+                let iw = job.extras.parameters.iw.unwrap_or(IMAGE_WEIGHT_DEFAULT);
+                let init = ops::image_prompt_canvas(&job.inputs, width, height, job.seed);
+                img2img(job, model, &init, None, ops::image_prompt_denoising(iw))?
             }
         }
         Operation::Variations { of, .. } => {
