@@ -169,6 +169,7 @@ mod tests {
                 dimension: Some("square"),
                 input_image_urls: Some(vec![]),
                 input_image_url: Some("i".into()),
+                image_prompts: Some(vec![]),
             },
             result: ResultFields {
                 original_image_url: Some("o".into()),
