@@ -134,6 +134,24 @@ impl Browser {
         self.keep(res).await
     }
 
+    /// POST a file form (`multipart/form-data`) as the dashboard's pages do, without script.
+    async fn post_file(&mut self, path: &str, csrf: &str, image: Vec<u8>) -> Page {
+        let form = reqwest::multipart::Form::new().text("csrf", csrf.to_string()).part(
+            "image",
+            reqwest::multipart::Part::bytes(image).file_name("picture.png"),
+        );
+        let res = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("cookie", self.cookie_header())
+            .header("origin", self.base.clone())
+            .multipart(form)
+            .send()
+            .await
+            .unwrap();
+        self.keep(res).await
+    }
+
     /// Sign up (the form's own token), and expect to be signed in.
     async fn sign_up(&mut self, email: &str, password: &str) -> Page {
         let form = self.get("/signup").await;
@@ -1164,4 +1182,76 @@ async fn a_task_that_has_not_ended_is_canceled_from_its_page_by_its_owner_only()
         .post(&format!("/tasks/{task}/cancel"), &[("csrf", &csrf)])
         .await;
     assert_eq!(again.location(), format!("/tasks/{task}?cancel=ended"));
+}
+
+#[tokio::test]
+async fn the_playground_uploads_an_image_without_script_and_offers_its_url() {
+    let app = TestApp::spawn().await;
+    let mut b = Browser::new(&app);
+    b.sign_up("pictures@example.com", PASSWORD).await;
+    let key = b.create_key("playground").await;
+    let page = b.get("/playground").await;
+    assert!(page.body.contains("enctype=\"multipart/form-data\""), "{}", page.body);
+    let csrf = page.csrf();
+    let mut png = std::io::Cursor::new(Vec::new());
+    image::DynamicImage::ImageRgba8(image::RgbaImage::from_pixel(
+        24,
+        16,
+        image::Rgba([200, 40, 40, 255]),
+    ))
+    .write_to(&mut png, image::ImageFormat::Png)
+    .unwrap();
+    let png = png.into_inner();
+
+    // Without the session's token: refused, nothing stored.
+    let forged = b.post_file("/playground/upload", "forged", png.clone()).await;
+    assert_eq!(forged.status, 403);
+    // Not an image: the API's words, nothing stored.
+    let text = b
+        .post_file("/playground/upload", &csrf, b"hello".to_vec())
+        .await;
+    assert_eq!(text.status, 200);
+    assert!(
+        text.body.contains("image: not a PNG, JPEG, WebP or GIF image"),
+        "{}",
+        text.body
+    );
+    assert!(!text.body.contains("data-testid=\"upload\""));
+
+    let page = b.post_file("/playground/upload", &csrf, png.clone()).await;
+    assert_eq!(page.status, 200);
+    let at = page.body.find("id=\"pg-upload-url\" readonly value=\"").expect("the URL");
+    let rest = &page.body[at + "id=\"pg-upload-url\" readonly value=\"".len()..];
+    let url = rest[..rest.find('"').unwrap()].to_string();
+    assert!(url.starts_with(&app.url("/files/uploads/")), "{url}");
+    assert!(page.body.contains("image/png, 24x16"), "{}", page.body);
+    // The prompt starts with it, as an image prompt.
+    assert!(page.body.contains(&format!(">{url} </textarea>")), "{}", page.body);
+    let served = app.http.get(&url).send().await.unwrap();
+    assert_eq!(served.bytes().await.unwrap().to_vec(), png);
+
+    // The upload is the account's: describe from the playground takes it, with its key.
+    let described = b
+        .post(
+            "/playground",
+            &[
+                ("csrf", &csrf),
+                ("key", &key),
+                ("operation", "describe"),
+                ("extra", &format!(r#"{{"image_url": "{url}"}}"#)),
+            ],
+        )
+        .await;
+    assert!(described.body.contains("hx-get=\"/tasks/"), "{}", described.body);
+    // Another account cannot use it.
+    let (status, body) = app
+        .post("/api/v1/describe", &serde_json::json!({ "image_url": url }))
+        .await;
+    assert_eq!(status, 404, "{body}");
+    let files = std::fs::read_dir(app.dir.path().join("files").join("uploads"))
+        .unwrap()
+        .flatten()
+        .flat_map(|account| std::fs::read_dir(account.path()).unwrap().flatten())
+        .count();
+    assert_eq!(files, 1, "the refused forms stored nothing");
 }

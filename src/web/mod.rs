@@ -44,6 +44,10 @@ pub fn routes() -> Router<AppState> {
             "/playground",
             get(playground::page).post(playground::submit),
         )
+        .route(
+            "/playground/upload",
+            axum::routing::post(playground::upload),
+        )
         .route("/account", get(account::page))
         .route("/account/secret", post(account::reveal_secret))
         .route("/account/secret/rotate", post(account::rotate_secret))

@@ -3,21 +3,22 @@
 //! and images as they arrive (htmx polls the progress fragment).
 
 use askama::Template;
-use axum::extract::State;
+use axum::extract::{FromRequest, Request, State};
 use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::error::{render, WebError};
 use super::page::Layout;
-use super::session::{Posted, SignedIn};
+use super::session::{Posted, SignedIn, Uploaded};
 use super::tasks::Progress;
 use crate::auth::{hash_key, well_formed, PresentedKey};
 use crate::domain::OpKind;
 use crate::error::ApiError;
 use crate::http::state::AppState;
 use crate::tasks::body::JsonObject;
-use crate::tasks::submit;
+use crate::tasks::record::rfc3339;
+use crate::tasks::{submit, upload};
 
 #[derive(Template)]
 #[template(path = "playground.html")]
@@ -25,6 +26,39 @@ struct PlaygroundPage {
     layout: Layout,
     csrf: String,
     operations: Vec<&'static str>,
+    /// The image just uploaded, offered for describe, blend and image prompts.
+    upload: Option<UploadView>,
+    /// Why the upload was refused, in the API's words.
+    upload_error: Option<String>,
+}
+
+/// An upload as the playground shows it.
+pub(super) struct UploadView {
+    pub(super) url: String,
+    pub(super) content_type: String,
+    pub(super) width: u32,
+    pub(super) height: u32,
+    pub(super) expires_at: String,
+}
+
+impl PlaygroundPage {
+    fn new(user: &SignedIn) -> PlaygroundPage {
+        PlaygroundPage {
+            layout: Layout::new("Playground", "playground", Some(user)),
+            csrf: user.csrf.clone(),
+            operations: OpKind::ALL.iter().map(|k| k.as_str()).collect(),
+            upload: None,
+            upload_error: None,
+        }
+    }
+
+    /// The prompt box's text: an image prompt of the upload, for the caller to finish.
+    fn prompt_start(&self) -> String {
+        self.upload
+            .as_ref()
+            .map(|u| format!("{} ", u.url))
+            .unwrap_or_default()
+    }
 }
 
 /// What a submit from the playground shows in place of the form's result.
@@ -37,11 +71,32 @@ struct Submitted {
 
 /// `GET /playground`.
 pub async fn page(State(_): State<AppState>, user: SignedIn) -> Result<Response, WebError> {
-    let page = PlaygroundPage {
-        layout: Layout::new("Playground", "playground", Some(&user)),
-        csrf: user.csrf.clone(),
-        operations: OpKind::ALL.iter().map(|k| k.as_str()).collect(),
+    render(&PlaygroundPage::new(&user))
+}
+
+/// `POST /playground/upload`: a form with a file (no script needed), stored as one of the
+/// signed-in account's uploads through the same use case as `POST /api/v1/upload`; the
+/// playground again, offering the upload's URL.
+pub async fn upload(State(state): State<AppState>, req: Request) -> Result<Response, WebError> {
+    let Uploaded { user, image } = Uploaded::from_request(req, &state).await?;
+    let mut page = PlaygroundPage::new(&user);
+    let stored = match image {
+        Some(bytes) => upload::store_upload(&state, &user.account.id, "image", bytes).await,
+        None => Err(ApiError::field("image", "missing_field", "choose a file")),
     };
+    match stored {
+        Ok(u) => {
+            page.upload = Some(UploadView {
+                url: state.blobs.url(&u.key),
+                content_type: u.content_type,
+                width: u.width,
+                height: u.height,
+                expires_at: rfc3339(u.expires_at),
+            })
+        }
+        Err(ApiError::Internal(e)) => return Err(WebError::Internal(e)),
+        Err(e) => page.upload_error = Some(e.to_string()),
+    }
     render(&page)
 }
 

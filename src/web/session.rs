@@ -226,6 +226,44 @@ impl<T: DeserializeOwned + Send> FromRequest<AppState> for Posted<T> {
     }
 }
 
+/// A file form (`multipart/form-data`) posted by a signed-in account from the dashboard's own
+/// pages with the session's CSRF token (403 otherwise, and nothing done): the file part
+/// `image`, if it has one. The body is read under `mask_body_limit`.
+pub struct Uploaded {
+    pub user: SignedIn,
+    pub image: Option<bytes::Bytes>,
+}
+
+impl FromRequest<AppState> for Uploaded {
+    type Rejection = WebError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, WebError> {
+        let (mut parts, body) = form_head(req, state)?;
+        let user = SignedIn::from_request_parts(&mut parts, state).await?;
+        let bytes = read_body(&parts, body).await?;
+        let req = Request::from_parts(parts, Body::from(bytes));
+        let unreadable = |_| WebError::BadForm("the form could not be read".into());
+        let mut form = axum::extract::Multipart::from_request(req, state)
+            .await
+            .map_err(|_| WebError::BadForm("the form could not be read".into()))?;
+        let (mut csrf, mut image) = (String::new(), None);
+        while let Some(field) = form.next_field().await.map_err(unreadable)? {
+            match field.name() {
+                Some("csrf") => csrf = field.text().await.map_err(unreadable)?,
+                Some("image") => {
+                    let data = field.bytes().await.map_err(unreadable)?;
+                    image = (!data.is_empty()).then_some(data);
+                }
+                _ => {}
+            }
+        }
+        if !same_secret(&csrf, &user.csrf) {
+            return Err(WebError::Forbidden);
+        }
+        Ok(Uploaded { user, image })
+    }
+}
+
 /// A form posted signed out (sign in, sign up) from the dashboard's own pages, its CSRF field
 /// equal to the `easel_form` cookie: 403 otherwise.
 pub struct PublicPosted<T> {
