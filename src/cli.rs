@@ -1,5 +1,5 @@
-//! The command-line client: `easel imagine`, `upscale`, `fetch` and `tasks` talk to a running
-//! server over its HTTP API, with the key in `EASEL_API_KEY` (docs/cli.md).
+//! The command-line client: `easel imagine`, `upscale`, `fetch`, `tasks` and `upload` talk to a
+//! running server over its HTTP API, with the key in `EASEL_API_KEY` (docs/cli.md).
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -62,6 +62,10 @@ pub enum Request {
     Cancel {
         task: String,
     },
+    /// Upload an image file (`POST /api/v1/upload`) and print the answer.
+    Upload {
+        file: PathBuf,
+    },
 }
 
 /// Run a client command against `server`.
@@ -110,6 +114,22 @@ pub async fn run(server: Server, request: Request) -> anyhow::Result<()> {
             } else {
                 println!("{} canceled", record["task_id"].as_str().unwrap_or(&task));
             }
+            Ok(())
+        }
+        Request::Upload { file } => {
+            let bytes = std::fs::read(&file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            let name = file
+                .file_name()
+                .map_or("image".into(), |n| n.to_string_lossy().into_owned());
+            // The server tells the format from the bytes; the name is only carried along.
+            let form = reqwest::multipart::Form::new()
+                .part("image", reqwest::multipart::Part::bytes(bytes).file_name(name));
+            let url = format!("{}/api/v1/upload", client.base);
+            let answer = client
+                .call(client.http.post(url).multipart(form), "POST /api/v1/upload")
+                .await?;
+            println!("{}", serde_json::to_string_pretty(&answer)?);
             Ok(())
         }
         Request::Tasks => {

@@ -113,6 +113,13 @@ enum Command {
         #[command(flatten)]
         server: Server,
     },
+    /// Client: upload an image file (POST /api/v1/upload) and print the answer, whose `url`
+    /// every image field and image prompt takes.
+    Upload {
+        file: PathBuf,
+        #[command(flatten)]
+        server: Server,
+    },
     /// Benchmark baseline (bench/run): a bare axum handler for `POST /api/v1/imagine` that
     /// parses the body like the real one and answers a fresh UUID, storing nothing.
     #[command(hide = true)]
@@ -227,6 +234,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cancel { task, server } => {
             return cli::run(server, cli::Request::Cancel { task }).await
         }
+        Command::Upload { file, server } => {
+            return cli::run(server, cli::Request::Upload { file }).await
+        }
         other => other,
     };
     let mut overrides = Overrides {
@@ -263,7 +273,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         | Command::Upscale { .. }
         | Command::Fetch { .. }
         | Command::Tasks { .. }
-        | Command::Cancel { .. } => unreachable!("handled before the settings are read"),
+        | Command::Cancel { .. }
+        | Command::Upload { .. } => unreachable!("handled before the settings are read"),
         Command::SigningSecret { account, rotate } => {
             let store = open_store(&config).await?;
             let account = account_or_first(store.as_ref(), account.as_deref()).await?;

@@ -433,6 +433,35 @@ async fn the_cli_imagines_waits_downloads_and_upscales() {
 }
 
 #[tokio::test]
+async fn the_cli_uploads_a_file_and_prints_the_answer() {
+    let app = TestApp::spawn_with(|c| c.worker.workers = 0).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("kite.gif");
+    let mut gif = std::io::Cursor::new(Vec::new());
+    image::DynamicImage::ImageRgba8(image::RgbaImage::from_pixel(
+        9,
+        7,
+        image::Rgba([0, 90, 200, 255]),
+    ))
+    .write_to(&mut gif, image::ImageFormat::Gif)
+    .unwrap();
+    std::fs::write(&file, gif.get_ref()).unwrap();
+    let (ok, out, err) = easel(&app, &app.key, &["upload", file.to_str().unwrap()]).await;
+    assert!(ok, "{err}");
+    let answer: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(answer["content_type"], "image/gif");
+    assert_eq!((answer["width"].clone(), answer["height"].clone()), (json!(9), json!(7)));
+    assert_eq!(answer["url"], answer["imageURL"]);
+    let served = app.http.get(answer["url"].as_str().unwrap()).send().await.unwrap();
+    assert_eq!(served.bytes().await.unwrap().to_vec(), gif.into_inner());
+    // Not an image: the API's words.
+    std::fs::write(&file, b"not an image").unwrap();
+    let (ok, _, err) = easel(&app, &app.key, &["upload", file.to_str().unwrap()]).await;
+    assert!(!ok);
+    assert!(err.contains("image: not a PNG, JPEG, WebP or GIF image (invalid_image)"), "{err}");
+}
+
+#[tokio::test]
 async fn the_cli_fails_clearly_with_the_apis_message() {
     let app = TestApp::spawn_with(|c| c.worker.workers = 0).await;
     let bad = format!("easel_{}", "A".repeat(32));
