@@ -117,14 +117,16 @@ pub async fn run(server: Server, request: Request) -> anyhow::Result<()> {
             Ok(())
         }
         Request::Upload { file } => {
-            let bytes = std::fs::read(&file)
-                .with_context(|| format!("cannot read {}", file.display()))?;
+            let bytes =
+                std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
             let name = file
                 .file_name()
                 .map_or("image".into(), |n| n.to_string_lossy().into_owned());
             // The server tells the format from the bytes; the name is only carried along.
-            let form = reqwest::multipart::Form::new()
-                .part("image", reqwest::multipart::Part::bytes(bytes).file_name(name));
+            let form = reqwest::multipart::Form::new().part(
+                "image",
+                reqwest::multipart::Part::bytes(bytes).file_name(name),
+            );
             let url = format!("{}/api/v1/upload", client.base);
             let answer = client
                 .call(client.http.post(url).multipart(form), "POST /api/v1/upload")

@@ -136,10 +136,12 @@ impl Browser {
 
     /// POST a file form (`multipart/form-data`) as the dashboard's pages do, without script.
     async fn post_file(&mut self, path: &str, csrf: &str, image: Vec<u8>) -> Page {
-        let form = reqwest::multipart::Form::new().text("csrf", csrf.to_string()).part(
-            "image",
-            reqwest::multipart::Part::bytes(image).file_name("picture.png"),
-        );
+        let form = reqwest::multipart::Form::new()
+            .text("csrf", csrf.to_string())
+            .part(
+                "image",
+                reqwest::multipart::Part::bytes(image).file_name("picture.png"),
+            );
         let res = self
             .http
             .post(format!("{}{path}", self.base))
@@ -1191,7 +1193,11 @@ async fn the_playground_uploads_an_image_without_script_and_offers_its_url() {
     b.sign_up("pictures@example.com", PASSWORD).await;
     let key = b.create_key("playground").await;
     let page = b.get("/playground").await;
-    assert!(page.body.contains("enctype=\"multipart/form-data\""), "{}", page.body);
+    assert!(
+        page.body.contains("enctype=\"multipart/form-data\""),
+        "{}",
+        page.body
+    );
     let csrf = page.csrf();
     let mut png = std::io::Cursor::new(Vec::new());
     image::DynamicImage::ImageRgba8(image::RgbaImage::from_pixel(
@@ -1204,7 +1210,9 @@ async fn the_playground_uploads_an_image_without_script_and_offers_its_url() {
     let png = png.into_inner();
 
     // Without the session's token: refused, nothing stored.
-    let forged = b.post_file("/playground/upload", "forged", png.clone()).await;
+    let forged = b
+        .post_file("/playground/upload", "forged", png.clone())
+        .await;
     assert_eq!(forged.status, 403);
     // Not an image: the API's words, nothing stored.
     let text = b
@@ -1212,7 +1220,8 @@ async fn the_playground_uploads_an_image_without_script_and_offers_its_url() {
         .await;
     assert_eq!(text.status, 200);
     assert!(
-        text.body.contains("image: not a PNG, JPEG, WebP or GIF image"),
+        text.body
+            .contains("image: not a PNG, JPEG, WebP or GIF image"),
         "{}",
         text.body
     );
@@ -1220,13 +1229,20 @@ async fn the_playground_uploads_an_image_without_script_and_offers_its_url() {
 
     let page = b.post_file("/playground/upload", &csrf, png.clone()).await;
     assert_eq!(page.status, 200);
-    let at = page.body.find("id=\"pg-upload-url\" readonly value=\"").expect("the URL");
+    let at = page
+        .body
+        .find("id=\"pg-upload-url\" readonly value=\"")
+        .expect("the URL");
     let rest = &page.body[at + "id=\"pg-upload-url\" readonly value=\"".len()..];
     let url = rest[..rest.find('"').unwrap()].to_string();
     assert!(url.starts_with(&app.url("/files/uploads/")), "{url}");
     assert!(page.body.contains("image/png, 24x16"), "{}", page.body);
     // The prompt starts with it, as an image prompt.
-    assert!(page.body.contains(&format!(">{url} </textarea>")), "{}", page.body);
+    assert!(
+        page.body.contains(&format!(">{url} </textarea>")),
+        "{}",
+        page.body
+    );
     let served = app.http.get(&url).send().await.unwrap();
     assert_eq!(served.bytes().await.unwrap().to_vec(), png);
 
@@ -1242,7 +1258,11 @@ async fn the_playground_uploads_an_image_without_script_and_offers_its_url() {
             ],
         )
         .await;
-    assert!(described.body.contains("hx-get=\"/tasks/"), "{}", described.body);
+    assert!(
+        described.body.contains("hx-get=\"/tasks/"),
+        "{}",
+        described.body
+    );
     // Another account cannot use it.
     let (status, body) = app
         .post("/api/v1/describe", &serde_json::json!({ "image_url": url }))

@@ -450,15 +450,26 @@ async fn the_cli_uploads_a_file_and_prints_the_answer() {
     assert!(ok, "{err}");
     let answer: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(answer["content_type"], "image/gif");
-    assert_eq!((answer["width"].clone(), answer["height"].clone()), (json!(9), json!(7)));
+    assert_eq!(
+        (answer["width"].clone(), answer["height"].clone()),
+        (json!(9), json!(7))
+    );
     assert_eq!(answer["url"], answer["imageURL"]);
-    let served = app.http.get(answer["url"].as_str().unwrap()).send().await.unwrap();
+    let served = app
+        .http
+        .get(answer["url"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap();
     assert_eq!(served.bytes().await.unwrap().to_vec(), gif.into_inner());
     // Not an image: the API's words.
     std::fs::write(&file, b"not an image").unwrap();
     let (ok, _, err) = easel(&app, &app.key, &["upload", file.to_str().unwrap()]).await;
     assert!(!ok);
-    assert!(err.contains("image: not a PNG, JPEG, WebP or GIF image (invalid_image)"), "{err}");
+    assert!(
+        err.contains("image: not a PNG, JPEG, WebP or GIF image (invalid_image)"),
+        "{err}"
+    );
 }
 
 #[tokio::test]

@@ -113,14 +113,22 @@ async fn each_format_round_trips_through_multipart_and_raw_uploads() {
             assert_eq!(status, 201, "{mime} {how}: {body}");
             assert_eq!(body["content_type"], mime, "{how}");
             assert_eq!(body["byte_size"], bytes.len(), "{how}");
-            assert_eq!((body["width"].clone(), body["height"].clone()), (json!(40), json!(30)));
+            assert_eq!(
+                (body["width"].clone(), body["height"].clone()),
+                (json!(40), json!(30))
+            );
             assert_eq!(body["url"], body["imageURL"]);
             assert!(uuid::Uuid::parse_str(body["id"].as_str().unwrap()).is_ok());
-            let expires = chrono::DateTime::parse_from_rfc3339(body["expires_at"].as_str().unwrap())
-                .unwrap();
+            let expires =
+                chrono::DateTime::parse_from_rfc3339(body["expires_at"].as_str().unwrap()).unwrap();
             let left = expires.timestamp() - chrono::Utc::now().timestamp();
             assert!((86_000..=86_400).contains(&left), "{left}");
-            let res = app.http.get(body["url"].as_str().unwrap()).send().await.unwrap();
+            let res = app
+                .http
+                .get(body["url"].as_str().unwrap())
+                .send()
+                .await
+                .unwrap();
             assert_eq!(res.status(), 200);
             assert_eq!(res.headers()["content-type"], mime);
             assert_eq!(res.bytes().await.unwrap().to_vec(), bytes, "{mime} {how}");
@@ -141,7 +149,11 @@ fn bomb_png(w: u32, h: u32) -> Vec<u8> {
         for &b in &out[start..] {
             crc ^= u32::from(b);
             for _ in 0..8 {
-                crc = if crc & 1 != 0 { (crc >> 1) ^ 0xedb8_8320 } else { crc >> 1 };
+                crc = if crc & 1 != 0 {
+                    (crc >> 1) ^ 0xedb8_8320
+                } else {
+                    crc >> 1
+                };
             }
         }
         out.extend_from_slice(&(!crc).to_be_bytes());
@@ -152,7 +164,11 @@ fn bomb_png(w: u32, h: u32) -> Vec<u8> {
     ihdr.extend_from_slice(&h.to_be_bytes());
     ihdr.extend_from_slice(&[8, 6, 0, 0, 0]);
     chunk(&mut out, b"IHDR", &ihdr);
-    chunk(&mut out, b"IDAT", &[0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01]);
+    chunk(
+        &mut out,
+        b"IDAT",
+        &[0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01],
+    );
     chunk(&mut out, b"IEND", &[]);
     out
 }
@@ -162,7 +178,11 @@ async fn bad_uploads_are_refused_naming_the_field_and_nothing_is_stored() {
     let app = TestApp::spawn_with(|c| c.limits.input_max_bytes = 64 * 1024).await;
     let good = png(40, 30);
     let mut text = b"\x89PNG\r\n\x1a\n".to_vec();
-    text.extend_from_slice(b"just some text pretending to be an image\n".repeat(20).as_slice());
+    text.extend_from_slice(
+        b"just some text pretending to be an image\n"
+            .repeat(20)
+            .as_slice(),
+    );
     let mut polyglot = good.clone();
     polyglot.extend_from_slice(b"PK\x03\x04\x14\x00\x00\x00\x08\x00 hidden.zip contents");
     let zip = b"PK\x03\x04\x14\x00\x00\x00\x08\x00\x00\x00\x00\x00 a zip file".to_vec();
@@ -183,10 +203,26 @@ async fn bad_uploads_are_refused_naming_the_field_and_nothing_is_stored() {
         ("a polyglot", polyglot, "follow the end of the image"),
         ("a zip", zip, "not a PNG, JPEG, WebP or GIF image"),
         ("over the byte limit", big, "more than the 65536 bytes"),
-        ("a decompression bomb", bomb_png(100_000, 100_000), "100000x100000 is over the 25 megapixel limit"),
-        ("a bomb within the pixel limit", bomb_png(4000, 4000), "could not be decoded"),
-        ("a truncated PNG", good[..good.len() / 2].to_vec(), "truncated"),
-        ("a truncated JPEG", jpeg[..jpeg.len() - 40].to_vec(), "truncated"),
+        (
+            "a decompression bomb",
+            bomb_png(100_000, 100_000),
+            "100000x100000 is over the 25 megapixel limit",
+        ),
+        (
+            "a bomb within the pixel limit",
+            bomb_png(4000, 4000),
+            "could not be decoded",
+        ),
+        (
+            "a truncated PNG",
+            good[..good.len() / 2].to_vec(),
+            "truncated",
+        ),
+        (
+            "a truncated JPEG",
+            jpeg[..jpeg.len() - 40].to_vec(),
+            "truncated",
+        ),
     ];
     for (what, bytes, rule) in cases {
         let (status, body) = upload_part(&app, &app.key, "image", bytes).await;
@@ -207,18 +243,35 @@ async fn bad_uploads_are_refused_naming_the_field_and_nothing_is_stored() {
         .await
         .unwrap();
     let (status, body) = split(res).await;
-    assert_eq!((status, body["errors"][0]["code"].clone()), (400, json!("missing_field")));
-    assert!(body["errors"][0]["msg"].as_str().unwrap().starts_with("image: is required"));
+    assert_eq!(
+        (status, body["errors"][0]["code"].clone()),
+        (400, json!("missing_field"))
+    );
+    assert!(body["errors"][0]["msg"]
+        .as_str()
+        .unwrap()
+        .starts_with("image: is required"));
     let (status, body) = upload_raw(&app, "text/plain", good.clone()).await;
     assert_eq!(status, 415, "{body}");
     // data: URLs: bad base64, another media type, bad content; each names its field.
     let data_cases = [
-        ("data:image/png;base64,@@not base64@@", "image_url: is not valid base64"),
-        (&*data_url("text/html", b"<script>"), "image_url: must be a data URL of a PNG"),
-        (&*data_url("image/png", b"hello, not an image"), "image_url: not a PNG, JPEG"),
+        (
+            "data:image/png;base64,@@not base64@@",
+            "image_url: is not valid base64",
+        ),
+        (
+            &*data_url("text/html", b"<script>"),
+            "image_url: must be a data URL of a PNG",
+        ),
+        (
+            &*data_url("image/png", b"hello, not an image"),
+            "image_url: not a PNG, JPEG",
+        ),
     ];
     for (url, rule) in data_cases {
-        let (status, body) = app.post("/api/v1/describe", &json!({ "image_url": url })).await;
+        let (status, body) = app
+            .post("/api/v1/describe", &json!({ "image_url": url }))
+            .await;
         assert_eq!(status, 400, "{body}");
         let msg = body["errors"][0]["msg"].as_str().unwrap();
         assert!(msg.starts_with(rule), "{msg}");
@@ -230,7 +283,10 @@ async fn bad_uploads_are_refused_naming_the_field_and_nothing_is_stored() {
         )
         .await;
     assert_eq!(status, 400, "{body}");
-    assert!(body["errors"][0]["msg"].as_str().unwrap().starts_with("image_urls[1]: "));
+    assert!(body["errors"][0]["msg"]
+        .as_str()
+        .unwrap()
+        .starts_with("image_urls[1]: "));
     // Without a key, nothing is read: 401 {}.
     let res = app
         .http
@@ -254,10 +310,15 @@ async fn uploads_and_data_urls_feed_describe_blend_and_image_prompts() {
     assert_eq!(status, 201, "{b}");
     let (a_url, b_url) = (a["url"].as_str().unwrap(), b["url"].as_str().unwrap());
 
-    let (status, describe) = app.post("/api/v1/describe", &json!({ "image_url": a_url })).await;
+    let (status, describe) = app
+        .post("/api/v1/describe", &json!({ "image_url": a_url }))
+        .await;
     assert_eq!(status, 200, "{describe}");
     let described = app
-        .wait_final(describe["task_id"].as_str().unwrap(), Duration::from_secs(30))
+        .wait_final(
+            describe["task_id"].as_str().unwrap(),
+            Duration::from_secs(30),
+        )
         .await;
     assert_eq!(described["status"], "finished", "{described}");
     assert_eq!(described["input_image_url"], a_url);
@@ -265,7 +326,10 @@ async fn uploads_and_data_urls_feed_describe_blend_and_image_prompts() {
     // A data: URL is kept as an upload: the record shows its short easel URL.
     let inline = data_url("image/webp", &encoded(ImageFormat::WebP, 30, 30));
     let (status, blend) = app
-        .post("/api/v1/blend", &json!({ "image_urls": [a_url, b_url, inline] }))
+        .post(
+            "/api/v1/blend",
+            &json!({ "image_urls": [a_url, b_url, inline] }),
+        )
         .await;
     assert_eq!(status, 200, "{blend}");
     let blended = app
@@ -273,15 +337,24 @@ async fn uploads_and_data_urls_feed_describe_blend_and_image_prompts() {
         .await;
     assert_eq!(blended["status"], "finished", "{blended}");
     let inputs = blended["input_image_urls"].as_array().unwrap();
-    assert_eq!((inputs[0].as_str(), inputs[1].as_str()), (Some(a_url), Some(b_url)));
+    assert_eq!(
+        (inputs[0].as_str(), inputs[1].as_str()),
+        (Some(a_url), Some(b_url))
+    );
     let kept = inputs[2].as_str().unwrap();
-    assert!(kept.starts_with(&app.url("/files/uploads/")) && kept.ends_with(".webp"), "{kept}");
+    assert!(
+        kept.starts_with(&app.url("/files/uploads/")) && kept.ends_with(".webp"),
+        "{kept}"
+    );
     let res = app.http.get(kept).send().await.unwrap();
     assert_eq!(res.headers()["content-type"], "image/webp");
 
     // Image prompts: the URLs at the start of the prompt; the text after them is what is drawn,
     // and the image is blended in (the same prompt and seed without it draws something else).
-    let prompt = format!("{a_url} {} a lighthouse at dusk", data_url("image/png", &png(20, 20)));
+    let prompt = format!(
+        "{a_url} {} a lighthouse at dusk",
+        data_url("image/png", &png(20, 20))
+    );
     let with = app.imagine(json!({ "prompt": prompt, "seed": 7 })).await;
     let without = app
         .imagine(json!({ "prompt": "a lighthouse at dusk", "seed": 7 }))
@@ -292,18 +365,43 @@ async fn uploads_and_data_urls_feed_describe_blend_and_image_prompts() {
     assert_eq!(with["prompt"], "a lighthouse at dusk");
     let prompts = with["image_prompts"].as_array().unwrap();
     assert_eq!(prompts[0], a_url);
-    assert!(prompts[1].as_str().unwrap().starts_with(&app.url("/files/uploads/")));
+    assert!(prompts[1]
+        .as_str()
+        .unwrap()
+        .starts_with(&app.url("/files/uploads/")));
     assert!(without.get("image_prompts").is_none(), "{without}");
     let first = |t: &Value| t["image_urls"][0].as_str().unwrap().to_string();
-    let drawn_with = app.http.get(first(&with)).send().await.unwrap().bytes().await.unwrap();
-    let drawn_without = app.http.get(first(&without)).send().await.unwrap().bytes().await.unwrap();
-    assert_ne!(drawn_with, drawn_without, "the image prompt changes the image");
+    let drawn_with = app
+        .http
+        .get(first(&with))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let drawn_without = app
+        .http
+        .get(first(&without))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_ne!(
+        drawn_with, drawn_without,
+        "the image prompt changes the image"
+    );
 
     // Another account cannot use this account's upload: 404, nothing revealed.
     let (_, other) = app.account_with("other@example.com", None).await;
     for (path, body) in [
         ("/api/v1/describe", json!({ "image_url": a_url })),
-        ("/api/v1/imagine", json!({ "prompt": format!("{a_url} a fox") })),
+        (
+            "/api/v1/imagine",
+            json!({ "prompt": format!("{a_url} a fox") }),
+        ),
     ] {
         let (status, body) = app.post_as(&other, path, &body).await;
         assert_eq!(status, 404, "{path}: {body}");
@@ -330,14 +428,21 @@ async fn the_daily_limit_counts_uploads_and_data_urls_per_account() {
         .send()
         .await
         .unwrap();
-    let retry: u64 = res.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    let retry: u64 = res.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!((1..=86_400).contains(&retry), "{retry}");
     let (status, body) = split(res).await;
     assert_eq!(status, 429, "{body}");
     assert_eq!(body["errors"][0]["code"], "quota_exceeded");
     // A data: URL counts the same, and its refused submit stores nothing.
     let (status, body) = app
-        .post("/api/v1/describe", &json!({ "image_url": data_url("image/png", &image) }))
+        .post(
+            "/api/v1/describe",
+            &json!({ "image_url": data_url("image/png", &image) }),
+        )
         .await;
     assert_eq!(status, 429, "{body}");
     assert_eq!(stored_uploads(&app), 2);
@@ -365,7 +470,9 @@ async fn uploads_are_removed_after_upload_retention() {
     })
     .await;
     assert!(gone.is_some(), "the expired upload's file is removed");
-    let (status, body) = app.post("/api/v1/describe", &json!({ "image_url": url })).await;
+    let (status, body) = app
+        .post("/api/v1/describe", &json!({ "image_url": url }))
+        .await;
     assert_eq!(status, 404, "{body}");
     assert_eq!(body["errors"][0]["msg"], "image_url: upload not found");
     app.stop().await;

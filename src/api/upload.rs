@@ -26,11 +26,7 @@ pub async fn upload(
 ) -> Result<Response, ApiError> {
     let (field, bytes) = image_of(req, &state).await?;
     let stored = upload::store_upload(&state, &account.id, &field, bytes).await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(upload::answer(&state, &stored)),
-    )
-        .into_response())
+    Ok((StatusCode::CREATED, Json(upload::answer(&state, &stored))).into_response())
 }
 
 /// The image the request carries and the name of its field (`image` for a raw body).
@@ -79,10 +75,18 @@ pub async fn image_of(req: Request, state: &AppState) -> Result<(String, Bytes),
         .await
         .map_err(|e| ApiError::field("body", "invalid_body", e.body_text()))?;
     let broken = |e: axum::extract::multipart::MultipartError| {
-        ApiError::field("body", "invalid_body", format!("is not a valid form ({})", e.body_text()))
+        ApiError::field(
+            "body",
+            "invalid_body",
+            format!("is not a valid form ({})", e.body_text()),
+        )
     };
     while let Some(part) = form.next_field().await.map_err(broken)? {
-        let Some(name) = part.name().filter(|n| PARTS.contains(n)).map(str::to_string) else {
+        let Some(name) = part
+            .name()
+            .filter(|n| PARTS.contains(n))
+            .map(str::to_string)
+        else {
             continue;
         };
         let data = part.bytes().await.map_err(broken)?;

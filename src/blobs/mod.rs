@@ -262,8 +262,8 @@ impl<'a> Layout<'a> {
                 let account_id = uuid::Uuid::parse_str(account).ok()?;
                 let (token, ext) = name.split_once('.')?;
                 let token_ok = token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit());
-                let ext_ok = content_type_of(name) != "application/octet-stream"
-                    && !ext.contains('.');
+                let ext_ok =
+                    content_type_of(name) != "application/octet-stream" && !ext.contains('.');
                 (token_ok && ext_ok && account == &account_id.hyphenated().to_string())
                     .then_some(Layout::Upload { account_id })
             }
@@ -356,7 +356,9 @@ mod tests {
         assert_eq!(Layout::of("storage-probe/0a1b.bin"), Some(Layout::Probe));
         let account = "0190d6c1-2b7e-7c3a-9f00-000000000002";
         assert_eq!(
-            Layout::of(&format!("uploads/{account}/0123456789abcdef0123456789abcdef.jpg")),
+            Layout::of(&format!(
+                "uploads/{account}/0123456789abcdef0123456789abcdef.jpg"
+            )),
             Some(Layout::Upload {
                 account_id: account.parse().unwrap()
             })

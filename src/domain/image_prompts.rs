@@ -50,7 +50,9 @@ mod tests {
     #[test]
     fn only_leading_urls_are_image_prompts() {
         assert_eq!(
-            split_image_prompts("  https://a.example/1.png\nDATA:image/png;base64,AA==  a fox --iw 2"),
+            split_image_prompts(
+                "  https://a.example/1.png\nDATA:image/png;base64,AA==  a fox --iw 2"
+            ),
             (
                 vec!["https://a.example/1.png", "DATA:image/png;base64,AA=="],
                 "a fox --iw 2"

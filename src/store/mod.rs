@@ -32,8 +32,6 @@ pub use ids::TaskIds;
 pub use interface::{
     Accounts, Outbox, Retention, SharedStore, Store, TaskQueue, Uploads, Views, Wakeups,
 };
-pub(crate) use uploads::{upload_of, UploadRow, UPLOAD_COLUMNS};
-pub use uploads::{upload_day, Upload, UploadAdmitted};
 pub use model::{
     now_ms, Account, ApiKeyInfo, AttemptRecord, AttemptRow, ClaimedTask, DayUsage, DueDelivery,
     Ending, ExpiredTask, FailingDestination, Idempotency, KeyOwner, KeyRow, LedgerRow, LiveKey,
@@ -41,6 +39,8 @@ pub use model::{
     WebhookState, FAILING_SCAN_MAX, KEY_TOUCH_EVERY_MS, LIST_LIMIT_MAX,
 };
 pub(crate) use model::{usage_since, worker_lost, Fence, Quota, Refused, RUNNING};
+pub use uploads::{upload_day, Upload, UploadAdmitted};
+pub(crate) use uploads::{upload_of, UploadRow, UPLOAD_COLUMNS};
 
 /// URLs in logs and errors lose their password; the rule lives with the other URL handling.
 pub use crate::net::redact;

@@ -37,8 +37,7 @@ pub fn upload_day(at_ms: i64) -> i64 {
 pub(crate) type UploadRow = (String, String, String, String, i64, i64, i64, i64, i64);
 
 pub(crate) fn upload_of(row: UploadRow) -> Upload {
-    let (id, account_id, key, content_type, byte_size, width, height, created_at, expires_at) =
-        row;
+    let (id, account_id, key, content_type, byte_size, width, height, created_at, expires_at) = row;
     Upload {
         id,
         account_id,

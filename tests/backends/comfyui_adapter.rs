@@ -166,7 +166,10 @@ async fn image_prompts_start_the_imagine_graph_from_the_encoded_image() {
     assert_eq!(graph[encode]["inputs"]["vae"], json!(["4", 2]));
     let load = graph[encode]["inputs"]["pixels"][0].as_str().unwrap();
     assert_eq!(graph[load]["class_type"], "LoadImage");
-    assert_eq!(graph[load]["inputs"]["image"].as_str(), Some(uploads[0].0.as_str()));
+    assert_eq!(
+        graph[load]["inputs"]["image"].as_str(),
+        Some(uploads[0].0.as_str())
+    );
     assert!((graph["3"]["inputs"]["denoise"].as_f64().unwrap() - 0.4).abs() < 1e-9);
 }
 

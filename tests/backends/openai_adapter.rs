@@ -330,7 +330,11 @@ async fn image_prompts_are_edits_where_the_model_has_them() {
     assert!(!seen[0].has("mask"));
     let sent = seen[0].png("image");
     assert_eq!((sent.width, sent.height), (128, 64));
-    assert_eq!(px(&sent, 60, 32), [10, 200, 10, 255], "the image prompt, covering it");
+    assert_eq!(
+        px(&sent, 60, 32),
+        [10, 200, 10, 255],
+        "the image prompt, covering it"
+    );
 
     let mock3 = OpenAiMock {
         key: Some(KEY.into()),

@@ -16,11 +16,11 @@
 mod budget;
 mod decode;
 mod fetch;
-mod whole;
 #[cfg(test)]
 mod metered;
 #[cfg(test)]
 mod samples;
+mod whole;
 
 use std::time::Duration;
 

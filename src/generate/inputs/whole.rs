@@ -61,7 +61,13 @@ fn jpeg_end(bytes: &[u8]) -> Option<usize> {
 /// After the trailer (0x3B): the header, the global colour table, then blocks (images and
 /// extensions, each ending with an empty sub-block).
 fn gif_end(bytes: &[u8]) -> Option<usize> {
-    let table = |flags: u8| if flags & 0x80 != 0 { 3usize << ((flags & 7) + 1) } else { 0 };
+    let table = |flags: u8| {
+        if flags & 0x80 != 0 {
+            3usize << ((flags & 7) + 1)
+        } else {
+            0
+        }
+    };
     let mut at = 13 + table(*bytes.get(10)?);
     let sub_blocks = |mut at: usize| -> Option<usize> {
         loop {
@@ -110,12 +116,18 @@ mod tests {
             check_whole(&bytes, format).unwrap_or_else(|e| panic!("{format:?}: {e}"));
             for len in [bytes.len() - 1, bytes.len() / 2, 20] {
                 let err = check_whole(&bytes[..len], format).unwrap_err();
-                assert_eq!(err.to_string(), "could not be decoded: the data is truncated");
+                assert_eq!(
+                    err.to_string(),
+                    "could not be decoded: the data is truncated"
+                );
             }
             let mut polyglot = bytes.clone();
             polyglot.extend_from_slice(b"PK\x03\x04 a zip file follows");
             let err = check_whole(&polyglot, format).unwrap_err();
-            assert!(err.to_string().contains("23 bytes follow the end"), "{format:?}: {err}");
+            assert!(
+                err.to_string().contains("23 bytes follow the end"),
+                "{format:?}: {err}"
+            );
         }
     }
 }

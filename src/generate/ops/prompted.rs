@@ -8,7 +8,11 @@ use super::blend;
 /// How much of the image prompts shows for `--iw` = `iw` (0..=3): `iw / (iw + 1)`, so that the
 /// default 1 is half of each, 0 is the text alone and 3 is three quarters image.
 pub fn image_share(iw: f64) -> f64 {
-    let iw = if iw.is_finite() { iw.clamp(0.0, 3.0) } else { 1.0 };
+    let iw = if iw.is_finite() {
+        iw.clamp(0.0, 3.0)
+    } else {
+        1.0
+    };
     iw / (iw + 1.0)
 }
 

@@ -6,8 +6,7 @@ use async_trait::async_trait;
 
 use super::PgStore;
 use crate::store::{
-    upload_day, upload_of, StoreResult, Upload, UploadAdmitted, UploadRow, Uploads,
-    UPLOAD_COLUMNS,
+    upload_day, upload_of, StoreResult, Upload, UploadAdmitted, UploadRow, Uploads, UPLOAD_COLUMNS,
 };
 
 #[async_trait]

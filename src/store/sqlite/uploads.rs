@@ -7,8 +7,7 @@ use rusqlite::{params, OptionalExtension};
 use super::writer::Durability;
 use super::{to_json, SqliteStore};
 use crate::store::{
-    upload_day, upload_of, StoreResult, Upload, UploadAdmitted, UploadRow, Uploads,
-    UPLOAD_COLUMNS,
+    upload_day, upload_of, StoreResult, Upload, UploadAdmitted, UploadRow, Uploads, UPLOAD_COLUMNS,
 };
 
 #[async_trait]
@@ -88,7 +87,9 @@ impl Uploads for SqliteStore {
         self.writer
             .call(Durability::Synced, move |conn| {
                 let deleted = conn
-                    .prepare_cached("DELETE FROM uploads WHERE id IN (SELECT value FROM json_each(?1))")?
+                    .prepare_cached(
+                        "DELETE FROM uploads WHERE id IN (SELECT value FROM json_each(?1))",
+                    )?
                     .execute(params![ids])?;
                 conn.prepare_cached("DELETE FROM upload_days WHERE day < ?1")?
                     .execute(params![day])?;

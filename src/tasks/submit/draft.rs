@@ -7,12 +7,12 @@ use base64::Engine;
 use uuid::Uuid;
 
 use super::super::body::{task_id, JsonObject};
+use super::super::upload::inline::{decode_data_url, is_data_url};
 use super::super::Tasks;
 use super::request::{
     self, fields, Aspect, Choice, Delivery, Index, Mode, OptionalIndex, Prompted, Reprompt, Seed,
     TaskId, Text, SEED_RULE,
 };
-use super::super::upload::inline::{decode_data_url, is_data_url};
 use crate::domain::image_prompts::{split_image_prompts, IMAGE_PROMPTS_MAX};
 use crate::domain::operation::{AltKind, Dimension, PanDirection};
 use crate::domain::{AspectRatio, Extras, OpKind, ProcessMode, Prompt, Shape};

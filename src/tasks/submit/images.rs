@@ -4,9 +4,9 @@
 
 use bytes::Bytes;
 
+use super::super::upload::discard;
 use super::super::upload::inline::{decode_data_url, is_data_url};
 use super::super::upload::{check_image, check_owned, keep_upload, upload_account};
-use super::super::upload::discard;
 use super::super::Tasks;
 use super::draft::Draft;
 use crate::auth::{look_up, PresentedKey};

@@ -8,7 +8,8 @@ use crate::error::ApiError;
 
 /// Whether `raw` is a `data:` URL (of any kind): such a value is never fetched.
 pub fn is_data_url(raw: &str) -> bool {
-    raw.get(..5).is_some_and(|s| s.eq_ignore_ascii_case("data:"))
+    raw.get(..5)
+        .is_some_and(|s| s.eq_ignore_ascii_case("data:"))
 }
 
 /// The image bytes of the `data:` URL `raw`, given as `field`; 400 naming the field and the
@@ -56,11 +57,17 @@ mod tests {
             "data:image/png;base64",
         ] {
             let err = decode_data_url("image_url", bad).unwrap_err().to_string();
-            assert!(err.starts_with("image_url: must be a data URL of a PNG"), "{bad}: {err}");
+            assert!(
+                err.starts_with("image_url: must be a data URL of a PNG"),
+                "{bad}: {err}"
+            );
         }
         let err = decode_data_url("image_urls[1]", "data:image/gif;base64,!!!")
             .unwrap_err()
             .to_string();
-        assert!(err.starts_with("image_urls[1]: is not valid base64"), "{err}");
+        assert!(
+            err.starts_with("image_urls[1]: is not valid base64"),
+            "{err}"
+        );
     }
 }

@@ -44,7 +44,8 @@ pub async fn keep_upload(
     let mut token = [0u8; 16];
     rand::rngs::OsRng.fill_bytes(&mut token);
     let now = now_ms();
-    let keep = i64::try_from(tasks.config.retention.upload_retention.as_millis()).unwrap_or(i64::MAX);
+    let keep =
+        i64::try_from(tasks.config.retention.upload_retention.as_millis()).unwrap_or(i64::MAX);
     let upload = Upload {
         id: Uuid::new_v4().to_string(),
         account_id: account_id.to_string(),

@@ -23,7 +23,9 @@ use futures::future::BoxFuture;
 
 use super::images::decode_output;
 use super::{kind_can, BackendConfig};
+use crate::domain::image_prompts::IMAGE_WEIGHT_DEFAULT;
 use crate::domain::{OpKind, Shape};
+use crate::generate::ops::image_prompt_denoising;
 use crate::generate::raster::RgbaImage;
 use crate::generate::{GenerateError, Generator, Job, Product, Progress};
 use client::{finished, output_files, Client};
@@ -140,6 +142,21 @@ impl ComfyUi {
             &names,
             mask_name.as_deref(),
         )?;
+        if wf.takes_image_prompts(job) {
+            let (Some(sampler), Some(image)) = (wf.sampler.as_deref(), names.first()) else {
+                return Err(GenerateError::Failed(
+                    "the imagine workflow has no sampler to start from the image prompt".into(),
+                ));
+            };
+            let iw = job.extras.parameters.iw.unwrap_or(IMAGE_WEIGHT_DEFAULT);
+            prompted::start_from_image(
+                &mut graph,
+                sampler,
+                image,
+                count,
+                image_prompt_denoising(iw),
+            )?;
+        }
 
         // ComfyUI takes the id the client proposes (newer versions), so that a job whose
         // submission hangs can still be cancelled by it.

@@ -10,7 +10,11 @@ use crate::generate::GenerateError;
 /// Where the graph's VAE comes from: what its VAEDecode reads, else a checkpoint loader's.
 fn vae_of(graph: &Graph) -> Option<Value> {
     for id in nodes_of(graph, "VAEDecode") {
-        if let Some(vae) = graph.get(&id).and_then(|n| n.get("inputs")).and_then(|i| i.get("vae")) {
+        if let Some(vae) = graph
+            .get(&id)
+            .and_then(|n| n.get("inputs"))
+            .and_then(|i| i.get("vae"))
+        {
             return Some(vae.clone());
         }
     }

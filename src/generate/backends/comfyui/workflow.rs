@@ -7,10 +7,7 @@ use std::path::Path;
 use serde_json::{json, Map, Value};
 
 use super::inputs::Prepared;
-use super::prompted::start_from_image;
-use crate::domain::image_prompts::IMAGE_WEIGHT_DEFAULT;
 use crate::domain::{OpKind, Operation, Shape};
-use crate::generate::ops::image_prompt_denoising;
 use crate::generate::backends::images::size_for;
 use crate::generate::{GenerateError, Job};
 
@@ -283,6 +280,14 @@ impl Workflow {
         })
     }
 
+    /// Whether `job` is an imagine with image prompts on this graph without image loaders: the
+    /// image is then encoded into the sampler's latent (`prompted::start_from_image`).
+    pub(super) fn takes_image_prompts(&self, job: &Job) -> bool {
+        matches!(job.operation, Operation::Imagine)
+            && self.images.is_empty()
+            && !job.inputs.is_empty()
+    }
+
     /// Write the job into `graph`: the prompt, the seed, the size and batch, the uploaded files.
     pub(super) fn fill(
         &self,
@@ -351,14 +356,8 @@ impl Workflow {
                 set_input(graph, node, "scale_by", json!(factor));
             }
         }
-        let image_prompted = matches!(job.operation, Operation::Imagine) && self.images.is_empty();
-        if image_prompted && !uploaded.is_empty() {
-            let sampler = self.sampler.as_deref().ok_or_else(|| {
-                GenerateError::Failed("the imagine workflow has no sampler to start from".into())
-            })?;
-            let iw = job.extras.parameters.iw.unwrap_or(IMAGE_WEIGHT_DEFAULT);
-            start_from_image(graph, sampler, &uploaded[0], count, image_prompt_denoising(iw))?;
-        } else if !uploaded.is_empty() {
+        // Image prompts on a text-to-image graph are wired in by `prompted`, not loaders.
+        if !uploaded.is_empty() && !self.takes_image_prompts(job) {
             if uploaded.len() > self.images.len() {
                 return Err(GenerateError::Failed(format!(
                     "the workflow has {} image loaders; this job has {} images",
