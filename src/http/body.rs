@@ -19,18 +19,23 @@ use tower::BoxError;
 /// The route of the operation whose bodies may carry a mask (`mask_body_limit`).
 pub const MASK_ROUTE: &str = "/api/v1/inpaint";
 
-/// Routes whose bodies may carry an image (a mask, an upload, a `data:` URL in an image field):
-/// read under `mask_body_limit`, every other under `body_limit`.
-pub const IMAGE_ROUTES: &[&str] = &[
-    MASK_ROUTE,
-    "/api/v1/upload",
+/// Routes whose bodies are an image or may carry one whole (a mask, an upload): read under
+/// `mask_body_limit`.
+pub const IMAGE_ROUTES: &[&str] = &[MASK_ROUTE, "/api/v1/upload", "/playground/upload"];
+
+/// Routes with image fields, which take `data:` URLs: a body that carries one may be up to
+/// `mask_body_limit`, any other keeps `body_limit` (checked once read, see [`read_body`]).
+pub const DATA_URL_ROUTES: &[&str] = &[
     "/api/v1/imagine",
     "/api/v1/blend",
     "/api/v1/describe",
     "/api/v1/upscale-highres",
     "/api/v1/faceswap",
-    "/playground/upload",
 ];
+
+/// The limit of a body on a [`DATA_URL_ROUTES`] route that carries no `data:` URL.
+#[derive(Clone, Copy, Debug)]
+struct PlainLimit(usize);
 
 /// The byte limit that applies to a request's body, kept with the request so that a refusal can
 /// name it.
@@ -58,7 +63,7 @@ pub struct BodyLimits {
 
 impl BodyLimits {
     fn for_path(&self, path: &str) -> usize {
-        if IMAGE_ROUTES.contains(&path) {
+        if IMAGE_ROUTES.contains(&path) || DATA_URL_ROUTES.contains(&path) {
             self.mask_body_limit
         } else {
             self.body_limit
@@ -70,6 +75,10 @@ impl BodyLimits {
 pub fn bound(mut req: Request<Body>, limits: &BodyLimits) -> Request<Body> {
     let limit = limits.for_path(req.uri().path());
     req.extensions_mut().insert(BodyLimit(limit));
+    if DATA_URL_ROUTES.contains(&req.uri().path()) {
+        req.extensions_mut()
+            .insert(PlainLimit(limits.body_limit.min(limit)));
+    }
     let deadline = tokio::time::Instant::now() + limits.body_timeout;
     req.map(|body| {
         Body::new(Bounded {
@@ -100,10 +109,22 @@ pub async fn read_body(parts: &Parts, body: Body) -> Result<Bytes, BodyError> {
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(BodyError::TooLarge { limit });
     }
-    match body.collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) => Err(classify(&e, limit)),
+    let bytes = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) => return Err(classify(&e, limit)),
+    };
+    // Only a body that carries a data: URL earns the larger limit of its route.
+    if let Some(PlainLimit(plain)) = parts.extensions.get::<PlainLimit>() {
+        if bytes.len() > *plain && !carries_data_url(&bytes) {
+            return Err(BodyError::TooLarge { limit: *plain });
+        }
     }
+    Ok(bytes)
+}
+
+/// Whether `bytes` hold `data:` (in any case) anywhere: a JSON body with a data: URL in it.
+fn carries_data_url(bytes: &[u8]) -> bool {
+    bytes.windows(5).any(|w| w.eq_ignore_ascii_case(b"data:"))
 }
 
 fn classify(error: &(dyn std::error::Error + 'static), limit: usize) -> BodyError {
@@ -191,6 +212,22 @@ mod tests {
         // The mask route has its own limit.
         let mask = bound(request(MASK_ROUTE, chunked(vec![&[b'x'; 50]])), &l);
         assert_eq!(read(mask).await.unwrap().len(), 50);
+        // A route with image fields: the larger limit only for a body with a data: URL.
+        let plain = bound(request("/api/v1/imagine", chunked(vec![&[b'x'; 50]])), &l);
+        assert_eq!(read(plain).await, Err(BodyError::TooLarge { limit: 10 }));
+        let inline = bound(
+            request(
+                "/api/v1/imagine",
+                chunked(vec![b"\"DATA:image/png", &[b'x'; 40]]),
+            ),
+            &l,
+        );
+        assert_eq!(read(inline).await.unwrap().len(), 55);
+        let over = bound(
+            request("/api/v1/imagine", chunked(vec![b"data:", &[b'x'; 100]])),
+            &l,
+        );
+        assert_eq!(read(over).await, Err(BodyError::TooLarge { limit: 100 }));
         // A declared length over the limit is refused before reading.
         let mut declared = bound(request("/x", Body::empty()), &l);
         declared
