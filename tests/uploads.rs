@@ -370,6 +370,19 @@ async fn uploads_and_data_urls_feed_describe_blend_and_image_prompts() {
         .unwrap()
         .starts_with(&app.url("/files/uploads/")));
     assert!(without.get("image_prompts").is_none(), "{without}");
+    // A reroll draws the same prompt again, its image prompts included.
+    let (status, reroll) = app
+        .post(
+            "/api/v1/reroll",
+            &json!({ "parent_task_id": with["task_id"] }),
+        )
+        .await;
+    assert_eq!(status, 200, "{reroll}");
+    let rerolled = app
+        .wait_final(reroll["task_id"].as_str().unwrap(), Duration::from_secs(30))
+        .await;
+    assert_eq!(rerolled["status"], "finished", "{rerolled}");
+    assert_eq!(rerolled["image_prompts"], with["image_prompts"]);
     let first = |t: &Value| t["image_urls"][0].as_str().unwrap().to_string();
     let drawn_with = app
         .http

@@ -14,8 +14,8 @@ mod s3;
 mod store;
 
 pub use health::StorageHealth;
-pub use store::BlobError;
 use store::BlobStore;
+pub use store::{content_type_of, BlobError};
 
 use std::path::Path;
 use std::sync::Arc;
@@ -223,18 +223,6 @@ impl Blobs {
 const PROBE_FOLDER: &str = "storage-probe";
 /// Where callers' uploads are kept, beside the task folders; never a task id.
 pub const UPLOAD_FOLDER: &str = "uploads";
-
-/// The media type a file is served with, from its key's extension: a task's images are PNG,
-/// an upload keeps the format its bytes were checked to be.
-pub fn content_type_of(key: &str) -> &'static str {
-    match key.rsplit_once('.').map(|(_, ext)| ext) {
-        Some("png") => "image/png",
-        Some("jpg") => "image/jpeg",
-        Some("webp") => "image/webp",
-        Some("gif") => "image/gif",
-        _ => "application/octet-stream",
-    }
-}
 
 /// What a key of easel's own is.
 #[derive(Debug, PartialEq, Eq)]

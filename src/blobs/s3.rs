@@ -15,7 +15,7 @@ use object_store::{
     RetryConfig,
 };
 
-use super::store::{BlobError, BlobStore};
+use super::store::{content_type_of, BlobError, BlobStore};
 
 #[derive(Debug)]
 pub(super) struct S3 {
@@ -88,9 +88,10 @@ impl S3 {
 #[async_trait]
 impl BlobStore for S3 {
     async fn put(&self, key: &str, bytes: Bytes) -> Result<(), BlobError> {
-        // Served as they are when `blobs_public_url` points at the bucket: PNG, never changing.
+        // Served as they are when `blobs_public_url` points at the bucket: a task's PNG or an
+        // upload in its own format, never changing.
         let mut attributes = Attributes::new();
-        attributes.insert(Attribute::ContentType, "image/png".into());
+        attributes.insert(Attribute::ContentType, content_type_of(key).into());
         attributes.insert(
             Attribute::CacheControl,
             "public, max-age=31536000, immutable".into(),

@@ -4,6 +4,18 @@
 use async_trait::async_trait;
 use bytes::Bytes;
 
+/// The media type a file is served with, from its key's extension: a task's images are PNG,
+/// an upload keeps the format its bytes were checked to be.
+pub fn content_type_of(key: &str) -> &'static str {
+    match key.rsplit_once('.').map(|(_, ext)| ext) {
+        Some("png") => "image/png",
+        Some("jpg") => "image/jpeg",
+        Some("webp") => "image/webp",
+        Some("gif") => "image/gif",
+        _ => "application/octet-stream",
+    }
+}
+
 /// A blob operation that failed, sorted by what the caller should do about it.
 #[derive(Debug, thiserror::Error)]
 pub enum BlobError {

@@ -29,6 +29,7 @@ impl Draft {
         let mut aspect = self.aspect;
         let mut seed = self.seed.map(i64::from);
         let mut parent_seq = None;
+        let mut inherited = Vec::new();
         let operation = match &parent {
             None => match kind {
                 OpKind::Imagine => Operation::Imagine,
@@ -166,6 +167,8 @@ impl Draft {
                     }
                     OpKind::Reroll => {
                         need(shape == Some(Shape::Grid), grid)?;
+                        // The same prompt again: its image prompts too.
+                        inherited = p.extras.image_prompts.clone();
                         Operation::Reroll
                     }
                     OpKind::Pan | OpKind::Outpaint | OpKind::Inpaint => {
@@ -226,14 +229,17 @@ impl Draft {
             cost: tasks.config.cost(kind),
             idempotency: None,
             extras: Extras {
-                image_prompts: self
-                    .image_prompts
-                    .iter()
-                    .map(|url| ImagePrompt {
-                        url: url.clone(),
-                        input: input_of(tasks, url),
-                    })
-                    .collect(),
+                image_prompts: if self.image_prompts.is_empty() {
+                    inherited
+                } else {
+                    self.image_prompts
+                        .iter()
+                        .map(|url| ImagePrompt {
+                            url: url.clone(),
+                            input: input_of(tasks, url),
+                        })
+                        .collect()
+                },
                 ..self.extras
             },
         })

@@ -86,7 +86,7 @@ pub(super) fn prepare_inputs(job: &Job) -> Result<Prepared, GenerateError> {
             around(&ops::resize(parent, sw, sh), (w, h), (x0, y0))
         }
         // Image prompts: one image at the new image's size, which the graph encodes.
-        Operation::Imagine if !job.inputs.is_empty() => {
+        Operation::Imagine | Operation::Reroll if !job.inputs.is_empty() => {
             let (w, h) = images::size_for(job, 8);
             Prepared {
                 size: Some((w, h)),

@@ -280,10 +280,10 @@ impl Workflow {
         })
     }
 
-    /// Whether `job` is an imagine with image prompts on this graph without image loaders: the
-    /// image is then encoded into the sampler's latent (`prompted::start_from_image`).
+    /// Whether `job` is an imagine (or reroll) with image prompts on a graph without image
+    /// loaders: the image is then encoded into the sampler's latent (`prompted::start_from_image`).
     pub(super) fn takes_image_prompts(&self, job: &Job) -> bool {
-        matches!(job.operation, Operation::Imagine)
+        matches!(job.operation, Operation::Imagine | Operation::Reroll)
             && self.images.is_empty()
             && !job.inputs.is_empty()
     }
