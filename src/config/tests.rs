@@ -378,3 +378,35 @@ fn backend_kinds_are_written_as_the_settings_name_them() {
         assert_eq!(read, kind);
     }
 }
+
+#[test]
+#[allow(clippy::result_large_err)] // figment's Jail API returns figment::Error
+fn upload_settings_have_defaults_and_take_sizes_and_durations() {
+    figment::Jail::expect_with(|jail| {
+        let load = || Config::load(None, &Overrides::default()).map_err(|e| e.to_string());
+        let c = load()?;
+        assert_eq!(c.limits.max_upload_bytes_per_day, 1 << 30);
+        assert_eq!(c.retention.upload_retention, Duration::from_secs(24 * 3600));
+        jail.create_file(
+            "easel.toml",
+            "max_upload_bytes_per_day = 1048576\nupload_retention = \"2h\"\n",
+        )?;
+        let c = load()?;
+        assert_eq!(c.limits.max_upload_bytes_per_day, 1 << 20);
+        assert_eq!(c.retention.upload_retention, Duration::from_secs(2 * 3600));
+        jail.set_env("EASEL_MAX_UPLOAD_BYTES_PER_DAY", "512MiB");
+        assert_eq!(load()?.limits.max_upload_bytes_per_day, 512 << 20);
+        jail.set_env("EASEL_MAX_UPLOAD_BYTES_PER_DAY", "lots");
+        let e = load().unwrap_err();
+        assert!(e.contains("max_upload_bytes_per_day"), "{e}");
+        Ok(())
+    });
+    let mut c = Config::default();
+    c.limits.max_upload_bytes_per_day = 0;
+    let e = c.validate().unwrap_err().to_string();
+    assert!(e.contains("max_upload_bytes_per_day"), "{e}");
+    let mut c = Config::default();
+    c.retention.upload_retention = Duration::ZERO;
+    let e = c.validate().unwrap_err().to_string();
+    assert!(e.contains("upload_retention"), "{e}");
+}
