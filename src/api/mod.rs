@@ -13,6 +13,7 @@ use axum::Router;
 
 use crate::domain::OpKind;
 use crate::http::state::AppState;
+use crate::tasks::submit::alias::Alias;
 use routes::OPENAPI;
 
 /// The API's routes (`routes::ROUTES` lists them for the OpenAPI document and the metrics).
@@ -23,6 +24,9 @@ pub fn routes() -> Router<AppState> {
     let mut api = Router::new();
     for kind in OpKind::ALL {
         api = api.route(&format!("/api/v1/{kind}"), post(submit::submit));
+    }
+    for (path, _) in Alias::ALL {
+        api = api.route(&format!("/api/v1/{path}"), post(submit::submit));
     }
     api.route("/api/v1/fetch", post(tasks::fetch))
         .route("/api/v1/fetch-many", post(tasks::fetch_many))

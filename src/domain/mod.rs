@@ -2,6 +2,7 @@
 //! validated values a task is made of. Validation errors are short phrases without the field
 //! name; the API layer prefixes the field.
 
+pub mod actions;
 pub mod extras;
 pub mod operation;
 pub mod output;

@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use super::actions::Action;
 use super::Metadata;
 
 /// An image's `index` as the contract shows it: 1..=4, or a variation's strength.
@@ -72,6 +73,9 @@ pub struct Payload<'a> {
     pub operation: &'a OperationFields,
     #[serde(flatten)]
     pub result: ResultFields,
+    /// The follow-ups it offers (a finished image task's, for a caller that opted in).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actions: Option<&'a [Action]>,
     /// The caller's own object, unchanged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metadata: Option<&'a Metadata>,
@@ -122,6 +126,9 @@ pub struct Record {
     /// The record's own `seed` already says a seed task's answer, so `result.seed` stays empty.
     #[serde(flatten)]
     pub result: ResultFields,
+    /// The follow-ups it offers now: a finished image task's, while its images are kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actions: Option<Vec<Action>>,
     /// The caller's own object, unchanged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Metadata>,
@@ -174,6 +181,11 @@ mod tests {
                 content: Some(vec![]),
                 seed: None,
             },
+            actions: Some(vec![Action {
+                operation: "reroll",
+                label: "🔄",
+                body: serde_json::json!({"parent_task_id": "t"}),
+            }]),
             metadata: Some(Metadata::parse(serde_json::json!({"order": 1})).unwrap()),
         }
     }
@@ -206,6 +218,7 @@ mod tests {
         bare.operation = OperationFields::default();
         bare.result = ResultFields::default();
         bare.metadata = None;
+        bare.actions = None;
         let bare = serde_json::to_value(bare).unwrap();
         let mut required: Vec<String> = task["required"]
             .as_array()
@@ -242,6 +255,7 @@ mod tests {
                 seed: Some(1),
                 ..full().result
             },
+            actions: None,
             metadata: metadata.as_ref(),
         };
         let payload = serde_json::to_value(payload).unwrap();

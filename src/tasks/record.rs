@@ -60,6 +60,7 @@ pub fn task_record(task: &Task, blobs: &Blobs, retention: Option<Duration>) -> R
             .map(|op| op.public_fields())
             .unwrap_or_default(),
         result,
+        actions: None,
         metadata: task.extras.metadata.clone(),
     }
 }

@@ -20,9 +20,7 @@ use crate::net::validate_webhook_url;
 
 /// Most characters of a `webhook_secret`.
 pub const WEBHOOK_SECRET_MAX_CHARS: usize = 256;
-/// Longest side of an image that the operations working on a parent's pixels accept (and of
-/// `upscale-highres`'s input, as the contract says): it bounds their memory.
-pub const FOLLOW_UP_MAX_SIDE: u32 = 2048;
+pub use crate::domain::operation::FOLLOW_UP_MAX_SIDE;
 /// How many images `blend` takes.
 pub const BLEND_INPUTS: std::ops::RangeInclusive<usize> = 2..=5;
 
