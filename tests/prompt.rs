@@ -99,7 +99,10 @@ async fn the_record_shows_the_prompt_without_its_parameters_and_the_parameters_b
     .await;
     assert_eq!(body_wins["aspect_ratio"], "1:1");
     assert_eq!(body_wins["seed"], 7);
-    assert_eq!(body_wins["parameters"], json!({"aspect": "2:1", "seed": 42}));
+    assert_eq!(
+        body_wins["parameters"],
+        json!({"aspect": "2:1", "seed": 42})
+    );
 
     // A follow-up that reuses its parent's prompt reuses its parameters, but draws anew.
     let reroll = run(&app, "reroll", json!({"parent_task_id": fox["task_id"]})).await;
@@ -146,7 +149,10 @@ async fn the_record_shows_the_prompt_without_its_parameters_and_the_parameters_b
         json!({"prompt": "a very beautiful lighthouse on a rocky coast --ar 16:9"}),
     )
     .await;
-    assert_eq!(short["prompt"], "a very beautiful lighthouse on a rocky coast");
+    assert_eq!(
+        short["prompt"],
+        "a very beautiful lighthouse on a rocky coast"
+    );
     assert_eq!(short["parameters"], json!({"aspect": "16:9"}));
     let bare = run(&app, "imagine", json!({"prompt": "rock--paper--scissors"})).await;
     assert_eq!(bare["prompt"], "rock--paper--scissors");
@@ -159,7 +165,11 @@ async fn a_bad_parameter_is_a_400_naming_it_and_nothing_is_stored() {
     let parent = run(&app, "imagine", json!({"prompt": "a harbour"})).await;
     let parent_id = parent["task_id"].clone();
     let cases = [
-        ("imagine", json!({"prompt": "a fox --foo 3"}), "prompt: unknown parameter --foo"),
+        (
+            "imagine",
+            json!({"prompt": "a fox --foo 3"}),
+            "prompt: unknown parameter --foo",
+        ),
         (
             "imagine",
             json!({"prompt": "a fox --ar 1:1 --ar 2:1"}),
@@ -170,7 +180,11 @@ async fn a_bad_parameter_is_a_400_naming_it_and_nothing_is_stored() {
             json!({"prompt": "a fox --ar 0:1"}),
             "prompt: --ar must look like \"W:H\" with positive integers, e.g. \"16:9\"",
         ),
-        ("imagine", json!({"prompt": "a fox --no"}), "prompt: --no needs words after it"),
+        (
+            "imagine",
+            json!({"prompt": "a fox --no"}),
+            "prompt: --no needs words after it",
+        ),
         (
             "imagine",
             json!({"prompt": "a fox --chaos 101"}),
