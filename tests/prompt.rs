@@ -220,3 +220,28 @@ async fn a_bad_parameter_is_a_400_naming_it_and_nothing_is_stored() {
     let tasks = stored(&app).await;
     assert_eq!(tasks.len(), 1, "only the parent: {tasks:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_stored_with_its_parameters_in_its_prompt_passes_them_on_parsed() {
+    let app = TestApp::spawn().await;
+    // As tasks were stored before prompts were parsed apart: the parameters in the prompt, none
+    // in the extras.
+    let key = easel::auth::hash_key(&app.key);
+    let mut legacy = common::new_task("fast", 1);
+    legacy.prompt = "a fox on a hill --ar 2:1 --tile --seed 9".into();
+    legacy.aspect_ratio = "2:1".parse().unwrap();
+    let id = common::insert(app.store.as_ref(), &legacy, &key).await;
+    let parent = app.wait_final(&id.to_string(), WITHIN).await;
+    assert_eq!(parent["status"], "finished", "{parent}");
+    assert!(parent.get("parameters").is_none(), "{parent}");
+    let reroll = run(&app, "reroll", json!({"parent_task_id": id.to_string()})).await;
+    assert_eq!(reroll["prompt"], "a fox on a hill");
+    assert_eq!(reroll["parameters"], json!({"aspect": "2:1", "tile": true}));
+    // One whose old parameters no longer parse is passed on whole.
+    legacy.prompt = "a fox --stop 50".into();
+    let id = common::insert(app.store.as_ref(), &legacy, &key).await;
+    app.wait_final(&id.to_string(), WITHIN).await;
+    let reroll = run(&app, "reroll", json!({"parent_task_id": id.to_string()})).await;
+    assert_eq!(reroll["prompt"], "a fox --stop 50");
+    assert!(reroll.get("parameters").is_none(), "{reroll}");
+}
