@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::actions::Action;
-use super::Metadata;
+use super::{Metadata, Parameters};
 
 /// An image's `index` as the contract shows it: 1..=4, or a variation's strength.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -104,7 +104,11 @@ pub struct Record {
     pub task_type: &'static str,
     pub status: &'static str,
     pub percentage: String,
+    /// The prompt's text, without its parameters.
     pub prompt: String,
+    /// The prompt's Midjourney parameters (or its parent's, for a follow-up that reuses them).
+    #[serde(skip_serializing_if = "Parameters::is_empty")]
+    pub parameters: Parameters,
     pub aspect_ratio: String,
     pub process_mode: &'static str,
     pub seed: i64,
@@ -147,6 +151,10 @@ mod tests {
             status: "finished",
             percentage: "100".into(),
             prompt: "p".into(),
+            parameters: Parameters {
+                tile: true,
+                ..Parameters::default()
+            },
             aspect_ratio: "1:1".into(),
             process_mode: "fast",
             seed: 1,
@@ -219,6 +227,7 @@ mod tests {
         bare.result = ResultFields::default();
         bare.metadata = None;
         bare.actions = None;
+        bare.parameters = Parameters::default();
         let bare = serde_json::to_value(bare).unwrap();
         let mut required: Vec<String> = task["required"]
             .as_array()

@@ -114,6 +114,22 @@ fn image_seed(seed: u64, k: u32) -> u64 {
     seed ^ (u64::from(k) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
+/// What the prompt's parameters ask of the procedural pictures: `--no` (or the body's
+/// `negative_prompt`, which wins over it), `--chaos` and `--tile`; `--ar` is the job's aspect.
+fn look(job: &Job) -> procedural::Look {
+    let parameters = &job.extras.parameters;
+    let negative = job.extras.settings.negative_prompt.as_ref();
+    procedural::Look {
+        without: negative
+            .filter(|n| !n.trim().is_empty())
+            .or(parameters.no.as_ref())
+            .cloned()
+            .unwrap_or_default(),
+        chaos: parameters.chaos.unwrap_or(0),
+        tile: parameters.tile,
+    }
+}
+
 fn draw(job: &Job, pace: &Pace<'_>) -> Result<Product, GenerateError> {
     let input = |i: usize| {
         job.inputs
@@ -121,14 +137,21 @@ fn draw(job: &Job, pace: &Pace<'_>) -> Result<Product, GenerateError> {
             .ok_or_else(|| GenerateError::Failed(format!("input image {} is missing", i + 1)))
     };
     let prompt = job.prompt.as_str();
+    let look = look(job);
+    // What continues a picture (pan, outpaint, inpaint) follows the prompt's parameters but
+    // does not tile: it is part of an image that does not repeat.
+    let part = procedural::Look {
+        tile: false,
+        ..look.clone()
+    };
     // A continuation of the scene where the task has a prompt to draw it from.
     let fill = |k: u32, w: u32, h: u32| {
-        (!prompt.is_empty()).then(|| procedural::render(prompt, job.seed, k, w, h))
+        (!prompt.is_empty()).then(|| procedural::render_look(prompt, job.seed, k, w, h, &part))
     };
     let product = match &job.operation {
         Operation::Imagine | Operation::Reroll => {
             let (w, h) = job.new_image_size();
-            pace.grid(|k| procedural::render(prompt, job.seed, k, w, h))
+            pace.grid(|k| procedural::render_look(prompt, job.seed, k, w, h, &look))
         }
         Operation::Upscale1x { .. } => {
             let image = input(0)?;
@@ -189,12 +212,13 @@ fn draw(job: &Job, pace: &Pace<'_>) -> Result<Product, GenerateError> {
                 .as_ref()
                 .ok_or_else(|| GenerateError::Failed("the mask is missing".into()))?;
             pace.grid(|k| {
-                let fill = procedural::render(
+                let fill = procedural::render_look(
                     prompt,
                     image_seed(job.seed, k),
                     k,
                     parent.width,
                     parent.height,
+                    &part,
                 );
                 ops::inpaint(parent, mask, &fill)
             })
