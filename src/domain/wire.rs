@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::Metadata;
+use super::{Metadata, Settings};
 
 /// An image's `index` as the contract shows it: 1..=4, or a variation's strength.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -125,6 +125,10 @@ pub struct Record {
     /// The caller's own object, unchanged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Metadata>,
+    /// The model and the values its backend was sent (`model`, `negative_prompt`, `steps`,
+    /// `cfg_scale`, `sampler`), each absent where it does not apply.
+    #[serde(flatten)]
+    pub settings: Settings,
 }
 
 #[cfg(test)]
@@ -175,6 +179,13 @@ mod tests {
                 seed: None,
             },
             metadata: Some(Metadata::parse(serde_json::json!({"order": 1})).unwrap()),
+            settings: Settings {
+                model: Some("sd15".into()),
+                negative_prompt: Some("trees".into()),
+                steps: Some(20),
+                cfg_scale: Some(7.0),
+                sampler: Some("euler_a".into()),
+            },
         }
     }
 
@@ -206,6 +217,7 @@ mod tests {
         bare.operation = OperationFields::default();
         bare.result = ResultFields::default();
         bare.metadata = None;
+        bare.settings = Settings::default();
         let bare = serde_json::to_value(bare).unwrap();
         let mut required: Vec<String> = task["required"]
             .as_array()

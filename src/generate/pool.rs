@@ -4,7 +4,8 @@
 //! with backoff, on this or another backend, until the pool's time budget for the job runs out.
 //! A backend that fails `DOWN_AFTER` times in a row is taken out; a probe brings it back.
 //! Because easel keeps every image itself, a follow-up runs on any capable backend, not only on
-//! the one that made its parent.
+//! the one that made its parent. A task made on a model (`[[models]]`, or a backend's own) goes
+//! only to the backends that serve that model.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,6 +16,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::job::{GenerateError, Generator, Job, Product, Progress};
+use crate::config::Catalogue;
 use crate::domain::OpKind;
 
 /// Consecutive transient failures that take a backend out until a probe succeeds.
@@ -35,6 +37,8 @@ struct Member {
     slots: Arc<Semaphore>,
     in_flight: AtomicUsize,
     health: Mutex<Health>,
+    /// The models it serves; `None` (a pool built without a catalogue): every model.
+    models: Option<Vec<String>>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -53,6 +57,9 @@ pub struct BackendHealth {
     pub up: bool,
     pub in_flight: usize,
     pub concurrency: usize,
+    /// The models it serves.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
 }
@@ -60,6 +67,15 @@ pub struct BackendHealth {
 impl Member {
     fn load(&self) -> f64 {
         self.in_flight.load(Ordering::Relaxed) as f64 / self.concurrency as f64
+    }
+
+    /// Whether it is to run `kind` on `model` (a task without a model runs anywhere).
+    fn runs(&self, kind: OpKind, model: Option<&str>) -> bool {
+        self.generator.supports(kind)
+            && match (model, &self.models) {
+                (Some(model), Some(served)) => served.iter().any(|m| m == model),
+                _ => true,
+            }
     }
 
     fn available(&self, now: Instant) -> bool {
@@ -117,6 +133,8 @@ pub struct Pool {
     budget: Duration,
     /// Signalled when a slot frees up or a backend comes back.
     changed: Arc<Notify>,
+    /// The models, and which backends serve each.
+    catalogue: Arc<Catalogue>,
 }
 
 impl Pool {
@@ -132,6 +150,7 @@ impl Pool {
                     slots: Arc::new(Semaphore::new(concurrency)),
                     in_flight: AtomicUsize::new(0),
                     health: Mutex::new(Health::default()),
+                    models: None,
                 })
             })
             .collect();
@@ -139,7 +158,41 @@ impl Pool {
             members,
             budget,
             changed: Arc::new(Notify::new()),
+            catalogue: Arc::new(Catalogue::default()),
         }
+    }
+
+    /// The pool with each backend serving the models `catalogue` gives it (by its name).
+    pub fn with_catalogue(mut self, catalogue: Catalogue) -> Pool {
+        for member in &mut self.members {
+            let served = catalogue.served_by(member.generator.name());
+            Arc::get_mut(member)
+                .expect("members are not shared before the pool is")
+                .models = Some(served);
+        }
+        self.catalogue = Arc::new(catalogue);
+        self
+    }
+
+    /// The models callers may pick.
+    pub fn catalogue(&self) -> &Catalogue {
+        &self.catalogue
+    }
+
+    /// Whether some backend serving `model` runs `kind` (whether up or not).
+    pub fn supports_on(&self, kind: OpKind, model: Option<&str>) -> bool {
+        self.members.iter().any(|m| m.runs(kind, model))
+    }
+
+    /// Whether some backend serving `model` is up now.
+    pub fn model_up(&self, model: &str) -> bool {
+        let now = Instant::now();
+        self.members.iter().any(|m| {
+            m.models
+                .as_ref()
+                .is_none_or(|served| served.iter().any(|s| s == model))
+                && m.available(now)
+        })
     }
 
     /// Each backend's state.
@@ -153,6 +206,7 @@ impl Pool {
                     up: !health.down,
                     in_flight: m.in_flight.load(Ordering::Relaxed),
                     concurrency: m.concurrency,
+                    models: m.models.clone().unwrap_or_default(),
                     last_error: health.last_error,
                 }
             })
@@ -215,11 +269,11 @@ impl Pool {
 
     /// Why the backends that run `kind` and are out are out (their last errors), as
     /// ` (name: error; ...)`, or nothing when none is out.
-    fn why_out(&self, kind: OpKind) -> String {
+    fn why_out(&self, kind: OpKind, model: Option<&str>) -> String {
         let out: Vec<String> = self
             .members
             .iter()
-            .filter(|m| m.generator.supports(kind))
+            .filter(|m| m.runs(kind, model))
             .filter_map(|m| {
                 let health = m.health.lock().expect("not poisoned");
                 health.down.then(|| {
@@ -238,13 +292,14 @@ impl Pool {
         }
     }
 
-    /// The least loaded backend that runs `kind`, is in and has a free slot, with its slot.
-    fn pick(&self, kind: OpKind) -> Option<(Arc<Member>, OwnedSemaphorePermit)> {
+    /// The least loaded backend that runs `kind` on `model`, is in and has a free slot, with its
+    /// slot.
+    fn pick(&self, kind: OpKind, model: Option<&str>) -> Option<(Arc<Member>, OwnedSemaphorePermit)> {
         let now = Instant::now();
         let mut candidates: Vec<&Arc<Member>> = self
             .members
             .iter()
-            .filter(|m| m.generator.supports(kind) && m.available(now))
+            .filter(|m| m.runs(kind, model) && m.available(now))
             .collect();
         candidates.sort_by(|a, b| a.load().total_cmp(&b.load()));
         candidates.into_iter().find_map(|m| {
@@ -255,10 +310,14 @@ impl Pool {
 
     async fn run_job(&self, job: &Job, progress: &Progress) -> Result<Product, GenerateError> {
         let kind = job.operation.kind();
-        if !self.members.iter().any(|m| m.generator.supports(kind)) {
-            return Err(GenerateError::Failed(format!(
-                "no configured backend can run {kind}"
-            )));
+        let model = job.extras.settings.model.as_deref();
+        if !self.supports_on(kind, model) {
+            return Err(GenerateError::Failed(match model {
+                Some(model) if self.supports_on(kind, None) => {
+                    format!("no configured backend serves the model {model} for {kind}")
+                }
+                _ => format!("no configured backend can run {kind}"),
+            }));
         }
         let deadline = Instant::now() + self.budget;
         let mut tries: u32 = 0;
@@ -266,14 +325,14 @@ impl Pool {
         loop {
             // Registered before looking, so that a slot freed meanwhile is not missed.
             let changed = self.changed.notified();
-            let Some((member, permit)) = self.pick(kind) else {
+            let Some((member, permit)) = self.pick(kind, model) else {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     return Err(last.unwrap_or_else(|| {
                         GenerateError::transient(format!(
                             "no backend that runs {kind} was free within {}{}",
                             crate::net::failure::format_duration(self.budget),
-                            self.why_out(kind)
+                            self.why_out(kind, model)
                         ))
                     }));
                 }
@@ -339,7 +398,7 @@ impl Pool {
                     // Another backend that is free need not wait for this one's backoff.
                     let elsewhere = self.members.iter().any(|m| {
                         !Arc::ptr_eq(m, &member)
-                            && m.generator.supports(kind)
+                            && m.runs(kind, model)
                             && m.available(Instant::now())
                     });
                     if !elsewhere {
@@ -615,7 +674,7 @@ mod tests {
             tokio::spawn(async move { pool.run(&job(Operation::Imagine), &progress).await })
         };
         tokio::time::sleep(Duration::from_millis(200)).await;
-        assert!(pool.pick(OpKind::Imagine).is_none(), "the slot is taken");
+        assert!(pool.pick(OpKind::Imagine, None).is_none(), "the slot is taken");
         progress.stop();
         let stopped = tokio::time::timeout(Duration::from_secs(10), running)
             .await
@@ -626,7 +685,7 @@ mod tests {
             "{stopped:?}"
         );
         assert!(
-            pool.pick(OpKind::Imagine).is_some(),
+            pool.pick(OpKind::Imagine, None).is_some(),
             "the slot is free again"
         );
     }

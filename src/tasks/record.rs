@@ -61,5 +61,6 @@ pub fn task_record(task: &Task, blobs: &Blobs, retention: Option<Duration>) -> R
             .unwrap_or_default(),
         result,
         metadata: task.extras.metadata.clone(),
+        settings: task.extras.settings.clone(),
     }
 }

@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 use super::super::body::{task_id, JsonObject};
 use super::super::Tasks;
+use super::generation;
 use super::request::{
     self, fields, Aspect, Choice, Delivery, Index, Mode, OptionalIndex, Prompted, Reprompt, Seed,
     TaskId, Text, SEED_RULE,
@@ -49,6 +50,8 @@ pub(super) struct Draft {
     pub(super) dimension: Dimension,
     /// What the caller asked for beyond the operation.
     pub(super) extras: Extras,
+    /// The model and settings asked for, resolved against the model in `resolve`.
+    pub(super) asked: generation::Asked,
 }
 
 impl Draft {
@@ -73,6 +76,7 @@ impl Draft {
             image_urls: Vec::new(),
             dimension: Dimension::Square,
             extras: Extras::default(),
+            asked: generation::Asked::default(),
         };
         let prompt = |raw: Option<Text>| -> Result<Option<Prompt>, ApiError> {
             raw.map(|Text(raw)| {
@@ -220,6 +224,7 @@ impl Draft {
         };
         d.webhook_secret = webhook_secret(delivery.webhook_secret)?;
         d.extras.metadata = delivery.metadata.map(|m| m.0);
+        d.asked = generation::asked(kind, body)?;
         Ok(d)
     }
 }

@@ -4,6 +4,7 @@
 //! the account's quota, credits and idempotency key decided in the same write.
 
 mod draft;
+mod generation;
 pub mod request;
 mod resolve;
 

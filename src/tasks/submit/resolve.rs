@@ -6,6 +6,7 @@ use uuid::Uuid;
 
 use super::super::Tasks;
 use super::draft::{invalid_parent, Draft, FOLLOW_UP_MAX_SIDE};
+use super::generation;
 use super::request::Index;
 use crate::auth::PresentedKey;
 use crate::domain::operation::{ImageInput, StoredImage, VariationOf};
@@ -211,6 +212,25 @@ impl Draft {
                 }
             }
         };
+        let mut extras = self.extras;
+        let parent_task = parent.as_ref().map(|(_, p)| p);
+        extras.settings = match generation::settle(
+            tasks,
+            key,
+            kind,
+            self.asked,
+            &extras.parameters,
+            parent_task,
+        )
+        .await
+        {
+            Ok(settings) => settings,
+            Err(e) => {
+                // Only a live key learns what was wrong with its request.
+                key.confirm(&tasks.store).await?;
+                return Err(e);
+            }
+        };
         let seed = seed.unwrap_or_else(|| i64::from(rand::random::<u32>()));
         Ok(NewTask {
             operation,
@@ -224,7 +244,7 @@ impl Draft {
             webhook_secret: self.webhook_secret,
             cost: tasks.config.cost(kind),
             idempotency: None,
-            extras: self.extras,
+            extras,
         })
     }
 }
