@@ -20,7 +20,7 @@ pub(super) const TASK_COLUMNS: &str =
     NULL::text AS parent_legacy_id, t.status, t.percentage,
     t.prompt, t.aspect_ratio, t.process_mode, t.seed, t.attempts, t.created_at, t.started_at,
     t.finished_at, t.grid_key, array_to_json(t.image_keys)::text AS image_keys, t.result, t.error,
-    t.webhook_url, d.status AS wh_status, d.attempts AS wh_attempts,
+    t.webhook_url, t.extras, d.status AS wh_status, d.attempts AS wh_attempts,
     d.last_status_code AS wh_last_status_code, d.last_error AS wh_last_error,
     d.next_attempt_at AS wh_next_attempt_at, t.data_removed_at";
 
