@@ -186,11 +186,30 @@ async fn a_models_tasks_go_only_to_its_backends_with_the_settings_resolved_at_su
             negative_prompt: Some("blurry".into()),
         };
         c.models = vec![sd15, xl];
+        c.server.metrics_token = Some("metrics-token-for-models".into());
     })
     .await;
     let (status, ready) = app.get("/readyz").await;
     assert_eq!(status, 200, "{ready}");
     assert_eq!(ready["backends"][1]["models"], json!(["sdxl"]), "{ready}");
+    assert_eq!(
+        ready["models"],
+        json!([{"name": "sd15", "up": true}, {"name": "sdxl", "up": true}])
+    );
+    let metrics = app
+        .http
+        .get(app.url("/metrics"))
+        .bearer_auth("metrics-token-for-models")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("easel_model_up{model=\"sdxl\"} 1"),
+        "{metrics}"
+    );
 
     // sdxl's defaults, on gpu-b only, four times.
     for _ in 0..4 {
