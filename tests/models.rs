@@ -271,3 +271,40 @@ async fn a_models_tasks_go_only_to_its_backends_with_the_settings_resolved_at_su
     assert_eq!(a.jobs.load(Ordering::SeqCst), 2);
     assert_eq!(b.jobs.load(Ordering::SeqCst), 4);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_sends_the_model_and_settings_and_lists_the_models() {
+    let app = TestApp::spawn().await;
+    let (base, key) = (app.base.clone(), app.key.clone());
+    let run = move |args: &[&str]| {
+        let output = std::process::Command::new(common::binary::BIN)
+            .args(args)
+            .args(["--url", &base])
+            .env("EASEL_API_KEY", &key)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let (printed, listed) = tokio::task::spawn_blocking(move || {
+        let printed = run(&[
+            "imagine", "a fox --no trees", "--model", "procedural", "--steps", "20",
+            "--cfg-scale", "5", "--sampler", "heun", "--wait", "--json",
+        ]);
+        (printed, run(&["models"]))
+    })
+    .await
+    .unwrap();
+    let record: Value = serde_json::from_str(&printed).unwrap();
+    assert_eq!(record["status"], "finished", "{record}");
+    assert_eq!(
+        (&record["model"], &record["steps"], &record["cfg_scale"], &record["sampler"]),
+        (&json!("procedural"), &json!(20), &json!(5.0), &json!("heun"))
+    );
+    assert!(listed.starts_with("procedural"), "{listed}");
+    assert!(listed.contains(" up "), "{listed}");
+}
