@@ -49,7 +49,10 @@ impl Generation {
     fn add_to(&self, body: &mut Value) {
         let fields = [
             ("model", self.model.as_ref().map(|v| json!(v))),
-            ("negative_prompt", self.negative_prompt.as_ref().map(|v| json!(v))),
+            (
+                "negative_prompt",
+                self.negative_prompt.as_ref().map(|v| json!(v)),
+            ),
             ("steps", self.steps.map(|v| json!(v))),
             ("cfg_scale", self.cfg_scale.map(|v| json!(v))),
             ("sampler", self.sampler.as_ref().map(|v| json!(v))),

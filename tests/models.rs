@@ -60,8 +60,15 @@ async fn the_default_configuration_lists_its_backend_as_a_model_and_records_the_
         .as_array()
         .unwrap()
         .contains(&json!("imagine")));
-    assert!(!m["operations"].as_array().unwrap().contains(&json!("shorten")));
-    assert_eq!(m["defaults"]["steps"], Value::Null, "procedural takes no steps");
+    assert!(!m["operations"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("shorten")));
+    assert_eq!(
+        m["defaults"]["steps"],
+        Value::Null,
+        "procedural takes no steps"
+    );
     assert_eq!(m["limits"]["steps"], json!([1, 150]));
 
     // Named, with settings: the record shows the values used.
@@ -97,7 +104,10 @@ async fn the_default_configuration_lists_its_backend_as_a_model_and_records_the_
     }
     // Text operations run on no model.
     let (status, answer) = app
-        .post("/api/v1/shorten", &json!({"prompt": "a long prompt", "model": "x"}))
+        .post(
+            "/api/v1/shorten",
+            &json!({"prompt": "a long prompt", "model": "x"}),
+        )
         .await;
     assert_eq!(status, 200, "{answer}");
 }
@@ -113,21 +123,46 @@ async fn bad_settings_are_refused_naming_the_field_and_the_rule_and_nothing_is_s
         small.default = true;
         let mut pro = model("pro", &["p"]);
         pro.plans = Some(vec!["pro".into()]);
-        c.backends = vec![serde_json::from_value(json!({"name": "p", "kind": "procedural"})).unwrap()];
+        c.backends =
+            vec![serde_json::from_value(json!({"name": "p", "kind": "procedural"})).unwrap()];
         c.models = vec![small, pro];
     })
     .await;
     let long = "x".repeat(4001);
     let cases = [
-        (json!({"model": "nope"}), "model: there is no model \"nope\"; the models are small, pro"),
-        (json!({"model": "pro"}), "model: the model pro is not available on the account's plan (self-hosted)"),
-        (json!({"steps": 11}), "steps: must be from 1 to 10 for the model small"),
-        (json!({"steps": 0}), "steps: must be from 1 to 10 for the model small"),
+        (
+            json!({"model": "nope"}),
+            "model: there is no model \"nope\"; the models are small, pro",
+        ),
+        (
+            json!({"model": "pro"}),
+            "model: the model pro is not available on the account's plan (self-hosted)",
+        ),
+        (
+            json!({"steps": 11}),
+            "steps: must be from 1 to 10 for the model small",
+        ),
+        (
+            json!({"steps": 0}),
+            "steps: must be from 1 to 10 for the model small",
+        ),
         (json!({"steps": "5"}), "steps: must be an integer"),
-        (json!({"cfg_scale": 9.5}), "cfg_scale: must be from 1 to 9 for the model small"),
-        (json!({"sampler": "warp"}), "sampler: \"warp\" is not a sampler its backends know"),
-        (json!({"negative_prompt": long}), "negative_prompt: must be at most 4000 characters (got 4001)"),
-        (json!({"negative_prompt": "a\u{7}b"}), "negative_prompt: must not contain control characters"),
+        (
+            json!({"cfg_scale": 9.5}),
+            "cfg_scale: must be from 1 to 9 for the model small",
+        ),
+        (
+            json!({"sampler": "warp"}),
+            "sampler: \"warp\" is not a sampler its backends know",
+        ),
+        (
+            json!({"negative_prompt": long}),
+            "negative_prompt: must be at most 4000 characters (got 4001)",
+        ),
+        (
+            json!({"negative_prompt": "a\u{7}b"}),
+            "negative_prompt: must not contain control characters",
+        ),
     ];
     for (extra, message) in cases {
         let mut body = json!({"prompt": "a fox"});
@@ -141,7 +176,11 @@ async fn bad_settings_are_refused_naming_the_field_and_the_rule_and_nothing_is_s
     }
     // A bad key still learns nothing about its body.
     let (status, answer) = app
-        .post_as("nope", "/api/v1/imagine", &json!({"prompt": "a", "model": "nope"}))
+        .post_as(
+            "nope",
+            "/api/v1/imagine",
+            &json!({"prompt": "a", "model": "nope"}),
+        )
         .await;
     assert_eq!((status, answer), (401, json!({})));
     assert_eq!(tasks_stored(&app).await, 0);
@@ -234,7 +273,10 @@ async fn a_models_tasks_go_only_to_its_backends_with_the_settings_resolved_at_su
         sent["override_settings"]["sd_model_checkpoint"],
         "sd_xl_base_1.0.safetensors"
     );
-    let (w, h) = (sent["width"].as_u64().unwrap(), sent["height"].as_u64().unwrap());
+    let (w, h) = (
+        sent["width"].as_u64().unwrap(),
+        sent["height"].as_u64().unwrap(),
+    );
     assert!(w > h && w % 8 == 0 && h % 8 == 0, "{w}x{h}");
 
     // The default model, with the body's values over the kind's defaults.
@@ -249,7 +291,11 @@ async fn a_models_tasks_go_only_to_its_backends_with_the_settings_resolved_at_su
     assert_eq!(a.jobs.load(Ordering::SeqCst), 1);
     let (_, sent) = a.last();
     assert_eq!(
-        (&sent["steps"], &sent["sampler_name"], &sent["negative_prompt"]),
+        (
+            &sent["steps"],
+            &sent["sampler_name"],
+            &sent["negative_prompt"]
+        ),
         (&json!(8), &json!("DDIM"), &json!("gulls"))
     );
     assert_eq!(
@@ -292,8 +338,18 @@ async fn the_cli_sends_the_model_and_settings_and_lists_the_models() {
     };
     let (printed, listed) = tokio::task::spawn_blocking(move || {
         let printed = run(&[
-            "imagine", "a fox --no trees", "--model", "procedural", "--steps", "20",
-            "--cfg-scale", "5", "--sampler", "heun", "--wait", "--json",
+            "imagine",
+            "a fox --no trees",
+            "--model",
+            "procedural",
+            "--steps",
+            "20",
+            "--cfg-scale",
+            "5",
+            "--sampler",
+            "heun",
+            "--wait",
+            "--json",
         ]);
         (printed, run(&["models"]))
     })
@@ -302,8 +358,18 @@ async fn the_cli_sends_the_model_and_settings_and_lists_the_models() {
     let record: Value = serde_json::from_str(&printed).unwrap();
     assert_eq!(record["status"], "finished", "{record}");
     assert_eq!(
-        (&record["model"], &record["steps"], &record["cfg_scale"], &record["sampler"]),
-        (&json!("procedural"), &json!(20), &json!(5.0), &json!("heun"))
+        (
+            &record["model"],
+            &record["steps"],
+            &record["cfg_scale"],
+            &record["sampler"]
+        ),
+        (
+            &json!("procedural"),
+            &json!(20),
+            &json!(5.0),
+            &json!("heun")
+        )
     );
     assert!(listed.starts_with("procedural"), "{listed}");
     assert!(listed.contains(" up "), "{listed}");

@@ -182,7 +182,9 @@ impl Catalogue {
                         description: format!("the {} backend {name}", kind.as_str()),
                         backends: vec![name.to_string()],
                         // ComfyUI's workflow names its own checkpoint.
-                        checkpoint: model.filter(|_| *kind != BackendKind::Comfyui).map(Into::into),
+                        checkpoint: model
+                            .filter(|_| *kind != BackendKind::Comfyui)
+                            .map(Into::into),
                         ..ModelConfig::default()
                     };
                     fill(&config, vec![*kind])
@@ -206,7 +208,10 @@ impl Catalogue {
                 return Err(format!("models: the name {:?} is used twice", config.name));
             }
             if config.backends.is_empty() {
-                return Err(format!("{}: must name at least one backend", at("backends")));
+                return Err(format!(
+                    "{}: must name at least one backend",
+                    at("backends")
+                ));
             }
             let mut kinds = Vec::new();
             for name in &config.backends {
@@ -379,7 +384,11 @@ fn fill(config: &ModelConfig, kinds: Vec<BackendKind>) -> Result<Model, String> 
             ));
         }
     }
-    let negative_prompt = config.defaults.negative_prompt.clone().filter(|n| !n.is_empty());
+    let negative_prompt = config
+        .defaults
+        .negative_prompt
+        .clone()
+        .filter(|n| !n.is_empty());
     if negative_prompt
         .as_ref()
         .is_some_and(|n| n.chars().count() > NEGATIVE_PROMPT_MAX_CHARS)

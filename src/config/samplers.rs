@@ -16,18 +16,30 @@ pub struct Sampler {
 /// accept the `... Karras` names); ComfyUI's are its KSampler's.
 pub const SAMPLERS: &[Sampler] = &[
     s("euler", Some("Euler"), Some(("euler", "normal"))),
-    s("euler_a", Some("Euler a"), Some(("euler_ancestral", "normal"))),
+    s(
+        "euler_a",
+        Some("Euler a"),
+        Some(("euler_ancestral", "normal")),
+    ),
     s("heun", Some("Heun"), Some(("heun", "normal"))),
     s("lms", Some("LMS"), Some(("lms", "normal"))),
     s("dpm2", Some("DPM2"), Some(("dpm_2", "normal"))),
-    s("dpm2_a", Some("DPM2 a"), Some(("dpm_2_ancestral", "normal"))),
+    s(
+        "dpm2_a",
+        Some("DPM2 a"),
+        Some(("dpm_2_ancestral", "normal")),
+    ),
     s("dpmpp_2m", Some("DPM++ 2M"), Some(("dpmpp_2m", "normal"))),
     s(
         "dpmpp_2m_karras",
         Some("DPM++ 2M Karras"),
         Some(("dpmpp_2m", "karras")),
     ),
-    s("dpmpp_sde", Some("DPM++ SDE"), Some(("dpmpp_sde", "normal"))),
+    s(
+        "dpmpp_sde",
+        Some("DPM++ SDE"),
+        Some(("dpmpp_sde", "normal")),
+    ),
     s(
         "dpmpp_sde_karras",
         Some("DPM++ SDE Karras"),

@@ -427,7 +427,10 @@ plans = ["pro"]
         assert_eq!(catalogue.default_model().unwrap().name, "xl");
         assert!(xl.allows("pro") && !xl.allows("self-hosted"));
         assert_eq!(catalogue.served_by("gpu-b"), ["sd15", "xl"]);
-        assert_eq!(catalogue.checkpoint("sd15"), Some("v1-5-pruned-emaonly.safetensors"));
+        assert_eq!(
+            catalogue.checkpoint("sd15"),
+            Some("v1-5-pruned-emaonly.safetensors")
+        );
         assert!(catalogue.anywhere.is_none());
         Ok(())
     });
@@ -448,14 +451,21 @@ fn without_models_each_backend_is_its_own_with_its_kinds_defaults() {
     let catalogue = c.catalogue().unwrap();
     let names: Vec<&str> = catalogue.models.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(names, ["gpu-a", "gpu-b"]);
-    assert!(catalogue.default_model().is_none(), "no model is the default");
+    assert!(
+        catalogue.default_model().is_none(),
+        "no model is the default"
+    );
     let a = catalogue.get("gpu-a").unwrap();
     assert_eq!(
         (a.steps, a.cfg_scale, a.sampler.as_deref()),
         (Some(30), Some(7.0), Some("euler_a"))
     );
     assert_eq!(catalogue.checkpoint("gpu-a"), Some("ckpt"));
-    assert_eq!(catalogue.checkpoint("gpu-b"), None, "the workflow names its own");
+    assert_eq!(
+        catalogue.checkpoint("gpu-b"),
+        None,
+        "the workflow names its own"
+    );
     let anywhere = catalogue.anywhere.unwrap();
     assert_eq!(anywhere.steps, Some(30), "the first backend's kind");
 }

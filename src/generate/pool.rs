@@ -294,7 +294,11 @@ impl Pool {
 
     /// The least loaded backend that runs `kind` on `model`, is in and has a free slot, with its
     /// slot.
-    fn pick(&self, kind: OpKind, model: Option<&str>) -> Option<(Arc<Member>, OwnedSemaphorePermit)> {
+    fn pick(
+        &self,
+        kind: OpKind,
+        model: Option<&str>,
+    ) -> Option<(Arc<Member>, OwnedSemaphorePermit)> {
         let now = Instant::now();
         let mut candidates: Vec<&Arc<Member>> = self
             .members
@@ -674,7 +678,10 @@ mod tests {
             tokio::spawn(async move { pool.run(&job(Operation::Imagine), &progress).await })
         };
         tokio::time::sleep(Duration::from_millis(200)).await;
-        assert!(pool.pick(OpKind::Imagine, None).is_none(), "the slot is taken");
+        assert!(
+            pool.pick(OpKind::Imagine, None).is_none(),
+            "the slot is taken"
+        );
         progress.stop();
         let stopped = tokio::time::timeout(Duration::from_secs(10), running)
             .await

@@ -182,7 +182,10 @@ async fn the_tasks_settings_and_its_models_checkpoint_are_sent() {
     assert_eq!(body["subseed"], 1235);
     assert_eq!(body["subseed_strength"], 0.5 * CHAOS_SUBSEED_MOST);
     // 64 * 2/3 = 42.7, to the nearest multiple of 8.
-    assert_eq!((body["width"].clone(), body["height"].clone()), (json!(40), json!(64)));
+    assert_eq!(
+        (body["width"].clone(), body["height"].clone()),
+        (json!(40), json!(64))
+    );
     assert_eq!(
         body["override_settings"]["sd_model_checkpoint"],
         "v1-5-pruned-emaonly"
@@ -198,7 +201,11 @@ async fn the_tasks_settings_and_its_models_checkpoint_are_sent() {
     let (path, body) = mock.last();
     assert_eq!(path, IMG2IMG);
     assert_eq!(
-        (&body["steps"], &body["sampler_name"], &body["negative_prompt"]),
+        (
+            &body["steps"],
+            &body["sampler_name"],
+            &body["negative_prompt"]
+        ),
         (&json!(17), &json!("DPM++ 2M Karras"), &json!("trees, fog"))
     );
     // Another model of the backend's runs on the backend's own checkpoint.

@@ -106,9 +106,10 @@ pub(super) async fn settle(
                 Some(model) => model,
                 None => {
                     // No `[[models]]`: any backend that can run it, as without models.
-                    let anywhere = catalogue.anywhere.as_ref().ok_or_else(|| {
-                        ApiError::Internal(anyhow::anyhow!("no default model"))
-                    })?;
+                    let anywhere = catalogue
+                        .anywhere
+                        .as_ref()
+                        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("no default model")))?;
                     let mut settings = resolve(anywhere, asked, parameters)?;
                     settings.model = None;
                     return Ok(settings);
@@ -172,7 +173,9 @@ fn resolve(model: &Model, asked: Asked, parameters: &Parameters) -> Result<Setti
             Some(c)
         }
         None => match (parameters.stylize, model.cfg_scale) {
-            (Some(stylize), Some(default)) => Some(stylize_to_cfg(stylize, default, model.cfg_range)),
+            (Some(stylize), Some(default)) => {
+                Some(stylize_to_cfg(stylize, default, model.cfg_range))
+            }
             _ => model.cfg_scale,
         },
     };

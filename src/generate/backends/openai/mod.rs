@@ -85,9 +85,7 @@ impl OpenAi {
                 .ok_or_else(|| GenerateError::Failed("the input image is missing".into()))
         };
         let images = match &job.operation {
-            Operation::Imagine | Operation::Reroll => {
-                client.generations(job, progress).await?
-            }
+            Operation::Imagine | Operation::Reroll => client.generations(job, progress).await?,
             Operation::Variations { .. } => {
                 let parent = parent()?;
                 let size = self
@@ -112,9 +110,7 @@ impl OpenAi {
                 let (cw, ch) = ops::pan_size(parent.width, parent.height, direction);
                 let size = client.family.size(cw, ch, job.image_size);
                 let (image, mask) = blocking(move || pan_canvas(&parent, direction, size)).await?;
-                client
-                    .edits(&image, Some(&mask), &job.prompt, size)
-                    .await?
+                client.edits(&image, Some(&mask), &job.prompt, size).await?
             }
             Operation::Outpaint { zoom_ratio, .. } => {
                 let parent = parent()?;
@@ -124,9 +120,7 @@ impl OpenAi {
                     .size(parent.width, parent.height, job.image_size);
                 let zoom = *zoom_ratio;
                 let (image, mask) = blocking(move || outpaint_canvas(&parent, zoom, size)).await?;
-                client
-                    .edits(&image, Some(&mask), &job.prompt, size)
-                    .await?
+                client.edits(&image, Some(&mask), &job.prompt, size).await?
             }
             Operation::Inpaint { .. } => {
                 let parent = parent()?;
@@ -145,18 +139,15 @@ impl OpenAi {
                     )
                 })
                 .await?;
-                client
-                    .edits(&image, Some(&mask), &job.prompt, size)
-                    .await?
+                client.edits(&image, Some(&mask), &job.prompt, size).await?
             }
             // The first image, redrawn toward a blend: one image is what every model's edits
             // take (dall-e-2 takes no more).
             Operation::Blend { .. } => {
                 let first = parent()?;
-                let size =
-                    client
-                        .family
-                        .size(job.aspect.width, job.aspect.height, job.image_size);
+                let size = client
+                    .family
+                    .size(job.aspect.width, job.aspect.height, job.image_size);
                 let image = blocking(move || ops::resize(&first, size.0, size.1)).await?;
                 let prompt = if job.prompt.is_empty() {
                     BLEND_PROMPT.to_string()
@@ -188,8 +179,7 @@ impl OpenAi {
             OpKind::Variations | OpKind::Pan | OpKind::Outpaint | OpKind::Inpaint | OpKind::Blend
         );
         self.config.runs(kind)
-            && (matches!(kind, OpKind::Imagine | OpKind::Reroll)
-                || edit && client.family.edits())
+            && (matches!(kind, OpKind::Imagine | OpKind::Reroll) || edit && client.family.edits())
     }
 }
 

@@ -6,8 +6,8 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-use crate::domain::operation::VariationOf;
 use crate::config::samplers::sampler;
+use crate::domain::operation::VariationOf;
 use crate::domain::Operation;
 use crate::generate::backends::images::{self, size_for};
 use crate::generate::ops::{self, Direction};
