@@ -230,6 +230,59 @@ pub fn stylize_to_cfg(stylize: u32, default: f64, [lo, hi]: [f64; 2]) -> f64 {
 mod tests {
     use super::*;
 
+    fn model() -> Model {
+        let config = crate::config::ModelConfig {
+            name: "sd15".into(),
+            backends: vec!["gpu".into()],
+            defaults: crate::config::models::ModelDefaults {
+                negative_prompt: Some("blurry".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let backends: Vec<crate::config::BackendConfig> = serde_json::from_value(
+            serde_json::json!([{"name": "gpu", "kind": "sdwebui", "url": "http://h"}]),
+        )
+        .unwrap();
+        crate::config::Catalogue::build(&[config], &backends)
+            .unwrap()
+            .models
+            .remove(0)
+    }
+
+    #[test]
+    fn the_body_wins_over_the_prompts_parameters_which_win_over_the_models_defaults() {
+        let model = model();
+        let none = Parameters::default();
+        let settings = resolve(&model, Asked::default(), &none).unwrap();
+        assert_eq!(
+            settings,
+            Settings {
+                model: Some("sd15".into()),
+                negative_prompt: Some("blurry".into()),
+                steps: Some(30),
+                cfg_scale: Some(7.0),
+                sampler: Some("euler_a".into()),
+            }
+        );
+        let prompt = Parameters {
+            no: Some("trees".into()),
+            stylize: Some(1000),
+            ..Parameters::default()
+        };
+        let settings = resolve(&model, Asked::default(), &prompt).unwrap();
+        assert_eq!(settings.negative_prompt.as_deref(), Some("trees"));
+        assert_eq!(settings.cfg_scale, Some(1.0), "the least guidance");
+        let asked = Asked {
+            negative_prompt: Some("fog".into()),
+            cfg_scale: Some(12.0),
+            ..Asked::default()
+        };
+        let settings = resolve(&model, asked, &prompt).unwrap();
+        assert_eq!(settings.negative_prompt.as_deref(), Some("fog"));
+        assert_eq!(settings.cfg_scale, Some(12.0));
+    }
+
     #[test]
     fn stylize_maps_onto_the_models_guidance_range_around_its_default() {
         let range = [1.0, 20.0];
