@@ -212,7 +212,9 @@ async fn a_models_tasks_go_only_to_its_backends_with_the_settings_resolved_at_su
     });
     let (url_a, url_b) = (start_webui(a.clone()).await, start_webui(b.clone()).await);
     let app = TestApp::spawn_with(|c| {
-        c.backends = vec![webui("gpu-a", &url_a), webui("gpu-b", &url_b)];
+        let mut only_imagine = webui("gpu-b", &url_b);
+        only_imagine.operations = Some(vec!["imagine".into()]);
+        c.backends = vec![webui("gpu-a", &url_a), only_imagine];
         let mut sd15 = model("sd15", &["gpu-a"]);
         sd15.checkpoint = Some("v1-5-pruned-emaonly.safetensors".into());
         sd15.default = true;
@@ -251,12 +253,14 @@ async fn a_models_tasks_go_only_to_its_backends_with_the_settings_resolved_at_su
     );
 
     // sdxl's defaults, on gpu-b only, four times.
+    let mut last = String::new();
     for _ in 0..4 {
         let id = app
             .imagine(json!({"prompt": "a harbour", "model": "sdxl", "aspect_ratio": "3:2"}))
             .await;
         let record = app.wait_final(&id, WITHIN).await;
         assert_eq!(record["status"], "finished", "{record}");
+        last = id;
         assert_eq!(
             (&record["model"], &record["steps"], &record["sampler"]),
             (&json!("sdxl"), &json!(25), &json!("dpmpp_2m_karras"))
@@ -279,6 +283,33 @@ async fn a_models_tasks_go_only_to_its_backends_with_the_settings_resolved_at_su
     );
     assert!(w > h && w % 8 == 0 && h % 8 == 0, "{w}x{h}");
 
+    // sdxl's backend runs only imagine: its follow-ups are refused, unless they name a model
+    // that can run them.
+    let variation = json!({"parent_task_id": last, "index": 1});
+    let (status, answer) = app.post("/api/v1/variations", &variation).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["errors"][0]["code"], "unsupported_operation");
+    assert_eq!(
+        answer["errors"][0]["msg"],
+        "variations: no backend of the model sdxl can run this operation"
+    );
+    let mut elsewhere = variation.clone();
+    elsewhere["model"] = json!("sd15");
+    let (status, answer) = app.post("/api/v1/variations", &elsewhere).await;
+    assert_eq!(status, 200, "{answer}");
+    let record = app
+        .wait_final(answer["task_id"].as_str().unwrap(), WITHIN)
+        .await;
+    assert_eq!(
+        (&record["status"], &record["model"]),
+        (&json!("finished"), &json!("sd15"))
+    );
+    assert_eq!(
+        a.jobs.load(Ordering::SeqCst),
+        1,
+        "the variation ran on gpu-a"
+    );
+
     // The default model, with the body's values over the kind's defaults.
     let id = app
         .imagine(json!({
@@ -288,7 +319,7 @@ async fn a_models_tasks_go_only_to_its_backends_with_the_settings_resolved_at_su
     let record = app.wait_final(&id, WITHIN).await;
     assert_eq!(record["model"], "sd15", "{record}");
     assert_eq!(record["cfg_scale"], 7.0, "the sdwebui kind's default");
-    assert_eq!(a.jobs.load(Ordering::SeqCst), 1);
+    assert_eq!(a.jobs.load(Ordering::SeqCst), 2);
     let (_, sent) = a.last();
     assert_eq!(
         (
@@ -314,7 +345,7 @@ async fn a_models_tasks_go_only_to_its_backends_with_the_settings_resolved_at_su
         .wait_final(answer["task_id"].as_str().unwrap(), WITHIN)
         .await;
     assert_eq!(record["model"], "sd15", "{record}");
-    assert_eq!(a.jobs.load(Ordering::SeqCst), 2);
+    assert_eq!(a.jobs.load(Ordering::SeqCst), 3);
     assert_eq!(b.jobs.load(Ordering::SeqCst), 4);
 }
 
