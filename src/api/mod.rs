@@ -3,6 +3,7 @@
 pub mod account;
 pub mod files;
 pub mod health;
+pub mod models;
 pub mod routes;
 pub mod submit;
 pub mod tasks;
@@ -39,6 +40,7 @@ pub fn routes() -> Router<AppState> {
             get(tasks::webhook_attempts),
         )
         .route("/api/v1/account", get(account::get_account))
+        .route("/api/v1/models", get(models::list_models))
         .route(
             "/api/v1/openapi.json",
             get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),

@@ -34,6 +34,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/tasks/{task_id}/redeliver"),
     ("get", "/api/v1/tasks/{task_id}/webhook-attempts"),
     ("get", "/api/v1/account"),
+    ("get", "/api/v1/models"),
     ("get", "/api/v1/openapi.json"),
     ("get", "/healthz"),
     ("get", "/readyz"),

@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::actions::Action;
-use super::{Metadata, Parameters};
+use super::{Metadata, Parameters, Settings};
 
 /// An image's `index` as the contract shows it: 1..=4, or a variation's strength.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -136,6 +136,10 @@ pub struct Record {
     /// The caller's own object, unchanged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Metadata>,
+    /// The model and the values its backend was sent (`model`, `negative_prompt`, `steps`,
+    /// `cfg_scale`, `sampler`), each absent where it does not apply.
+    #[serde(flatten)]
+    pub settings: Settings,
 }
 
 #[cfg(test)]
@@ -195,6 +199,13 @@ mod tests {
                 body: serde_json::json!({"parent_task_id": "t"}),
             }]),
             metadata: Some(Metadata::parse(serde_json::json!({"order": 1})).unwrap()),
+            settings: Settings {
+                model: Some("sd15".into()),
+                negative_prompt: Some("trees".into()),
+                steps: Some(20),
+                cfg_scale: Some(7.0),
+                sampler: Some("euler_a".into()),
+            },
         }
     }
 
@@ -228,6 +239,7 @@ mod tests {
         bare.metadata = None;
         bare.actions = None;
         bare.parameters = Parameters::default();
+        bare.settings = Settings::default();
         let bare = serde_json::to_value(bare).unwrap();
         let mut required: Vec<String> = task["required"]
             .as_array()

@@ -63,5 +63,6 @@ pub fn task_record(task: &Task, blobs: &Blobs, retention: Option<Duration>) -> R
         result,
         actions: None,
         metadata: task.extras.metadata.clone(),
+        settings: task.extras.settings.clone(),
     }
 }

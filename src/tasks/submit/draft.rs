@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 use super::super::body::{task_id, JsonObject};
 use super::super::Tasks;
+use super::generation;
 use super::request::{
     self, fields, Aspect, Choice, Delivery, Index, Mode, OptionalIndex, Prompted, Reprompt, Seed,
     TaskId, Text,
@@ -47,6 +48,8 @@ pub(super) struct Draft {
     pub(super) dimension: Dimension,
     /// What the caller asked for beyond the operation.
     pub(super) extras: Extras,
+    /// The model and settings asked for, resolved against the model in `resolve`.
+    pub(super) asked: generation::Asked,
 }
 
 impl Draft {
@@ -71,6 +74,7 @@ impl Draft {
             image_urls: Vec::new(),
             dimension: Dimension::Square,
             extras: Extras::default(),
+            asked: generation::Asked::default(),
         };
         // The prompt's text and its parameters, stored apart: the task's `prompt` is the text.
         let prompt = |raw: Option<Text>| -> Result<Option<(Prompt, Parameters)>, ApiError> {
@@ -223,6 +227,7 @@ impl Draft {
         };
         d.webhook_secret = webhook_secret(delivery.webhook_secret)?;
         d.extras.metadata = delivery.metadata.map(|m| m.0);
+        d.asked = generation::asked(kind, body)?;
         Ok(d)
     }
 }

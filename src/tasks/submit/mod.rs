@@ -5,6 +5,7 @@
 
 pub mod alias;
 mod draft;
+mod generation;
 pub mod request;
 mod resolve;
 

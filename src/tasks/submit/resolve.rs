@@ -6,6 +6,7 @@ use uuid::Uuid;
 
 use super::super::Tasks;
 use super::draft::{invalid_parent, Draft, FOLLOW_UP_MAX_SIDE};
+use super::generation;
 use super::request::Index;
 use crate::auth::PresentedKey;
 use crate::domain::operation::{ImageInput, StoredImage, VariationOf};
@@ -214,6 +215,25 @@ impl Draft {
                     }
                     _ => unreachable!("no other operation has a parent"),
                 }
+            }
+        };
+        let mut extras = self.extras;
+        let parent_task = parent.as_ref().map(|(_, p)| p);
+        extras.settings = match generation::settle(
+            tasks,
+            key,
+            kind,
+            self.asked,
+            &extras.parameters,
+            parent_task,
+        )
+        .await
+        {
+            Ok(settings) => settings,
+            Err(e) => {
+                // Only a live key learns what was wrong with its request.
+                key.confirm(&tasks.store).await?;
+                return Err(e);
             }
         };
         let seed = seed.unwrap_or_else(|| i64::from(rand::random::<u32>()));

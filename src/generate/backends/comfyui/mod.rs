@@ -21,7 +21,7 @@ use std::sync::Mutex;
 use futures::future::BoxFuture;
 
 use super::images::decode_output;
-use super::{kind_can, BackendConfig};
+use super::{checkpoint_of, kind_can, BackendConfig, Checkpoints};
 use crate::domain::{OpKind, Shape};
 use crate::generate::raster::RgbaImage;
 use crate::generate::{GenerateError, Generator, Job, Product, Progress};
@@ -34,6 +34,8 @@ pub struct ComfyUi {
     client: Client,
     config: BackendConfig,
     workflows: HashMap<OpKind, Workflow>,
+    /// The checkpoints of the models it serves.
+    checkpoints: Checkpoints,
 }
 
 impl ComfyUi {
@@ -73,7 +75,14 @@ impl ComfyUi {
             client,
             config: config.clone(),
             workflows,
+            checkpoints: Checkpoints::new(),
         })
+    }
+
+    /// The backend loading each model's checkpoint for that model's jobs.
+    pub fn with_checkpoints(mut self, checkpoints: Checkpoints) -> ComfyUi {
+        self.checkpoints = checkpoints;
+        self
     }
 
     /// The workflow for `kind`: reroll runs imagine's unless it has its own.
@@ -139,6 +148,7 @@ impl ComfyUi {
             &names,
             mask_name.as_deref(),
         )?;
+        wf.settle(&mut graph, job, checkpoint_of(job, &self.checkpoints, None));
 
         // ComfyUI takes the id the client proposes (newer versions), so that a job whose
         // submission hangs can still be cancelled by it.
