@@ -347,6 +347,39 @@ async fn a_models_tasks_go_only_to_its_backends_with_the_settings_resolved_at_su
     assert_eq!(record["model"], "sd15", "{record}");
     assert_eq!(a.jobs.load(Ordering::SeqCst), 3);
     assert_eq!(b.jobs.load(Ordering::SeqCst), 4);
+
+    // The prompt's parameters reach the WebUI as its own controls.
+    let id = app
+        .imagine(json!({
+            "prompt": "a harbour --no boats, gulls --stylize 1000 --tile --chaos 50 --ar 16:9 --seed 5"
+        }))
+        .await;
+    let record = app.wait_final(&id, WITHIN).await;
+    assert_eq!(record["status"], "finished", "{record}");
+    assert_eq!(record["prompt"], "a harbour");
+    assert_eq!(record["negative_prompt"], "boats, gulls");
+    let (_, sent) = a.last();
+    assert_eq!(sent["prompt"], "a harbour");
+    assert_eq!(sent["negative_prompt"], "boats, gulls");
+    assert_eq!(sent["seed"], 5);
+    assert_eq!(sent["tiling"], true);
+    assert!(sent["subseed_strength"].as_f64().unwrap() > 0.0, "{sent}");
+    let cfg = sent["cfg_scale"].as_f64().unwrap();
+    assert!(
+        cfg < 7.0 && cfg == record["cfg_scale"].as_f64().unwrap(),
+        "{cfg}"
+    );
+    let (w, h) = (
+        sent["width"].as_f64().unwrap(),
+        sent["height"].as_f64().unwrap(),
+    );
+    assert!((w / h - 16.0 / 9.0).abs() < 0.1, "{w}x{h}");
+    // A body field wins over the same parameter.
+    let id = app
+        .imagine(json!({"prompt": "a harbour --no boats", "negative_prompt": "fog"}))
+        .await;
+    app.wait_final(&id, WITHIN).await;
+    assert_eq!(a.last().1["negative_prompt"], "fog");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -217,7 +217,6 @@ impl Draft {
                 }
             }
         };
-        let mut extras = self.extras;
         let parent_task = parent.as_ref().map(|(_, p)| p);
         extras.settings = match generation::settle(
             tasks,
