@@ -1,5 +1,5 @@
-//! The command-line client: `easel imagine`, `upscale`, `fetch`, `tasks` and `upload` talk to a
-//! running server over its HTTP API, with the key in `EASEL_API_KEY` (docs/cli.md).
+//! The command-line client: `easel imagine`, `upscale`, `fetch`, `tasks`, `models` and `upload`
+//! talk to a running server over its HTTP API, with the key in `EASEL_API_KEY` (docs/cli.md).
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -21,6 +21,48 @@ pub struct Server {
     /// Print the task record (or list) as JSON instead of image URLs.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The model and generation settings of a command that makes images; each left out is the
+/// server's default (the model's, or the parent's model for `upscale`).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct Generation {
+    /// The model to run on (`easel models` lists them).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// What must not be drawn.
+    #[arg(long = "negative-prompt", value_name = "TEXT")]
+    pub negative_prompt: Option<String>,
+    /// Sampling steps, within the model's limits.
+    #[arg(long)]
+    pub steps: Option<u32>,
+    /// Guidance, within the model's limits.
+    #[arg(long = "cfg-scale", value_name = "NUMBER")]
+    pub cfg_scale: Option<f64>,
+    /// A sampler the model's backends know (euler_a, dpmpp_2m_karras, ...).
+    #[arg(long)]
+    pub sampler: Option<String>,
+}
+
+impl Generation {
+    /// The settings given, added to a submit's body.
+    fn add_to(&self, body: &mut Value) {
+        let fields = [
+            ("model", self.model.as_ref().map(|v| json!(v))),
+            (
+                "negative_prompt",
+                self.negative_prompt.as_ref().map(|v| json!(v)),
+            ),
+            ("steps", self.steps.map(|v| json!(v))),
+            ("cfg_scale", self.cfg_scale.map(|v| json!(v))),
+            ("sampler", self.sampler.as_ref().map(|v| json!(v))),
+        ];
+        for (name, value) in fields {
+            if let Some(value) = value {
+                body[name] = value;
+            }
+        }
+    }
 }
 
 /// How a command that makes a task ends.
@@ -47,13 +89,16 @@ pub enum Request {
     Imagine {
         prompt: String,
         aspect_ratio: Option<String>,
+        generation: Generation,
         waiting: Waiting,
     },
     Upscale {
         task: String,
         index: u8,
+        generation: Generation,
         waiting: Waiting,
     },
+    Models,
     Fetch {
         task: String,
         output: Option<PathBuf>,
@@ -75,24 +120,28 @@ pub async fn run(server: Server, request: Request) -> anyhow::Result<()> {
         Request::Imagine {
             prompt,
             aspect_ratio,
+            generation,
             waiting,
         } => {
             let mut body = json!({ "prompt": prompt });
             if let Some(ar) = aspect_ratio {
                 body["aspect_ratio"] = json!(ar);
             }
+            generation.add_to(&mut body);
             let id = client.submit("imagine", &body).await?;
             client.follow(&id, &waiting, server.json).await
         }
         Request::Upscale {
             task,
             index,
+            generation,
             waiting,
         } => {
             if !(1..=4).contains(&index) {
                 bail!("the image index must be 1, 2, 3 or 4");
             }
-            let body = json!({ "parent_task_id": task, "index": index });
+            let mut body = json!({ "parent_task_id": task, "index": index });
+            generation.add_to(&mut body);
             let id = client.submit("upscale-1x", &body).await?;
             client.follow(&id, &waiting, server.json).await
         }
@@ -132,6 +181,24 @@ pub async fn run(server: Server, request: Request) -> anyhow::Result<()> {
                 .call(client.http.post(url).multipart(form), "POST /api/v1/upload")
                 .await?;
             println!("{}", serde_json::to_string_pretty(&answer)?);
+            Ok(())
+        }
+        Request::Models => {
+            let list = client.get("/api/v1/models").await?;
+            if server.json {
+                println!("{}", serde_json::to_string_pretty(&list)?);
+                return Ok(());
+            }
+            let empty = Vec::new();
+            for m in list["models"].as_array().unwrap_or(&empty) {
+                println!(
+                    "{:<20}  {:<4}  {:<7}  {}",
+                    m["name"].as_str().unwrap_or("-"),
+                    if m["up"] == true { "up" } else { "down" },
+                    if m["default"] == true { "default" } else { "" },
+                    m["description"].as_str().unwrap_or(""),
+                );
+            }
             Ok(())
         }
         Request::Tasks => {

@@ -80,6 +80,8 @@ enum Command {
         #[arg(long = "ar", value_name = "W:H")]
         aspect_ratio: Option<String>,
         #[command(flatten)]
+        generation: cli::Generation,
+        #[command(flatten)]
         waiting: Waiting,
         #[command(flatten)]
         server: Server,
@@ -88,6 +90,8 @@ enum Command {
     Upscale {
         task: String,
         index: u8,
+        #[command(flatten)]
+        generation: cli::Generation,
         #[command(flatten)]
         waiting: Waiting,
         #[command(flatten)]
@@ -104,6 +108,11 @@ enum Command {
     },
     /// Client: list the account's tasks (GET /api/v1/tasks).
     Tasks {
+        #[command(flatten)]
+        server: Server,
+    },
+    /// Client: list the models the key's account may use (GET /api/v1/models).
+    Models {
         #[command(flatten)]
         server: Server,
     },
@@ -202,12 +211,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Imagine {
             prompt,
             aspect_ratio,
+            generation,
             waiting,
             server,
         } => {
             let request = cli::Request::Imagine {
                 prompt,
                 aspect_ratio,
+                generation,
                 waiting,
             };
             return cli::run(server, request).await;
@@ -215,12 +226,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Upscale {
             task,
             index,
+            generation,
             waiting,
             server,
         } => {
             let request = cli::Request::Upscale {
                 task,
                 index,
+                generation,
                 waiting,
             };
             return cli::run(server, request).await;
@@ -231,6 +244,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             server,
         } => return cli::run(server, cli::Request::Fetch { task, output }).await,
         Command::Tasks { server } => return cli::run(server, cli::Request::Tasks).await,
+        Command::Models { server } => return cli::run(server, cli::Request::Models).await,
         Command::Cancel { task, server } => {
             return cli::run(server, cli::Request::Cancel { task }).await
         }
@@ -273,6 +287,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         | Command::Upscale { .. }
         | Command::Fetch { .. }
         | Command::Tasks { .. }
+        | Command::Models { .. }
         | Command::Cancel { .. }
         | Command::Upload { .. } => unreachable!("handled before the settings are read"),
         Command::SigningSecret { account, rotate } => {

@@ -66,6 +66,12 @@ struct BackendName {
     backend: String,
 }
 
+/// A model's name: bounded, as the models are the configured ones.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelName {
+    model: String,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
@@ -343,7 +349,11 @@ pub struct BackendGauges {
 
 /// The whole exposition: the process's metrics, then the gauges of the shared state as read now
 /// (the operators' page's queue query, whose pending rows are the queue, and the backends).
-pub fn render(queue: &[QueueRow], backends: impl IntoIterator<Item = BackendGauges>) -> String {
+pub fn render(
+    queue: &[QueueRow],
+    backends: impl IntoIterator<Item = BackendGauges>,
+    models: impl IntoIterator<Item = (String, bool)>,
+) -> String {
     let mut scrape = Registry::with_prefix("easel");
 
     let depth = Family::<ModeLabels, Gauge>::default();
@@ -397,6 +407,18 @@ pub fn render(queue: &[QueueRow], backends: impl IntoIterator<Item = BackendGaug
         "backend_in_flight",
         "Generations running on the backend now, from this node",
         in_flight,
+    );
+
+    let model_up = Family::<ModelName, Gauge>::default();
+    for (model, up) in models {
+        model_up
+            .get_or_create(&ModelName { model })
+            .set(i64::from(up));
+    }
+    scrape.register(
+        "model_up",
+        "1 when any backend serving the model is taking work, 0 when none is",
+        model_up,
     );
 
     let mut text = String::with_capacity(16 * 1024);

@@ -76,6 +76,21 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
             let cpu0 = cpu_secs(Some(server.pid()))?;
             let s = ctx.wrk.run("submit.lua", &url, clients, secs, &env).await?;
             let easel_cpu_us = (cpu_secs(Some(server.pid()))? - cpu0) * 1e6 / s.requests as f64;
+            // The caller's additions (prompt parameters, 4 KiB of metadata) on the same server,
+            // right after the plain submits.
+            let extras = if clients == GOAL_CLIENTS {
+                println!(
+                    "  sync={mode}, {clients} clients: with parameters and metadata ({secs} s)"
+                );
+                let e = ctx
+                    .wrk
+                    .run("submit_extras.lua", &url, clients, secs, &env)
+                    .await?;
+                check(&e, "easel with parameters and metadata")?;
+                Some(e)
+            } else {
+                None
+            };
             server.stop(Duration::from_secs(60)).await?;
             let _ = std::fs::remove_dir_all(&data);
             check(&b, "baseline")?;
@@ -105,6 +120,23 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
             }
             rows.push(rps);
             rows.push(latency);
+            if let Some(e) = &extras {
+                let ratio = e.rps() / s.rps();
+                rows.push(
+                    Row::new(
+                        "submit",
+                        format!(
+                            "submit, sync={mode}, {}: with prompt parameters and 4 KiB of \
+                             metadata, against the plain submit: requests/s",
+                            clients_text(clients)
+                        ),
+                        "req/s",
+                    )
+                    .value(&[e.rps()])
+                    .baseline(&[s.rps()])
+                    .goal(">= 0.9x the plain submit", ratio >= 0.9),
+                );
+            }
             // The same submits made in-process, straight to the store: what HTTP adds.
             let alone = if goal {
                 println!("  sync={mode}, {clients} clients: the store alone ({secs} s)");
@@ -155,6 +187,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
                 "easel": s,
                 "baseline": b,
                 "store_alone": alone,
+                "with_extras": extras,
             }));
         }
         details.insert(mode.to_string(), Value::Array(runs));

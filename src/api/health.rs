@@ -45,7 +45,17 @@ pub async fn ready(State(state): State<AppState>) -> Result<Json<Value>, ApiErro
                 retry_after_secs: 5,
             });
         }
-        return Ok(Json(json!({"status": "ready", "backends": backends})));
+        // Each model, and whether any backend serving it is up.
+        let models: Vec<Value> = state
+            .pool
+            .catalogue()
+            .models
+            .iter()
+            .map(|m| json!({"name": m.name, "up": state.pool.model_up(&m.name)}))
+            .collect();
+        return Ok(Json(
+            json!({"status": "ready", "backends": backends, "models": models}),
+        ));
     }
     Ok(Json(json!({"status": "ready"})))
 }

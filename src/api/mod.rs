@@ -3,6 +3,7 @@
 pub mod account;
 pub mod files;
 pub mod health;
+pub mod models;
 pub mod routes;
 pub mod submit;
 pub mod tasks;
@@ -14,6 +15,7 @@ use axum::Router;
 
 use crate::domain::OpKind;
 use crate::http::state::AppState;
+use crate::tasks::submit::alias::Alias;
 use routes::OPENAPI;
 
 /// The API's routes (`routes::ROUTES` lists them for the OpenAPI document and the metrics).
@@ -24,6 +26,9 @@ pub fn routes() -> Router<AppState> {
     let mut api = Router::new();
     for kind in OpKind::ALL {
         api = api.route(&format!("/api/v1/{kind}"), post(submit::submit));
+    }
+    for (path, _) in Alias::ALL {
+        api = api.route(&format!("/api/v1/{path}"), post(submit::submit));
     }
     api.route("/api/v1/fetch", post(tasks::fetch))
         .route("/api/v1/fetch-many", post(tasks::fetch_many))
@@ -37,6 +42,7 @@ pub fn routes() -> Router<AppState> {
         )
         .route("/api/v1/upload", post(upload::upload))
         .route("/api/v1/account", get(account::get_account))
+        .route("/api/v1/models", get(models::list_models))
         .route(
             "/api/v1/openapi.json",
             get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),

@@ -15,6 +15,7 @@ use crate::http::prefer;
 use crate::http::state::AppState;
 use crate::store::Idempotency;
 use crate::tasks::body::JsonObject;
+use crate::tasks::submit::alias::Alias;
 use crate::tasks::submit::{submit_keyed, Answer};
 use crate::tasks::{idempotency::fingerprint, wait};
 
@@ -37,11 +38,12 @@ pub async fn submit(
 ) -> Result<Response, ApiError> {
     // Nothing of the body is read for a key that is not live.
     key.admit(&state.store, &state.live_keys).await?;
-    let kind = path
-        .as_str()
-        .strip_prefix("/api/v1/")
-        .and_then(|name| name.parse::<OpKind>().ok())
-        .expect("submit routes are made from the operations' names");
+    let name = path.as_str().strip_prefix("/api/v1/");
+    let alias = name.and_then(Alias::from_path);
+    let kind = alias
+        .map(Alias::kind)
+        .or_else(|| name.and_then(|name| name.parse::<OpKind>().ok()))
+        .expect("submit routes are made from the operations' names and the aliases");
     let wait = prefer::preferred_wait(&headers)?.map(|asked| wait::served(&state, asked));
     // Held until the store has answered, and let go on every way out of this function.
     let held = match idempotency {
@@ -50,7 +52,10 @@ pub async fn submit(
         KeyHeader::Invalid(e) => return Err(e),
         KeyHeader::InUse => return Err(ApiError::IdempotencyKeyInUse),
     };
-    let body = JsonObject::from_request(req, &state).await;
+    let body = match (alias, JsonObject::from_request(req, &state).await) {
+        (Some(alias), Ok(given)) => alias.translate(&state, &key, given).await,
+        (_, body) => body,
+    };
     let keyed = match (&held, &body) {
         (Some(held), Ok(body)) => Some(Idempotency {
             key: held.key().to_string(),

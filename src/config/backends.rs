@@ -54,7 +54,8 @@ pub struct BackendConfig {
     /// openai: the key itself (prefer `api_key_env`).
     #[serde(default)]
     pub api_key: Option<String>,
-    /// openai: the model; sdwebui: a checkpoint to switch to for every job (optional).
+    /// openai: the model; sdwebui: a checkpoint to switch to for every job (optional). A
+    /// `[[models]]` table's `checkpoint` takes its place for that model's jobs.
     #[serde(default)]
     pub model: Option<String>,
     /// sdwebui: the basic-auth user (with `password_env` or `password`).
@@ -71,7 +72,7 @@ pub struct BackendConfig {
     #[serde(default)]
     pub workflows: BTreeMap<String, PathBuf>,
     /// comfyui: node ids where the graph is unusual: `prompt`, `negative`, `seed`, `latent`,
-    /// `sampler`, `image`, `mask`, `output`.
+    /// `sampler`, `image`, `mask`, `output`, `checkpoint`.
     #[serde(default)]
     pub nodes: BTreeMap<String, String>,
     /// Only these operations; default: all that the kind can do.

@@ -12,7 +12,9 @@ pub mod backends;
 pub mod blobs;
 pub mod database;
 pub mod limits;
+pub mod models;
 pub mod retention;
+pub mod samplers;
 pub mod server;
 pub(crate) mod values;
 pub mod webhooks;
@@ -36,6 +38,7 @@ pub use limits::{
     DecodeMemoryBudget, Limits, PlanRate, DECODE_MEMORY_BUDGET_RANGE, IDEMPOTENCY_TTL_RANGE,
     WAIT_MAX_SECS,
 };
+pub use models::{Catalogue, Model, ModelConfig};
 pub use retention::{Retention, RETENTION_MIN};
 pub use server::{LogFormat, Role, Server};
 pub use values::duration;
@@ -62,6 +65,9 @@ pub struct Config {
     /// The image backends (`[[backends]]` tables in the configuration file). Empty: one built-in
     /// `procedural` backend.
     pub backends: Vec<BackendConfig>,
+    /// The models callers pick from (`[[models]]` tables). Empty: each backend is its own
+    /// model (see [`models`]).
+    pub models: Vec<ModelConfig>,
     #[serde(flatten)]
     pub limits: Limits,
     #[serde(flatten)]
@@ -81,6 +87,7 @@ impl Default for Config {
             blobs: Blobs::default(),
             worker: Worker::default(),
             backends: Vec::new(),
+            models: Vec::new(),
             limits: Limits::default(),
             webhooks: Webhooks::default(),
             accounts: Accounts::default(),
@@ -128,6 +135,7 @@ impl Config {
             blobs: figment.extract().map_err(fail)?,
             worker: figment.extract().map_err(fail)?,
             backends: figment.extract_inner("backends").map_err(fail)?,
+            models: figment.extract_inner("models").map_err(fail)?,
             limits: figment.extract().map_err(fail)?,
             webhooks: figment.extract().map_err(fail)?,
             accounts: figment.extract().map_err(fail)?,
@@ -143,6 +151,7 @@ impl Config {
     /// Check the values that types alone do not, section by section.
     pub fn validate(&self) -> anyhow::Result<()> {
         backends::validate(&self.backends)?;
+        self.catalogue()?;
         self.server.validate()?;
         self.database.validate()?;
         self.blobs.validate()?;
@@ -152,6 +161,12 @@ impl Config {
         self.accounts.validate()?;
         self.retention.validate()?;
         Ok(())
+    }
+
+    /// The models, every default and limit filled in; an error naming the broken setting.
+    pub fn catalogue(&self) -> anyhow::Result<Catalogue> {
+        Catalogue::build(&self.models, &self.backends)
+            .map_err(|e| anyhow::anyhow!("configuration: {e}"))
     }
 
     /// What one submit of `kind` costs, in credits.
@@ -186,7 +201,7 @@ impl Config {
 /// A key in the file that no setting has (a misspelt key, or a misspelt table such as
 /// `[[backend]]`) is refused by its name rather than silently ignored. Only the file is checked:
 /// the environment holds other programs' `EASEL_*` variables too, and tables below the top
-/// (`[[backends]]`, `[rate_limits.<plan>]`, `[costs]`) check their own keys.
+/// (`[[backends]]`, `[[models]]`, `[rate_limits.<plan>]`, `[costs]`) check their own keys.
 fn refuse_unknown_keys(file: &Path) -> anyhow::Result<()> {
     let data = Toml::file(file)
         .data()

@@ -410,3 +410,158 @@ fn upload_settings_have_defaults_and_take_sizes_and_durations() {
     let e = c.validate().unwrap_err().to_string();
     assert!(e.contains("upload_retention"), "{e}");
 }
+
+const TWO_WEBUIS: &str = r#"
+[[backends]]
+name = "gpu-a"
+kind = "sdwebui"
+url = "http://127.0.0.1:7860"
+
+[[backends]]
+name = "gpu-b"
+kind = "comfyui"
+url = "http://127.0.0.1:8188"
+"#;
+
+#[test]
+#[allow(clippy::result_large_err)] // figment's Jail API returns figment::Error
+fn models_are_read_filled_from_their_kinds_and_checked() {
+    figment::Jail::expect_with(|jail| {
+        let file = format!(
+            r#"{TWO_WEBUIS}
+[[models]]
+name = "sd15"
+description = "Stable Diffusion 1.5"
+backends = ["gpu-a", "gpu-b"]
+checkpoint = "v1-5-pruned-emaonly.safetensors"
+defaults = {{ steps = 25, sampler = "euler_a", negative_prompt = "blurry" }}
+limits = {{ steps = [1, 50], cfg_scale = [1, 20] }}
+
+[[models]]
+name = "xl"
+backends = ["gpu-b"]
+default = true
+plans = ["pro"]
+"#
+        );
+        let c = load_in_jail(jail, &file)?;
+        let catalogue = c.catalogue().map_err(|e| e.to_string())?;
+        let sd15 = catalogue.get("sd15").unwrap();
+        assert_eq!(sd15.steps, Some(25));
+        assert_eq!(sd15.cfg_scale, Some(7.0), "the first kind's default");
+        assert_eq!(sd15.cfg_range, [1.0, 20.0]);
+        assert_eq!(sd15.negative_prompt.as_deref(), Some("blurry"));
+        assert!(!sd15.default && sd15.allows("anything"));
+        // Only what both the WebUI and ComfyUI know.
+        assert!(!sd15.samplers().contains(&"plms") && sd15.samplers().contains(&"ddim"));
+        let xl = catalogue.get("xl").unwrap();
+        assert_eq!((xl.steps, xl.sampler.as_deref()), (Some(20), Some("euler")));
+        assert_eq!(catalogue.default_model().unwrap().name, "xl");
+        assert!(xl.allows("pro") && !xl.allows("self-hosted"));
+        assert_eq!(catalogue.served_by("gpu-b"), ["sd15", "xl"]);
+        assert_eq!(
+            catalogue.checkpoint("sd15"),
+            Some("v1-5-pruned-emaonly.safetensors")
+        );
+        assert!(catalogue.anywhere.is_none());
+        Ok(())
+    });
+}
+
+#[test]
+fn without_models_each_backend_is_its_own_with_its_kinds_defaults() {
+    let mut c = Config::default();
+    let catalogue = c.catalogue().unwrap();
+    assert_eq!(catalogue.models.len(), 1);
+    assert_eq!(catalogue.models[0].name, "procedural");
+    assert_eq!(catalogue.models[0].steps, None);
+    c.backends = serde_json::from_value(serde_json::json!([
+        {"name": "gpu-a", "kind": "sdwebui", "url": "http://h", "model": "ckpt"},
+        {"name": "gpu-b", "kind": "comfyui", "url": "http://h", "model": "x"},
+    ]))
+    .unwrap();
+    let catalogue = c.catalogue().unwrap();
+    let names: Vec<&str> = catalogue.models.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["gpu-a", "gpu-b"]);
+    assert!(
+        catalogue.default_model().is_none(),
+        "no model is the default"
+    );
+    let a = catalogue.get("gpu-a").unwrap();
+    assert_eq!(
+        (a.steps, a.cfg_scale, a.sampler.as_deref()),
+        (Some(30), Some(7.0), Some("euler_a"))
+    );
+    assert_eq!(catalogue.checkpoint("gpu-a"), Some("ckpt"));
+    assert_eq!(
+        catalogue.checkpoint("gpu-b"),
+        None,
+        "the workflow names its own"
+    );
+    let anywhere = catalogue.anywhere.unwrap();
+    assert_eq!(anywhere.steps, Some(30), "the first backend's kind");
+}
+
+#[test]
+fn broken_models_stop_easel_naming_the_setting() {
+    let table = |body: &str| format!("{TWO_WEBUIS}\n[[models]]\n{body}\n");
+    let cases = [
+        (
+            table("name = \"m\"\nbackends = [\"gpu-x\"]"),
+            "models.m.backends: no backend is named \"gpu-x\" (the backends are gpu-a, gpu-b)",
+        ),
+        (
+            table("name = \"m\"\nbackends = []"),
+            "models.m.backends: must name at least one backend",
+        ),
+        (
+            table("name = \"M m\"\nbackends = [\"gpu-a\"]"),
+            "models: name \"M m\" must be",
+        ),
+        (
+            table(
+                "name = \"m\"\nbackends = [\"gpu-a\"]\ndefault = true\n[[models]]\nname = \"n\"\n\
+                 backends = [\"gpu-b\"]\ndefault = true",
+            ),
+            "models: only one model may be the default; m, n are",
+        ),
+        (
+            table(
+                "name = \"m\"\nbackends = [\"gpu-a\"]\n[[models]]\nname = \"m\"\nbackends = [\"gpu-b\"]",
+            ),
+            "models: the name \"m\" is used twice",
+        ),
+        (
+            table("name = \"m\"\nbackends = [\"gpu-a\", \"gpu-b\"]\ndefaults = { steps = 60 }\nlimits = { steps = [1, 50] }"),
+            "models.m.defaults.steps: 60 is outside limits.steps [1, 50]",
+        ),
+        (
+            table("name = \"m\"\nbackends = [\"gpu-a\", \"gpu-b\"]\ndefaults = { cfg_scale = 0.5 }"),
+            "models.m.defaults.cfg_scale: 0.5 is outside limits.cfg_scale [1, 30]",
+        ),
+        (
+            table("name = \"m\"\nbackends = [\"gpu-a\", \"gpu-b\"]\nlimits = { steps = [10, 5] }"),
+            "models.m.limits.steps: must be [least, most] with 1 <= least <= most <= 500",
+        ),
+        (
+            table("name = \"m\"\nbackends = [\"gpu-a\", \"gpu-b\"]\ndefaults = { sampler = \"plms\" }"),
+            "models.m.defaults.sampler: \"plms\" is not a sampler all of its backends know",
+        ),
+        (
+            table("name = \"m\"\nbackends = [\"gpu-a\"]"),
+            "backends.gpu-b: serves no model",
+        ),
+        (
+            table("name = \"m\"\nbackends = [\"gpu-a\", \"gpu-b\"]\nplans = []"),
+            "models.m.plans: must name at least one plan",
+        ),
+        (
+            table("name = \"m\"\nbackends = [\"gpu-a\", \"gpu-b\"]\nstep = 3"),
+            "unknown field: found `step`",
+        ),
+    ];
+    for (file, message) in cases {
+        let error = refused(&file);
+        assert!(error.contains(message), "{error}\n(expected {message})");
+    }
+}

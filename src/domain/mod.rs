@@ -2,6 +2,7 @@
 //! validated values a task is made of. Validation errors are short phrases without the field
 //! name; the API layer prefixes the field.
 
+pub mod actions;
 pub mod extras;
 pub mod image_prompts;
 pub mod operation;
@@ -16,8 +17,8 @@ pub mod wire;
 pub use extras::{Extras, Metadata};
 pub use operation::{OpKind, Operation, Shape};
 pub use output::Output;
-pub use parameters::Parameters;
+pub use parameters::{prompt_text, Parameters};
 pub use policy::ContentPolicy;
 pub use result::{Outcome, PayloadHead};
 pub use settings::Settings;
-pub use task::{prompt_text, AspectRatio, ProcessMode, Prompt, TaskStatus};
+pub use task::{AspectRatio, ProcessMode, Prompt, TaskStatus};

@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
 use super::wire::{IndexField, OperationFields};
 use super::AspectRatio;
 
+/// Longest side of an image that the operations working on a parent's pixels accept (and of
+/// `upscale-highres`'s input, as the contract says): it bounds their memory.
+pub const FOLLOW_UP_MAX_SIDE: u32 = 2048;
+
 /// The operations, by their public names (the `task_type` of a record, the path of a submit).
 #[derive(
     Clone,

@@ -1,3 +1,4 @@
+use super::actions::Action;
 use super::extras::Metadata;
 use super::output::Output;
 use super::task::TaskStatus;
@@ -24,6 +25,8 @@ pub struct PayloadHead<'a> {
     pub fields: OperationFields,
     /// The caller's `metadata`, in every payload whatever the outcome.
     pub metadata: Option<&'a Metadata>,
+    /// The follow-ups a finished task offers, when its payload carries them (else empty).
+    pub actions: Vec<Action>,
 }
 
 impl<'a> PayloadHead<'a> {
@@ -66,6 +69,7 @@ impl Outcome {
             error: None,
             operation: &head.fields,
             result: ResultFields::default(),
+            actions: None,
             metadata: head.metadata,
         };
         match self {
@@ -73,6 +77,7 @@ impl Outcome {
                 payload.percentage = Some("100");
                 payload.parent_task_id = head.parent_task_id;
                 payload.result = output.public_fields(url);
+                payload.actions = Some(&head.actions[..]).filter(|a| !a.is_empty());
             }
             Outcome::Failed { error } => {
                 payload.status = TaskStatus::Failed.as_str();
@@ -146,6 +151,7 @@ mod tests {
             parent_task_id: Some("t1"),
             fields,
             metadata: None,
+            actions: Vec::new(),
         };
         let url = |key: &str| format!("https://x/files/{key}");
         let v: serde_json::Value = serde_json::from_str(&ok.webhook_payload(&head, &url)).unwrap();

@@ -148,29 +148,6 @@ impl Prompt {
     pub fn as_str(&self) -> &str {
         &self.0
     }
-
-    /// The value of Midjourney parameter `--{name}` (or one of its `aliases`), if given.
-    pub fn parameter(&self, names: &[&str]) -> Option<&str> {
-        let mut words = self.0.split_whitespace();
-        while let Some(word) = words.next() {
-            if let Some(name) = word.strip_prefix("--") {
-                if names.contains(&name) {
-                    return Some(words.next().unwrap_or(""));
-                }
-            }
-        }
-        None
-    }
-}
-
-/// What a prompt asks to draw: its text before Midjourney's parameters (`--ar 16:9`, `--seed 3`,
-/// `--no cars`), which come last in a prompt and say how to draw, not what.
-pub fn prompt_text(prompt: &str) -> &str {
-    let end = prompt
-        .match_indices("--")
-        .find(|(i, _)| *i == 0 || prompt[..*i].ends_with(char::is_whitespace))
-        .map_or(prompt.len(), |(i, _)| i);
-    prompt[..end].trim_end()
 }
 
 /// `W:H`, positive integers, with a ratio between 1:4 and 4:1.
@@ -247,17 +224,6 @@ mod tests {
         assert!(Prompt::parse("bell\u{7}").is_err());
         assert!(Prompt::parse(&"é".repeat(4000)).is_ok());
         assert!(Prompt::parse(&"é".repeat(4001)).is_err());
-    }
-
-    #[test]
-    fn parameters_are_read_and_left_out_of_the_text() {
-        let p = Prompt::parse("a red fox --ar 16:9 --seed 42 --no snow").unwrap();
-        assert_eq!(p.parameter(&["seed"]), Some("42"));
-        assert_eq!(p.parameter(&["ar", "aspect"]), Some("16:9"));
-        assert_eq!(p.parameter(&["v"]), None);
-        assert_eq!(prompt_text(p.as_str()), "a red fox");
-        assert_eq!(prompt_text("well--known"), "well--known");
-        assert_eq!(prompt_text("--ar 1:1"), "");
     }
 
     #[test]

@@ -4,7 +4,8 @@
 
 use serde::Serialize;
 
-use super::Metadata;
+use super::actions::Action;
+use super::{Metadata, Parameters, Settings};
 
 /// An image's `index` as the contract shows it: 1..=4, or a variation's strength.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -75,6 +76,9 @@ pub struct Payload<'a> {
     pub operation: &'a OperationFields,
     #[serde(flatten)]
     pub result: ResultFields,
+    /// The follow-ups it offers (a finished image task's, for a caller that opted in).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actions: Option<&'a [Action]>,
     /// The caller's own object, unchanged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metadata: Option<&'a Metadata>,
@@ -103,7 +107,11 @@ pub struct Record {
     pub task_type: &'static str,
     pub status: &'static str,
     pub percentage: String,
+    /// The prompt's text, without its parameters.
     pub prompt: String,
+    /// The prompt's Midjourney parameters (or its parent's, for a follow-up that reuses them).
+    #[serde(skip_serializing_if = "Parameters::is_empty")]
+    pub parameters: Parameters,
     pub aspect_ratio: String,
     pub process_mode: &'static str,
     pub seed: i64,
@@ -125,9 +133,16 @@ pub struct Record {
     /// The record's own `seed` already says a seed task's answer, so `result.seed` stays empty.
     #[serde(flatten)]
     pub result: ResultFields,
+    /// The follow-ups it offers now: a finished image task's, while its images are kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actions: Option<Vec<Action>>,
     /// The caller's own object, unchanged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Metadata>,
+    /// The model and the values its backend was sent (`model`, `negative_prompt`, `steps`,
+    /// `cfg_scale`, `sampler`), each absent where it does not apply.
+    #[serde(flatten)]
+    pub settings: Settings,
 }
 
 #[cfg(test)]
@@ -143,6 +158,10 @@ mod tests {
             status: "finished",
             percentage: "100".into(),
             prompt: "p".into(),
+            parameters: Parameters {
+                tile: true,
+                ..Parameters::default()
+            },
             aspect_ratio: "1:1".into(),
             process_mode: "fast",
             seed: 1,
@@ -178,7 +197,19 @@ mod tests {
                 content: Some(vec![]),
                 seed: None,
             },
+            actions: Some(vec![Action {
+                operation: "reroll",
+                label: "🔄",
+                body: serde_json::json!({"parent_task_id": "t"}),
+            }]),
             metadata: Some(Metadata::parse(serde_json::json!({"order": 1})).unwrap()),
+            settings: Settings {
+                model: Some("sd15".into()),
+                negative_prompt: Some("trees".into()),
+                steps: Some(20),
+                cfg_scale: Some(7.0),
+                sampler: Some("euler_a".into()),
+            },
         }
     }
 
@@ -210,6 +241,9 @@ mod tests {
         bare.operation = OperationFields::default();
         bare.result = ResultFields::default();
         bare.metadata = None;
+        bare.actions = None;
+        bare.parameters = Parameters::default();
+        bare.settings = Settings::default();
         let bare = serde_json::to_value(bare).unwrap();
         let mut required: Vec<String> = task["required"]
             .as_array()
@@ -246,6 +280,7 @@ mod tests {
                 seed: Some(1),
                 ..full().result
             },
+            actions: None,
             metadata: metadata.as_ref(),
         };
         let payload = serde_json::to_value(payload).unwrap();

@@ -115,6 +115,22 @@ fn image_seed(seed: u64, k: u32) -> u64 {
     seed ^ (u64::from(k) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
+/// What the prompt's parameters ask of the procedural pictures: `--no` (or the body's
+/// `negative_prompt`, which wins over it), `--chaos` and `--tile`; `--ar` is the job's aspect.
+fn look(job: &Job) -> procedural::Look {
+    let parameters = &job.extras.parameters;
+    let negative = job.extras.settings.negative_prompt.as_ref();
+    procedural::Look {
+        without: negative
+            .filter(|n| !n.trim().is_empty())
+            .or(parameters.no.as_ref())
+            .cloned()
+            .unwrap_or_default(),
+        chaos: parameters.chaos.unwrap_or(0),
+        tile: parameters.tile,
+    }
+}
+
 fn draw(job: &Job, pace: &Pace<'_>) -> Result<Product, GenerateError> {
     let input = |i: usize| {
         job.inputs
@@ -122,9 +138,16 @@ fn draw(job: &Job, pace: &Pace<'_>) -> Result<Product, GenerateError> {
             .ok_or_else(|| GenerateError::Failed(format!("input image {} is missing", i + 1)))
     };
     let prompt = job.prompt.as_str();
+    let look = look(job);
+    // What continues a picture (pan, outpaint, inpaint) follows the prompt's parameters but
+    // does not tile: it is part of an image that does not repeat.
+    let part = procedural::Look {
+        tile: false,
+        ..look.clone()
+    };
     // A continuation of the scene where the task has a prompt to draw it from.
     let fill = |k: u32, w: u32, h: u32| {
-        (!prompt.is_empty()).then(|| procedural::render(prompt, job.seed, k, w, h))
+        (!prompt.is_empty()).then(|| procedural::render_look(prompt, job.seed, k, w, h, &part))
     };
     let product = match &job.operation {
         Operation::Imagine | Operation::Reroll => {
@@ -132,7 +155,7 @@ fn draw(job: &Job, pace: &Pace<'_>) -> Result<Product, GenerateError> {
             // Imagine's image prompts are its inputs, laid over the scene at `--iw`'s share.
             let share = ops::image_share(job.extras.parameters.iw.unwrap_or(IMAGE_WEIGHT_DEFAULT));
             pace.grid(|k| {
-                let scene = procedural::render(prompt, job.seed, k, w, h);
+                let scene = procedural::render_look(prompt, job.seed, k, w, h, &look);
                 ops::image_prompted(scene, &job.inputs, share, image_seed(job.seed, k), k)
             })
         }
@@ -195,12 +218,13 @@ fn draw(job: &Job, pace: &Pace<'_>) -> Result<Product, GenerateError> {
                 .as_ref()
                 .ok_or_else(|| GenerateError::Failed("the mask is missing".into()))?;
             pace.grid(|k| {
-                let fill = procedural::render(
+                let fill = procedural::render_look(
                     prompt,
                     image_seed(job.seed, k),
                     k,
                     parent.width,
                     parent.height,
+                    &part,
                 );
                 ops::inpaint(parent, mask, &fill)
             })

@@ -4,7 +4,8 @@
 //! with backoff, on this or another backend, until the pool's time budget for the job runs out.
 //! A backend that fails `DOWN_AFTER` times in a row is taken out; a probe brings it back.
 //! Because easel keeps every image itself, a follow-up runs on any capable backend, not only on
-//! the one that made its parent.
+//! the one that made its parent. A task made on a model (`[[models]]`, or a backend's own) goes
+//! only to the backends that serve that model.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,6 +16,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::job::{GenerateError, Generator, Job, Product, Progress};
+use crate::config::Catalogue;
 use crate::domain::OpKind;
 
 /// Consecutive transient failures that take a backend out until a probe succeeds.
@@ -35,6 +37,8 @@ struct Member {
     slots: Arc<Semaphore>,
     in_flight: AtomicUsize,
     health: Mutex<Health>,
+    /// The models it serves; `None` (a pool built without a catalogue): every model.
+    models: Option<Vec<String>>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -53,6 +57,9 @@ pub struct BackendHealth {
     pub up: bool,
     pub in_flight: usize,
     pub concurrency: usize,
+    /// The models it serves.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
 }
@@ -60,6 +67,15 @@ pub struct BackendHealth {
 impl Member {
     fn load(&self) -> f64 {
         self.in_flight.load(Ordering::Relaxed) as f64 / self.concurrency as f64
+    }
+
+    /// Whether it is to run `kind` on `model` (a task without a model runs anywhere).
+    fn runs(&self, kind: OpKind, model: Option<&str>) -> bool {
+        self.generator.supports(kind)
+            && match (model, &self.models) {
+                (Some(model), Some(served)) => served.iter().any(|m| m == model),
+                _ => true,
+            }
     }
 
     fn available(&self, now: Instant) -> bool {
@@ -117,6 +133,8 @@ pub struct Pool {
     budget: Duration,
     /// Signalled when a slot frees up or a backend comes back.
     changed: Arc<Notify>,
+    /// The models, and which backends serve each.
+    catalogue: Arc<Catalogue>,
 }
 
 impl Pool {
@@ -132,6 +150,7 @@ impl Pool {
                     slots: Arc::new(Semaphore::new(concurrency)),
                     in_flight: AtomicUsize::new(0),
                     health: Mutex::new(Health::default()),
+                    models: None,
                 })
             })
             .collect();
@@ -139,7 +158,41 @@ impl Pool {
             members,
             budget,
             changed: Arc::new(Notify::new()),
+            catalogue: Arc::new(Catalogue::default()),
         }
+    }
+
+    /// The pool with each backend serving the models `catalogue` gives it (by its name).
+    pub fn with_catalogue(mut self, catalogue: Catalogue) -> Pool {
+        for member in &mut self.members {
+            let served = catalogue.served_by(member.generator.name());
+            Arc::get_mut(member)
+                .expect("members are not shared before the pool is")
+                .models = Some(served);
+        }
+        self.catalogue = Arc::new(catalogue);
+        self
+    }
+
+    /// The models callers may pick.
+    pub fn catalogue(&self) -> &Catalogue {
+        &self.catalogue
+    }
+
+    /// Whether some backend serving `model` runs `kind` (whether up or not).
+    pub fn supports_on(&self, kind: OpKind, model: Option<&str>) -> bool {
+        self.members.iter().any(|m| m.runs(kind, model))
+    }
+
+    /// Whether some backend serving `model` is up now.
+    pub fn model_up(&self, model: &str) -> bool {
+        let now = Instant::now();
+        self.members.iter().any(|m| {
+            m.models
+                .as_ref()
+                .is_none_or(|served| served.iter().any(|s| s == model))
+                && m.available(now)
+        })
     }
 
     /// Each backend's state.
@@ -153,6 +206,7 @@ impl Pool {
                     up: !health.down,
                     in_flight: m.in_flight.load(Ordering::Relaxed),
                     concurrency: m.concurrency,
+                    models: m.models.clone().unwrap_or_default(),
                     last_error: health.last_error,
                 }
             })
@@ -215,11 +269,11 @@ impl Pool {
 
     /// Why the backends that run `kind` and are out are out (their last errors), as
     /// ` (name: error; ...)`, or nothing when none is out.
-    fn why_out(&self, kind: OpKind) -> String {
+    fn why_out(&self, kind: OpKind, model: Option<&str>) -> String {
         let out: Vec<String> = self
             .members
             .iter()
-            .filter(|m| m.generator.supports(kind))
+            .filter(|m| m.runs(kind, model))
             .filter_map(|m| {
                 let health = m.health.lock().expect("not poisoned");
                 health.down.then(|| {
@@ -238,13 +292,18 @@ impl Pool {
         }
     }
 
-    /// The least loaded backend that runs `kind`, is in and has a free slot, with its slot.
-    fn pick(&self, kind: OpKind) -> Option<(Arc<Member>, OwnedSemaphorePermit)> {
+    /// The least loaded backend that runs `kind` on `model`, is in and has a free slot, with its
+    /// slot.
+    fn pick(
+        &self,
+        kind: OpKind,
+        model: Option<&str>,
+    ) -> Option<(Arc<Member>, OwnedSemaphorePermit)> {
         let now = Instant::now();
         let mut candidates: Vec<&Arc<Member>> = self
             .members
             .iter()
-            .filter(|m| m.generator.supports(kind) && m.available(now))
+            .filter(|m| m.runs(kind, model) && m.available(now))
             .collect();
         candidates.sort_by(|a, b| a.load().total_cmp(&b.load()));
         candidates.into_iter().find_map(|m| {
@@ -255,10 +314,14 @@ impl Pool {
 
     async fn run_job(&self, job: &Job, progress: &Progress) -> Result<Product, GenerateError> {
         let kind = job.operation.kind();
-        if !self.members.iter().any(|m| m.generator.supports(kind)) {
-            return Err(GenerateError::Failed(format!(
-                "no configured backend can run {kind}"
-            )));
+        let model = job.extras.settings.model.as_deref();
+        if !self.supports_on(kind, model) {
+            return Err(GenerateError::Failed(match model {
+                Some(model) if self.supports_on(kind, None) => {
+                    format!("no configured backend serves the model {model} for {kind}")
+                }
+                _ => format!("no configured backend can run {kind}"),
+            }));
         }
         let deadline = Instant::now() + self.budget;
         let mut tries: u32 = 0;
@@ -266,14 +329,14 @@ impl Pool {
         loop {
             // Registered before looking, so that a slot freed meanwhile is not missed.
             let changed = self.changed.notified();
-            let Some((member, permit)) = self.pick(kind) else {
+            let Some((member, permit)) = self.pick(kind, model) else {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     return Err(last.unwrap_or_else(|| {
                         GenerateError::transient(format!(
                             "no backend that runs {kind} was free within {}{}",
                             crate::net::failure::format_duration(self.budget),
-                            self.why_out(kind)
+                            self.why_out(kind, model)
                         ))
                     }));
                 }
@@ -339,7 +402,7 @@ impl Pool {
                     // Another backend that is free need not wait for this one's backoff.
                     let elsewhere = self.members.iter().any(|m| {
                         !Arc::ptr_eq(m, &member)
-                            && m.generator.supports(kind)
+                            && m.runs(kind, model)
                             && m.available(Instant::now())
                     });
                     if !elsewhere {
@@ -374,260 +437,4 @@ impl Generator for Pool {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::atomic::AtomicBool;
-
-    use super::*;
-    use crate::domain::{AspectRatio, Operation};
-
-    /// A backend in the test's hands: it takes `delay` per job, counts its jobs and the most it
-    /// ran at once, fails transiently while `broken`, and answers probes while not `dead`.
-    struct Fake {
-        name: String,
-        delay: Duration,
-        broken: AtomicBool,
-        dead: AtomicBool,
-        jobs: AtomicUsize,
-        running: AtomicUsize,
-        most: AtomicUsize,
-        kinds: Vec<OpKind>,
-        /// Time spent after `backend_done` (decoding, as an adapter does), and the jobs in it.
-        after: Duration,
-        after_running: AtomicUsize,
-        /// Whether a job started on the backend while another was still in its `after` time.
-        overlapped: AtomicBool,
-    }
-
-    impl Fake {
-        fn new(name: &str, delay_ms: u64) -> Arc<Fake> {
-            Arc::new(Fake {
-                name: name.into(),
-                delay: Duration::from_millis(delay_ms),
-                broken: AtomicBool::new(false),
-                dead: AtomicBool::new(false),
-                jobs: AtomicUsize::new(0),
-                running: AtomicUsize::new(0),
-                most: AtomicUsize::new(0),
-                kinds: vec![OpKind::Imagine, OpKind::Shorten],
-                after: Duration::ZERO,
-                after_running: AtomicUsize::new(0),
-                overlapped: AtomicBool::new(false),
-            })
-        }
-    }
-
-    impl Generator for Fake {
-        fn name(&self) -> &str {
-            &self.name
-        }
-        fn supports(&self, kind: OpKind) -> bool {
-            self.kinds.contains(&kind)
-        }
-        fn run<'a>(
-            &'a self,
-            _job: &'a Job,
-            progress: &'a Progress,
-        ) -> BoxFuture<'a, Result<Product, GenerateError>> {
-            Box::pin(async move {
-                let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
-                self.most.fetch_max(now, Ordering::SeqCst);
-                if self.after_running.load(Ordering::SeqCst) > 0 {
-                    self.overlapped.store(true, Ordering::SeqCst);
-                }
-                tokio::time::sleep(self.delay).await;
-                self.running.fetch_sub(1, Ordering::SeqCst);
-                if self.broken.load(Ordering::SeqCst) {
-                    return Err(GenerateError::transient("connection refused"));
-                }
-                if !self.after.is_zero() {
-                    self.after_running.fetch_add(1, Ordering::SeqCst);
-                    progress.backend_done();
-                    tokio::time::sleep(self.after).await;
-                    self.after_running.fetch_sub(1, Ordering::SeqCst);
-                }
-                self.jobs.fetch_add(1, Ordering::SeqCst);
-                Ok(Product::Text(vec![self.name.clone()]))
-            })
-        }
-        fn probe(&self) -> BoxFuture<'_, Result<(), String>> {
-            let dead = self.dead.load(Ordering::SeqCst);
-            Box::pin(async move {
-                if dead {
-                    Err("connection refused".into())
-                } else {
-                    Ok(())
-                }
-            })
-        }
-    }
-
-    fn job(operation: Operation) -> Job {
-        Job {
-            operation,
-            prompt: "a test".into(),
-            seed: 1,
-            aspect: AspectRatio::SQUARE,
-            image_size: 64,
-            inputs: Vec::new().into(),
-            mask: None,
-            reservation: None,
-            extras: Default::default(),
-        }
-    }
-
-    fn pool(members: &[(&Arc<Fake>, usize)]) -> Arc<Pool> {
-        let members = members
-            .iter()
-            .map(|(f, n)| ((*f).clone() as Arc<dyn Generator>, *n))
-            .collect();
-        Arc::new(Pool::new(members, Duration::from_secs(20)))
-    }
-
-    async fn run_many(pool: &Arc<Pool>, n: usize, op: Operation) -> Vec<String> {
-        let runs: Vec<_> = (0..n)
-            .map(|_| {
-                let pool = pool.clone();
-                let job = job(op.clone());
-                tokio::spawn(async move {
-                    match pool.run(&job, &Progress::default()).await {
-                        Ok(Product::Text(names)) => names[0].clone(),
-                        other => panic!("{other:?}"),
-                    }
-                })
-            })
-            .collect();
-        let mut names = Vec::new();
-        for run in runs {
-            names.push(run.await.unwrap());
-        }
-        names
-    }
-
-    #[tokio::test]
-    async fn concurrency_is_never_exceeded_and_the_faster_backend_takes_more() {
-        let fast = Fake::new("fast", 10);
-        let slow = Fake::new("slow", 60);
-        let pool = pool(&[(&fast, 2), (&slow, 1)]);
-        let names = run_many(&pool, 30, Operation::Imagine).await;
-        assert_eq!(names.len(), 30);
-        assert!(fast.most.load(Ordering::SeqCst) <= 2);
-        assert_eq!(slow.most.load(Ordering::SeqCst), 1);
-        let (f, s) = (
-            fast.jobs.load(Ordering::SeqCst),
-            slow.jobs.load(Ordering::SeqCst),
-        );
-        assert!(f > s * 3, "fast {f}, slow {s}");
-        assert!(s > 0, "the slow one works too");
-    }
-
-    #[tokio::test]
-    async fn a_backend_that_has_answered_takes_the_next_job_while_the_answer_is_decoded() {
-        let mut fake = Fake::new("one", 30);
-        Arc::get_mut(&mut fake).unwrap().after = Duration::from_millis(300);
-        let pool = pool(&[(&fake, 1)]);
-        let names = run_many(&pool, 3, Operation::Imagine).await;
-        assert_eq!(names.len(), 3);
-        assert_eq!(
-            fake.most.load(Ordering::SeqCst),
-            1,
-            "one job at a time on it"
-        );
-        assert!(
-            fake.overlapped.load(Ordering::SeqCst),
-            "a job ran on it while another's answer was decoded"
-        );
-        assert_eq!(pool.health()[0].in_flight, 0);
-    }
-
-    #[tokio::test]
-    async fn a_failing_backend_is_taken_out_its_jobs_go_elsewhere_and_a_probe_brings_it_back() {
-        let good = Fake::new("good", 5);
-        let bad = Fake::new("bad", 5);
-        bad.broken.store(true, Ordering::SeqCst);
-        bad.dead.store(true, Ordering::SeqCst);
-        let pool = pool(&[(&bad, 4), (&good, 1)]);
-        let names = run_many(&pool, 12, Operation::Imagine).await;
-        assert!(names.iter().all(|n| n == "good"), "{names:?}");
-        let health = pool.health();
-        assert!(!health[0].up, "{health:?}");
-        assert_eq!(health[0].last_error.as_deref(), Some("connection refused"));
-        // Back up: the probe finds it and jobs reach it again.
-        bad.broken.store(false, Ordering::SeqCst);
-        bad.dead.store(false, Ordering::SeqCst);
-        let stop = CancellationToken::new();
-        tokio::spawn(pool.clone().run_probes(stop.clone()));
-        let back = async {
-            while !pool.health()[0].up {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(10), back)
-            .await
-            .expect("the probe brings it back");
-        stop.cancel();
-        let names = run_many(&pool, 8, Operation::Imagine).await;
-        assert!(names.iter().any(|n| n == "bad"), "{names:?}");
-    }
-
-    #[tokio::test]
-    async fn only_a_backend_that_runs_the_operation_gets_it_and_none_is_a_clear_failure() {
-        let mut only_text = Fake::new("text", 1);
-        Arc::get_mut(&mut only_text).unwrap().kinds = vec![OpKind::Shorten];
-        let images = Fake::new("images", 1);
-        let pool = pool(&[(&only_text, 4), (&images, 4)]);
-        let names = run_many(&pool, 6, Operation::Imagine).await;
-        assert!(names.iter().all(|n| n == "images"), "{names:?}");
-        let err = pool
-            .run(&job(Operation::Seed), &Progress::default())
-            .await
-            .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "generation failed: no configured backend can run seed"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_job_fails_transiently_once_its_budget_is_spent() {
-        let bad = Fake::new("bad", 1);
-        bad.broken.store(true, Ordering::SeqCst);
-        let members = vec![(bad.clone() as Arc<dyn Generator>, 1)];
-        let pool = Pool::new(members, Duration::from_millis(600));
-        let err = pool
-            .run(&job(Operation::Imagine), &Progress::default())
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(&err, GenerateError::Transient { message, .. } if message.contains("backend bad")),
-            "{err:?}"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_stopped_job_ends_at_once_as_canceled_and_gives_its_slot_back() {
-        // A procedural job paced to take a minute, on the pool's only slot.
-        let slow: Arc<dyn Generator> =
-            Arc::new(crate::generate::Procedural::new(Duration::from_secs(60)));
-        let pool = Arc::new(Pool::new(vec![(slow, 1)], Duration::from_secs(120)));
-        let progress = Progress::default();
-        let running = {
-            let (pool, progress) = (pool.clone(), progress.clone());
-            tokio::spawn(async move { pool.run(&job(Operation::Imagine), &progress).await })
-        };
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        assert!(pool.pick(OpKind::Imagine).is_none(), "the slot is taken");
-        progress.stop();
-        let stopped = tokio::time::timeout(Duration::from_secs(10), running)
-            .await
-            .expect("a stopped job ends long before its minute")
-            .unwrap();
-        assert!(
-            matches!(stopped, Err(GenerateError::Canceled)),
-            "{stopped:?}"
-        );
-        assert!(
-            pool.pick(OpKind::Imagine).is_some(),
-            "the slot is free again"
-        );
-    }
-}
+mod tests;

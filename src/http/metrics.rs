@@ -21,13 +21,20 @@ async fn exposition(state: &AppState) -> Response {
         up: b.up,
         in_flight: b.in_flight,
     });
+    let pool = &state.pool;
+    let models: Vec<(String, bool)> = pool
+        .catalogue()
+        .models
+        .iter()
+        .map(|m| (m.name.clone(), pool.model_up(&m.name)))
+        .collect();
     (
         StatusCode::OK,
         [(
             header::CONTENT_TYPE,
             HeaderValue::from_static(metrics::CONTENT_TYPE),
         )],
-        metrics::render(&queue, backends),
+        metrics::render(&queue, backends, models),
     )
         .into_response()
 }

@@ -260,6 +260,7 @@ impl ClaimedTask {
                 .map(Operation::public_fields)
                 .unwrap_or_default(),
             metadata: self.extras.metadata.as_ref(),
+            actions: Vec::new(),
         }
     }
 }

@@ -41,6 +41,7 @@ fn canceled(tasks: &Tasks, task: &Task) -> Ending {
         parent_task_id: task.parent_id.as_deref(),
         fields,
         metadata: task.extras.metadata.as_ref(),
+        actions: Vec::new(),
     };
     Ending::new(Outcome::Canceled, &head, &|key| tasks.blobs.url(key))
 }

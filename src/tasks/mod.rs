@@ -19,10 +19,12 @@ use uuid::Uuid;
 use crate::auth::PresentedKey;
 use crate::blobs::Blobs;
 use crate::config::Config;
+use crate::domain::actions::Offer;
 use crate::domain::ContentPolicy;
 use crate::error::ApiError;
 use crate::generate::inputs::{DecodeBudget, ImageFetcher};
 use crate::generate::pool::Pool;
+use crate::generate::Generator;
 use crate::net::DestinationPolicy;
 use crate::store::{SharedStore, Task};
 use crate::telemetry::request;
@@ -62,8 +64,19 @@ impl Tasks {
         row.ok_or(ApiError::TaskNotFound)
     }
 
-    /// The record of `task` as callers see it.
+    /// The record of `task` as callers see it, with the follow-ups it offers now.
     pub fn record(&self, task: &Task) -> crate::domain::wire::Record {
-        record::task_record(task, &self.blobs, self.config.retention.keep)
+        let mut record = record::task_record(task, &self.blobs, self.config.retention.keep);
+        if let Some(output) = task.output.as_ref().filter(|_| !task.data_removed()) {
+            let offer = Offer {
+                task_id: &task.id,
+                kind: task.task_type,
+                output,
+                can_run: &|kind| self.pool.supports(kind),
+                max_side: submit::FOLLOW_UP_MAX_SIDE,
+            };
+            record.actions = Some(offer.actions()).filter(|a| !a.is_empty());
+        }
+        record
     }
 }

@@ -33,6 +33,7 @@ pub fn task_record(task: &Task, blobs: &Blobs, retention: Option<Duration>) -> R
         status: task.status.as_str(),
         percentage: task.percentage.to_string(),
         prompt: task.prompt.clone(),
+        parameters: task.extras.parameters.clone(),
         aspect_ratio: task.aspect_ratio.to_string(),
         process_mode: task.process_mode.as_str(),
         seed,
@@ -66,6 +67,8 @@ pub fn task_record(task: &Task, blobs: &Blobs, retention: Option<Duration>) -> R
             fields
         },
         result,
+        actions: None,
         metadata: task.extras.metadata.clone(),
+        settings: task.extras.settings.clone(),
     }
 }

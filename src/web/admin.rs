@@ -35,6 +35,14 @@ pub struct DestinationView {
     outcome: String,
 }
 
+/// A model's row: whether any backend serving it is up.
+pub struct ModelView {
+    name: String,
+    up: bool,
+    backends: String,
+    default: bool,
+}
+
 #[derive(Template)]
 #[template(path = "admin.html")]
 struct AdminPage {
@@ -44,6 +52,7 @@ struct AdminPage {
     accounts: Vec<AccountView>,
     queue: Vec<(QueueRow, String)>,
     backends: Vec<BackendHealth>,
+    models: Vec<ModelView>,
     destinations: Vec<DestinationView>,
     notice: Option<String>,
 }
@@ -112,6 +121,18 @@ async fn admin_page(
         accounts,
         queue,
         backends: state.pool.health(),
+        models: state
+            .pool
+            .catalogue()
+            .models
+            .iter()
+            .map(|m| ModelView {
+                name: m.name.clone(),
+                up: state.pool.model_up(&m.name),
+                backends: m.backends.join(", "),
+                default: m.default,
+            })
+            .collect(),
         destinations,
         notice,
     };

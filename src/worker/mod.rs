@@ -30,6 +30,8 @@ use tracing::Instrument;
 use crate::blobs::{BlobError, Blobs};
 use crate::config::Config;
 
+use crate::domain::actions::Offer;
+use crate::domain::operation::FOLLOW_UP_MAX_SIDE;
 use crate::domain::{prompt_text, ContentPolicy, Outcome, Output, TaskStatus};
 use crate::generate::{Generator, Job, Product, Progress};
 use crate::store::{ClaimedTask, Ending, SharedStore, StoreError, StoreResult};
@@ -363,7 +365,19 @@ impl WorkerContext {
         folder: Option<String>,
     ) -> StoreResult<Ran> {
         let url = |key: &str| self.blobs.url(key);
-        let ending = Ending::new(outcome.clone(), &task.payload_head(), &url);
+        let mut head = task.payload_head();
+        // The seed's payloads stay as they were for callers who asked for nothing new.
+        if let (Outcome::Finished(output), Some(_)) = (outcome, &task.extras.metadata) {
+            head.actions = Offer {
+                task_id: &task.id,
+                kind: task.task_type,
+                output,
+                can_run: &|kind| self.generator.supports(kind),
+                max_side: FOLLOW_UP_MAX_SIDE,
+            }
+            .actions();
+        }
+        let ending = Ending::new(outcome.clone(), &head, &url);
         let written = self
             .persist(|| self.store.complete_task(task.seq, task.attempts, &ending))
             .await;

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use crate::backend_mocks::comfyui::ComfyMock;
 use crate::backend_mocks::Fault;
 use easel::domain::operation::{ImageInput, PanDirection, StoredImage, VariationOf};
-use easel::domain::{AspectRatio, OpKind, Operation};
+use easel::domain::{AspectRatio, OpKind, Operation, Settings};
 use easel::generate::backends::comfyui::ComfyUi;
 use easel::generate::backends::images::size_for;
 use easel::generate::backends::BackendConfig;
@@ -171,6 +171,42 @@ async fn image_prompts_start_the_imagine_graph_from_the_encoded_image() {
         Some(uploads[0].0.as_str())
     );
     assert!((graph["3"]["inputs"]["denoise"].as_f64().unwrap() - 0.4).abs() < 1e-9);
+}
+
+#[tokio::test]
+async fn the_tasks_settings_go_into_the_sampler_negative_and_checkpoint_nodes() {
+    let (mock, url) = serve(ComfyMock::default()).await;
+    let checkpoints = [("dream".to_string(), "dreamshaper_8.safetensors".to_string())].into();
+    let backend = backend(&config(&url)).with_checkpoints(checkpoints);
+    let mut job = job(Operation::Imagine, vec![]);
+    job.extras.settings = Settings {
+        model: Some("dream".into()),
+        negative_prompt: Some("trees, fog".into()),
+        steps: Some(14),
+        cfg_scale: Some(4.5),
+        sampler: Some("dpmpp_2m_karras".into()),
+    };
+    backend.run(&job, &Progress::default()).await.unwrap();
+    let graph = mock.prompts.lock().unwrap()[0]["prompt"].clone();
+    let sampler = &graph["3"]["inputs"];
+    assert_eq!(sampler["steps"], 14);
+    assert_eq!(sampler["cfg"], 4.5);
+    assert_eq!(sampler["sampler_name"], "dpmpp_2m");
+    assert_eq!(sampler["scheduler"], "karras");
+    assert_eq!(graph["7"]["inputs"]["text"], "trees, fog");
+    assert_eq!(graph["6"]["inputs"]["text"], "a red fox in the snow");
+    assert_eq!(
+        graph["4"]["inputs"]["ckpt_name"],
+        "dreamshaper_8.safetensors"
+    );
+    // A model without a checkpoint of its own keeps the workflow's.
+    job.extras.settings.model = Some("other".into());
+    backend.run(&job, &Progress::default()).await.unwrap();
+    let graph = mock.prompts.lock().unwrap()[1]["prompt"].clone();
+    assert_eq!(
+        graph["4"]["inputs"]["ckpt_name"],
+        "v1-5-pruned-emaonly.safetensors"
+    );
 }
 
 #[tokio::test]

@@ -196,6 +196,37 @@ async fn a_local_model_gets_the_jobs_size_and_base64_without_a_key() {
 }
 
 #[tokio::test]
+async fn a_models_checkpoint_is_the_model_asked_for_with_what_that_model_accepts() {
+    let (mock, url) = serve_making(Some(KEY), None).await;
+    let checkpoints = [("openai-3".to_string(), "dall-e-3".to_string())].into();
+    let backend = OpenAi::new(&config(&url, Some("sd-turbo"), Some(KEY)))
+        .unwrap()
+        .with_checkpoints(checkpoints)
+        .unwrap();
+    let mut job = job(Operation::Imagine, (1, 1), 64);
+    job.extras.settings.model = Some("openai-3".into());
+    // Settings the images API has no field for are not sent.
+    job.extras.settings.steps = Some(20);
+    job.extras.settings.negative_prompt = Some("trees".into());
+    run(&backend, &job).await.unwrap();
+    let seen = mock.seen_at("/images/generations");
+    // dall-e-3 makes one image a request, at its own sizes.
+    assert_eq!(seen.len(), 4);
+    let body = seen[0].json.as_ref().unwrap();
+    assert_eq!(body["model"], "dall-e-3");
+    assert_eq!(body["size"], "1024x1024");
+    assert!(body.get("steps").is_none() && body.get("negative_prompt").is_none());
+    // A job of another model runs on the backend's own.
+    job.extras.settings.model = Some("sd-turbo".into());
+    run(&backend, &job).await.unwrap();
+    let seen = mock.seen_at("/images/generations");
+    assert_eq!(
+        seen.last().unwrap().json.as_ref().unwrap()["model"],
+        "sd-turbo"
+    );
+}
+
+#[tokio::test]
 async fn dall_e_3_makes_four_requests_and_url_answers_are_fetched() {
     let mock = OpenAiMock {
         key: Some(KEY.into()),

@@ -11,9 +11,9 @@ use serde_json::{json, Value};
 use crate::backend_mocks::sdwebui::{start_webui, WebUi};
 use crate::backend_mocks::{flat, Fault};
 use easel::domain::operation::{AltKind, ImageInput, PanDirection, StoredImage, VariationOf};
-use easel::domain::{AspectRatio, Operation};
+use easel::domain::{AspectRatio, Operation, Settings};
 use easel::generate::backends::sdwebui::{
-    SdWebUi, EXTRA, IMG2IMG, INTERROGATE, STEPS, STRONG, SUBTLE, TXT2IMG,
+    SdWebUi, CHAOS_SUBSEED_MOST, EXTRA, IMG2IMG, INTERROGATE, STRONG, SUBTLE, TXT2IMG,
 };
 use easel::generate::backends::BackendConfig;
 use easel::generate::raster::{decode_png, RgbaImage};
@@ -136,7 +136,12 @@ async fn imagine_asks_txt2img_for_four_at_the_job_size() {
         (json!(64), json!(40))
     );
     assert_eq!(body["batch_size"], 4);
-    assert_eq!(body["steps"], STEPS);
+    // A task stored without settings leaves them to the WebUI: no adapter has its own.
+    for field in ["steps", "cfg_scale", "sampler_name", "subseed"] {
+        assert!(body.get(field).is_none(), "{field}: {body}");
+    }
+    assert_eq!(body["negative_prompt"], "");
+    assert_eq!(body["tiling"], false);
     assert_eq!(
         body["override_settings"]["sd_model_checkpoint"],
         "sd_xl_base_1.0"
@@ -168,6 +173,71 @@ async fn image_prompts_are_img2img_weighed_by_iw() {
         let init = unpng(&body["init_images"][0]);
         assert_eq!((init.width, init.height), (64, 40));
     }
+}
+
+#[tokio::test]
+async fn the_tasks_settings_and_its_models_checkpoint_are_sent() {
+    let (mock, url) = serve().await;
+    let checkpoints = [("sd15".to_string(), "v1-5-pruned-emaonly".to_string())].into();
+    let b = backend(&url, json!({"model": "sd_xl_base_1.0"})).with_checkpoints(checkpoints);
+    let mut j = job(Operation::Imagine, vec![]);
+    j.aspect = AspectRatio {
+        width: 2,
+        height: 3,
+    };
+    j.extras.settings = Settings {
+        model: Some("sd15".into()),
+        negative_prompt: Some("trees, fog".into()),
+        steps: Some(17),
+        cfg_scale: Some(5.5),
+        sampler: Some("dpmpp_2m_karras".into()),
+    };
+    j.extras.parameters.tile = true;
+    j.extras.parameters.chaos = Some(50);
+    run(&b, &j).await.unwrap();
+    let (path, body) = mock.last();
+    assert_eq!(path, TXT2IMG);
+    assert_eq!(body["negative_prompt"], "trees, fog");
+    assert_eq!(body["steps"], 17);
+    assert_eq!(body["cfg_scale"], 5.5);
+    assert_eq!(body["sampler_name"], "DPM++ 2M Karras");
+    assert_eq!(body["tiling"], true);
+    assert_eq!(body["subseed"], 1235);
+    assert_eq!(body["subseed_strength"], 0.5 * CHAOS_SUBSEED_MOST);
+    // 64 * 2/3 = 42.7, to the nearest multiple of 8.
+    assert_eq!(
+        (body["width"].clone(), body["height"].clone()),
+        (json!(40), json!(64))
+    );
+    assert_eq!(
+        body["override_settings"]["sd_model_checkpoint"],
+        "v1-5-pruned-emaonly"
+    );
+    // img2img carries them too.
+    let op = Operation::Variations {
+        of: VariationOf::Subtle,
+        source: stored(64, 64),
+    };
+    let mut j2 = job(op, vec![parent(64, 64)]);
+    j2.extras = j.extras.clone();
+    run(&b, &j2).await.unwrap();
+    let (path, body) = mock.last();
+    assert_eq!(path, IMG2IMG);
+    assert_eq!(
+        (
+            &body["steps"],
+            &body["sampler_name"],
+            &body["negative_prompt"]
+        ),
+        (&json!(17), &json!("DPM++ 2M Karras"), &json!("trees, fog"))
+    );
+    // Another model of the backend's runs on the backend's own checkpoint.
+    j.extras.settings.model = Some("other".into());
+    run(&b, &j).await.unwrap();
+    assert_eq!(
+        mock.last().1["override_settings"]["sd_model_checkpoint"],
+        "sd_xl_base_1.0"
+    );
 }
 
 #[tokio::test]

@@ -2,15 +2,17 @@
 
 use std::sync::Arc;
 
-use super::{comfyui, openai, sdwebui, BackendKind};
+use super::{comfyui, openai, sdwebui, BackendKind, Checkpoints};
 use crate::config::Config;
 use crate::generate::pool::Pool;
 use crate::generate::{Generator, Procedural};
 
 /// The pool of the configured backends; without any, one `procedural` backend that runs as many
 /// jobs at once as there are workers. An error naming the backend and the setting when one
-/// cannot work (an unset key variable, a missing workflow file).
+/// cannot work (an unset key variable, a missing workflow file). Each backend learns the
+/// checkpoints of the models it serves; the pool, which models each serves.
 pub fn build(config: &Config) -> anyhow::Result<Pool> {
+    let catalogue = config.catalogue()?;
     let mut members: Vec<(Arc<dyn Generator>, usize)> = Vec::new();
     if config.backends.is_empty() {
         let procedural = Procedural::new(config.worker.procedural_min_duration);
@@ -18,16 +20,33 @@ pub fn build(config: &Config) -> anyhow::Result<Pool> {
     }
     for backend in &config.backends {
         let fail = |e: String| anyhow::anyhow!("configuration: {e}");
+        let checkpoints: Checkpoints = catalogue
+            .served_by(&backend.name)
+            .into_iter()
+            .filter_map(|m| catalogue.checkpoint(&m).map(|c| (m.clone(), c.to_string())))
+            .collect();
         let generator: Arc<dyn Generator> = match backend.kind {
             BackendKind::Procedural => Arc::new(Procedural {
                 name: backend.name.clone(),
                 min_duration: config.worker.procedural_min_duration,
             }),
-            BackendKind::Openai => Arc::new(openai::OpenAi::new(backend).map_err(fail)?),
-            BackendKind::Sdwebui => Arc::new(sdwebui::SdWebUi::new(backend).map_err(fail)?),
-            BackendKind::Comfyui => Arc::new(comfyui::ComfyUi::new(backend).map_err(fail)?),
+            BackendKind::Openai => Arc::new(
+                openai::OpenAi::new(backend)
+                    .and_then(|b| b.with_checkpoints(checkpoints))
+                    .map_err(fail)?,
+            ),
+            BackendKind::Sdwebui => Arc::new(
+                sdwebui::SdWebUi::new(backend)
+                    .map_err(fail)?
+                    .with_checkpoints(checkpoints),
+            ),
+            BackendKind::Comfyui => Arc::new(
+                comfyui::ComfyUi::new(backend)
+                    .map_err(fail)?
+                    .with_checkpoints(checkpoints),
+            ),
         };
         members.push((generator, backend.concurrency));
     }
-    Ok(Pool::new(members, config.worker.generation_budget))
+    Ok(Pool::new(members, config.worker.generation_budget).with_catalogue(catalogue))
 }

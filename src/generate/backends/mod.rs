@@ -14,5 +14,27 @@ pub mod sdwebui;
 
 pub use build::build;
 
+use std::collections::BTreeMap;
+
+use crate::generate::Job;
+
+/// The checkpoint of each model a backend serves that names one (`[[models]]` `checkpoint`).
+pub type Checkpoints = BTreeMap<String, String>;
+
+/// The checkpoint a job runs on: its model's, else the backend's own `model` setting.
+pub fn checkpoint_of<'a>(
+    job: &Job,
+    checkpoints: &'a Checkpoints,
+    own: Option<&'a str>,
+) -> Option<&'a str> {
+    job.extras
+        .settings
+        .model
+        .as_deref()
+        .and_then(|m| checkpoints.get(m))
+        .map(String::as_str)
+        .or(own)
+}
+
 /// The `[[backends]]` settings live with the other settings; the adapters read them from here.
 pub use crate::config::backends::{kind_can, BackendConfig, BackendKind};

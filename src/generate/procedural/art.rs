@@ -23,6 +23,8 @@ pub(super) struct Art {
     /// Element-count multiplier.
     pub(super) density: f32,
     pub(super) sun: Option<(f32, f32, f32)>,
+    /// Drawn to repeat (`--tile`): no border effects.
+    pub(super) tile: bool,
 }
 
 impl Art {
@@ -48,6 +50,7 @@ impl Art {
             horizon: h,
             density,
             sun: None,
+            tile: false,
         }
     }
 

@@ -8,6 +8,7 @@ mod art;
 mod color;
 mod figures;
 mod land;
+mod look;
 mod nature;
 mod palette;
 mod patterns;
@@ -32,17 +33,45 @@ use palette::Palette;
 use rng::{clamp01, seed_hash, Rng};
 use theme::Theme;
 
+pub use look::Look;
+
 /// Render variant `variant` (0..4) of the picture for `prompt` with `seed`, at width x height.
 /// Deterministic: same (prompt, seed, variant, width, height) => identical pixels on every run/platform.
 pub fn render(prompt: &str, seed: u64, variant: u32, width: u32, height: u32) -> RgbaImage {
-    let theme = Theme::parse(prompt);
+    render_look(prompt, seed, variant, width, height, &Look::default())
+}
+
+/// [`render`], shaped by the prompt's parameters (`look`); the default look is [`render`]'s
+/// picture. Deterministic in the same way.
+pub fn render_look(
+    prompt: &str,
+    seed: u64,
+    variant: u32,
+    width: u32,
+    height: u32,
+    look: &Look,
+) -> RgbaImage {
+    if !look.tile || width < 2 || height < 2 {
+        return draw(prompt, seed, variant, width, height, look);
+    }
+    // Drawn larger, and the overhang blended onto the opposite edges.
+    let (mx, my) = look::tile_margin(width, height);
+    let big = draw(prompt, seed, variant, width + mx, height + my, look);
+    look::seamless(&big, width, height)
+}
+
+fn draw(prompt: &str, seed: u64, variant: u32, width: u32, height: u32, look: &Look) -> RgbaImage {
+    let mut theme = Theme::parse_without(prompt, &look.without);
     let base = seed_hash(prompt, seed, None);
     let vseed = seed_hash(prompt, seed, Some(variant));
-    let pal = Palette::build(&theme, base, variant);
+    let turns = look::apply_chaos(look.chaos, vseed, variant, &mut theme);
+    let mut pal = Palette::build(&theme, base, variant);
+    look::turn_palette(&mut pal, turns);
     let Some(pm) = Pixmap::new(width, height) else {
         return flat(width, height, pal.sky[0]);
     };
     let mut art = Art::new(pm, Rng(vseed), pal, theme.m);
+    art.tile = look.tile;
     art.paint(&theme);
     to_straight(&art.pm, width, height)
 }

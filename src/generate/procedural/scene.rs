@@ -9,33 +9,18 @@ use super::shapes::{linear, radial, rect};
 use super::theme::Theme;
 use super::vocab::{Subj, FAMILIES, MAX_SUBJECTS};
 
+/// The shape families that `--no` leaves.
+fn allowed_families(t: &Theme) -> Vec<Subj> {
+    FAMILIES
+        .iter()
+        .copied()
+        .filter(|f| !t.without.contains(f))
+        .collect()
+}
+
 impl Art {
     pub(super) fn paint(&mut self, t: &Theme) {
-        // Bounded work: the first few subjects named, then up to two
-        // shape families from unknown words.
-        let mut subjects: Vec<Subj> = t.subjects.iter().copied().take(MAX_SUBJECTS).collect();
-        let primary_count = subjects.len();
-        for &(_, fam) in t.unknown.iter().take(2) {
-            if !subjects.contains(&fam) {
-                subjects.push(fam);
-            }
-        }
-        if subjects.is_empty() {
-            subjects.push(FAMILIES[(self.rng.next() % FAMILIES.len() as u64) as usize]);
-        }
-        // A window needs a view.
-        if subjects.contains(&Subj::Window) && primary_count <= 3 {
-            let sky_thing = if self.pal.dark_bg {
-                Subj::Moon
-            } else {
-                Subj::Clouds
-            };
-            for extra in [sky_thing, Subj::Hills] {
-                if !subjects.contains(&extra) {
-                    subjects.push(extra);
-                }
-            }
-        }
+        let (subjects, primary_count) = self.choose_subjects(t);
         let land = self.m.land
             || subjects.iter().any(|s| {
                 matches!(
@@ -112,11 +97,57 @@ impl Art {
             self.abstract_overlay();
         }
         if self.m.busy {
-            let fam = FAMILIES[self.rng.below(FAMILIES.len())];
-            self.subject(fam, 0.8);
-            self.family(Subj::Triangles, 0.6);
+            let families = allowed_families(t);
+            if !families.is_empty() {
+                let fam = families[self.rng.below(families.len())];
+                self.subject(fam, 0.8);
+            }
+            if !t.without.contains(&Subj::Triangles) {
+                self.family(Subj::Triangles, 0.6);
+            }
         }
-        self.vignette();
+        // A darkened border would show as a frame around every repeat of a tile.
+        if !self.tile {
+            self.vignette();
+        }
+    }
+
+    /// The subjects drawn, and how many of them the prompt named: the first few named, then up
+    /// to two shape families from unknown words, never one that `--no` names. Bounded work.
+    pub(super) fn choose_subjects(&mut self, t: &Theme) -> (Vec<Subj>, usize) {
+        let allowed = |s: &Subj| !t.without.contains(s);
+        let mut subjects: Vec<Subj> = t
+            .subjects
+            .iter()
+            .copied()
+            .filter(allowed)
+            .take(MAX_SUBJECTS)
+            .collect();
+        let primary_count = subjects.len();
+        for &(_, fam) in t.unknown.iter().take(2) {
+            if !subjects.contains(&fam) && allowed(&fam) {
+                subjects.push(fam);
+            }
+        }
+        if subjects.is_empty() {
+            let families = allowed_families(t);
+            let pick = self.rng.next() % families.len().max(1) as u64;
+            subjects.extend(families.get(pick as usize));
+        }
+        // A window needs a view.
+        if subjects.contains(&Subj::Window) && primary_count <= 3 {
+            let sky_thing = if self.pal.dark_bg {
+                Subj::Moon
+            } else {
+                Subj::Clouds
+            };
+            for extra in [sky_thing, Subj::Hills] {
+                if !subjects.contains(&extra) && allowed(&extra) {
+                    subjects.push(extra);
+                }
+            }
+        }
+        (subjects, primary_count)
     }
 
     pub(super) fn background(&mut self, land: bool, subjects: &[Subj]) {

@@ -264,3 +264,181 @@ fn trig_is_accurate() {
     }
     assert_eq!(sin(f32::NAN), 0.0);
 }
+
+// ---------------------------------------------------------------------------
+// The prompt's parameters: --tile, --no, --chaos.
+
+/// Mean absolute difference per channel (RGB) between column `a` and column `b`, or between
+/// rows when `rows`.
+fn line_mad(img: &RgbaImage, a: u32, b: u32, rows: bool) -> f64 {
+    let (n, px) = if rows {
+        (
+            img.width,
+            Box::new(|i: u32, l: u32| (i, l)) as Box<dyn Fn(u32, u32) -> (u32, u32)>,
+        )
+    } else {
+        (
+            img.height,
+            Box::new(|i: u32, l: u32| (l, i)) as Box<dyn Fn(u32, u32) -> (u32, u32)>,
+        )
+    };
+    let at = |(x, y): (u32, u32)| (y as usize * img.width as usize + x as usize) * 4;
+    let mut sum = 0u64;
+    for i in 0..n {
+        let (p, q) = (at(px(i, a)), at(px(i, b)));
+        sum += (0..3)
+            .map(|c| u64::from(img.data[p + c].abs_diff(img.data[q + c])))
+            .sum::<u64>();
+    }
+    sum as f64 / (n as usize * 3) as f64
+}
+
+/// The wrap seam (last line against the first), and the larger of the steps beside it (between
+/// the last two lines, and the first two): where the picture continues, the seam is one more
+/// such step.
+fn seam_and_step(img: &RgbaImage, rows: bool) -> (f64, f64) {
+    let len = if rows { img.height } else { img.width };
+    let seam = line_mad(img, len - 1, 0, rows);
+    let step = line_mad(img, len - 2, len - 1, rows).max(line_mad(img, 0, 1, rows));
+    (seam, step)
+}
+
+#[test]
+fn tile_makes_opposite_edges_continue_each_other() {
+    let tile = Look {
+        tile: true,
+        ..Look::default()
+    };
+    let (mut plain_seams, mut tiled_seams) = (0.0, 0.0);
+    for prompt in [
+        "a red sunset over the ocean",
+        "a green forest with tall trees",
+        "a city at night with neon lights",
+        "colorful geometric cubes and spirals",
+    ] {
+        for (w, h) in [(96, 64), (64, 96)] {
+            let plain = render(prompt, 5, 1, w, h);
+            let tiled = render_look(prompt, 5, 1, w, h, &tile);
+            assert_well_formed(&tiled, w, h);
+            assert!(tiled.data.chunks_exact(4).all(|p| p[3] == 255));
+            for rows in [false, true] {
+                let (seam, step) = seam_and_step(&tiled, rows);
+                // Across the wrap, the tile changes no more than between neighbours inside it.
+                assert!(
+                    seam <= 2.0 * step + 1.0,
+                    "{prompt:?} {w}x{h} rows={rows}: seam {seam:.2}, step {step:.2}"
+                );
+                tiled_seams += seam;
+                plain_seams += seam_and_step(&plain, rows).0;
+            }
+        }
+    }
+    // Without --tile the edges do not meet: its seams measure about five times the tiles'.
+    assert!(
+        plain_seams > 3.0 * tiled_seams,
+        "plain seams {plain_seams:.1}, tiled {tiled_seams:.1}"
+    );
+}
+
+/// The subjects drawn for `prompt` without what `without` names.
+fn subjects_of(prompt: &str, without: &str) -> Vec<vocab::Subj> {
+    let theme = theme::Theme::parse_without(prompt, without);
+    let pal = Palette::build(&theme, 1, 0);
+    let pm = Pixmap::new(64, 64).unwrap();
+    let mut art = Art::new(pm, Rng(1), pal, theme.m);
+    art.choose_subjects(&theme).0
+}
+
+#[test]
+fn no_leaves_out_what_it_names() {
+    use vocab::Subj;
+    let prompt = "a cat and a dog under the moon";
+    let all = subjects_of(prompt, "");
+    assert!(
+        [Subj::Cat, Subj::Dog, Subj::Moon]
+            .iter()
+            .all(|s| all.contains(s)),
+        "{all:?}"
+    );
+    let without = subjects_of(prompt, "dogs");
+    assert!(!without.contains(&Subj::Dog), "{without:?}");
+    assert!(
+        without.contains(&Subj::Cat) && without.contains(&Subj::Moon),
+        "{without:?}"
+    );
+    // Whatever else would bring the subject in: a window's view, another word for it, or the
+    // shape picked when nothing named is left.
+    let view = subjects_of("a window", "");
+    assert!(view.contains(&Subj::Hills), "{view:?}");
+    assert!(!subjects_of("a window", "hills").contains(&Subj::Hills));
+    let alone = subjects_of("a cat", "cat, blobs, rings, triangles");
+    assert_eq!(alone.len(), 1, "{alone:?}");
+    assert!(![Subj::Cat, Subj::Blobs, Subj::Rings, Subj::Triangles].contains(&alone[0]));
+    // And the picture is another one.
+    let look = Look {
+        without: "dog".into(),
+        ..Look::default()
+    };
+    assert!(
+        mad(
+            &render(prompt, 3, 0, 96, 96),
+            &render_look(prompt, 3, 0, 96, 96, &look)
+        ) > 1.0
+    );
+}
+
+/// Mean difference between the four images of a grid.
+fn spread(prompt: &str, seed: u64, chaos: u32) -> f64 {
+    let look = Look {
+        chaos,
+        ..Look::default()
+    };
+    let imgs: Vec<RgbaImage> = (0..4)
+        .map(|v| render_look(prompt, seed, v, 96, 96, &look))
+        .collect();
+    let mut sum = 0.0;
+    for i in 0..4 {
+        for j in i + 1..4 {
+            sum += mad(&imgs[i], &imgs[j]);
+        }
+    }
+    sum / 6.0
+}
+
+#[test]
+fn chaos_spreads_the_four_images_apart() {
+    let prompts = [
+        "a red sunset over the ocean",
+        "a green forest with tall trees",
+        "a cat sitting on a windowsill",
+        "portrait of an old fisherman",
+    ];
+    let mean = |chaos| prompts.iter().map(|p| spread(p, 9, chaos)).sum::<f64>() / 4.0;
+    let (calm, some, wild) = (mean(0), mean(50), mean(100));
+    assert!(
+        calm + 2.0 < some && some + 2.0 < wild,
+        "spread at chaos 0, 50, 100: {calm:.1}, {some:.1}, {wild:.1}"
+    );
+    // Chaos 0 is the picture as it always was.
+    let zero = Look::default();
+    assert_eq!(
+        render_look(prompts[0], 9, 2, 64, 64, &zero),
+        render(prompts[0], 9, 2, 64, 64)
+    );
+}
+
+#[test]
+fn every_look_is_deterministic() {
+    let look = Look {
+        without: "trees".into(),
+        chaos: 70,
+        tile: true,
+    };
+    for v in 0..4 {
+        let a = render_look("a forest by a lake at dawn", 4, v, 80, 48, &look);
+        assert_eq!(
+            a,
+            render_look("a forest by a lake at dawn", 4, v, 80, 48, &look)
+        );
+    }
+}

@@ -62,23 +62,31 @@ pub(super) struct Theme {
     pub(super) unknown: Vec<(Rgb, Subj)>,
     pub(super) subjects: Vec<Subj>,
     pub(super) m: Mods,
+    /// Subjects that must not be drawn (`--no`), whatever else asks for them.
+    pub(super) without: Vec<Subj>,
 }
 
 impl Theme {
     pub(super) fn parse(prompt: &str) -> Theme {
+        Theme::parse_without(prompt, "")
+    }
+
+    /// The theme of `prompt` without what `without` names (`--no`): its words are skipped in
+    /// the prompt, and the subjects they mean are never drawn.
+    pub(super) fn parse_without(prompt: &str, without: &str) -> Theme {
         let mut t = Theme::default();
-        let lower: String = prompt
-            .chars()
-            .take(4096)
-            .flat_map(char::to_lowercase)
-            .collect();
+        let skipped = lower_words(without);
+        if !without.is_empty() {
+            t.without = Theme::parse(without).subjects;
+        }
         let mut bg_window = 0u32;
         let mut sky_prio = 0u8;
-        for word in lower
-            .split(|c: char| !c.is_alphanumeric())
-            .filter(|w| !w.is_empty())
+        for word in lower_words(prompt)
+            .into_iter()
+            .filter(|w| !skipped.contains(w))
             .take(256)
         {
+            let word = word.as_str();
             bg_window = bg_window.saturating_sub(1);
             match lookup_word(word) {
                 Some(traits) => {
@@ -135,6 +143,21 @@ impl Theme {
         }
         t
     }
+}
+
+/// The lowercase words of `text` (its first 4096 characters), split at anything but letters and
+/// digits.
+fn lower_words(text: &str) -> Vec<String> {
+    let lower: String = text
+        .chars()
+        .take(4096)
+        .flat_map(char::to_lowercase)
+        .collect();
+    lower
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 pub(super) fn push_unique(v: &mut Vec<Rgb>, c: Rgb) {

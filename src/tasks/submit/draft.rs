@@ -9,22 +9,21 @@ use uuid::Uuid;
 use super::super::body::{task_id, JsonObject};
 use super::super::upload::inline::{decode_data_url, is_data_url};
 use super::super::Tasks;
+use super::generation;
 use super::request::{
     self, fields, Aspect, Choice, Delivery, Index, Mode, OptionalIndex, Prompted, Reprompt, Seed,
-    TaskId, Text, SEED_RULE,
+    TaskId, Text,
 };
 use crate::domain::image_prompts::{split_image_prompts, IMAGE_PROMPTS_MAX};
 use crate::domain::operation::{AltKind, Dimension, PanDirection};
-use crate::domain::{AspectRatio, Extras, OpKind, ProcessMode, Prompt, Shape};
+use crate::domain::{AspectRatio, Extras, OpKind, Parameters, ProcessMode, Prompt, Shape};
 use crate::error::ApiError;
 use crate::generate::ops::png_marks_any;
 use crate::net::validate_webhook_url;
 
 /// Most characters of a `webhook_secret`.
 pub const WEBHOOK_SECRET_MAX_CHARS: usize = 256;
-/// Longest side of an image that the operations working on a parent's pixels accept (and of
-/// `upscale-highres`'s input, as the contract says): it bounds their memory.
-pub const FOLLOW_UP_MAX_SIDE: u32 = 2048;
+pub use crate::domain::operation::FOLLOW_UP_MAX_SIDE;
 /// How many images `blend` takes.
 pub const BLEND_INPUTS: std::ops::RangeInclusive<usize> = 2..=5;
 
@@ -53,6 +52,8 @@ pub(super) struct Draft {
     pub(super) image_prompts: Vec<String>,
     /// What the caller asked for beyond the operation.
     pub(super) extras: Extras,
+    /// The model and settings asked for, resolved against the model in `resolve`.
+    pub(super) asked: generation::Asked,
 }
 
 impl Draft {
@@ -78,21 +79,26 @@ impl Draft {
             dimension: Dimension::Square,
             image_prompts: Vec::new(),
             extras: Extras::default(),
+            asked: generation::Asked::default(),
         };
-        let prompt = |raw: Option<Text>| -> Result<Option<Prompt>, ApiError> {
+        // The prompt's text and its parameters, stored apart: the task's `prompt` is the text.
+        let prompt = |raw: Option<Text>| -> Result<Option<(Prompt, Parameters)>, ApiError> {
             raw.map(|Text(raw)| {
-                Prompt::parse(&raw).map_err(|e| ApiError::field("prompt", "invalid_value", e))
+                let invalid = |e: String| ApiError::field("prompt", "invalid_value", e);
+                let whole = Prompt::parse(&raw).map_err(invalid)?;
+                let (text, parameters) = Parameters::parse(whole.as_str()).map_err(invalid)?;
+                Ok((Prompt::parse(text).map_err(invalid)?, parameters))
             })
             .transpose()
         };
         // A follow-up's prompt may be left empty: the parent's is used.
-        let reprompt = || -> Result<Option<Prompt>, ApiError> {
+        let reprompt = || -> Result<Option<(Prompt, Parameters)>, ApiError> {
             let Reprompt { prompt: raw } = fields(body)?;
             prompt(raw.filter(|Text(s)| !s.trim().is_empty()))
         };
-        let aspect = |prompt: Option<&Prompt>| -> Result<Option<AspectRatio>, ApiError> {
+        let aspect = |parameters: &Parameters| -> Result<Option<AspectRatio>, ApiError> {
             let Aspect { aspect_ratio } = fields(body)?;
-            aspect(aspect_ratio.map(|Choice(a)| a), prompt)
+            Ok(aspect(aspect_ratio.map(|Choice(a)| a), parameters))
         };
         let parent = |TaskId(id)| Some(("parent_task_id", id));
         match kind {
@@ -103,9 +109,9 @@ impl Draft {
                     OpKind::Imagine => Text(image_prompts(tasks, &raw.0, &mut d.image_prompts)?),
                     _ => raw,
                 };
-                d.prompt = prompt(Some(raw))?;
+                d.set_prompt(prompt(Some(raw))?);
                 if kind == OpKind::Imagine {
-                    d.aspect = aspect(d.prompt.as_ref())?;
+                    d.aspect = aspect(&d.extras.parameters)?;
                 }
             }
             OpKind::Upscale1x => {
@@ -145,33 +151,33 @@ impl Draft {
                 let r: request::Variations = fields(body)?;
                 d.parent = parent(r.parent_task_id);
                 d.index = Some(r.index.0);
-                d.prompt = reprompt()?;
-                d.aspect = aspect(d.prompt.as_ref())?;
+                d.set_prompt(reprompt()?);
+                d.aspect = aspect(&d.extras.parameters)?;
             }
             OpKind::Reroll => {
                 let r: request::Parent = fields(body)?;
                 d.parent = parent(r.parent_task_id);
-                d.prompt = reprompt()?;
-                d.aspect = aspect(d.prompt.as_ref())?;
+                d.set_prompt(reprompt()?);
+                d.aspect = aspect(&d.extras.parameters)?;
             }
             OpKind::Pan => {
                 let r: request::Pan = fields(body)?;
                 d.parent = parent(r.parent_task_id);
                 d.direction = Some(r.direction.0);
-                d.prompt = reprompt()?;
+                d.set_prompt(reprompt()?);
             }
             OpKind::Outpaint => {
                 let r: request::Outpaint = fields(body)?;
                 d.parent = parent(r.parent_task_id);
                 d.zoom_ratio = Some(r.zoom_ratio.0);
-                d.prompt = reprompt()?;
-                d.aspect = aspect(d.prompt.as_ref())?;
+                d.set_prompt(reprompt()?);
+                d.aspect = aspect(&d.extras.parameters)?;
             }
             OpKind::Inpaint => {
                 let r: request::Inpaint = fields(body)?;
                 d.parent = parent(r.parent_task_id);
                 d.mask = Some(mask(&r.mask.0)?);
-                d.prompt = reprompt()?;
+                d.set_prompt(reprompt()?);
             }
             OpKind::Blend => {
                 let r: request::Blend = fields(body)?;
@@ -216,10 +222,11 @@ impl Draft {
             d.mode = process_mode.map_or(ProcessMode::Fast, |Choice(m)| m);
         }
         let delivery: Delivery = fields(body)?;
-        d.seed = match delivery.seed {
-            Some(Seed(seed)) => Some(seed),
-            None => seed_in(d.prompt.as_ref())?,
-        };
+        // The body's `seed` wins over the prompt's `--seed`.
+        d.seed = delivery
+            .seed
+            .map(|Seed(seed)| seed)
+            .or(d.extras.parameters.seed);
         d.webhook_url = match delivery.webhook_url.filter(|Text(s)| !s.is_empty()) {
             None => None,
             Some(Text(raw)) => Some(
@@ -230,7 +237,18 @@ impl Draft {
         };
         d.webhook_secret = webhook_secret(delivery.webhook_secret)?;
         d.extras.metadata = delivery.metadata.map(|m| m.0);
+        d.asked = generation::asked(kind, body)?;
         Ok(d)
+    }
+}
+
+impl Draft {
+    /// A prompt given in the body: its text is the task's prompt, its parameters go with it.
+    fn set_prompt(&mut self, given: Option<(Prompt, Parameters)>) {
+        if let Some((prompt, parameters)) = given {
+            self.prompt = Some(prompt);
+            self.extras.parameters = parameters;
+        }
     }
 }
 
@@ -238,34 +256,12 @@ pub(super) fn invalid_parent(field: &str, problem: impl std::fmt::Display) -> Ap
     ApiError::field(field, "invalid_parent", problem)
 }
 
-/// `aspect_ratio` as given, or else a `--ar W:H` (`--aspect`) in the prompt, as Midjourney reads
-/// it.
-fn aspect(
-    given: Option<AspectRatio>,
-    prompt: Option<&Prompt>,
-) -> Result<Option<AspectRatio>, ApiError> {
-    if given.is_some() {
-        return Ok(given);
-    }
-    match prompt.and_then(|p| p.parameter(&["ar", "aspect"])) {
-        None => Ok(None),
-        Some(raw) => raw
-            .parse::<AspectRatio>()
-            .map(Some)
-            .map_err(|e| ApiError::field("prompt", "invalid_value", format!("--ar {e}"))),
-    }
-}
-
-/// A `--seed N` in the prompt, as Midjourney prompts give it (the body's `seed` comes first);
-/// `None` for a fresh random one.
-fn seed_in(prompt: Option<&Prompt>) -> Result<Option<u32>, ApiError> {
-    match prompt.and_then(|p| p.parameter(&["seed", "sameseed"])) {
-        None => Ok(None),
-        Some(value) => value
-            .parse::<u32>()
-            .map(Some)
-            .map_err(|_| ApiError::field("prompt", "invalid_value", format!("--seed {SEED_RULE}"))),
-    }
+/// `aspect_ratio` as given, or else the prompt's `--ar W:H` (`--aspect`), as Midjourney reads it.
+fn aspect(given: Option<AspectRatio>, parameters: &Parameters) -> Option<AspectRatio> {
+    given.or_else(|| {
+        // Checked as an aspect ratio when the prompt was parsed.
+        parameters.aspect.as_deref().and_then(|a| a.parse().ok())
+    })
 }
 
 fn webhook_secret(given: Option<Text>) -> Result<Option<String>, ApiError> {

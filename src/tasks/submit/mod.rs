@@ -3,7 +3,9 @@
 //! and what the worker needs from it resolved ([`resolve`]), then the task stored durably with
 //! the account's quota, credits and idempotency key decided in the same write.
 
+pub mod alias;
 mod draft;
+mod generation;
 mod images;
 pub mod request;
 mod resolve;

@@ -276,6 +276,43 @@ field_type!(
     |v| Metadata::parse(v).map_err(|rule| Refusal::new("invalid_value", rule))
 );
 
+field_type!(
+    /// `steps`: an integer, checked against the model's limits once the model is known.
+    Steps(i64),
+    |v| match &v {
+        Value::Number(n) => n
+            .as_i64()
+            .ok_or_else(|| Refusal::new("invalid_value", "must be a whole number of steps")),
+        _ => Err(Refusal::new("invalid_type", "must be an integer")),
+    }
+);
+
+field_type!(
+    /// `cfg_scale`: a number, checked against the model's limits once the model is known.
+    CfgScale(f64),
+    |v| match &v {
+        Value::Number(n) => n
+            .as_f64()
+            .ok_or_else(|| Refusal::new("invalid_value", "must be a number")),
+        _ => Err(Refusal::new("invalid_type", "must be a number")),
+    }
+);
+
+/// The model and generation settings, on the operations that make images.
+#[derive(Deserialize)]
+pub struct Generation {
+    #[serde(default)]
+    pub model: Option<Text>,
+    #[serde(default)]
+    pub negative_prompt: Option<Text>,
+    #[serde(default)]
+    pub steps: Option<Steps>,
+    #[serde(default)]
+    pub cfg_scale: Option<CfgScale>,
+    #[serde(default)]
+    pub sampler: Option<Text>,
+}
+
 /// What every operation may carry besides its own fields. Absent and null are the same; empty
 /// strings count as absent where `draft` says so.
 #[derive(Deserialize)]

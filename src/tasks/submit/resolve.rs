@@ -6,11 +6,12 @@ use uuid::Uuid;
 
 use super::super::Tasks;
 use super::draft::{invalid_parent, Draft, FOLLOW_UP_MAX_SIDE};
+use super::generation;
 use super::request::Index;
 use crate::auth::PresentedKey;
 use crate::domain::image_prompts::ImagePrompt;
 use crate::domain::operation::{ImageInput, StoredImage, VariationOf};
-use crate::domain::{AspectRatio, Extras, OpKind, Operation, Shape};
+use crate::domain::{AspectRatio, OpKind, Operation, Parameters, Shape};
 use crate::error::ApiError;
 use crate::generate::ops::important_words;
 use crate::store::{NewTask, Task};
@@ -19,13 +20,14 @@ impl Draft {
     /// The task to store, with its parent checked against the operation's rules and what the
     /// worker needs from it resolved.
     pub(super) async fn resolve(
-        self,
+        mut self,
         tasks: &Tasks,
         key: &PresentedKey,
         parent: Option<(&'static str, Task)>,
     ) -> Result<NewTask, ApiError> {
         let kind = self.kind;
         let mut prompt = self.prompt.as_ref().map(|p| p.as_str().to_string());
+        let mut extras = std::mem::take(&mut self.extras);
         let mut aspect = self.aspect;
         let mut seed = self.seed.map(i64::from);
         let mut parent_seq = None;
@@ -81,7 +83,11 @@ impl Draft {
                     ));
                 }
                 parent_seq = Some(p.seq);
-                prompt = prompt.or_else(|| Some(p.prompt.clone()));
+                if prompt.is_none() {
+                    let (text, parameters) = inherited_prompt(p);
+                    prompt = Some(text);
+                    extras.parameters = parameters;
+                }
                 aspect = aspect.or(Some(p.aspect_ratio));
                 let need = |ok: bool, what: &str| {
                     if ok {
@@ -215,6 +221,35 @@ impl Draft {
                 }
             }
         };
+        let parent_task = parent.as_ref().map(|(_, p)| p);
+        extras.settings = match generation::settle(
+            tasks,
+            key,
+            kind,
+            self.asked,
+            &extras.parameters,
+            parent_task,
+        )
+        .await
+        {
+            Ok(settings) => settings,
+            Err(e) => {
+                // Only a live key learns what was wrong with its request.
+                key.confirm(&tasks.store).await?;
+                return Err(e);
+            }
+        };
+        extras.image_prompts = if self.image_prompts.is_empty() {
+            inherited
+        } else {
+            self.image_prompts
+                .iter()
+                .map(|url| ImagePrompt {
+                    url: url.clone(),
+                    input: input_of(tasks, url),
+                })
+                .collect()
+        };
         let seed = seed.unwrap_or_else(|| i64::from(rand::random::<u32>()));
         Ok(NewTask {
             operation,
@@ -228,21 +263,21 @@ impl Draft {
             webhook_secret: self.webhook_secret,
             cost: tasks.config.cost(kind),
             idempotency: None,
-            extras: Extras {
-                image_prompts: if self.image_prompts.is_empty() {
-                    inherited
-                } else {
-                    self.image_prompts
-                        .iter()
-                        .map(|url| ImagePrompt {
-                            url: url.clone(),
-                            input: input_of(tasks, url),
-                        })
-                        .collect()
-                },
-                ..self.extras
-            },
+            extras,
         })
+    }
+}
+
+/// The prompt and parameters a follow-up that gives no prompt of its own takes from its parent.
+/// A parent stored before prompts were parsed apart has its parameters in its prompt; they are
+/// parsed out here, or the prompt is kept whole when they do not parse.
+fn inherited_prompt(parent: &Task) -> (String, Parameters) {
+    if !parent.extras.parameters.is_empty() {
+        return (parent.prompt.clone(), parent.extras.parameters.inherited());
+    }
+    match Parameters::parse(&parent.prompt) {
+        Ok((text, parameters)) => (text.to_string(), parameters.inherited()),
+        Err(_) => (parent.prompt.clone(), Parameters::default()),
     }
 }
 

@@ -22,7 +22,7 @@ use std::sync::Mutex;
 use futures::future::BoxFuture;
 
 use super::images::decode_output;
-use super::{kind_can, BackendConfig};
+use super::{checkpoint_of, kind_can, BackendConfig, Checkpoints};
 use crate::domain::image_prompts::IMAGE_WEIGHT_DEFAULT;
 use crate::domain::{OpKind, Shape};
 use crate::generate::ops::image_prompt_denoising;
@@ -37,6 +37,8 @@ pub struct ComfyUi {
     client: Client,
     config: BackendConfig,
     workflows: HashMap<OpKind, Workflow>,
+    /// The checkpoints of the models it serves.
+    checkpoints: Checkpoints,
 }
 
 impl ComfyUi {
@@ -76,7 +78,14 @@ impl ComfyUi {
             client,
             config: config.clone(),
             workflows,
+            checkpoints: Checkpoints::new(),
         })
+    }
+
+    /// The backend loading each model's checkpoint for that model's jobs.
+    pub fn with_checkpoints(mut self, checkpoints: Checkpoints) -> ComfyUi {
+        self.checkpoints = checkpoints;
+        self
     }
 
     /// The workflow for `kind`: reroll runs imagine's unless it has its own.
@@ -142,6 +151,7 @@ impl ComfyUi {
             &names,
             mask_name.as_deref(),
         )?;
+        wf.settle(&mut graph, job, checkpoint_of(job, &self.checkpoints, None));
         if wf.takes_image_prompts(job) {
             let (Some(sampler), Some(image)) = (wf.sampler.as_deref(), names.first()) else {
                 return Err(GenerateError::Failed(

@@ -7,6 +7,7 @@ use std::path::Path;
 use serde_json::{json, Map, Value};
 
 use super::inputs::Prepared;
+use crate::config::samplers;
 use crate::domain::{OpKind, Operation, Shape};
 use crate::generate::backends::images::size_for;
 use crate::generate::{GenerateError, Job};
@@ -19,6 +20,8 @@ pub(super) const SAVE_IMAGE: &str = "SaveImage";
 /// A core node that repeats a latent batch: how an image-to-image graph (one encoded image)
 /// is made to give a grid's four.
 pub(super) const REPEAT_LATENT: &str = "RepeatLatentBatch";
+/// The core node that loads a checkpoint: its `ckpt_name` is the model's checkpoint.
+pub(super) const CHECKPOINT_LOADER: &str = "CheckpointLoaderSimple";
 
 pub(super) type Graph = Map<String, Value>;
 
@@ -29,6 +32,10 @@ pub(super) struct Workflow {
     pub(super) sampler: Option<String>,
     /// The node and input that take the prompt's text.
     pub(super) prompt: Vec<(String, String)>,
+    /// The node and input that take the negative prompt (the sampler's `negative` encoder).
+    pub(super) negative: Vec<(String, String)>,
+    /// The checkpoint loader (`nodes.checkpoint`, else the first CheckpointLoaderSimple).
+    pub(super) checkpoint: Option<String>,
     /// The node and input that take the seed.
     pub(super) seed: Option<(String, String)>,
     /// The node the sampler's `latent_image` comes from.
@@ -87,6 +94,31 @@ pub(super) fn nodes_of(graph: &Graph, class: &str) -> Vec<String> {
         .collect();
     ids.sort_by_key(|id| node_order(id));
     ids
+}
+
+/// The text inputs of a text encoder `node` (`text`, or SDXL's `text_g` and `text_l`), or of
+/// the primitive node its text comes from.
+fn text_inputs(graph: &Graph, node: Option<&str>) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    let Some(node) = node else { return found };
+    for input in ["text", "text_g", "text_l"] {
+        match link(graph, node, input) {
+            // The text comes from another node (a primitive): write it there.
+            Some(source) => {
+                for field in ["text", "value", "string"] {
+                    if has_input(graph, &source, field) {
+                        found.push((source.clone(), field.to_string()));
+                        break;
+                    }
+                }
+            }
+            None if has_input(graph, node, input) => {
+                found.push((node.to_string(), input.to_string()))
+            }
+            None => {}
+        }
+    }
+    found
 }
 
 impl Workflow {
@@ -161,26 +193,16 @@ impl Workflow {
             Some(id) => Some(id),
             None => sampler.as_ref().and_then(|s| link(&graph, s, "positive")),
         };
-        let mut prompt = Vec::new();
-        if let Some(node) = &prompt_node {
-            for input in ["text", "text_g", "text_l"] {
-                match link(&graph, node, input) {
-                    // The text comes from another node (a primitive): write it there.
-                    Some(source) => {
-                        for field in ["text", "value", "string"] {
-                            if has_input(&graph, &source, field) {
-                                prompt.push((source.clone(), field.to_string()));
-                                break;
-                            }
-                        }
-                    }
-                    None if has_input(&graph, node, input) => {
-                        prompt.push((node.clone(), input.to_string()))
-                    }
-                    None => {}
-                }
-            }
-        }
+        let prompt = text_inputs(&graph, prompt_node.as_deref());
+        let negative_node = match named("negative")? {
+            Some(id) => Some(id),
+            None => sampler.as_ref().and_then(|s| link(&graph, s, "negative")),
+        };
+        let negative = text_inputs(&graph, negative_node.as_deref());
+        let checkpoint = match named("checkpoint")? {
+            Some(id) => Some(id),
+            None => nodes_of(&graph, CHECKPOINT_LOADER).into_iter().next(),
+        };
         if prompt.is_empty() && from_text {
             return Err(
                 "the sampler's positive input leads to no text encoder (CLIPTextEncode); name it with nodes.prompt"
@@ -271,6 +293,8 @@ impl Workflow {
             graph,
             sampler,
             prompt,
+            negative,
+            checkpoint,
             seed,
             latent,
             images,
@@ -286,6 +310,44 @@ impl Workflow {
         matches!(job.operation, Operation::Imagine | Operation::Reroll)
             && self.images.is_empty()
             && !job.inputs.is_empty()
+    }
+
+    /// Write the task's settings into `graph`: the sampler's steps, guidance and sampler (with
+    /// its scheduler), the negative prompt, the checkpoint. A setting the task has none of (one
+    /// stored before settings were) leaves the workflow's own value.
+    pub(super) fn settle(&self, graph: &mut Graph, job: &Job, checkpoint: Option<&str>) {
+        let settings = &job.extras.settings;
+        if let Some(sampler) = &self.sampler {
+            let mut set = |input: &str, value: Value| {
+                if has_input(graph, sampler, input) {
+                    set_input(graph, sampler, input, value);
+                }
+            };
+            if let Some(steps) = settings.steps {
+                set("steps", json!(steps));
+            }
+            if let Some(cfg) = settings.cfg_scale {
+                set("cfg", json!(cfg));
+            }
+            // Known to ComfyUI: checked at submit against the model's backends.
+            if let Some((name, scheduler)) = settings
+                .sampler
+                .as_deref()
+                .and_then(samplers::sampler)
+                .and_then(|s| s.comfy)
+            {
+                set("sampler_name", json!(name));
+                set("scheduler", json!(scheduler));
+            }
+        }
+        if let Some(negative) = &settings.negative_prompt {
+            for (node, input) in &self.negative {
+                set_input(graph, node, input, json!(negative));
+            }
+        }
+        if let (Some(node), Some(checkpoint)) = (&self.checkpoint, checkpoint) {
+            set_input(graph, node, "ckpt_name", json!(checkpoint));
+        }
     }
 
     /// Write the job into `graph`: the prompt, the seed, the size and batch, the uploaded files.

@@ -13,11 +13,12 @@ mod family;
 #[cfg(test)]
 mod tests;
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use super::http::transport_error;
 use super::images::blocking;
-use super::BackendConfig;
+use super::{BackendConfig, Checkpoints};
 use crate::domain::{OpKind, Operation};
 use crate::generate::ops::{self, Direction};
 use crate::generate::{GenerateError, Generator, Job, Product, Progress};
@@ -33,6 +34,9 @@ pub const BLEND_PROMPT: &str = "a blend of these images";
 pub struct OpenAi {
     config: BackendConfig,
     client: Client,
+    /// A client per model served whose checkpoint (OpenAI model) differs from `model`: what a
+    /// model accepts (sizes, edits) goes with its name.
+    by_model: HashMap<String, Client>,
 }
 
 impl OpenAi {
@@ -40,13 +44,35 @@ impl OpenAi {
         Ok(OpenAi {
             config: config.clone(),
             client: Client::new(config)?,
+            by_model: HashMap::new(),
         })
+    }
+
+    /// The backend asking for each model's checkpoint as its OpenAI `model`.
+    pub fn with_checkpoints(mut self, checkpoints: Checkpoints) -> Result<OpenAi, String> {
+        for (model, checkpoint) in checkpoints {
+            let mut config = self.config.clone();
+            config.model = Some(checkpoint);
+            self.by_model.insert(model, Client::new(&config)?);
+        }
+        Ok(self)
+    }
+
+    /// The client for the job's model.
+    fn client(&self, job: &Job) -> &Client {
+        job.extras
+            .settings
+            .model
+            .as_ref()
+            .and_then(|m| self.by_model.get(m))
+            .unwrap_or(&self.client)
     }
 
     /// The job, without the timeout.
     async fn generate(&self, job: &Job, progress: &Progress) -> Result<Product, GenerateError> {
         let kind = job.operation.kind();
-        if !self.supports(kind) {
+        let client = self.client(job);
+        if !self.runs(client, kind) {
             return Err(GenerateError::Failed(format!(
                 "backend {} cannot run {kind}",
                 self.config.name
@@ -61,21 +87,20 @@ impl OpenAi {
         let images = match &job.operation {
             // dall-e-3 has no edits: its image prompts are recorded but not used.
             Operation::Imagine | Operation::Reroll
-                if job.inputs.is_empty() || !self.client.family.edits() =>
+                if job.inputs.is_empty() || !client.family.edits() =>
             {
-                self.client.generations(job, progress).await?
+                client.generations(job, progress).await?
             }
             // Image prompts: an edit of them (blended into one, as edits take one image).
             Operation::Imagine | Operation::Reroll => {
-                let size =
-                    self.client
-                        .family
-                        .size(job.aspect.width, job.aspect.height, job.image_size);
+                let size = client
+                    .family
+                    .size(job.aspect.width, job.aspect.height, job.image_size);
                 let (inputs, seed) = (job.inputs.clone(), job.seed);
                 let image =
                     blocking(move || ops::image_prompt_canvas(&inputs, size.0, size.1, seed))
                         .await?;
-                self.client.edits(&image, None, &job.prompt, size).await?
+                client.edits(&image, None, &job.prompt, size).await?
             }
             Operation::Variations { .. } => {
                 let parent = parent()?;
@@ -84,26 +109,24 @@ impl OpenAi {
                     .family
                     .size(parent.width, parent.height, job.image_size);
                 let image = blocking(move || ops::resize(&parent, size.0, size.1)).await?;
-                if self.client.family == Family::DallE2 {
-                    self.client.variations(&image, size).await?
+                if client.family == Family::DallE2 {
+                    client.variations(&image, size).await?
                 } else {
                     let prompt = if job.prompt.is_empty() {
                         "a variation of this image"
                     } else {
                         &job.prompt
                     };
-                    self.client.edits(&image, None, prompt, size).await?
+                    client.edits(&image, None, prompt, size).await?
                 }
             }
             Operation::Pan { direction, .. } => {
                 let parent = parent()?;
                 let direction = Direction::from(*direction);
                 let (cw, ch) = ops::pan_size(parent.width, parent.height, direction);
-                let size = self.client.family.size(cw, ch, job.image_size);
+                let size = client.family.size(cw, ch, job.image_size);
                 let (image, mask) = blocking(move || pan_canvas(&parent, direction, size)).await?;
-                self.client
-                    .edits(&image, Some(&mask), &job.prompt, size)
-                    .await?
+                client.edits(&image, Some(&mask), &job.prompt, size).await?
             }
             Operation::Outpaint { zoom_ratio, .. } => {
                 let parent = parent()?;
@@ -113,9 +136,7 @@ impl OpenAi {
                     .size(parent.width, parent.height, job.image_size);
                 let zoom = *zoom_ratio;
                 let (image, mask) = blocking(move || outpaint_canvas(&parent, zoom, size)).await?;
-                self.client
-                    .edits(&image, Some(&mask), &job.prompt, size)
-                    .await?
+                client.edits(&image, Some(&mask), &job.prompt, size).await?
             }
             Operation::Inpaint { .. } => {
                 let parent = parent()?;
@@ -134,25 +155,22 @@ impl OpenAi {
                     )
                 })
                 .await?;
-                self.client
-                    .edits(&image, Some(&mask), &job.prompt, size)
-                    .await?
+                client.edits(&image, Some(&mask), &job.prompt, size).await?
             }
             // The first image, redrawn toward a blend: one image is what every model's edits
             // take (dall-e-2 takes no more).
             Operation::Blend { .. } => {
                 let first = parent()?;
-                let size =
-                    self.client
-                        .family
-                        .size(job.aspect.width, job.aspect.height, job.image_size);
+                let size = client
+                    .family
+                    .size(job.aspect.width, job.aspect.height, job.image_size);
                 let image = blocking(move || ops::resize(&first, size.0, size.1)).await?;
                 let prompt = if job.prompt.is_empty() {
                     BLEND_PROMPT.to_string()
                 } else {
                     format!("{BLEND_PROMPT}: {}", job.prompt)
                 };
-                self.client.edits(&image, None, &prompt, size).await?
+                client.edits(&image, None, &prompt, size).await?
             }
             _ => {
                 return Err(GenerateError::Failed(format!(
@@ -162,10 +180,22 @@ impl OpenAi {
             }
         };
         progress.report(80);
-        let files = try_join_all(images.into_iter().map(|a| self.client.image_bytes(a))).await?;
+        let files = try_join_all(images.into_iter().map(|a| client.image_bytes(a))).await?;
         progress.report(90);
         progress.backend_done();
         blocking(move || grid(&files)).await?
+    }
+}
+
+impl OpenAi {
+    /// Whether `client`'s model can run `kind` here.
+    fn runs(&self, client: &Client, kind: OpKind) -> bool {
+        let edit = matches!(
+            kind,
+            OpKind::Variations | OpKind::Pan | OpKind::Outpaint | OpKind::Inpaint | OpKind::Blend
+        );
+        self.config.runs(kind)
+            && (matches!(kind, OpKind::Imagine | OpKind::Reroll) || edit && client.family.edits())
     }
 }
 
@@ -174,14 +204,11 @@ impl Generator for OpenAi {
         &self.config.name
     }
 
+    /// Whether any of its models can run `kind`; the job's own is checked when it runs.
     fn supports(&self, kind: OpKind) -> bool {
-        let edit = matches!(
-            kind,
-            OpKind::Variations | OpKind::Pan | OpKind::Outpaint | OpKind::Inpaint | OpKind::Blend
-        );
-        self.config.runs(kind)
-            && (matches!(kind, OpKind::Imagine | OpKind::Reroll)
-                || edit && self.client.family.edits())
+        std::iter::once(&self.client)
+            .chain(self.by_model.values())
+            .any(|client| self.runs(client, kind))
     }
 
     fn run<'a>(

@@ -20,12 +20,12 @@ use serde_json::Value;
 
 use super::http::{http_client, status_error, transport_error};
 use super::images::blocking;
-use super::BackendConfig;
+use super::{checkpoint_of, BackendConfig, Checkpoints};
 use crate::domain::OpKind;
 use crate::generate::{GenerateError, Generator, Job, Product, Progress};
 use answer::{describe_product, images_product, progress_percent, upscale_product};
 use plan::{plan, Call};
-pub use plan::{EXTRA, IMG2IMG, INTERROGATE, STEPS, STRONG, SUBTLE, TXT2IMG};
+pub use plan::{CHAOS_SUBSEED_MOST, EXTRA, IMG2IMG, INTERROGATE, STRONG, SUBTLE, TXT2IMG};
 
 const PROGRESS: &str = "/sdapi/v1/progress?skip_current_image=true";
 const INTERRUPT: &str = "/sdapi/v1/interrupt";
@@ -40,6 +40,8 @@ pub struct SdWebUi {
     base: String,
     client: reqwest::Client,
     password: Option<String>,
+    /// The checkpoints of the models it serves.
+    checkpoints: Checkpoints,
     /// How often progress is polled while a job runs (once a second; tests poll faster).
     pub poll: Duration,
 }
@@ -67,8 +69,15 @@ impl SdWebUi {
             base: url.trim_end_matches('/').to_string(),
             client,
             password,
+            checkpoints: Checkpoints::new(),
             poll: Duration::from_secs(1),
         })
+    }
+
+    /// The backend switching to each model's checkpoint for that model's jobs.
+    pub fn with_checkpoints(mut self, checkpoints: Checkpoints) -> SdWebUi {
+        self.checkpoints = checkpoints;
+        self
     }
 
     fn request(&self, method: Method, path: &str) -> RequestBuilder {
@@ -161,7 +170,8 @@ impl SdWebUi {
 
     async fn perform(&self, job: &Job, progress: &Progress) -> Result<Product, GenerateError> {
         let planned = {
-            let (job, model) = (job.clone(), self.config.model.clone());
+            let model = checkpoint_of(job, &self.checkpoints, self.config.model.as_deref());
+            let (job, model) = (job.clone(), model.map(str::to_string));
             blocking(move || plan(&job, model.as_deref())).await??
         };
         let name = self.config.name.clone();

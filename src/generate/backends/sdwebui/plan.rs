@@ -6,6 +6,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use serde_json::{json, Value};
 
+use crate::config::samplers::sampler;
 use crate::domain::image_prompts::IMAGE_WEIGHT_DEFAULT;
 use crate::domain::operation::VariationOf;
 use crate::domain::Operation;
@@ -25,8 +26,9 @@ pub const INTERROGATE: &str = "/sdapi/v1/interrogate";
 
 /// Images per grid task, made in one batch.
 pub(super) const BATCH: usize = 4;
-/// Sampling steps: the WebUI's own default (50) is slow for little gain on current samplers.
-pub const STEPS: u32 = 30;
+/// How far `--chaos 100` moves each image of a batch from the seed's: the WebUI's variation
+/// seed (`subseed`) mixed in at this strength times chaos / 100.
+pub const CHAOS_SUBSEED_MOST: f64 = 0.8;
 /// The upscaler the WebUI ships with (Real-ESRGAN's general model).
 pub(super) const UPSCALER: &str = "R-ESRGAN 4x+";
 /// Denoising strengths of img2img: how much of the parent a variation keeps, and how freely the
@@ -152,21 +154,42 @@ pub(super) fn plan(job: &Job, model: Option<&str>) -> Result<Call, GenerateError
     Ok(call)
 }
 
-/// The fields txt2img and img2img share.
+/// The fields txt2img and img2img share: the task's settings as resolved at submit (the model's
+/// defaults included), so that the WebUI's own defaults apply only to a task stored without
+/// them. `model` is the checkpoint to switch to.
 pub(super) fn generation(job: &Job, model: Option<&str>, width: u32, height: u32) -> Value {
+    let settings = &job.extras.settings;
+    let parameters = &job.extras.parameters;
     let mut body = json!({
         "prompt": job.prompt,
-        // The prompt's `--no` words are not part of the job's text.
-        "negative_prompt": "",
+        // The prompt's `--no` words are in the settings' negative prompt, not the job's text.
+        "negative_prompt": settings.negative_prompt.as_deref().unwrap_or(""),
         "seed": job.seed,
         "width": width,
         "height": height,
         "batch_size": BATCH,
         "n_iter": 1,
-        "steps": STEPS,
         "send_images": true,
         "save_images": false,
+        "tiling": parameters.tile,
     });
+    if let Some(steps) = settings.steps {
+        body["steps"] = json!(steps);
+    }
+    if let Some(cfg) = settings.cfg_scale {
+        body["cfg_scale"] = json!(cfg);
+    }
+    if let Some(name) = settings.sampler.as_deref().and_then(sampler) {
+        // Known to the WebUI: checked at submit against the model's backends.
+        if let Some(webui) = name.webui {
+            body["sampler_name"] = json!(webui);
+        }
+    }
+    if let Some(chaos) = parameters.chaos.filter(|c| *c > 0) {
+        // The batch's images take subseeds subseed, subseed + 1, ...: mixed in, they spread.
+        body["subseed"] = json!(job.seed.wrapping_add(1) & 0xffff_ffff);
+        body["subseed_strength"] = json!(f64::from(chaos.min(100)) / 100.0 * CHAOS_SUBSEED_MOST);
+    }
     if let Some(model) = model {
         body["override_settings"] = json!({ "sd_model_checkpoint": model });
     }

@@ -1,0 +1,300 @@
+//! The pool with fake backends: load spreading, concurrency, failing over, probes, stops and
+//! the models each backend serves.
+
+use std::sync::atomic::AtomicBool;
+
+use super::*;
+use crate::domain::{AspectRatio, Operation};
+
+/// A backend in the test's hands: it takes `delay` per job, counts its jobs and the most it
+/// ran at once, fails transiently while `broken`, and answers probes while not `dead`.
+struct Fake {
+    name: String,
+    delay: Duration,
+    broken: AtomicBool,
+    dead: AtomicBool,
+    jobs: AtomicUsize,
+    running: AtomicUsize,
+    most: AtomicUsize,
+    kinds: Vec<OpKind>,
+    /// Time spent after `backend_done` (decoding, as an adapter does), and the jobs in it.
+    after: Duration,
+    after_running: AtomicUsize,
+    /// Whether a job started on the backend while another was still in its `after` time.
+    overlapped: AtomicBool,
+}
+
+impl Fake {
+    fn new(name: &str, delay_ms: u64) -> Arc<Fake> {
+        Arc::new(Fake {
+            name: name.into(),
+            delay: Duration::from_millis(delay_ms),
+            broken: AtomicBool::new(false),
+            dead: AtomicBool::new(false),
+            jobs: AtomicUsize::new(0),
+            running: AtomicUsize::new(0),
+            most: AtomicUsize::new(0),
+            kinds: vec![OpKind::Imagine, OpKind::Shorten],
+            after: Duration::ZERO,
+            after_running: AtomicUsize::new(0),
+            overlapped: AtomicBool::new(false),
+        })
+    }
+}
+
+impl Generator for Fake {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn supports(&self, kind: OpKind) -> bool {
+        self.kinds.contains(&kind)
+    }
+    fn run<'a>(
+        &'a self,
+        _job: &'a Job,
+        progress: &'a Progress,
+    ) -> BoxFuture<'a, Result<Product, GenerateError>> {
+        Box::pin(async move {
+            let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(now, Ordering::SeqCst);
+            if self.after_running.load(Ordering::SeqCst) > 0 {
+                self.overlapped.store(true, Ordering::SeqCst);
+            }
+            tokio::time::sleep(self.delay).await;
+            self.running.fetch_sub(1, Ordering::SeqCst);
+            if self.broken.load(Ordering::SeqCst) {
+                return Err(GenerateError::transient("connection refused"));
+            }
+            if !self.after.is_zero() {
+                self.after_running.fetch_add(1, Ordering::SeqCst);
+                progress.backend_done();
+                tokio::time::sleep(self.after).await;
+                self.after_running.fetch_sub(1, Ordering::SeqCst);
+            }
+            self.jobs.fetch_add(1, Ordering::SeqCst);
+            Ok(Product::Text(vec![self.name.clone()]))
+        })
+    }
+    fn probe(&self) -> BoxFuture<'_, Result<(), String>> {
+        let dead = self.dead.load(Ordering::SeqCst);
+        Box::pin(async move {
+            if dead {
+                Err("connection refused".into())
+            } else {
+                Ok(())
+            }
+        })
+    }
+}
+
+fn job(operation: Operation) -> Job {
+    Job {
+        operation,
+        prompt: "a test".into(),
+        seed: 1,
+        aspect: AspectRatio::SQUARE,
+        image_size: 64,
+        inputs: Vec::new().into(),
+        mask: None,
+        reservation: None,
+        extras: Default::default(),
+    }
+}
+
+fn pool(members: &[(&Arc<Fake>, usize)]) -> Arc<Pool> {
+    let members = members
+        .iter()
+        .map(|(f, n)| ((*f).clone() as Arc<dyn Generator>, *n))
+        .collect();
+    Arc::new(Pool::new(members, Duration::from_secs(20)))
+}
+
+async fn run_many(pool: &Arc<Pool>, n: usize, op: Operation) -> Vec<String> {
+    let runs: Vec<_> = (0..n)
+        .map(|_| {
+            let pool = pool.clone();
+            let job = job(op.clone());
+            tokio::spawn(async move {
+                match pool.run(&job, &Progress::default()).await {
+                    Ok(Product::Text(names)) => names[0].clone(),
+                    other => panic!("{other:?}"),
+                }
+            })
+        })
+        .collect();
+    let mut names = Vec::new();
+    for run in runs {
+        names.push(run.await.unwrap());
+    }
+    names
+}
+
+#[tokio::test]
+async fn concurrency_is_never_exceeded_and_the_faster_backend_takes_more() {
+    let fast = Fake::new("fast", 10);
+    let slow = Fake::new("slow", 60);
+    let pool = pool(&[(&fast, 2), (&slow, 1)]);
+    let names = run_many(&pool, 30, Operation::Imagine).await;
+    assert_eq!(names.len(), 30);
+    assert!(fast.most.load(Ordering::SeqCst) <= 2);
+    assert_eq!(slow.most.load(Ordering::SeqCst), 1);
+    let (f, s) = (
+        fast.jobs.load(Ordering::SeqCst),
+        slow.jobs.load(Ordering::SeqCst),
+    );
+    assert!(f > s * 3, "fast {f}, slow {s}");
+    assert!(s > 0, "the slow one works too");
+}
+
+#[tokio::test]
+async fn a_backend_that_has_answered_takes_the_next_job_while_the_answer_is_decoded() {
+    let mut fake = Fake::new("one", 30);
+    Arc::get_mut(&mut fake).unwrap().after = Duration::from_millis(300);
+    let pool = pool(&[(&fake, 1)]);
+    let names = run_many(&pool, 3, Operation::Imagine).await;
+    assert_eq!(names.len(), 3);
+    assert_eq!(
+        fake.most.load(Ordering::SeqCst),
+        1,
+        "one job at a time on it"
+    );
+    assert!(
+        fake.overlapped.load(Ordering::SeqCst),
+        "a job ran on it while another's answer was decoded"
+    );
+    assert_eq!(pool.health()[0].in_flight, 0);
+}
+
+#[tokio::test]
+async fn a_failing_backend_is_taken_out_its_jobs_go_elsewhere_and_a_probe_brings_it_back() {
+    let good = Fake::new("good", 5);
+    let bad = Fake::new("bad", 5);
+    bad.broken.store(true, Ordering::SeqCst);
+    bad.dead.store(true, Ordering::SeqCst);
+    let pool = pool(&[(&bad, 4), (&good, 1)]);
+    let names = run_many(&pool, 12, Operation::Imagine).await;
+    assert!(names.iter().all(|n| n == "good"), "{names:?}");
+    let health = pool.health();
+    assert!(!health[0].up, "{health:?}");
+    assert_eq!(health[0].last_error.as_deref(), Some("connection refused"));
+    // Back up: the probe finds it and jobs reach it again.
+    bad.broken.store(false, Ordering::SeqCst);
+    bad.dead.store(false, Ordering::SeqCst);
+    let stop = CancellationToken::new();
+    tokio::spawn(pool.clone().run_probes(stop.clone()));
+    let back = async {
+        while !pool.health()[0].up {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), back)
+        .await
+        .expect("the probe brings it back");
+    stop.cancel();
+    let names = run_many(&pool, 8, Operation::Imagine).await;
+    assert!(names.iter().any(|n| n == "bad"), "{names:?}");
+}
+
+#[tokio::test]
+async fn only_a_backend_that_runs_the_operation_gets_it_and_none_is_a_clear_failure() {
+    let mut only_text = Fake::new("text", 1);
+    Arc::get_mut(&mut only_text).unwrap().kinds = vec![OpKind::Shorten];
+    let images = Fake::new("images", 1);
+    let pool = pool(&[(&only_text, 4), (&images, 4)]);
+    let names = run_many(&pool, 6, Operation::Imagine).await;
+    assert!(names.iter().all(|n| n == "images"), "{names:?}");
+    let err = pool
+        .run(&job(Operation::Seed), &Progress::default())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "generation failed: no configured backend can run seed"
+    );
+}
+
+#[tokio::test]
+async fn a_models_jobs_go_only_to_its_backends() {
+    let (a, b) = (Fake::new("a", 1), Fake::new("b", 1));
+    let backends: Vec<crate::config::BackendConfig> = serde_json::from_value(
+        serde_json::json!([{"name": "a", "kind": "procedural"}, {"name": "b", "kind": "procedural"}]),
+    )
+    .unwrap();
+    let models: Vec<crate::config::ModelConfig> = serde_json::from_value(serde_json::json!([
+        {"name": "one", "backends": ["a"]},
+        {"name": "two", "backends": ["b"]},
+    ]))
+    .unwrap();
+    let catalogue = Catalogue::build(&models, &backends).unwrap();
+    let members = vec![
+        (a.clone() as Arc<dyn Generator>, 4),
+        (b.clone() as Arc<dyn Generator>, 4),
+    ];
+    let pool = Pool::new(members, Duration::from_secs(5)).with_catalogue(catalogue);
+    assert_eq!(pool.health()[1].models, ["two"]);
+    for (model, backend) in [("one", "a"), ("two", "b")] {
+        let mut job = job(Operation::Imagine);
+        job.extras.settings.model = Some(model.into());
+        for _ in 0..6 {
+            match pool.run(&job, &Progress::default()).await {
+                Ok(Product::Text(names)) => assert_eq!(names[0], backend, "{model}"),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    let mut job = job(Operation::Imagine);
+    job.extras.settings.model = Some("gone".into());
+    let err = pool.run(&job, &Progress::default()).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "generation failed: no configured backend serves the model gone for imagine"
+    );
+    assert!(pool.model_up("one") && !pool.model_up("gone"));
+}
+
+#[tokio::test]
+async fn a_job_fails_transiently_once_its_budget_is_spent() {
+    let bad = Fake::new("bad", 1);
+    bad.broken.store(true, Ordering::SeqCst);
+    let members = vec![(bad.clone() as Arc<dyn Generator>, 1)];
+    let pool = Pool::new(members, Duration::from_millis(600));
+    let err = pool
+        .run(&job(Operation::Imagine), &Progress::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, GenerateError::Transient { message, .. } if message.contains("backend bad")),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_stopped_job_ends_at_once_as_canceled_and_gives_its_slot_back() {
+    // A procedural job paced to take a minute, on the pool's only slot.
+    let slow: Arc<dyn Generator> =
+        Arc::new(crate::generate::Procedural::new(Duration::from_secs(60)));
+    let pool = Arc::new(Pool::new(vec![(slow, 1)], Duration::from_secs(120)));
+    let progress = Progress::default();
+    let running = {
+        let (pool, progress) = (pool.clone(), progress.clone());
+        tokio::spawn(async move { pool.run(&job(Operation::Imagine), &progress).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        pool.pick(OpKind::Imagine, None).is_none(),
+        "the slot is taken"
+    );
+    progress.stop();
+    let stopped = tokio::time::timeout(Duration::from_secs(10), running)
+        .await
+        .expect("a stopped job ends long before its minute")
+        .unwrap();
+    assert!(
+        matches!(stopped, Err(GenerateError::Canceled)),
+        "{stopped:?}"
+    );
+    assert!(
+        pool.pick(OpKind::Imagine, None).is_some(),
+        "the slot is free again"
+    );
+}
