@@ -406,6 +406,22 @@ async fn uploads_and_data_urls_feed_describe_blend_and_image_prompts() {
         drawn_with, drawn_without,
         "the image prompt changes the image"
     );
+    // `--iw 0` gives the image no weight: the text's images, byte for byte.
+    let unweighted = app
+        .imagine(json!({ "prompt": format!("{a_url} a lighthouse at dusk --iw 0"), "seed": 7 }))
+        .await;
+    let unweighted = app.wait_final(&unweighted, Duration::from_secs(30)).await;
+    assert_eq!(unweighted["parameters"]["iw"], 0.0, "{unweighted}");
+    let drawn_unweighted = app
+        .http
+        .get(first(&unweighted))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(drawn_unweighted, drawn_without);
 
     // Another account cannot use this account's upload: 404, nothing revealed.
     let (_, other) = app.account_with("other@example.com", None).await;
