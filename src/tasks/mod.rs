@@ -73,7 +73,7 @@ impl Tasks {
                 kind: task.task_type,
                 output,
                 can_run: &|kind| self.pool.supports(kind),
-                max_side: submit::FOLLOW_UP_MAX_SIDE,
+                max_side: crate::domain::operation::FOLLOW_UP_MAX_SIDE,
             };
             record.actions = Some(offer.actions()).filter(|a| !a.is_empty());
         }
