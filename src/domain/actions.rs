@@ -1,20 +1,11 @@
 //! The follow-ups a finished image task offers, each with the body that makes it: what a client
 //! needs to draw Midjourney's buttons without knowing every operation's rules by heart.
 
-use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::operation::OpKind;
 use super::output::Output;
-
-/// One follow-up, ready to send as `POST /api/v1/{operation}` with `body`.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Action {
-    pub operation: &'static str,
-    /// As Midjourney labels its button.
-    pub label: &'static str,
-    pub body: Value,
-}
+pub use super::wire::Action;
 
 /// What may be asked of a finished task now.
 pub struct Offer<'a> {

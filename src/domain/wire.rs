@@ -4,8 +4,17 @@
 
 use serde::Serialize;
 
-use super::actions::Action;
 use super::{Metadata, Parameters, Settings};
+
+/// One follow-up a finished task offers (see `domain::actions`), ready to send as
+/// `POST /api/v1/{operation}` with `body`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Action {
+    pub operation: &'static str,
+    /// As Midjourney labels its button.
+    pub label: &'static str,
+    pub body: serde_json::Value,
+}
 
 /// An image's `index` as the contract shows it: 1..=4, or a variation's strength.
 #[derive(Clone, Debug, PartialEq, Serialize)]
