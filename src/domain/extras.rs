@@ -4,7 +4,8 @@
 //! kind of request adds a field here and no column to either store.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::value::RawValue;
+use serde_json::Value;
 
 use super::image_prompts::ImagePrompt;
 use super::parameters::Parameters;
@@ -51,10 +52,11 @@ impl Extras {
 }
 
 /// `metadata`: a JSON object of at most [`METADATA_MAX_BYTES`] serialized, in the caller's key
-/// order.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// order. Kept as its compact JSON text, serialized once at submit: the record, the stored
+/// column and every payload copy those bytes rather than escaping its strings again.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct Metadata(Map<String, Value>);
+pub struct Metadata(Box<RawValue>);
 
 impl Metadata {
     /// The caller's value, or the rule it breaks.
@@ -62,19 +64,25 @@ impl Metadata {
         let Value::Object(map) = value else {
             return Err("must be a JSON object".into());
         };
-        let size = serde_json::to_vec(&map)
-            .map(|v| v.len())
-            .unwrap_or(usize::MAX);
+        let raw = serde_json::value::to_raw_value(&map).map_err(|e| e.to_string())?;
+        let size = raw.get().len();
         if size > METADATA_MAX_BYTES {
             return Err(format!(
                 "must be at most {METADATA_MAX_BYTES} bytes as JSON (got {size})"
             ));
         }
-        Ok(Metadata(map))
+        Ok(Metadata(raw))
     }
 
-    pub fn as_map(&self) -> &Map<String, Value> {
-        &self.0
+    /// Its compact JSON text.
+    pub fn as_json(&self) -> &str {
+        self.0.get()
+    }
+}
+
+impl PartialEq for Metadata {
+    fn eq(&self, other: &Metadata) -> bool {
+        self.as_json() == other.as_json()
     }
 }
 
