@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::http::body::{self, BodyError};
+use crate::http::body;
 use crate::http::state::AppState;
 use crate::tasks::upload;
 
@@ -48,14 +48,7 @@ pub async fn image_of(req: Request, state: &AppState) -> Result<(String, Bytes),
         return Err(ApiError::UnsupportedUploadType);
     }
     let (parts, body) = req.into_parts();
-    let bytes = body::read_body(&parts, body).await.map_err(|e| match e {
-        BodyError::TooLarge { limit } => ApiError::PayloadTooLarge { limit },
-        BodyError::TimedOut => ApiError::RequestTimeout,
-        BodyError::Broken => ApiError::BadRequest {
-            code: "invalid_body",
-            msg: "body: the request body could not be read".into(),
-        },
-    })?;
+    let bytes = body::read_body(&parts, body).await?;
     let missing = || {
         ApiError::field(
             "image",

@@ -53,6 +53,20 @@ pub enum BodyError {
     Broken,
 }
 
+/// How the API answers a body it could not read.
+impl From<BodyError> for crate::error::ApiError {
+    fn from(e: BodyError) -> Self {
+        match e {
+            BodyError::TooLarge { limit } => Self::PayloadTooLarge { limit },
+            BodyError::TimedOut => Self::RequestTimeout,
+            BodyError::Broken => Self::BadRequest {
+                code: "invalid_body",
+                msg: "body: the request body could not be read".into(),
+            },
+        }
+    }
+}
+
 /// The limits every request body is read under.
 #[derive(Clone, Copy, Debug)]
 pub struct BodyLimits {

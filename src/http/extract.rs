@@ -7,7 +7,7 @@ use axum::http::request::Parts;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::body::{self, BodyError};
+use super::body;
 use super::state::AppState;
 use crate::auth::{self, Caller, PresentedKey};
 use crate::error::ApiError;
@@ -27,14 +27,7 @@ impl FromRequest<AppState> for JsonObject {
         if !is_json {
             return Err(ApiError::UnsupportedMediaType);
         }
-        let bytes = body::read(req).await.map_err(|e| match e {
-            BodyError::TooLarge { limit } => ApiError::PayloadTooLarge { limit },
-            BodyError::TimedOut => ApiError::RequestTimeout,
-            BodyError::Broken => ApiError::BadRequest {
-                code: "invalid_body",
-                msg: "body: the request body could not be read".into(),
-            },
-        })?;
+        let bytes = body::read(req).await?;
         match serde_json::from_slice::<Value>(&bytes) {
             Ok(Value::Object(map)) => Ok(JsonObject(map)),
             Ok(_) => Err(ApiError::field(
