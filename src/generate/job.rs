@@ -1,12 +1,12 @@
 //! What a generation is: the job a generator runs, its progress and stop signal, what it hands
 //! back, how it fails, and the [`Generator`] trait every backend (and the pool) implements.
 
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
 use super::inputs::Reservation;
+pub use super::progress::Progress;
 use super::raster::{compose_grid, dimensions, encode_png, RgbaImage};
 
 use crate::domain::{AspectRatio, Extras, OpKind, Operation};
@@ -40,76 +40,6 @@ impl Job {
     /// The size of a new image: the aspect ratio at `image_size` on the long side.
     pub fn new_image_size(&self) -> (u32, u32) {
         dimensions(self.aspect.width, self.aspect.height, self.image_size)
-    }
-}
-
-/// A backend's slot while a job holds it. The pool's own type is erased here so that the job's
-/// types need not know the pool: all the holder does with it is drop it, which frees the slot.
-pub(crate) type Held = Arc<Mutex<Option<Box<dyn Send>>>>;
-
-/// Progress of one generation, 0..=100, written by the generator and read by the worker's
-/// heartbeat; and, while the pool runs the job on a backend, that backend's slot, which the
-/// generator gives back as soon as the backend has answered ([`Progress::backend_done`]).
-#[derive(Clone, Default)]
-pub struct Progress {
-    percent: Arc<AtomicI64>,
-    /// What the job holds on its backend (the pool's slot), released by `backend_done`.
-    slot: Option<Held>,
-    /// Cancelled when the task's result is no longer wanted (it was canceled, or another worker
-    /// holds it now): backends take the job off the server and answer [`GenerateError::Canceled`].
-    stop: tokio_util::sync::CancellationToken,
-}
-
-impl std::fmt::Debug for Progress {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("Progress").field(&self.get()).finish()
-    }
-}
-
-impl Progress {
-    pub fn report(&self, percent: i64) {
-        self.percent
-            .fetch_max(percent.clamp(0, 100), Ordering::Relaxed);
-    }
-
-    pub fn get(&self) -> i64 {
-        self.percent.load(Ordering::Relaxed)
-    }
-
-    /// The same progress, carrying `slot` until the generator calls `backend_done` (or the
-    /// holder takes it back).
-    pub(crate) fn holding(&self, slot: impl Send + 'static) -> (Progress, Held) {
-        let held: Held = Arc::new(Mutex::new(Some(Box::new(slot))));
-        let progress = Progress {
-            percent: self.percent.clone(),
-            slot: Some(held.clone()),
-            stop: self.stop.clone(),
-        };
-        (progress, held)
-    }
-
-    /// Ask the generation to stop: its result is no longer wanted.
-    pub fn stop(&self) {
-        self.stop.cancel();
-    }
-
-    /// Completes once the generation has been asked to stop.
-    pub async fn stopped(&self) {
-        self.stop.cancelled().await
-    }
-
-    pub fn is_stopped(&self) -> bool {
-        self.stop.is_cancelled()
-    }
-
-    /// The backend has sent everything this job needs from it: its slot goes to the next job
-    /// while the answer is decoded, encoded and stored here, so that the backend does not wait
-    /// for easel.
-    pub fn backend_done(&self) {
-        if let Some(slot) = &self.slot {
-            let freed = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
-            drop(freed);
-        }
     }
 }
 

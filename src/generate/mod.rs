@@ -9,8 +9,11 @@ pub mod inputs;
 mod job;
 pub mod ops;
 pub mod pool;
+pub mod preview;
 pub mod procedural;
+mod progress;
 pub mod raster;
 
 pub use builtin::Procedural;
 pub use job::{GenerateError, Generator, Job, Product, Progress};
+pub use preview::PreviewImage;

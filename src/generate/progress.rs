@@ -1,0 +1,179 @@
+//! How a running generation talks to the worker that runs it: how far it is (0..=100), the
+//! latest preview of its image, the moment a backend took it, and the signal to stop. The
+//! generator writes, the worker's reporter reads: a change wakes the reporter at once, which
+//! passes it on to the task's subscribers and, at most once a second, to the store.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::preview::PreviewImage;
+
+/// A backend's slot while a job holds it. The pool's own type is erased here so that the job's
+/// types need not know the pool: all the holder does with it is drop it, which frees the slot.
+pub(crate) type Held = Arc<Mutex<Option<Box<dyn Send>>>>;
+
+/// Progress of one generation, written by the generator and read by the worker; and, while the
+/// pool runs the job on a backend, that backend's slot, which the generator gives back as soon
+/// as the backend has answered ([`Progress::backend_done`]).
+#[derive(Clone, Default)]
+pub struct Progress {
+    shared: Arc<Shared>,
+    /// What the job holds on its backend (the pool's slot), released by `backend_done`.
+    slot: Option<Held>,
+    /// Cancelled when the task's result is no longer wanted (it was canceled, or another worker
+    /// holds it now): backends take the job off the server and answer `GenerateError::Canceled`.
+    stop: CancellationToken,
+}
+
+#[derive(Default)]
+struct Shared {
+    percent: AtomicI64,
+    /// The latest preview not yet taken by the reporter; a newer one replaces it.
+    preview: Mutex<Option<PreviewImage>>,
+    /// Woken on every change of `percent` or `preview`.
+    changed: Notify,
+    /// Cancelled once a backend has taken the job (the pool gave it a slot).
+    started: CancellationToken,
+}
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Progress").field(&self.get()).finish()
+    }
+}
+
+impl Progress {
+    /// The generation is `percent` done. Progress never goes back: a lower value is ignored.
+    pub fn report(&self, percent: i64) {
+        let percent = percent.clamp(0, 100);
+        if self.shared.percent.fetch_max(percent, Ordering::Relaxed) < percent {
+            self.shared.changed.notify_one();
+        }
+    }
+
+    pub fn get(&self) -> i64 {
+        self.shared.percent.load(Ordering::Relaxed)
+    }
+
+    /// The work so far looks like `image`. Cheap for the generator: the image is only kept (a
+    /// newer one replaces it); the reporter shrinks and stores it, at most once a second.
+    pub fn preview(&self, image: PreviewImage) {
+        *self.lock_preview() = Some(image);
+        self.shared.changed.notify_one();
+    }
+
+    /// The latest preview given since the last call, if any.
+    pub fn take_preview(&self) -> Option<PreviewImage> {
+        self.lock_preview().take()
+    }
+
+    /// Completes at the next change of the percentage or the preview after the last one that
+    /// was waited for (a change while nobody waits is kept for the next wait).
+    pub async fn changed(&self) {
+        self.shared.changed.notified().await
+    }
+
+    /// Completes once a backend has taken the job (at once if it has already).
+    pub async fn started(&self) {
+        self.shared.started.cancelled().await
+    }
+
+    /// A backend took the job: the task is `processing` from the caller's point of view.
+    pub fn start(&self) {
+        self.shared.started.cancel();
+    }
+
+    pub fn is_started(&self) -> bool {
+        self.shared.started.is_cancelled()
+    }
+
+    /// The same progress, carrying `slot` until the generator calls `backend_done` (or the
+    /// holder takes it back). Taking a slot starts the job.
+    pub(crate) fn holding(&self, slot: impl Send + 'static) -> (Progress, Held) {
+        let held: Held = Arc::new(Mutex::new(Some(Box::new(slot))));
+        let progress = Progress {
+            shared: self.shared.clone(),
+            slot: Some(held.clone()),
+            stop: self.stop.clone(),
+        };
+        self.start();
+        (progress, held)
+    }
+
+    /// Ask the generation to stop: its result is no longer wanted.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// Completes once the generation has been asked to stop.
+    pub async fn stopped(&self) {
+        self.stop.cancelled().await
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.stop.is_cancelled()
+    }
+
+    /// The backend has sent everything this job needs from it: its slot goes to the next job
+    /// while the answer is decoded, encoded and stored here, so that the backend does not wait
+    /// for easel.
+    pub fn backend_done(&self) {
+        if let Some(slot) = &self.slot {
+            let freed = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+            drop(freed);
+        }
+    }
+
+    fn lock_preview(&self) -> std::sync::MutexGuard<'_, Option<PreviewImage>> {
+        // Only ever replaced or taken whole: a panic elsewhere leaves nothing half-written.
+        self.shared.preview.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_change_wakes_the_reader_and_progress_never_goes_back() {
+        let progress = Progress::default();
+        let waiting = tokio::spawn({
+            let progress = progress.clone();
+            async move { progress.changed().await }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        progress.report(40);
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("woken by the change")
+            .unwrap();
+        progress.report(30);
+        assert_eq!(progress.get(), 40);
+        // No change, no wake-up.
+        let idle = tokio::time::timeout(Duration::from_millis(50), progress.changed()).await;
+        assert!(idle.is_err(), "a lower value is no change");
+    }
+
+    #[tokio::test]
+    async fn the_latest_preview_replaces_one_not_taken_and_a_slot_starts_the_job() {
+        let progress = Progress::default();
+        assert!(!progress.is_started());
+        progress.preview(PreviewImage::Encoded(vec![1]));
+        progress.preview(PreviewImage::Encoded(vec![2]));
+        match progress.take_preview() {
+            Some(PreviewImage::Encoded(bytes)) => assert_eq!(bytes, vec![2]),
+            other => panic!("the latest preview, got {other:?}"),
+        }
+        assert!(progress.take_preview().is_none());
+        let (_on_backend, held) = progress.holding(());
+        assert!(progress.is_started());
+        tokio::time::timeout(Duration::from_secs(1), progress.started())
+            .await
+            .expect("started at once");
+        drop(held);
+    }
+}
