@@ -142,7 +142,7 @@ impl Application {
         }
         let generator: Arc<dyn Generator> = pool.clone();
         let state = AppState::new(Shared {
-            tasks: tasks::Tasks {
+            tasks: Arc::new(tasks::Tasks {
                 config: config.clone(),
                 store: store.clone(),
                 blobs: blobs.clone(),
@@ -153,7 +153,9 @@ impl Application {
                 content_policy: content_policy.clone(),
                 shutdown: CancellationToken::new(),
                 idempotency: Default::default(),
-            },
+                line: tasks::line::QueueLine::new(store.clone()),
+                streams: tasks::events::Streams::new(&config.limits),
+            }),
             rate_limits: ratelimit::RateLimits::new(&config.limits.rate_limits),
             hosts: http::hosts::DashboardHosts::new(
                 config.server.public_url.as_deref(),

@@ -103,6 +103,8 @@ struct Metrics {
     store_errors: Family<StoreErrorLabels, Counter>,
     retention_removed: Counter,
     decode_budget_waits: Counter,
+    previews: Counter,
+    event_streams: Gauge,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -159,6 +161,18 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Tasks whose input images waited for room in this node's decode memory budget",
         decode_budget_waits.clone(),
     );
+    let previews = Counter::default();
+    registry.register(
+        "previews_written",
+        "Preview images of running tasks this node's workers stored",
+        previews.clone(),
+    );
+    let event_streams = Gauge::default();
+    registry.register(
+        "event_streams",
+        "Server-Sent Events streams open on this node",
+        event_streams.clone(),
+    );
     Metrics {
         registry,
         http,
@@ -172,6 +186,8 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         store_errors,
         retention_removed,
         decode_budget_waits,
+        previews,
+        event_streams,
     }
 });
 
@@ -283,6 +299,16 @@ pub fn observe_request(path: &str, status: u16, elapsed: Duration) {
             .clone()
     });
     series.observe(elapsed.as_secs_f64());
+}
+
+/// Count a preview a worker stored.
+pub fn preview_written() {
+    METRICS.previews.inc();
+}
+
+/// An event stream opened (`1`) or closed (`-1`).
+pub fn event_streams(delta: i64) {
+    METRICS.event_streams.inc_by(delta);
 }
 
 /// Count a task that reached its final state (`finished`, `failed` or `canceled`).

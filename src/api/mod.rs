@@ -1,6 +1,7 @@
 //! The JSON API under `/api/v1`: a handler per route over the use cases of `crate::tasks`.
 
 pub mod account;
+pub mod events;
 pub mod files;
 pub mod health;
 pub mod models;
@@ -40,6 +41,8 @@ pub fn routes() -> Router<AppState> {
             "/api/v1/tasks/{task_id}/webhook-attempts",
             get(tasks::webhook_attempts),
         )
+        .route("/api/v1/tasks/{task_id}/events", get(events::task_events))
+        .route("/api/v1/events", get(events::account_events))
         .route("/api/v1/upload", post(upload::upload))
         .route("/api/v1/account", get(account::get_account))
         .route("/api/v1/models", get(models::list_models))

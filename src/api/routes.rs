@@ -33,6 +33,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/tasks/{task_id}/cancel"),
     ("post", "/api/v1/tasks/{task_id}/redeliver"),
     ("get", "/api/v1/tasks/{task_id}/webhook-attempts"),
+    ("get", "/api/v1/tasks/{task_id}/events"),
+    ("get", "/api/v1/events"),
     ("post", "/api/v1/upload"),
     ("get", "/api/v1/account"),
     ("get", "/api/v1/models"),

@@ -89,7 +89,7 @@ pub async fn submit(
         _ => return Ok(accepted()),
     };
     let task = wait::until_ended(&state, &key, &task_id, task, secs).await;
-    let mut response = ([prefer::applied(secs)], Json(state.record(&task))).into_response();
+    let mut response = ([prefer::applied(secs)], Json(state.record(&task).await)).into_response();
     if replayed.is_some() {
         // A replay that waits answers the record as a first request would, marked as a replay.
         response.headers_mut().insert(

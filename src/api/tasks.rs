@@ -40,7 +40,7 @@ pub async fn list_tasks(
         )
         .await?
         .ok_or_else(invalid_cursor)?;
-    let tasks: Vec<Record> = page.tasks.iter().map(|t| state.record(t)).collect();
+    let tasks: Vec<Record> = state.records(&page.tasks).await;
     Ok(Json(
         json!({ "tasks": tasks, "next_cursor": page.next_cursor }),
     ))
@@ -83,10 +83,10 @@ pub async fn get_task(
     };
     let task = state.one(&key, id).await?;
     Ok(match wait {
-        None => Json(state.record(&task)).into_response(),
+        None => Json(state.record(&task).await).into_response(),
         Some(secs) => {
             let task = wait::until_ended(&state, &key, &id, task, secs).await;
-            ([prefer::applied(secs)], Json(state.record(&task))).into_response()
+            ([prefer::applied(secs)], Json(state.record(&task).await)).into_response()
         }
     })
 }
@@ -98,7 +98,7 @@ async fn one_record(
     id: Uuid,
 ) -> Result<Json<Record>, ApiError> {
     let task = state.one(key, id).await?;
-    Ok(Json(state.record(&task)))
+    Ok(Json(state.record(&task).await))
 }
 
 /// `POST /api/v1/tasks/{task_id}/cancel`: a task that has not ended is `canceled` at once (a
@@ -118,7 +118,7 @@ pub async fn cancel(
             msg: format!("task_id: the task has already {}", task.status),
         });
     }
-    Ok(Json(state.record(&task)))
+    Ok(Json(state.record(&task).await))
 }
 
 /// `POST /api/v1/fetch-many`: up to 20 records in the order asked; unknown ids are left out.
@@ -141,11 +141,11 @@ pub async fn fetch_many(
         .ok_or(ApiError::Unauthorized)?;
     key.used(&state.store, &live);
     let by_id: HashMap<&str, &_> = rows.iter().map(|r| (r.id.as_str(), r)).collect();
-    let tasks: Vec<Record> = ids
+    let found: Vec<_> = ids
         .iter()
-        .filter_map(|id| by_id.get(id.to_string().as_str()).copied())
-        .map(|row| state.record(row))
+        .filter_map(|id| by_id.get(id.to_string().as_str()).map(|t| (*t).clone()))
         .collect();
+    let tasks: Vec<Record> = state.records(&found).await;
     Ok(Json(json!({ "tasks": tasks })))
 }
 
@@ -198,7 +198,7 @@ pub async fn redeliver(
         .task_for_account(&account.id, &id)
         .await?
         .ok_or(ApiError::TaskNotFound)?;
-    Ok((StatusCode::ACCEPTED, Json(state.record(&row))))
+    Ok((StatusCode::ACCEPTED, Json(state.record(&row).await)))
 }
 
 /// `GET /api/v1/tasks/{task_id}/webhook-attempts`: every recorded delivery attempt, oldest first.

@@ -258,8 +258,11 @@ impl<'a> Layout<'a> {
             [task, token, name] => {
                 let task_id = uuid::Uuid::parse_str(task).ok()?;
                 let token_ok = token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit());
-                let name_ok =
-                    (name.ends_with(".png") || name.ends_with(".partial")) && is_valid_key(name);
+                // Images, what a failed write of one left, and previews of a running task.
+                let name_ok = (name.ends_with(".png")
+                    || name.ends_with(".partial")
+                    || (name.starts_with("preview-") && name.ends_with(".jpg")))
+                    && is_valid_key(name);
                 (token_ok && name_ok && task == &task_id.hyphenated().to_string()).then(|| {
                     Layout::Image {
                         task_id,

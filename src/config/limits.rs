@@ -39,6 +39,11 @@ pub struct Limits {
     pub max_upload_bytes_per_day: u64,
     /// Most tasks one account may have queued or running at once; more is refused with 429.
     pub max_pending_per_account: u32,
+    /// Most event streams (`GET /api/v1/events`, `/api/v1/tasks/{id}/events`) one account may
+    /// hold open on this node; more are refused with 429.
+    pub max_streams_per_account: u32,
+    /// Most event streams open on this node, all accounts together; more are refused with 503.
+    pub max_streams: u32,
     /// How long a submit's first answer is replayed to requests with the same `Idempotency-Key`
     /// (1 minute to 30 days).
     #[serde(with = "duration")]
@@ -64,6 +69,8 @@ impl Default for Limits {
             decode_memory_budget: DecodeMemoryBudget::Auto,
             max_upload_bytes_per_day: 1 << 30,
             max_pending_per_account: 1000,
+            max_streams_per_account: 100,
+            max_streams: 10_000,
             idempotency_ttl: Duration::from_secs(86_400),
             max_wait: Duration::from_secs(WAIT_MAX_SECS),
             rate_limits: BTreeMap::new(),
@@ -98,6 +105,9 @@ impl PlanRate {
 impl Limits {
     pub fn validate(&self) -> anyhow::Result<()> {
         use anyhow::bail;
+        if self.max_streams_per_account == 0 || self.max_streams == 0 {
+            bail!("configuration: max_streams_per_account and max_streams must be at least 1");
+        }
         if self.body_limit < 1024 {
             bail!("configuration: body_limit must be at least 1024 bytes");
         }

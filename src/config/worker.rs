@@ -40,6 +40,8 @@ pub struct Worker {
     /// words, case-insensitively. In the environment: a comma-separated list.
     #[serde(deserialize_with = "string_list::deserialize")]
     pub blocked_terms: Vec<String>,
+    /// The long side of a running task's preview image, in pixels; 0 stores no previews.
+    pub preview_max_px: u32,
 }
 
 impl Default for Worker {
@@ -57,6 +59,7 @@ impl Default for Worker {
                 .iter()
                 .map(|s| s.to_string())
                 .collect(),
+            preview_max_px: 256,
         }
     }
 }
@@ -72,6 +75,9 @@ impl Worker {
         }
         if self.heartbeat.is_zero() || self.heartbeat * 2 > self.lease {
             bail!("configuration: heartbeat must be non-zero and at most half of lease");
+        }
+        if self.preview_max_px > 1024 {
+            bail!("configuration: preview_max_px must be at most 1024 (0 stores no previews)");
         }
         if self.max_attempts == 0 {
             bail!("configuration: max_attempts must be at least 1");

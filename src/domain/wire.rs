@@ -116,6 +116,13 @@ pub struct Record {
     pub task_type: &'static str,
     pub status: &'static str,
     pub percentage: String,
+    /// How many tasks will start before it, while it waits (`pending` or `starting`); absent
+    /// when it is further back than easel counts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_position: Option<u32>,
+    /// A small image of the work so far, while it is `processing` and its backend gives one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preview_image_url: Option<String>,
     /// The prompt's text, without its parameters.
     pub prompt: String,
     /// The prompt's Midjourney parameters (or its parent's, for a follow-up that reuses them).
@@ -166,6 +173,8 @@ mod tests {
             task_type: "imagine",
             status: "finished",
             percentage: "100".into(),
+            queue_position: Some(3),
+            preview_image_url: Some("u".into()),
             prompt: "p".into(),
             parameters: Parameters {
                 tile: true,

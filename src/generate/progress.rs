@@ -65,6 +65,11 @@ impl Progress {
         self.shared.changed.notify_one();
     }
 
+    /// Whether a preview waits to be taken.
+    pub fn has_preview(&self) -> bool {
+        self.lock_preview().is_some()
+    }
+
     /// The latest preview given since the last call, if any.
     pub fn take_preview(&self) -> Option<PreviewImage> {
         self.lock_preview().take()
@@ -129,7 +134,10 @@ impl Progress {
 
     fn lock_preview(&self) -> std::sync::MutexGuard<'_, Option<PreviewImage>> {
         // Only ever replaced or taken whole: a panic elsewhere leaves nothing half-written.
-        self.shared.preview.lock().unwrap_or_else(|e| e.into_inner())
+        self.shared
+            .preview
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 }
 

@@ -28,8 +28,9 @@ impl std::ops::Deref for AppState {
 
 /// The state's contents.
 pub struct Shared {
-    /// The use cases' context; handlers reach its fields directly (`state.store`).
-    pub tasks: Tasks,
+    /// The use cases' context; handlers reach its fields directly (`state.store`). Shared, so
+    /// that an event stream can keep it past its handler.
+    pub tasks: Arc<Tasks>,
     /// The request rate limits by plan (`rate_limits`), checked where the key is read.
     pub rate_limits: RateLimits,
     /// The host names the dashboard answers to.

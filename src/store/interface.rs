@@ -8,8 +8,9 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::ends::TaskEnds;
 use super::error::{Failure, StoreError, StoreResult};
+use super::events::TaskEvent;
+use super::events::TaskEvents;
 use super::model::*;
 use super::uploads::{Upload, UploadAdmitted};
 
@@ -58,14 +59,34 @@ pub trait TaskQueue: Send + Sync {
     /// Move a claimed task to `processing`. False when the claim is no longer ours.
     async fn mark_processing(&self, seq: i64, attempt: i64, lease_ms: i64) -> StoreResult<bool>;
 
-    /// Renew the lease and record progress. False when the claim is no longer ours.
+    /// Renew the lease; with `progress`, also store it, which gives the task a new version and
+    /// tells its listeners (on every node). None when the claim is no longer ours, else the
+    /// task's version.
     async fn heartbeat(
         &self,
         seq: i64,
         attempt: i64,
-        percentage: i64,
         lease_ms: i64,
-    ) -> StoreResult<bool>;
+        progress: Option<&StoredProgress>,
+    ) -> StoreResult<Option<i64>>;
+
+    /// The highest version given so far (see `store::events`).
+    async fn latest_version(&self) -> StoreResult<i64>;
+
+    /// How far before a `Last-Event-ID` a resumed stream reads again: versions are taken in
+    /// order but may commit out of order when many writers share the store.
+    fn version_overlap(&self) -> i64 {
+        0
+    }
+
+    /// Tell the task's listeners on every node of progress not stored yet (its worker's live
+    /// reports). Nothing is written.
+    async fn publish_progress(&self, event: TaskEvent) -> StoreResult<()>;
+
+    /// The `seq`s of the tasks waiting to run, in the order they will run: those claimed by a
+    /// worker and waiting for a backend (`starting`), then the queue in claim order; at most
+    /// `limit`.
+    async fn queue_order(&self, limit: u32) -> StoreResult<Vec<i64>>;
 
     /// Record the final state and, in the same transaction, queue the webhook delivery (when
     /// the task has a webhook). False, and nothing written, when the claim is no longer ours.
@@ -271,6 +292,14 @@ pub trait Views: Send + Sync {
         cursor: Option<&Uuid>,
         limit: u32,
     ) -> StoreResult<Option<TaskPage>>;
+    /// The account's tasks at version `from` or later, lowest version first, at most `limit`
+    /// (1..=[`LIST_LIMIT_MAX`]): what changed since a stream's `Last-Event-ID`.
+    async fn account_changes(
+        &self,
+        account_id: &str,
+        from: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<Task>>;
     /// The account's tasks made from the task stored at `parent_seq`, oldest first.
     async fn task_children(&self, account_id: &str, parent_seq: i64) -> StoreResult<Vec<Task>>;
     /// Tasks submitted and images they made, per UTC day, over the `days` days up to `now`
@@ -363,8 +392,8 @@ pub struct Wakeups {
     pub queue: Notify,
     /// A webhook delivery was queued or made due again.
     pub outbox: Notify,
-    /// A task reached a final state (on any node, with PostgreSQL).
-    pub task_ends: Arc<TaskEnds>,
+    /// What happens to tasks (on any node, with PostgreSQL), for whoever listens.
+    pub events: Arc<TaskEvents>,
 }
 
 impl Wakeups {

@@ -11,8 +11,8 @@
 //! live in [`model`], once; the SQL lives in each implementation.
 
 mod chunks;
-mod ends;
 mod error;
+mod events;
 mod idempotency;
 mod ids;
 mod interface;
@@ -24,8 +24,8 @@ pub mod sqlite;
 mod uploads;
 
 pub(crate) use chunks::chunks;
-pub use ends::{TaskEnds, TaskWatch};
 pub use error::{Cause, Failure, StoreError, StoreResult};
+pub use events::{Happened, Heard, Listener, TaskEvent, TaskEvents};
 pub use idempotency::accepted_body;
 pub(crate) use ids::fresh_id_key;
 pub use ids::TaskIds;
@@ -35,8 +35,8 @@ pub use interface::{
 pub use model::{
     now_ms, Account, ApiKeyInfo, AttemptRecord, AttemptRow, ClaimedTask, DayUsage, DueDelivery,
     Ending, ExpiredTask, FailingDestination, Idempotency, KeyOwner, KeyRow, LedgerRow, LiveKey,
-    NewAccount, NewTask, Outcome, QueueRow, Redelivery, Submitted, Task, TaskFilter, TaskPage,
-    WebhookState, FAILING_SCAN_MAX, KEY_TOUCH_EVERY_MS, LIST_LIMIT_MAX,
+    NewAccount, NewTask, Outcome, QueueRow, Redelivery, StoredProgress, Submitted, Task,
+    TaskFilter, TaskPage, WebhookState, FAILING_SCAN_MAX, KEY_TOUCH_EVERY_MS, LIST_LIMIT_MAX,
 };
 pub(crate) use model::{usage_since, worker_lost, Fence, Quota, Refused, RUNNING};
 pub use uploads::{upload_day, Upload, UploadAdmitted};

@@ -107,6 +107,11 @@ pub struct Task {
     pub data_removed_at: Option<i64>,
     /// What the caller asked for beyond the operation.
     pub extras: Extras,
+    /// Its stored version: every change of its stored state gives it a higher one (see
+    /// `store::events`).
+    pub version: i64,
+    /// The latest preview of its image while it is processing (a blob key).
+    pub preview_key: Option<String>,
 }
 
 impl Task {
@@ -391,6 +396,14 @@ pub struct LedgerRow {
 pub struct TaskFilter {
     pub status: Option<TaskStatus>,
     pub task_type: Option<OpKind>,
+}
+
+/// Progress a worker stores with its heartbeat.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredProgress {
+    pub percentage: i64,
+    /// The latest preview's blob key, if there is one.
+    pub preview_key: Option<String>,
 }
 
 /// One page of an account's tasks, newest first.

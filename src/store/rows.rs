@@ -44,6 +44,8 @@ pub(crate) struct TaskRow {
     wh_last_error: Option<String>,
     wh_next_attempt_at: Option<i64>,
     data_removed_at: Option<i64>,
+    event_seq: Option<i64>,
+    preview_key: Option<String>,
 }
 
 /// A stored name decoded into its domain type: a value that is not one of them (a damaged row, or
@@ -115,6 +117,10 @@ impl TaskRow {
             webhook,
             data_removed_at: self.data_removed_at,
             extras: Extras::from_column(self.extras.as_deref()),
+            version: self.event_seq.unwrap_or(self.seq),
+            preview_key: self
+                .preview_key
+                .filter(|_| status == TaskStatus::Processing),
         })
     }
 }

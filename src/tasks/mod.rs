@@ -4,7 +4,9 @@
 
 pub mod body;
 pub mod cancel;
+pub mod events;
 pub mod idempotency;
+pub mod line;
 pub mod list;
 pub mod record;
 pub mod submit;
@@ -48,6 +50,10 @@ pub struct Tasks {
     pub shutdown: CancellationToken,
     /// The submits with an `Idempotency-Key` in flight on this node.
     pub idempotency: Arc<idempotency::InFlight>,
+    /// Where waiting tasks stand in line.
+    pub line: line::QueueLine,
+    /// The event streams open on this node, under their limits.
+    pub streams: events::Streams,
 }
 
 impl Tasks {
@@ -64,8 +70,35 @@ impl Tasks {
         row.ok_or(ApiError::TaskNotFound)
     }
 
-    /// The record of `task` as callers see it, with the follow-ups it offers now.
-    pub fn record(&self, task: &Task) -> crate::domain::wire::Record {
+    /// The record of `task` as callers see it, with its place in line while it waits.
+    pub async fn record(&self, task: &Task) -> crate::domain::wire::Record {
+        let mut record = self.record_now(task);
+        record.queue_position = self.line.position(task).await;
+        record
+    }
+
+    /// The records of `tasks`, in order, as [`Tasks::record`] makes them.
+    pub async fn records(&self, tasks: &[Task]) -> Vec<crate::domain::wire::Record> {
+        let positions = if tasks.iter().any(line::waits) {
+            Some(self.line.positions().await)
+        } else {
+            None
+        };
+        tasks
+            .iter()
+            .map(|task| {
+                let mut record = self.record_now(task);
+                record.queue_position = positions
+                    .as_ref()
+                    .filter(|_| line::waits(task))
+                    .and_then(|p| p.get(&task.seq).copied());
+                record
+            })
+            .collect()
+    }
+
+    /// The record of `task` with the follow-ups it offers now, without its place in line.
+    pub fn record_now(&self, task: &Task) -> crate::domain::wire::Record {
         let mut record = record::task_record(task, &self.blobs, self.config.retention.keep);
         if let Some(output) = task.output.as_ref().filter(|_| !task.data_removed()) {
             let offer = Offer {

@@ -32,6 +32,8 @@ pub fn task_record(task: &Task, blobs: &Blobs, retention: Option<Duration>) -> R
         task_type: task.task_type.as_str(),
         status: task.status.as_str(),
         percentage: task.percentage.to_string(),
+        queue_position: None,
+        preview_image_url: task.preview_key.as_deref().map(|key| blobs.url(key)),
         prompt: task.prompt.clone(),
         parameters: task.extras.parameters.clone(),
         aspect_ratio: task.aspect_ratio.to_string(),

@@ -28,15 +28,12 @@ pub async fn until_ended(
     secs: u64,
 ) -> Task {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    let watch = tasks.store.wakeups().task_ends.watch(task.seq);
+    // Listening before the read: an end announced from here on is kept for the wait below.
+    let mut listener = tasks.store.wakeups().events.listen_task(task.seq);
     loop {
         if task.has_ended() {
             return task;
         }
-        let ended = watch.notified();
-        tokio::pin!(ended);
-        // Registered before the read: an end announced from here on is kept for the wait below.
-        ended.as_mut().enable();
         match tasks.store.task_for_key(&key.0, id).await {
             Ok(Some((_, Some(read)))) => task = read,
             Ok(_) => return task,
@@ -49,7 +46,7 @@ pub async fn until_ended(
             return task;
         }
         tokio::select! {
-            _ = &mut ended => {}
+            _ = listener.ended() => {}
             _ = tokio::time::sleep_until(deadline) => return task,
             _ = tasks.shutdown.cancelled() => return task,
         }

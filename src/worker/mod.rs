@@ -16,6 +16,7 @@
 //! claim, so the queue waits instead of draining into failures.
 
 mod inputs;
+mod reporter;
 pub mod retention;
 mod sweep;
 
@@ -108,25 +109,22 @@ impl WorkerContext {
             };
             return self.record(&task, &outcome, None).await;
         }
-        if !self
-            .store
-            .mark_processing(task.seq, task.attempts, self.lease_ms())
-            .await?
-        {
-            tracing::warn!("claim gone before processing started (canceled, or lease lost)");
-            return Ok(Ran::LostLease);
-        }
-
+        // The task stays `starting` (waiting, with its place in line) until a backend takes
+        // it: the reporter then marks it `processing`.
         let progress = Progress::default();
         let lost = CancellationToken::new();
+        let previews = Blobs::new_folder(&task.id);
         let heartbeat = tokio::spawn(
-            heartbeat(
-                self.clone(),
-                task.seq,
-                task.attempts,
-                progress.clone(),
-                lost.clone(),
-            )
+            reporter::Reporter {
+                ctx: self.clone(),
+                seq: task.seq,
+                attempt: task.attempts,
+                account_id: task.account_id.as_str().into(),
+                progress: progress.clone(),
+                lost: lost.clone(),
+                preview_folder: previews.clone(),
+            }
+            .run()
             .in_current_span(),
         );
         let generate = self.produce(&task, &progress);
@@ -136,6 +134,7 @@ impl WorkerContext {
             _ = lost.cancelled() => None,
             _ = hard_stop.cancelled() => {
                 heartbeat.abort();
+                self.blobs.remove_folder(&previews).await;
                 self.store.release_task(task.seq, task.attempts).await?;
                 tracing::info!("task released for another worker (shutdown)");
                 return Ok(Ran::Released);
@@ -144,6 +143,7 @@ impl WorkerContext {
         heartbeat.abort();
         match produced {
             None => {
+                self.blobs.remove_folder(&previews).await;
                 // Canceled, or another worker holds the task now: stop the job on its backend
                 // (which takes it off the server) and drop whatever it still made.
                 progress.stop();
@@ -165,6 +165,7 @@ impl WorkerContext {
             Some(Produced::Done(outcome, folder)) => self.record(&task, &outcome, folder).await,
             Some(Produced::StorageUnavailable(e)) => {
                 self.blobs.health().failing(&e);
+                self.blobs.remove_folder(&previews).await;
                 let released = self
                     .persist(|| self.store.release_task(task.seq, task.attempts))
                     .await?;
@@ -427,47 +428,6 @@ fn internal_failure(what: &str) -> Outcome {
 
 /// How long a stopped generation may take to take its job off the backend and end.
 const STOP_GRACE: Duration = Duration::from_secs(15);
-
-/// Renew the lease and record progress every `heartbeat` until aborted; cancel `lost` when the
-/// task turns out to be canceled or to belong to someone else.
-async fn heartbeat(
-    ctx: WorkerContext,
-    seq: i64,
-    attempt: i64,
-    progress: Progress,
-    lost: CancellationToken,
-) {
-    // The task's end (a cancel, on any node) makes the next heartbeat at once, which then finds
-    // the claim gone.
-    let watch = ctx.store.wakeups().task_ends.watch(seq);
-    let mut tick = tokio::time::interval(ctx.config.worker.heartbeat);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        let ended = watch.notified();
-        tokio::pin!(ended);
-        ended.as_mut().enable();
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = &mut ended => {}
-        }
-        match ctx
-            .store
-            .heartbeat(seq, attempt, progress.get(), ctx.lease_ms())
-            .await
-        {
-            Ok(true) => {}
-            Ok(false) => {
-                lost.cancel();
-                return;
-            }
-            Err(e) => {
-                crate::metrics::store_error("worker", &e);
-                tracing::warn!(error = %e, "heartbeat failed; retrying")
-            }
-        }
-    }
-}
 
 /// Run `workers` worker loops and the lease reaper until `shutdown`; then let running tasks finish
 /// for up to `shutdown_timeout`, after which they are released to the queue.

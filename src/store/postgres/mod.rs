@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{fresh_id_key, redact, Store, StoreResult, TaskIds, Wakeups};
 use crate::config::Database;
-use channels::{OUTBOX_CHANNEL, QUEUE_CHANNEL, TASK_END_CHANNEL};
+use channels::{read_event, read_new_tasks, OUTBOX_CHANNEL, QUEUE_CHANNEL, TASK_EVENT_CHANNEL};
 
 /// How the PostgreSQL store is set up, from the configuration.
 #[derive(Clone, Debug)]
@@ -124,7 +124,7 @@ impl PgStore {
                 }
             };
             if let Err(e) = listener
-                .listen_all([QUEUE_CHANNEL, OUTBOX_CHANNEL, TASK_END_CHANNEL])
+                .listen_all([QUEUE_CHANNEL, OUTBOX_CHANNEL, TASK_EVENT_CHANNEL])
                 .await
             {
                 tracing::warn!(error = %e, "LISTEN failed; retrying");
@@ -147,10 +147,17 @@ impl PgStore {
                         QUEUE_CHANNEL => {
                             self.wakeups.queue.notify_one();
                             self.wakeups.queue.notify_waiters();
+                            if let Some(firsts) = read_new_tasks(note.payload()) {
+                                for (account, seq) in firsts {
+                                    self.wakeups.events.new_tasks(account, seq);
+                                }
+                            } else if !note.payload().is_empty() {
+                                self.wakeups.events.resync();
+                            }
                         }
-                        TASK_END_CHANNEL => match note.payload().parse() {
-                            Ok(seq) => self.wakeups.task_ends.ended(seq),
-                            Err(_) => self.wakeups.task_ends.wake_all(),
+                        TASK_EVENT_CHANNEL => match read_event(note.payload()) {
+                            Some(event) => self.wakeups.events.publish(event),
+                            None => self.wakeups.events.resync(),
                         },
                         _ => self.wakeups.outbox.notify_one(),
                     },
@@ -171,7 +178,7 @@ impl PgStore {
     fn wake_all(&self) {
         self.wakeups.queue.notify_waiters();
         self.wakeups.outbox.notify_one();
-        self.wakeups.task_ends.wake_all();
+        self.wakeups.events.resync();
     }
 }
 

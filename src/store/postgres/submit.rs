@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::channels::QUEUE_CHANNEL;
+use super::channels::new_tasks_note;
 use crate::store::idempotency::{KeyedGroup, StoredAnswer};
 use crate::store::{
     accepted_body, now_ms, Idempotency, NewTask, Quota, Refused, StoreError, StoreResult,
@@ -240,7 +240,7 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
         .bind(&by)
         .bind(&hashes)
         .bind(KEY_TOUCH_EVERY_MS)
-        .bind(QUEUE_CHANNEL)
+        .bind(new_tasks_note(first_seqs(&rows).into_iter()))
         .bind(&rows.params)
         .bind(&rows.parent_seq)
         .bind(&rows.cost)
@@ -258,6 +258,19 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
     }
     tx.commit().await?;
     Ok(outcomes)
+}
+
+/// Each account of the group with the lowest `seq` it was given, for the queue's note (the
+/// accounts' event streams read their new tasks from there).
+fn first_seqs(rows: &Rows) -> Vec<(&str, i64)> {
+    let mut firsts: Vec<(&str, i64)> = Vec::new();
+    for (account, &seq) in rows.account_id.iter().zip(&rows.seq) {
+        match firsts.iter_mut().find(|(a, _)| *a == account.as_str()) {
+            Some((_, first)) => *first = (*first).min(seq),
+            None => firsts.push((account, seq)),
+        }
+    }
+    firsts
 }
 
 /// The grouped submit's one statement; [`REMEMBER`] adds the idempotency keys' answers.
@@ -290,11 +303,11 @@ const SUBMIT: &str = "WITH inserted AS (
              WHERE key_hash = ANY($14) AND revoked_at IS NULL
                AND (last_used_at IS NULL OR last_used_at <= $9 - $15)
              RETURNING 1)
-         SELECT 0::bigint, pg_notify($16, '')";
+         SELECT 0::bigint, pg_notify('easel_queue', $16)";
 
 /// [`SUBMIT`] with [`REMEMBER`].
 static SUBMIT_REMEMBERING: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    let tail = " SELECT 0::bigint, pg_notify($16, '')";
+    let tail = " SELECT 0::bigint, pg_notify('easel_queue', $16)";
     assert!(SUBMIT.ends_with(tail));
     format!("{}{REMEMBER}", &SUBMIT[..SUBMIT.len() - tail.len()])
 });
@@ -315,7 +328,7 @@ const REMEMBER: &str = ",
                  created_at = excluded.created_at, expires_at = excluded.expires_at
              WHERE idempotency_keys.expires_at <= $9
              RETURNING 1)
-         SELECT (SELECT count(*) FROM remembered), pg_notify($16, '')";
+         SELECT (SELECT count(*) FROM remembered), pg_notify('easel_queue', $16)";
 
 /// The stored answers of the group's keyed submits from live keys, by (account, key), read in
 /// one statement. No statement runs for a group without keys.
@@ -441,5 +454,18 @@ impl Rows {
         self.seed.push(task.seed);
         self.webhook_url.push(task.webhook_url.clone());
         self.webhook_secret.push(task.webhook_secret.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::channels::QUEUE_CHANNEL;
+    use super::*;
+
+    #[test]
+    fn the_submit_notifies_the_queue_channel_with_its_accounts() {
+        let notify = format!("pg_notify('{QUEUE_CHANNEL}', $16)");
+        assert!(SUBMIT.ends_with(&format!(" SELECT 0::bigint, {notify}")));
+        assert!(SUBMIT_REMEMBERING.ends_with(&notify));
     }
 }

@@ -4,12 +4,15 @@ use async_trait::async_trait;
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
-use super::channels::{OUTBOX_CHANNEL, QUEUE_CHANNEL, TASK_END_CHANNEL};
+use super::channels::{
+    changed_note_sql, event_note, OUTBOX_CHANNEL, QUEUE_CHANNEL, TASK_EVENT_CHANNEL,
+};
 use super::PgStore;
+use crate::domain::TaskStatus;
 use crate::store::rows::{key_and_tasks, ClaimedRow, TaskRow};
 use crate::store::{
-    now_ms, worker_lost, ClaimedTask, Ending, Fence, LiveKey, NewTask, StoreResult, Submitted,
-    Task, TaskQueue, RUNNING,
+    now_ms, worker_lost, ClaimedTask, Ending, Fence, Happened, LiveKey, NewTask, StoreResult,
+    StoredProgress, Submitted, Task, TaskEvent, TaskQueue, RUNNING,
 };
 
 /// The columns of a task and its delivery, named and typed as `TaskRow` decodes them (the
@@ -22,7 +25,8 @@ pub(super) const TASK_COLUMNS: &str =
     t.finished_at, t.grid_key, array_to_json(t.image_keys)::text AS image_keys, t.result, t.error,
     t.webhook_url, t.extras, d.status AS wh_status, d.attempts AS wh_attempts,
     d.last_status_code AS wh_last_status_code, d.last_error AS wh_last_error,
-    d.next_attempt_at AS wh_next_attempt_at, t.data_removed_at";
+    d.next_attempt_at AS wh_next_attempt_at, t.data_removed_at, t.event_seq,
+    t.preview_key";
 
 /// The presented key (when live), then the tasks asked for (`$2`, an array of `seq`s) that are
 /// its account's, each with its delivery.
@@ -125,15 +129,21 @@ impl TaskQueue for PgStore {
             Option<i64>,
             Option<String>,
         );
-        let claimed: Option<Claimed> = sqlx::query_as(
-            "UPDATE tasks SET status = 'starting', attempts = attempts + 1,
-                 lease_owner = $1, lease_expires_at = $2,
-                 started_at = COALESCE(started_at, $3), percentage = 0
-             WHERE seq = (SELECT seq FROM tasks WHERE status = 'pending'
-                          ORDER BY priority, seq LIMIT 1 FOR UPDATE SKIP LOCKED)
-             RETURNING seq, account_id, task_type, params, prompt, aspect_ratio, seed, attempts,
-                 parent_seq, extras",
-        )
+        let claimed: Option<Claimed> = sqlx::query_as(&format!(
+            "WITH claimed AS (
+                 UPDATE tasks SET status = 'starting', attempts = attempts + 1,
+                     lease_owner = $1, lease_expires_at = $2,
+                     started_at = COALESCE(started_at, $3), percentage = 0,
+                     event_seq = nextval('task_seq'), preview_key = NULL
+                 WHERE seq = (SELECT seq FROM tasks WHERE status = 'pending'
+                              ORDER BY priority, seq LIMIT 1 FOR UPDATE SKIP LOCKED)
+                 RETURNING seq, account_id, task_type, params, prompt, aspect_ratio, seed,
+                     attempts, parent_seq, extras, event_seq)
+             SELECT seq, account_id, task_type, params, prompt, aspect_ratio, seed, attempts,
+                 parent_seq, extras, {}
+             FROM claimed",
+            changed_note_sql(TaskStatus::Starting)
+        ))
         .bind(owner)
         .bind(now + lease_ms)
         .bind(now)
@@ -173,10 +183,15 @@ impl TaskQueue for PgStore {
     }
 
     async fn mark_processing(&self, seq: i64, attempt: i64, lease_ms: i64) -> StoreResult<bool> {
-        let changed = sqlx::query(
-            "UPDATE tasks SET status = 'processing', lease_expires_at = $1
-             WHERE seq = $2 AND attempts = $3 AND status = 'starting'",
-        )
+        let changed = sqlx::query(&format!(
+            "WITH changed AS (
+                 UPDATE tasks SET status = 'processing', lease_expires_at = $1,
+                     event_seq = nextval('task_seq')
+                 WHERE seq = $2 AND attempts = $3 AND status = 'starting'
+                 RETURNING seq, event_seq, account_id)
+             SELECT {} FROM changed",
+            changed_note_sql(TaskStatus::Processing)
+        ))
         .bind(now_ms() + lease_ms)
         .bind(seq)
         .bind(attempt)
@@ -189,20 +204,76 @@ impl TaskQueue for PgStore {
         &self,
         seq: i64,
         attempt: i64,
-        percentage: i64,
         lease_ms: i64,
-    ) -> StoreResult<bool> {
-        let changed = sqlx::query(&format!(
-            "UPDATE tasks SET lease_expires_at = $1, percentage = GREATEST(percentage, $2)
-             WHERE seq = $3 AND attempts = $4 AND status IN {RUNNING}"
+        progress: Option<&StoredProgress>,
+    ) -> StoreResult<Option<i64>> {
+        let lease = now_ms() + lease_ms;
+        let Some(progress) = progress else {
+            return Ok(sqlx::query_scalar(&format!(
+                "UPDATE tasks SET lease_expires_at = $1
+                 WHERE seq = $2 AND attempts = $3 AND status IN {RUNNING}
+                 RETURNING COALESCE(event_seq, seq)"
+            ))
+            .bind(lease)
+            .bind(seq)
+            .bind(attempt)
+            .fetch_optional(&self.pool)
+            .await?);
+        };
+        let percentage = progress.percentage.clamp(0, 99);
+        // The note is made in the statement, which knows the new version and the account.
+        Ok(sqlx::query_scalar(&format!(
+            "WITH changed AS (
+                 UPDATE tasks SET lease_expires_at = $1, percentage = GREATEST(percentage, $2),
+                     preview_key = $3, event_seq = nextval('task_seq')
+                 WHERE seq = $4 AND attempts = $5 AND status IN {RUNNING}
+                 RETURNING seq, event_seq, account_id)
+             SELECT event_seq, pg_notify('{TASK_EVENT_CHANNEL}', concat_ws(' ', 'p', seq,
+                 event_seq, $2::bigint, 0, account_id, $3::text))
+             FROM changed"
         ))
-        .bind(now_ms() + lease_ms)
-        .bind(percentage.clamp(0, 99))
+        .bind(lease)
+        .bind(percentage)
+        .bind(&progress.preview_key)
         .bind(seq)
         .bind(attempt)
-        .execute(&self.pool)
-        .await?;
-        Ok(changed.rows_affected() == 1)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    async fn latest_version(&self) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar("SELECT last_value FROM task_seq")
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    fn version_overlap(&self) -> i64 {
+        // Nodes take versions from one sequence and commit in their own time: a version given
+        // out before a commit that a stream has seen may commit after it. 10,000 versions is far
+        // more than the store's connections can hold uncommitted at once.
+        10_000
+    }
+
+    async fn publish_progress(&self, event: TaskEvent) -> StoreResult<()> {
+        // Every node's listener (this one's too) hears it and tells its own listeners.
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(TASK_EVENT_CHANNEL)
+            .bind(event_note(&event))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn queue_order(&self, limit: u32) -> StoreResult<Vec<i64>> {
+        Ok(sqlx::query_scalar(
+            "(SELECT seq FROM tasks WHERE status = 'starting' ORDER BY priority, seq)
+             UNION ALL
+             (SELECT seq FROM tasks WHERE status = 'pending' ORDER BY priority, seq LIMIT $1)
+             LIMIT $1",
+        )
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     async fn complete_task(&self, seq: i64, attempt: i64, ending: &Ending) -> StoreResult<bool> {
@@ -216,9 +287,14 @@ impl TaskQueue for PgStore {
     async fn release_task(&self, seq: i64, attempt: i64) -> StoreResult<bool> {
         let mut tx = self.pool.begin().await?;
         let changed = sqlx::query(&format!(
-            "UPDATE tasks SET status = 'pending', attempts = attempts - 1,
-                 lease_owner = NULL, lease_expires_at = NULL, percentage = 0
-             WHERE seq = $1 AND attempts = $2 AND status IN {RUNNING}"
+            "WITH changed AS (
+                 UPDATE tasks SET status = 'pending', attempts = attempts - 1,
+                     lease_owner = NULL, lease_expires_at = NULL, percentage = 0,
+                     event_seq = nextval('task_seq'), preview_key = NULL
+                 WHERE seq = $1 AND attempts = $2 AND status IN {RUNNING}
+                 RETURNING seq, event_seq, account_id)
+             SELECT {} FROM changed",
+            changed_note_sql(TaskStatus::Pending)
         ))
         .bind(seq)
         .bind(attempt)
@@ -237,9 +313,14 @@ impl TaskQueue for PgStore {
         let max_attempts = i64::from(max_attempts);
         let mut tx = self.pool.begin().await?;
         let requeued = sqlx::query(&format!(
-            "UPDATE tasks SET status = 'pending', lease_owner = NULL,
-                 lease_expires_at = NULL, percentage = 0
-             WHERE status IN {RUNNING} AND lease_expires_at < $1 AND attempts < $2"
+            "WITH changed AS (
+                 UPDATE tasks SET status = 'pending', lease_owner = NULL,
+                     lease_expires_at = NULL, percentage = 0,
+                     event_seq = nextval('task_seq'), preview_key = NULL
+                 WHERE status IN {RUNNING} AND lease_expires_at < $1 AND attempts < $2
+                 RETURNING seq, event_seq, account_id)
+             SELECT {} FROM changed",
+            changed_note_sql(TaskStatus::Pending)
         ))
         .bind(now)
         .bind(max_attempts)
@@ -338,13 +419,14 @@ async fn complete_in_tx(
     let percentage = ending.percentage();
     // The old secret is read under the row's lock, then cleared: it moves to the delivery (claims
     // read it from there) and no second copy stays.
-    let ended: Option<(String, Option<String>, Option<String>, i64)> = sqlx::query_as(&format!(
+    type Ended = (String, Option<String>, Option<String>, i64, i64);
+    let ended: Option<Ended> = sqlx::query_as(&format!(
         "UPDATE tasks t SET status = $1, percentage = COALESCE($2, t.percentage), finished_at = $3, grid_key = $4,
              image_keys = $5, result = $9, error = $6, lease_owner = NULL, lease_expires_at = NULL,
-             webhook_secret = NULL
+             webhook_secret = NULL, event_seq = nextval('task_seq'), preview_key = NULL
          FROM (SELECT seq, webhook_secret FROM tasks WHERE seq = $7 FOR UPDATE) old
          WHERE t.seq = old.seq AND {}
-         RETURNING t.account_id, t.webhook_url, old.webhook_secret, t.cost",
+         RETURNING t.account_id, t.webhook_url, old.webhook_secret, t.cost, t.event_seq",
         fence.condition("t.attempts", "t.status", "$8::bigint")
     ))
     .bind(status.as_str())
@@ -358,12 +440,18 @@ async fn complete_in_tx(
     .bind(&output.result)
     .fetch_optional(&mut **tx)
     .await?;
-    let Some((account_id, webhook_url, webhook_secret, cost)) = ended else {
+    let Some((account_id, webhook_url, webhook_secret, cost, version)) = ended else {
         return Ok(None);
     };
+    let ended = TaskEvent {
+        seq,
+        account_id: account_id.as_str().into(),
+        version,
+        what: Happened::Changed { status },
+    };
     sqlx::query("SELECT pg_notify($1, $2)")
-        .bind(TASK_END_CHANNEL)
-        .bind(seq.to_string())
+        .bind(TASK_EVENT_CHANNEL)
+        .bind(event_note(&ended))
         .execute(&mut **tx)
         .await?;
     // A failed or canceled task gives its credits back, in the transaction that records its end

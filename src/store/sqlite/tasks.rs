@@ -7,10 +7,11 @@ use super::ledger::ledger;
 use super::submit::InsertTask;
 use super::writer::Durability;
 use super::{to_json, SqliteStore};
+use crate::domain::TaskStatus;
 use crate::store::rows::{key_and_tasks, ClaimedRow, TaskRow};
 use crate::store::{
-    now_ms, worker_lost, ClaimedTask, Ending, Fence, LiveKey, NewTask, StoreResult, Submitted,
-    Task, TaskIds, TaskQueue, RUNNING,
+    now_ms, worker_lost, ClaimedTask, Ending, Fence, Happened, LiveKey, NewTask, StoreResult,
+    StoredProgress, Submitted, Task, TaskEvent, TaskIds, TaskQueue, RUNNING,
 };
 
 pub(super) const TASK_COLUMNS: &str =
@@ -20,7 +21,7 @@ pub(super) const TASK_COLUMNS: &str =
     t.grid_key, t.image_keys, t.result, t.error, t.webhook_url, t.extras,
     d.status AS wh_status, d.attempts AS wh_attempts, d.last_status_code AS wh_last_status_code,
     d.last_error AS wh_last_error, d.next_attempt_at AS wh_next_attempt_at,
-    t.data_removed_at";
+    t.data_removed_at, t.event_seq, t.preview_key";
 
 /// The presented key's row (when live), then the tasks asked for, each with its delivery.
 const KEY_THEN_TASKS: &str = "SELECT k.id AS key_id, k.account_id AS key_account_id,
@@ -55,8 +56,15 @@ impl TaskQueue for SqliteStore {
                 max_active,
             })
             .await?;
-        if matches!(submitted, Submitted::Queued { .. }) {
+        if let Submitted::Queued {
+            account_id,
+            task_id,
+        } = &submitted
+        {
             self.wakeups.queue.notify_one();
+            if let Some(seq) = self.ids.seq(task_id) {
+                self.wakeups.events.new_tasks(account_id, seq);
+            }
         }
         Ok(submitted)
     }
@@ -148,18 +156,20 @@ impl TaskQueue for SqliteStore {
             .writer
             .call(Durability::Committed, move |conn| {
                 let now = now_ms();
+                let version = next_version(conn)?;
                 let claimed = conn
                     .prepare_cached(
                         "UPDATE tasks SET status = 'starting', attempts = attempts + 1,
                              lease_owner = ?1, lease_expires_at = ?2,
-                             started_at = COALESCE(started_at, ?3), percentage = 0
+                             started_at = COALESCE(started_at, ?3), percentage = 0,
+                             event_seq = ?4, preview_key = NULL
                          WHERE seq = (SELECT seq FROM tasks WHERE status = 'pending'
                                       ORDER BY priority, seq LIMIT 1)
                          RETURNING seq, id, account_id, task_type, params, prompt, aspect_ratio,
                              seed, attempts, parent_seq,
                              (SELECT p.id FROM tasks p WHERE p.seq = tasks.parent_seq), extras",
                     )?
-                    .query_row(params![owner, now + lease_ms, now], |r| {
+                    .query_row(params![owner, now + lease_ms, now, version], |r| {
                         let seq = r.get(0)?;
                         let legacy_id: Option<String> = r.get(1)?;
                         let task_type: String = r.get(3)?;
@@ -181,49 +191,104 @@ impl TaskQueue for SqliteStore {
                         })
                     })
                     .optional()?;
-                Ok(claimed)
+                Ok(claimed.map(|row| (row, version)))
             })
             .await?;
-        claimed.map(ClaimedRow::into_claimed).transpose()
+        let Some((row, version)) = claimed else {
+            return Ok(None);
+        };
+        self.changed(row.seq, &row.account_id, version, TaskStatus::Starting);
+        row.into_claimed().map(Some)
     }
 
     async fn mark_processing(&self, seq: i64, attempt: i64, lease_ms: i64) -> StoreResult<bool> {
-        self.writer
+        let changed = self
+            .writer
             .call(Durability::Committed, move |conn| {
-                let changed = conn
+                let version = next_version(conn)?;
+                let account: Option<String> = conn
                     .prepare_cached(
-                        "UPDATE tasks SET status = 'processing', lease_expires_at = ?
-                         WHERE seq = ? AND attempts = ? AND status = 'starting'",
+                        "UPDATE tasks SET status = 'processing', lease_expires_at = ?,
+                             event_seq = ?
+                         WHERE seq = ? AND attempts = ? AND status = 'starting'
+                         RETURNING account_id",
                     )?
-                    .execute(params![now_ms() + lease_ms, seq, attempt])?;
-                Ok(changed == 1)
+                    .query_row(params![now_ms() + lease_ms, version, seq, attempt], |r| {
+                        r.get(0)
+                    })
+                    .optional()?;
+                Ok(account.map(|account| (account, version)))
             })
-            .await
+            .await?;
+        let Some((account, version)) = changed else {
+            return Ok(false);
+        };
+        self.changed(seq, &account, version, TaskStatus::Processing);
+        Ok(true)
     }
 
     async fn heartbeat(
         &self,
         seq: i64,
         attempt: i64,
-        percentage: i64,
         lease_ms: i64,
-    ) -> StoreResult<bool> {
-        self.writer
+        progress: Option<&StoredProgress>,
+    ) -> StoreResult<Option<i64>> {
+        let progress = progress.cloned();
+        let stored = progress.clone();
+        let beat = self
+            .writer
             .call(Durability::Committed, move |conn| {
-                let changed = conn
+                let lease = now_ms() + lease_ms;
+                let Some(progress) = stored else {
+                    return Ok(conn
+                        .prepare_cached(&format!(
+                            "UPDATE tasks SET lease_expires_at = ?
+                             WHERE seq = ? AND attempts = ? AND status IN {ACTIVE}
+                             RETURNING account_id, COALESCE(event_seq, seq)"
+                        ))?
+                        .query_row(params![lease, seq, attempt], |r| Ok((r.get(0)?, r.get(1)?)))
+                        .optional()?);
+                };
+                let version = next_version(conn)?;
+                Ok(conn
                     .prepare_cached(&format!(
-                        "UPDATE tasks SET lease_expires_at = ?, percentage = MAX(percentage, ?)
-                         WHERE seq = ? AND attempts = ? AND status IN {ACTIVE}"
+                        "UPDATE tasks SET lease_expires_at = ?, percentage = MAX(percentage, ?),
+                         preview_key = ?, event_seq = ?
+                     WHERE seq = ? AND attempts = ? AND status IN {ACTIVE}
+                     RETURNING account_id, event_seq"
                     ))?
-                    .execute(params![
-                        now_ms() + lease_ms,
-                        percentage.clamp(0, 99),
-                        seq,
-                        attempt
-                    ])?;
-                Ok(changed == 1)
+                    .query_row(
+                        params![
+                            lease,
+                            progress.percentage.clamp(0, 99),
+                            progress.preview_key,
+                            version,
+                            seq,
+                            attempt
+                        ],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
+                    .optional()?)
             })
-            .await
+            .await?;
+        let Some((account, version)) = beat else {
+            return Ok(None);
+        };
+        let account: String = account;
+        if let Some(progress) = progress {
+            self.wakeups.events.publish(TaskEvent {
+                seq,
+                account_id: account.into(),
+                version,
+                what: Happened::Progress {
+                    percentage: progress.percentage.clamp(0, 99),
+                    preview_key: progress.preview_key,
+                    live: false,
+                },
+            });
+        }
+        Ok(Some(version))
     }
 
     async fn complete_task(&self, seq: i64, attempt: i64, ending: &Ending) -> StoreResult<bool> {
@@ -235,8 +300,7 @@ impl TaskQueue for SqliteStore {
                 complete_in_tx(conn, &ids, seq, Fence::Attempt(attempt), &ending)
             })
             .await?;
-        self.after_end(seq, queued);
-        Ok(queued.is_some())
+        Ok(self.after_end(seq, queued))
     }
 
     async fn cancel_task(&self, seq: i64, ending: &Ending) -> StoreResult<bool> {
@@ -248,28 +312,33 @@ impl TaskQueue for SqliteStore {
                 complete_in_tx(conn, &ids, seq, Fence::Cancel, &ending)
             })
             .await?;
-        self.after_end(seq, queued);
-        Ok(queued.is_some())
+        Ok(self.after_end(seq, queued))
     }
 
     async fn release_task(&self, seq: i64, attempt: i64) -> StoreResult<bool> {
         let released = self
             .writer
             .call(Durability::Committed, move |conn| {
-                let changed = conn
+                let version = next_version(conn)?;
+                let account: Option<String> = conn
                     .prepare_cached(&format!(
                         "UPDATE tasks SET status = 'pending', attempts = attempts - 1,
-                             lease_owner = NULL, lease_expires_at = NULL, percentage = 0
-                         WHERE seq = ? AND attempts = ? AND status IN {ACTIVE}"
+                             lease_owner = NULL, lease_expires_at = NULL, percentage = 0,
+                             event_seq = ?, preview_key = NULL
+                         WHERE seq = ? AND attempts = ? AND status IN {ACTIVE}
+                         RETURNING account_id"
                     ))?
-                    .execute(params![seq, attempt])?;
-                Ok(changed == 1)
+                    .query_row(params![version, seq, attempt], |r| r.get(0))
+                    .optional()?;
+                Ok(account.map(|account| (account, version)))
             })
             .await?;
-        if released {
-            self.wakeups.queue.notify_one();
-        }
-        Ok(released)
+        let Some((account, version)) = released else {
+            return Ok(false);
+        };
+        self.wakeups.queue.notify_one();
+        self.changed(seq, &account, version, TaskStatus::Pending);
+        Ok(true)
     }
 
     async fn recover_expired(&self, max_attempts: u32) -> StoreResult<(u64, Vec<String>)> {
@@ -279,13 +348,19 @@ impl TaskQueue for SqliteStore {
             .call(Durability::Synced, move |conn| {
                 let now = now_ms();
                 let max_attempts = i64::from(max_attempts);
-                let requeued = conn
+                let version = next_version(conn)?;
+                let requeued: Vec<(i64, String)> = conn
                     .prepare_cached(&format!(
                         "UPDATE tasks SET status = 'pending', lease_owner = NULL,
-                             lease_expires_at = NULL, percentage = 0
-                         WHERE status IN {ACTIVE} AND lease_expires_at < ? AND attempts < ?"
+                             lease_expires_at = NULL, percentage = 0, event_seq = ?,
+                             preview_key = NULL
+                         WHERE status IN {ACTIVE} AND lease_expires_at < ? AND attempts < ?
+                         RETURNING seq, account_id"
                     ))?
-                    .execute(params![now, max_attempts])?;
+                    .query_map(params![version, now, max_attempts], |r| {
+                        Ok((r.get(0)?, r.get(1)?))
+                    })?
+                    .collect::<Result<_, _>>()?;
                 type Exhausted = (i64, Option<String>, String, i64, Option<String>);
                 let exhausted: Vec<Exhausted> = conn
                     .prepare_cached(&format!(
@@ -303,19 +378,56 @@ impl TaskQueue for SqliteStore {
                     let id = ids.of_row(seq, legacy_id.as_deref());
                     let ending = worker_lost(&id, &task_type, attempts, extras.as_deref());
                     let fence = Fence::Attempt(attempts);
-                    if let Some(delivery) = complete_in_tx(conn, &ids, seq, fence, &ending)? {
-                        queued |= delivery;
-                        failed.push((seq, id));
+                    if let Some(ended) = complete_in_tx(conn, &ids, seq, fence, &ending)? {
+                        queued |= ended.queued;
+                        failed.push((seq, id, ended));
                     }
                 }
-                Ok((requeued as u64, failed, queued))
+                Ok(((requeued, version), failed, queued))
             })
             .await?;
-        self.wakeups.after_recovery(requeued, queued);
-        for (seq, _) in &failed {
-            self.wakeups.task_ends.ended(*seq);
+        let (requeued, version) = requeued;
+        self.wakeups.after_recovery(requeued.len() as u64, queued);
+        for (seq, account) in &requeued {
+            self.changed(*seq, account, version, TaskStatus::Pending);
         }
-        Ok((requeued, failed.into_iter().map(|(_, id)| id).collect()))
+        let mut ids = Vec::with_capacity(failed.len());
+        for (seq, id, ended) in failed {
+            self.after_end(seq, Some(ended));
+            ids.push(id);
+        }
+        Ok((requeued.len() as u64, ids))
+    }
+
+    async fn latest_version(&self) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar(
+            "SELECT max(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'tasks'), 0),
+                        COALESCE((SELECT max(seq) FROM tasks), 0))",
+        )
+        .fetch_one(&self.reader)
+        .await?)
+    }
+
+    async fn publish_progress(&self, event: TaskEvent) -> StoreResult<()> {
+        // One node: its listeners are all here.
+        self.wakeups.events.publish(event);
+        Ok(())
+    }
+
+    async fn queue_order(&self, limit: u32) -> StoreResult<Vec<i64>> {
+        // Two ranges of two partial indexes (`tasks_leases`, `tasks_queue`), each read in order.
+        Ok(sqlx::query_scalar(
+            "SELECT seq FROM (SELECT seq FROM tasks
+                              WHERE status = 'starting' AND lease_expires_at IS NOT NULL
+                              ORDER BY priority, seq)
+             UNION ALL
+             SELECT seq FROM (SELECT seq FROM tasks WHERE status = 'pending'
+                              ORDER BY priority, seq LIMIT ?1)
+             LIMIT ?1",
+        )
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await?)
     }
 
     async fn task_counts(&self) -> StoreResult<Vec<(String, i64)>> {
@@ -343,15 +455,57 @@ impl TaskQueue for SqliteStore {
 }
 
 impl SqliteStore {
-    /// After the task at `seq` was ended (`Some`, with whether a delivery was queued) or not:
-    /// wake the dispatcher and the task's watchers.
-    fn after_end(&self, seq: i64, queued: Option<bool>) {
-        if queued == Some(true) {
+    /// After the task at `seq` was ended (`Some`) or not: wake the dispatcher when a delivery
+    /// was queued, and tell the task's listeners. Whether it was ended.
+    fn after_end(&self, seq: i64, ended: Option<Ended>) -> bool {
+        let Some(ended) = ended else {
+            return false;
+        };
+        if ended.queued {
             self.wakeups.outbox.notify_one();
         }
-        if queued.is_some() {
-            self.wakeups.task_ends.ended(seq);
-        }
+        self.changed(seq, &ended.account_id, ended.version, ended.status);
+        true
+    }
+
+    /// The stored state of the task at `seq` changed (committed): tell its listeners.
+    pub(super) fn changed(&self, seq: i64, account_id: &str, version: i64, status: TaskStatus) {
+        self.wakeups.events.publish(TaskEvent {
+            seq,
+            account_id: account_id.into(),
+            version,
+            what: Happened::Changed { status },
+        });
+    }
+}
+
+/// A task's end as written: what its listeners are told, and whether a delivery was queued.
+struct Ended {
+    queued: bool,
+    account_id: String,
+    version: i64,
+    status: TaskStatus,
+}
+
+/// The next version of a task's stored state, from the counter `seq`s come from, so that a
+/// version is higher than every `seq` and version given before it (see `store::events`). Inside
+/// the writer's transaction.
+pub(super) fn next_version(conn: &Connection) -> rusqlite::Result<i64> {
+    let bumped: Option<i64> = conn
+        .prepare_cached(
+            "UPDATE sqlite_sequence SET seq = seq + 1 WHERE name = 'tasks' RETURNING seq",
+        )?
+        .query_row([], |r| r.get(0))
+        .optional()?;
+    match bumped {
+        Some(version) => Ok(version),
+        // No task was ever stored: the counter starts here.
+        None => conn
+            .prepare_cached(
+                "INSERT INTO sqlite_sequence (name, seq)
+                 SELECT 'tasks', COALESCE(MAX(seq), 0) + 1 FROM tasks RETURNING seq",
+            )?
+            .query_row([], |r| r.get(0)),
     }
 }
 
@@ -364,18 +518,20 @@ fn complete_in_tx(
     seq: i64,
     fence: Fence,
     ending: &Ending,
-) -> StoreResult<Option<bool>> {
+) -> StoreResult<Option<Ended>> {
     let now = now_ms();
+    let version = next_version(conn)?;
     let (status, output, error) = ending.columns();
     let keys = output
         .image_keys
         .map(|keys| serde_json::to_string(&keys).expect("keys serialize"));
     let percentage = ending.percentage();
-    type Ended = (String, Option<String>, Option<String>, Option<String>, i64);
-    let ended: Option<Ended> = conn
+    type Row = (String, Option<String>, Option<String>, Option<String>, i64);
+    let ended: Option<Row> = conn
         .prepare_cached(&format!(
             "UPDATE tasks SET status = ?, percentage = COALESCE(?, percentage), finished_at = ?, grid_key = ?,
-                 image_keys = ?, result = ?, error = ?, lease_owner = NULL, lease_expires_at = NULL
+                 image_keys = ?, result = ?, error = ?, lease_owner = NULL, lease_expires_at = NULL,
+                 event_seq = ?, preview_key = NULL
              WHERE seq = ? AND {}
              RETURNING account_id, webhook_url, webhook_secret, id, cost",
             fence.condition("attempts", "status", "?")
@@ -389,6 +545,7 @@ fn complete_in_tx(
                 keys,
                 output.result,
                 error,
+                version,
                 seq,
                 fence.attempt()
             ],
@@ -397,6 +554,12 @@ fn complete_in_tx(
         .optional()?;
     let Some((account_id, webhook_url, webhook_secret, legacy_id, cost)) = ended else {
         return Ok(None);
+    };
+    let mut ended = Ended {
+        queued: false,
+        account_id: account_id.clone(),
+        version,
+        status,
     };
     if ending.refunds() && cost > 0 {
         // A failed or canceled task gives its credits back, in the transaction that records its
@@ -416,7 +579,7 @@ fn complete_in_tx(
             .execute(params![images, account_id])?;
     }
     let Some(url) = webhook_url else {
-        return Ok(Some(false));
+        return Ok(Some(ended));
     };
     let task_id = ids.of_row(seq, legacy_id.as_deref());
     conn.prepare_cached(
@@ -444,5 +607,6 @@ fn complete_in_tx(
         conn.prepare_cached("UPDATE tasks SET webhook_secret = NULL WHERE seq = ?")?
             .execute(params![seq])?;
     }
-    Ok(Some(true))
+    ended.queued = true;
+    Ok(Some(ended))
 }

@@ -75,6 +75,33 @@ impl Views for SqliteStore {
         Ok(Some(TaskPage::cut(&mut tasks, limit)))
     }
 
+    async fn account_changes(
+        &self,
+        account_id: &str,
+        from: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<Task>> {
+        // Tasks changed since submit are found by `tasks_events`, the others by their `seq`
+        // (`tasks_by_account`): a submit writes no entry of the first.
+        let rows: Vec<TaskRow> = sqlx::query_as(&format!(
+            "SELECT * FROM (
+                 SELECT {TASK_COLUMNS} {TASK_JOINS}
+                 WHERE t.account_id = ?1 AND t.event_seq >= ?2
+                 UNION ALL
+                 SELECT {TASK_COLUMNS} {TASK_JOINS}
+                 WHERE t.account_id = ?1 AND t.seq >= ?2 AND t.event_seq IS NULL)
+             ORDER BY COALESCE(event_seq, seq) LIMIT ?3"
+        ))
+        .bind(account_id)
+        .bind(from)
+        .bind(i64::from(limit.clamp(1, LIST_LIMIT_MAX)))
+        .fetch_all(&self.reader)
+        .await?;
+        rows.into_iter()
+            .map(|row| row.into_task(&self.ids))
+            .collect()
+    }
+
     async fn task_children(&self, account_id: &str, parent_seq: i64) -> StoreResult<Vec<Task>> {
         let rows: Vec<TaskRow> = sqlx::query_as(&format!(
             "SELECT {TASK_COLUMNS} {TASK_JOINS}

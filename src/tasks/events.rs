@@ -1,0 +1,548 @@
+//! Event streams: a task's, or all of an account's tasks', as Server-Sent Events. A stream says
+//! each task's record as it is on connect (or what changed since the caller's `Last-Event-ID`),
+//! then its progress, place in line and preview as they change, then its final record. It
+//! listens on this node's [`TaskEvents`](crate::store::TaskEvents), which hears every node's
+//! changes (PostgreSQL: through the one LISTEN connection), and reads the store only when a
+//! task's stored state changed: no stream polls.
+//!
+//! Event ids are versions (`store::events`): `{version}` for a stored state, `{version}.{n}` for
+//! what came after it and is not stored yet. A stream resumed with an id reads what changed at or
+//! after that version (on PostgreSQL from a little before, since versions are taken before their
+//! transactions commit); an id that is not one, or is from the future, starts from the current
+//! state.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::Stream;
+use serde_json::json;
+
+use super::line::waits;
+use super::Tasks;
+use crate::config::limits::Limits;
+use crate::domain::{OpKind, TaskStatus};
+use crate::error::ApiError;
+use crate::store::{Happened, Heard, Listener, StoreResult, Task, TaskEvent, LIST_LIMIT_MAX};
+
+/// How often the place in line of a waiting task is looked at again.
+const LINE_EVERY: Duration = Duration::from_secs(1);
+/// Tasks read per page while catching up.
+const CATCH_UP_PAGE: u32 = 100;
+/// The most tasks an account's stream remembers the last sent version of (to drop what is
+/// older); beyond it, the oldest are forgotten and at worst sent again.
+const REMEMBERED_MAX: usize = 4096;
+
+/// One event of a stream: its name, id and JSON data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Said {
+    pub event: &'static str,
+    pub id: String,
+    pub data: String,
+}
+
+/// The filters of an account's stream.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StreamFilter {
+    pub task_type: Option<OpKind>,
+    pub status: Option<TaskStatus>,
+}
+
+impl StreamFilter {
+    /// Read `task_type` (or `type`) and `status` from a query string; unknown parameters are
+    /// ignored, a value that is not one is a 400 naming it.
+    pub fn parse(raw: Option<&str>) -> Result<StreamFilter, ApiError> {
+        let mut filter = StreamFilter::default();
+        for (name, value) in url::form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
+            match name.as_ref() {
+                "task_type" | "type" if !value.is_empty() => {
+                    filter.task_type = Some(value.parse().map_err(|_| {
+                        ApiError::field("task_type", "invalid_value", "is not a task type")
+                    })?)
+                }
+                "status" if !value.is_empty() => {
+                    filter.status = Some(value.parse().map_err(|_| {
+                        ApiError::field("status", "invalid_value", "is not a task status")
+                    })?)
+                }
+                _ => {}
+            }
+        }
+        Ok(filter)
+    }
+
+    fn passes(&self, task_type: OpKind, status: TaskStatus) -> bool {
+        self.task_type.is_none_or(|t| t == task_type) && self.status.is_none_or(|s| s == status)
+    }
+}
+
+/// The streams open on this node, by account, under `max_streams_per_account` and
+/// `max_streams`.
+pub struct Streams {
+    open: Mutex<HashMap<String, u32>>,
+    per_account: u32,
+    total: u32,
+}
+
+/// One open stream's place under the limits; given back when dropped (the connection closed).
+pub struct StreamSlot {
+    account_id: String,
+    tasks: Arc<Tasks>,
+}
+
+impl Streams {
+    pub fn new(limits: &Limits) -> Streams {
+        Streams {
+            open: Mutex::new(HashMap::new()),
+            per_account: limits.max_streams_per_account,
+            total: limits.max_streams,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many streams are open on this node.
+    pub fn count(&self) -> u32 {
+        self.lock().values().sum()
+    }
+}
+
+/// Take a place for one more stream of `account_id`: 429 past the account's limit, 503 past the
+/// node's.
+pub fn open_slot(tasks: &Arc<Tasks>, account_id: &str) -> Result<StreamSlot, ApiError> {
+    let streams = &tasks.streams;
+    let mut open = streams.lock();
+    let total: u32 = open.values().sum();
+    if total >= streams.total {
+        return Err(ApiError::Unavailable {
+            msg: format!(
+                "this node has its most event streams open ({}); try again shortly",
+                streams.total
+            ),
+            retry_after_secs: 5,
+        });
+    }
+    let mine = open.entry(account_id.to_string()).or_default();
+    if *mine >= streams.per_account {
+        return Err(ApiError::TooManyRequests {
+            msg: format!(
+                "the account has its most event streams open on this node ({}); close one first",
+                streams.per_account
+            ),
+            retry_after_secs: 5,
+        });
+    }
+    *mine += 1;
+    crate::metrics::event_streams(1);
+    Ok(StreamSlot {
+        account_id: account_id.to_string(),
+        tasks: tasks.clone(),
+    })
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut open = self.tasks.streams.lock();
+        if let Some(n) = open.get_mut(&self.account_id) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.account_id);
+            }
+        }
+        crate::metrics::event_streams(-1);
+    }
+}
+
+/// The version a `Last-Event-ID` names, if it is one.
+pub fn read_event_id(id: &str) -> Option<i64> {
+    let version = id.split_once('.').map_or(id, |(v, _)| v);
+    version.parse().ok().filter(|v: &i64| *v >= 0)
+}
+
+/// What one stream has said, and what it still has to say.
+struct Said_ {
+    out: VecDeque<Said>,
+    /// The last version sent of each task (by `seq`), and its type.
+    sent: HashMap<i64, (i64, OpKind)>,
+    /// The waiting tasks, with their status and last said place in line.
+    waiting: HashMap<i64, (TaskStatus, Option<u32>)>,
+    /// The progress last said of each running task, so that the stored copy of what was said
+    /// live is not said twice.
+    progress: HashMap<i64, (i64, Option<String>)>,
+    /// Events after stored states (ids `{version}.{n}`).
+    n: u64,
+    /// The highest version sent.
+    high: i64,
+    ended: bool,
+}
+
+/// A stream of one task or of an account's tasks.
+struct Stream_ {
+    tasks: Arc<Tasks>,
+    account_id: String,
+    listener: Listener,
+    filter: StreamFilter,
+    /// The one task streamed (its `seq`), or None for the account's.
+    only: Option<i64>,
+    said: Said_,
+    _slot: StreamSlot,
+}
+
+/// The stream of `task` (the caller's, read already). `last_event_id` is the caller's
+/// `Last-Event-ID`.
+pub async fn task_stream(
+    tasks: Arc<Tasks>,
+    slot: StreamSlot,
+    account_id: &str,
+    task: Task,
+    last_event_id: Option<&str>,
+) -> Result<impl Stream<Item = Said>, ApiError> {
+    let listener = tasks.store.wakeups().events.listen_task(task.seq);
+    let mut stream = Stream_::new(tasks, slot, account_id, listener, StreamFilter::default());
+    stream.only = Some(task.seq);
+    // Read again now that it is listened to: a change from here on is heard.
+    let task = stream.read(task.seq).await?.unwrap_or(task);
+    let last = last_event_id.and_then(read_event_id);
+    if last == Some(task.version) && !task.has_ended() {
+        // The caller has this state already.
+        stream.remember(&task);
+    } else if last == Some(task.version) {
+        stream.said.ended = true;
+    } else {
+        stream.say_task(&task).await;
+    }
+    Ok(stream.into_stream())
+}
+
+/// The stream of all the account's tasks that pass `filter`.
+pub async fn account_stream(
+    tasks: Arc<Tasks>,
+    slot: StreamSlot,
+    account_id: &str,
+    filter: StreamFilter,
+    last_event_id: Option<&str>,
+) -> Result<impl Stream<Item = Said>, ApiError> {
+    let listener = tasks.store.wakeups().events.listen_account(account_id);
+    let mut stream = Stream_::new(tasks, slot, account_id, listener, filter);
+    let latest = stream.tasks.store.latest_version().await?;
+    match last_event_id.and_then(read_event_id) {
+        Some(last) if last <= latest => stream.catch_up(last).await?,
+        // None asked, or not one we gave: the tasks that have not ended, as they are.
+        _ => stream.current().await?,
+    }
+    Ok(stream.into_stream())
+}
+
+impl Stream_ {
+    fn new(
+        tasks: Arc<Tasks>,
+        slot: StreamSlot,
+        account_id: &str,
+        listener: Listener,
+        filter: StreamFilter,
+    ) -> Stream_ {
+        Stream_ {
+            tasks,
+            account_id: account_id.to_string(),
+            listener,
+            filter,
+            only: None,
+            said: Said_ {
+                out: VecDeque::new(),
+                sent: HashMap::new(),
+                waiting: HashMap::new(),
+                progress: HashMap::new(),
+                n: 0,
+                high: 0,
+                ended: false,
+            },
+            _slot: slot,
+        }
+    }
+
+    fn into_stream(self) -> impl Stream<Item = Said> {
+        futures::stream::unfold(self, |mut stream| async move {
+            loop {
+                if let Some(said) = stream.said.out.pop_front() {
+                    return Some((said, stream));
+                }
+                if stream.said.ended {
+                    return None;
+                }
+                if !stream.hear().await {
+                    return None;
+                }
+            }
+        })
+    }
+
+    /// Wait for what happens next and queue what it says; false when the stream should end
+    /// (shutdown, or the listener fell so far behind that the caller should reconnect).
+    async fn hear(&mut self) -> bool {
+        let line_tick = async {
+            if self.said.waiting.is_empty() {
+                std::future::pending::<()>().await
+            }
+            tokio::time::sleep(LINE_EVERY).await
+        };
+        let heard = tokio::select! {
+            heard = self.listener.next() => heard,
+            _ = line_tick => {
+                self.say_line().await;
+                return true;
+            }
+            _ = self.tasks.shutdown.cancelled() => return false,
+        };
+        let result = match heard {
+            Heard::Event(event) => self.on_event(&event).await,
+            Heard::NewTasks { from } => self.catch_up(from).await,
+            Heard::Resync => match self.only {
+                Some(seq) => self.reread(seq).await,
+                None => self.catch_up(self.said.high).await,
+            },
+        };
+        if let Err(e) = result {
+            // The caller reconnects with its last id and misses nothing.
+            tracing::debug!(error = %e, "an event stream could not read the store; ended");
+            return false;
+        }
+        true
+    }
+
+    async fn on_event(&mut self, event: &TaskEvent) -> StoreResult<()> {
+        let known = self.said.sent.get(&event.seq).copied();
+        if known.is_some_and(|(version, _)| event.version < version) {
+            return Ok(());
+        }
+        match &event.what {
+            Happened::Changed { .. } => self.reread(event.seq).await,
+            Happened::Progress {
+                percentage,
+                preview_key,
+                live,
+            } => {
+                let Some((_, kind)) = known else {
+                    // Not said yet (an account stream that has not seen it): its record first.
+                    return self.reread(event.seq).await;
+                };
+                if !self.filter.passes(kind, TaskStatus::Processing) {
+                    return Ok(());
+                }
+                let said = (*percentage, preview_key.clone());
+                if self.said.progress.get(&event.seq) == Some(&said) {
+                    // Stored as it was said: only the version moves on.
+                    self.said.sent.insert(event.seq, (event.version, kind));
+                    self.said.high = self.said.high.max(event.version);
+                    return Ok(());
+                }
+                self.said.progress.insert(event.seq, said);
+                let id = if *live {
+                    self.said.n += 1;
+                    format!("{}.{}", event.version, self.said.n)
+                } else {
+                    self.said.sent.insert(event.seq, (event.version, kind));
+                    self.said.high = self.said.high.max(event.version);
+                    event.version.to_string()
+                };
+                self.said.waiting.remove(&event.seq);
+                let mut data = json!({
+                    "task_id": self.tasks.store.task_id(event.seq).to_string(),
+                    "status": "processing",
+                    "percentage": percentage.to_string(),
+                });
+                if let Some(key) = preview_key {
+                    data["preview_image_url"] = self.tasks.blobs.url(key).into();
+                }
+                self.said.out.push_back(Said {
+                    event: "progress",
+                    id,
+                    data: data.to_string(),
+                });
+                Ok(())
+            }
+        }
+    }
+
+    /// Read the task at `seq` again and say its record if it moved on.
+    async fn reread(&mut self, seq: i64) -> StoreResult<()> {
+        let Some(task) = self.read(seq).await? else {
+            return Ok(());
+        };
+        if self
+            .said
+            .sent
+            .get(&seq)
+            .is_some_and(|(version, _)| task.version <= *version)
+        {
+            return Ok(());
+        }
+        self.say_task(&task).await;
+        Ok(())
+    }
+
+    async fn read(&self, seq: i64) -> StoreResult<Option<Task>> {
+        let id = self.tasks.store.task_id(seq);
+        self.tasks
+            .store
+            .task_for_account(&self.account_id, &id)
+            .await
+    }
+
+    /// Say the records of the account's tasks at version `from` or later (from a little before
+    /// on stores whose versions may commit out of order), page by page.
+    async fn catch_up(&mut self, from: i64) -> StoreResult<()> {
+        let mut from = (from - self.tasks.store.version_overlap()).max(0);
+        loop {
+            let page = self
+                .tasks
+                .store
+                .account_changes(&self.account_id, from, CATCH_UP_PAGE)
+                .await?;
+            let full = page.len() as u32 == CATCH_UP_PAGE;
+            for task in &page {
+                from = from.max(task.version + 1);
+                if self
+                    .said
+                    .sent
+                    .get(&task.seq)
+                    .is_some_and(|(version, _)| task.version <= *version)
+                {
+                    continue;
+                }
+                self.say_task(task).await;
+            }
+            if !full {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Say the records of the account's tasks that have not ended.
+    async fn current(&mut self) -> StoreResult<()> {
+        let mut open = Vec::new();
+        for status in [
+            TaskStatus::Pending,
+            TaskStatus::Starting,
+            TaskStatus::Processing,
+        ] {
+            let filter = crate::store::TaskFilter {
+                status: Some(status),
+                task_type: self.filter.task_type,
+            };
+            let page = self
+                .tasks
+                .store
+                .list_tasks(&self.account_id, &filter, None, LIST_LIMIT_MAX)
+                .await?;
+            open.extend(page.map(|p| p.tasks).unwrap_or_default());
+        }
+        open.sort_by_key(|t| t.version);
+        for task in &open {
+            self.say_task(task).await;
+        }
+        Ok(())
+    }
+
+    /// Say `task`'s record (if it passes the filter) and remember it.
+    async fn say_task(&mut self, task: &Task) {
+        self.remember(task);
+        if self.only == Some(task.seq) && task.has_ended() {
+            self.said.ended = true;
+        }
+        if !self.filter.passes(task.task_type, task.status) {
+            return;
+        }
+        let record = self.tasks.record(task).await;
+        if waits(task) {
+            self.said
+                .waiting
+                .insert(task.seq, (task.status, record.queue_position));
+        }
+        self.said.out.push_back(Said {
+            event: "task",
+            id: task.version.to_string(),
+            data: serde_json::to_string(&record).expect("a record serializes"),
+        });
+    }
+
+    fn remember(&mut self, task: &Task) {
+        if self.said.sent.len() >= REMEMBERED_MAX && !self.said.sent.contains_key(&task.seq) {
+            // Forget the half said longest ago: at worst they are said again.
+            let mut versions: Vec<i64> = self.said.sent.values().map(|(v, _)| *v).collect();
+            versions.sort_unstable();
+            let cut = versions[versions.len() / 2];
+            self.said.sent.retain(|_, (v, _)| *v > cut);
+        }
+        self.said
+            .sent
+            .insert(task.seq, (task.version, task.task_type));
+        self.said.high = self.said.high.max(task.version);
+        if task.has_ended() {
+            self.said.progress.remove(&task.seq);
+        }
+        if !waits(task) {
+            self.said.waiting.remove(&task.seq);
+        } else {
+            self.said
+                .waiting
+                .entry(task.seq)
+                .or_insert((task.status, None));
+        }
+    }
+
+    /// Say the place in line of each waiting task whose place moved.
+    async fn say_line(&mut self) {
+        let positions = self.tasks.line.positions().await;
+        let moved: Vec<(i64, TaskStatus, Option<u32>)> = self
+            .said
+            .waiting
+            .iter()
+            .filter_map(|(seq, (status, said))| {
+                let now = positions.get(seq).copied();
+                (now != *said).then_some((*seq, *status, now))
+            })
+            .collect();
+        for (seq, status, position) in moved {
+            let Some(position) = position else {
+                // Out of the line: taken by a backend, or ended; its record says which.
+                self.said.waiting.remove(&seq);
+                continue;
+            };
+            self.said.waiting.insert(seq, (status, Some(position)));
+            let Some(&(version, kind)) = self.said.sent.get(&seq) else {
+                continue;
+            };
+            if !self.filter.passes(kind, status) {
+                continue;
+            }
+            self.said.n += 1;
+            let data = json!({
+                "task_id": self.tasks.store.task_id(seq).to_string(),
+                "status": status.as_str(),
+                "percentage": "0",
+                "queue_position": position,
+            });
+            self.said.out.push_back(Said {
+                event: "progress",
+                id: format!("{version}.{}", self.said.n),
+                data: data.to_string(),
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_id_is_a_version_with_or_without_what_came_after() {
+        assert_eq!(read_event_id("42"), Some(42));
+        assert_eq!(read_event_id("42.7"), Some(42));
+        assert_eq!(read_event_id("x"), None);
+        assert_eq!(read_event_id("-3"), None);
+        assert_eq!(read_event_id(""), None);
+    }
+}

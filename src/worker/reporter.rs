@@ -1,0 +1,261 @@
+//! The reporter: one per running task, beside its generation. It renews the task's lease, moves
+//! it to `processing` when a backend takes it, passes the generator's progress on to the task's
+//! listeners at once (every node's, through the store), stores the progress at most once a
+//! second and the latest preview as a small JPEG at most once a second, and notices at once
+//! when the task is canceled or no longer this worker's.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::WorkerContext;
+use crate::generate::{preview, Progress};
+use crate::store::{Happened, Heard, StoredProgress, TaskEvent};
+
+/// The most often a task's progress is stored, and its preview written.
+pub const STORE_EVERY: Duration = Duration::from_secs(1);
+/// The longest a preview's write may take before it is given up (the next one may do better).
+const PREVIEW_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the reporter of one task works with.
+pub(super) struct Reporter {
+    pub ctx: WorkerContext,
+    pub seq: i64,
+    pub attempt: i64,
+    pub account_id: std::sync::Arc<str>,
+    pub progress: Progress,
+    /// Cancelled when the task turns out to be canceled or someone else's.
+    pub lost: CancellationToken,
+    /// Where this attempt's previews go (removed with the attempt's other leftovers).
+    pub preview_folder: String,
+}
+
+/// What storing the progress came to.
+enum Stored {
+    /// Stored, and the lease renewed with it.
+    Now,
+    /// Changed, but stored less than [`STORE_EVERY`] ago: due then.
+    Later(Instant),
+    Unchanged,
+    /// The claim is no longer ours.
+    Lost,
+}
+
+/// What was last told and stored.
+#[derive(Default)]
+struct Told {
+    /// The task's stored version, as last heard.
+    version: i64,
+    processing: bool,
+    live_percentage: i64,
+    stored: Option<StoredProgress>,
+    stored_at: Option<Instant>,
+    preview_key: Option<String>,
+    previews: u32,
+}
+
+impl Reporter {
+    pub(super) async fn run(self) {
+        // Listening before the first heartbeat: a cancel from then on is heard at once.
+        let mut listener = self.ctx.store.wakeups().events.listen_task(self.seq);
+        let mut tick = tokio::time::interval(self.ctx.config.worker.heartbeat);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        let mut told = Told {
+            version: self.seq,
+            ..Told::default()
+        };
+        // When stored progress or a preview is due next (None: nothing waits).
+        let mut due: Option<Instant> = None;
+        loop {
+            let wait_due = async {
+                match due {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let beat = tokio::select! {
+                _ = tick.tick() => true,
+                heard = listener.next() => match heard {
+                    Heard::Event(event) => {
+                        told.version = told.version.max(event.version);
+                        // Its end (a cancel, on any node): the heartbeat finds the claim gone.
+                        event.ended()
+                    }
+                    Heard::Resync => true,
+                    Heard::NewTasks { .. } => false,
+                },
+                _ = self.progress.started(), if !told.processing => {
+                    told.processing = true;
+                    match self
+                        .ctx
+                        .store
+                        .mark_processing(self.seq, self.attempt, self.ctx.lease_ms())
+                        .await
+                    {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            tracing::warn!("claim gone before processing started (canceled, or lease lost)");
+                            self.lost.cancel();
+                            return;
+                        }
+                        Err(e) => {
+                            crate::metrics::store_error("worker", &e);
+                            tracing::warn!(error = %e, "could not mark the task processing");
+                        }
+                    }
+                    // Progress reported while a backend was being found goes out now.
+                    self.tell_live(&mut told).await;
+                    false
+                }
+                _ = self.progress.changed() => {
+                    if told.processing {
+                        self.tell_live(&mut told).await;
+                    }
+                    false
+                }
+                _ = wait_due => false,
+            };
+            // Store what changed (at most once a second), with a new preview when one is due.
+            due = None;
+            let mut renewed = false;
+            if told.processing {
+                match self.store_progress(&mut told).await {
+                    Stored::Now => renewed = true,
+                    Stored::Later(at) => due = Some(at),
+                    Stored::Unchanged => {}
+                    Stored::Lost => return,
+                }
+            }
+            if beat && !renewed && !self.heartbeat(&mut told, None).await {
+                return;
+            }
+        }
+    }
+
+    /// Tell the task's listeners of the generator's percentage, if it moved.
+    async fn tell_live(&self, told: &mut Told) {
+        let percentage = self.progress.get().min(99);
+        if percentage <= told.live_percentage {
+            return;
+        }
+        told.live_percentage = percentage;
+        let event = TaskEvent {
+            seq: self.seq,
+            account_id: self.account_id.clone(),
+            version: told.version,
+            what: Happened::Progress {
+                percentage,
+                preview_key: told.preview_key.clone(),
+                live: true,
+            },
+        };
+        if let Err(e) = self.ctx.store.publish_progress(event).await {
+            tracing::debug!(error = %e, "could not tell the task's listeners of its progress");
+        }
+    }
+
+    /// Store the progress and a new preview if they changed and the last store was at least
+    /// [`STORE_EVERY`] ago.
+    async fn store_progress(&self, told: &mut Told) -> Stored {
+        let now = Instant::now();
+        let percentage = self.progress.get().min(99);
+        let changed = self.progress.has_preview()
+            || told.stored.as_ref().map(|s| s.percentage) != Some(percentage);
+        if !changed {
+            return Stored::Unchanged;
+        }
+        if let Some(next) = told.stored_at.map(|at| at + STORE_EVERY) {
+            if next > now {
+                return Stored::Later(next);
+            }
+        }
+        let preview_key = match self.progress.take_preview() {
+            Some(image) => self.write_preview(image, told).await,
+            None => told.preview_key.clone(),
+        };
+        let progress = StoredProgress {
+            percentage,
+            preview_key,
+        };
+        if told.stored.as_ref() == Some(&progress) {
+            return Stored::Unchanged;
+        }
+        if !self.heartbeat(told, Some(&progress)).await {
+            return Stored::Lost;
+        }
+        told.stored = Some(progress);
+        told.stored_at = Some(now);
+        Stored::Now
+    }
+
+    /// Shrink `image` and write it beside the previous preview, which is removed once the new
+    /// one is stored; the key of the preview to show.
+    async fn write_preview(
+        &self,
+        image: crate::generate::PreviewImage,
+        told: &mut Told,
+    ) -> Option<String> {
+        let max_px = self.ctx.config.worker.preview_max_px;
+        if max_px == 0 {
+            return None;
+        }
+        let shrunk = tokio::task::spawn_blocking(move || preview::shrink(image, max_px)).await;
+        let jpeg = match shrunk {
+            Ok(Ok(jpeg)) => jpeg,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "a preview could not be read; skipped");
+                return told.preview_key.clone();
+            }
+            Err(_) => return told.preview_key.clone(),
+        };
+        told.previews += 1;
+        let key = format!("{}/preview-{}.jpg", self.preview_folder, told.previews);
+        let written =
+            tokio::time::timeout(PREVIEW_WRITE_TIMEOUT, self.ctx.blobs.put(&key, jpeg)).await;
+        match written {
+            Ok(Ok(())) => {
+                crate::metrics::preview_written();
+                if let Some(old) = told.preview_key.replace(key.clone()) {
+                    let blobs = self.ctx.blobs.clone();
+                    tokio::spawn(async move { blobs.delete_keys(vec![old]).await });
+                }
+                Some(key)
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "a preview could not be written; skipped");
+                told.preview_key.clone()
+            }
+            Err(_) => {
+                tracing::debug!("a preview's write timed out; skipped");
+                told.preview_key.clone()
+            }
+        }
+    }
+
+    /// Renew the lease (storing `progress` with it); false, with `lost` cancelled, when the claim
+    /// is no longer ours.
+    async fn heartbeat(&self, told: &mut Told, progress: Option<&StoredProgress>) -> bool {
+        match self
+            .ctx
+            .store
+            .heartbeat(self.seq, self.attempt, self.ctx.lease_ms(), progress)
+            .await
+        {
+            Ok(Some(version)) => {
+                told.version = told.version.max(version);
+                true
+            }
+            Ok(None) => {
+                self.lost.cancel();
+                false
+            }
+            Err(e) => {
+                crate::metrics::store_error("worker", &e);
+                tracing::warn!(error = %e, "heartbeat failed; retrying");
+                true
+            }
+        }
+    }
+}
