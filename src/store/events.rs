@@ -76,13 +76,17 @@ pub struct TaskEvents {
 
 impl TaskEvents {
     /// Listen to the task stored at `seq` until the listener is dropped. Listen before reading
-    /// the task's state, so that a change between the read and the wait is not missed.
-    pub fn listen_task(self: &Arc<Self>, seq: i64) -> Listener {
+    /// the task's state, so that a change between the read and the wait is not missed. With
+    /// `account_id`, events of another account's task at the same `seq` are not heard (databases
+    /// that share a PostgreSQL server share its notification channels: another easel's tasks
+    /// have the same `seq`s).
+    pub fn listen_task(self: &Arc<Self>, seq: i64, account_id: Option<&str>) -> Listener {
         let receiver = subscribe(&self.tasks, seq, TASK_CHANNEL);
         Listener {
             receiver,
             events: self.clone(),
             of: Of::Task(seq),
+            account: account_id.map(Arc::from),
         }
     }
 
@@ -94,6 +98,7 @@ impl TaskEvents {
             receiver,
             events: self.clone(),
             of: Of::Account(key),
+            account: None,
         }
     }
 
@@ -162,17 +167,26 @@ pub struct Listener {
     receiver: broadcast::Receiver<Heard>,
     events: Arc<TaskEvents>,
     of: Of,
+    /// Only this account's events are heard (a task's listener).
+    account: Option<Arc<str>>,
 }
 
 impl Listener {
     /// The next thing heard. A listener that fell behind hears `Resync` (what it missed is in
     /// the store), then what comes after.
     pub async fn next(&mut self) -> Heard {
-        match self.receiver.recv().await {
-            Ok(heard) => heard,
-            Err(broadcast::error::RecvError::Lagged(_)) => Heard::Resync,
-            // The sender lives in the map for as long as this receiver does.
-            Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+        loop {
+            match self.receiver.recv().await {
+                Ok(Heard::Event(event))
+                    if self
+                        .account
+                        .as_ref()
+                        .is_some_and(|a| *a != event.account_id) => {}
+                Ok(heard) => return heard,
+                Err(broadcast::error::RecvError::Lagged(_)) => return Heard::Resync,
+                // The sender lives in the map for as long as this receiver does.
+                Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+            }
         }
     }
 
@@ -222,8 +236,8 @@ mod tests {
     #[tokio::test]
     async fn an_event_reaches_its_task_and_account_listeners_only() {
         let events = Arc::new(TaskEvents::default());
-        let mut task = events.listen_task(1);
-        let mut other = events.listen_task(2);
+        let mut task = events.listen_task(1, None);
+        let mut other = events.listen_task(2, None);
         let mut account = events.listen_account("a");
         events.publish(event(1, "a", TaskStatus::Processing));
         assert!(matches!(task.next().await, Heard::Event(e) if e.seq == 1));
@@ -241,8 +255,8 @@ mod tests {
     #[tokio::test]
     async fn the_last_listener_takes_its_channel_and_a_laggard_resyncs() {
         let events = Arc::new(TaskEvents::default());
-        let a = events.listen_task(1);
-        let mut b = events.listen_task(1);
+        let a = events.listen_task(1, None);
+        let mut b = events.listen_task(1, Some("x"));
         let c = events.listen_account("x");
         assert_eq!(events.listened(), (1, 1));
         drop(a);
@@ -251,6 +265,10 @@ mod tests {
             events.publish(event(1, "x", TaskStatus::Processing));
         }
         assert_eq!(b.next().await, Heard::Resync);
+        // Another account's task at the same seq is not this listener's.
+        events.publish(event(1, "elsewhere", TaskStatus::Failed));
+        events.publish(event(1, "x", TaskStatus::Finished));
+        assert!(matches!(b.next().await, Heard::Event(e) if e.account_id.as_ref() == "x"));
         drop(b);
         drop(c);
         assert_eq!(events.listened(), (0, 0));

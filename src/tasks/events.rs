@@ -199,7 +199,11 @@ pub async fn task_stream(
     task: Task,
     last_event_id: Option<&str>,
 ) -> Result<impl Stream<Item = Said>, ApiError> {
-    let listener = tasks.store.wakeups().events.listen_task(task.seq);
+    let listener = tasks
+        .store
+        .wakeups()
+        .events
+        .listen_task(task.seq, Some(account_id));
     let mut stream = Stream_::new(tasks, slot, account_id, listener, StreamFilter::default());
     stream.only = Some(task.seq);
     // Read again now that it is listened to: a change from here on is heard.

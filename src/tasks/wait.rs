@@ -1,6 +1,6 @@
 //! Waiting for a task to end (`Prefer: wait`, RFC 7240, read by `http::prefer`): a submit or `GET /api/v1/tasks/{task_id}` held until the task has
 //! ended or the asked-for time has passed, then answered with the task's record. A waiting request
-//! watches its task in the store's [`TaskEnds`](crate::store::TaskEnds): it reads the task when it
+//! listens to its task in the store's [`TaskEvents`](crate::store::TaskEvents): it reads the task when it
 //! starts and once more each time the task ends (on any node), and never polls.
 
 use std::time::Duration;
@@ -29,7 +29,7 @@ pub async fn until_ended(
 ) -> Task {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
     // Listening before the read: an end announced from here on is kept for the wait below.
-    let mut listener = tasks.store.wakeups().events.listen_task(task.seq);
+    let mut listener = tasks.store.wakeups().events.listen_task(task.seq, None);
     loop {
         if task.has_ended() {
             return task;

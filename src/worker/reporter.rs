@@ -58,7 +58,12 @@ struct Told {
 impl Reporter {
     pub(super) async fn run(self) {
         // Listening before the first heartbeat: a cancel from then on is heard at once.
-        let mut listener = self.ctx.store.wakeups().events.listen_task(self.seq);
+        let mut listener = self
+            .ctx
+            .store
+            .wakeups()
+            .events
+            .listen_task(self.seq, Some(&self.account_id));
         let mut tick = tokio::time::interval(self.ctx.config.worker.heartbeat);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;

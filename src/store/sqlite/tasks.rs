@@ -156,7 +156,7 @@ impl TaskQueue for SqliteStore {
             .writer
             .call(Durability::Committed, move |conn| {
                 let now = now_ms();
-                let version = next_version(conn)?;
+                let version = peek_version(conn)?;
                 let claimed = conn
                     .prepare_cached(
                         "UPDATE tasks SET status = 'starting', attempts = attempts + 1,
@@ -191,6 +191,9 @@ impl TaskQueue for SqliteStore {
                         })
                     })
                     .optional()?;
+                if claimed.is_some() {
+                    take_version(conn, version)?;
+                }
                 Ok(claimed.map(|row| (row, version)))
             })
             .await?;
@@ -348,7 +351,7 @@ impl TaskQueue for SqliteStore {
             .call(Durability::Synced, move |conn| {
                 let now = now_ms();
                 let max_attempts = i64::from(max_attempts);
-                let version = next_version(conn)?;
+                let version = peek_version(conn)?;
                 let requeued: Vec<(i64, String)> = conn
                     .prepare_cached(&format!(
                         "UPDATE tasks SET status = 'pending', lease_owner = NULL,
@@ -361,6 +364,9 @@ impl TaskQueue for SqliteStore {
                         Ok((r.get(0)?, r.get(1)?))
                     })?
                     .collect::<Result<_, _>>()?;
+                if !requeued.is_empty() {
+                    take_version(conn, version)?;
+                }
                 type Exhausted = (i64, Option<String>, String, i64, Option<String>);
                 let exhausted: Vec<Exhausted> = conn
                     .prepare_cached(&format!(
@@ -491,22 +497,33 @@ struct Ended {
 /// version is higher than every `seq` and version given before it (see `store::events`). Inside
 /// the writer's transaction.
 pub(super) fn next_version(conn: &Connection) -> rusqlite::Result<i64> {
-    let bumped: Option<i64> = conn
-        .prepare_cached(
-            "UPDATE sqlite_sequence SET seq = seq + 1 WHERE name = 'tasks' RETURNING seq",
-        )?
-        .query_row([], |r| r.get(0))
-        .optional()?;
-    match bumped {
-        Some(version) => Ok(version),
+    let version = peek_version(conn)?;
+    take_version(conn, version)?;
+    Ok(version)
+}
+
+/// The version the next change would take, read only: a write that may change nothing (a claim
+/// of an empty queue, a sweep of leases that finds none) takes it only if it changed a row, so
+/// that idle polling writes nothing.
+fn peek_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.prepare_cached(
+        "SELECT max(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'tasks'), 0),
+                    COALESCE((SELECT max(seq) FROM tasks), 0)) + 1",
+    )?
+    .query_row([], |r| r.get(0))
+}
+
+/// Record that `version` (from [`peek_version`]) was taken.
+fn take_version(conn: &Connection, version: i64) -> rusqlite::Result<()> {
+    let moved = conn
+        .prepare_cached("UPDATE sqlite_sequence SET seq = ?1 WHERE name = 'tasks'")?
+        .execute([version])?;
+    if moved == 0 {
         // No task was ever stored: the counter starts here.
-        None => conn
-            .prepare_cached(
-                "INSERT INTO sqlite_sequence (name, seq)
-                 SELECT 'tasks', COALESCE(MAX(seq), 0) + 1 FROM tasks RETURNING seq",
-            )?
-            .query_row([], |r| r.get(0)),
+        conn.prepare_cached("INSERT INTO sqlite_sequence (name, seq) VALUES ('tasks', ?1)")?
+            .execute([version])?;
     }
+    Ok(())
 }
 
 /// Write the final state of task `seq` if `fence` still holds, and queue its webhook in the same
