@@ -10,6 +10,8 @@
 mod backend_mocks;
 #[path = "backends/comfyui_adapter.rs"]
 mod comfyui_adapter;
+#[path = "backends/comfyui_previews.rs"]
+mod comfyui_previews;
 mod common;
 #[path = "backends/openai_adapter.rs"]
 mod openai_adapter;
