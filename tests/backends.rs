@@ -251,6 +251,10 @@ async fn a_configuration_that_cannot_work_stops_easel_naming_the_setting() {
                     "tls_ca_file": dir.path().join("no-such-ca.pem")}]),
             "backends.a.tls_ca_file: ",
         ),
+        (
+            json!([{"name": "a", "kind": "procedural", "tls_ca_file": "ca.pem"}]),
+            "backends.a.tls_ca_file: a procedural backend has no server to trust",
+        ),
     ];
     for (backends, message) in cases {
         let mut config = common::test_config(dir.path());

@@ -147,6 +147,12 @@ impl BackendConfig {
                 _ => return Err(at("url", "must be an http or https URL")),
             },
         }
+        if self.kind == BackendKind::Procedural && self.tls_ca_file.is_some() {
+            return Err(at(
+                "tls_ca_file",
+                "a procedural backend has no server to trust",
+            ));
+        }
         if let Some(ops) = &self.operations {
             for op in ops {
                 let kind: OpKind = op.parse().map_err(|e: String| at("operations", &e))?;
