@@ -10,6 +10,8 @@
 mod backend_mocks;
 #[path = "backends/comfyui_adapter.rs"]
 mod comfyui_adapter;
+#[path = "backends/comfyui_previews.rs"]
+mod comfyui_previews;
 mod common;
 #[path = "backends/openai_adapter.rs"]
 mod openai_adapter;
@@ -244,6 +246,15 @@ async fn a_configuration_that_cannot_work_stops_easel_naming_the_setting() {
                     "api_key_env": "EASEL_TEST_NO_SUCH_VARIABLE"}]),
             "backends.a.api_key_env: the environment variable EASEL_TEST_NO_SUCH_VARIABLE is not set",
         ),
+        (
+            json!([{"name": "a", "kind": "sdwebui", "url": "https://x",
+                    "tls_ca_file": dir.path().join("no-such-ca.pem")}]),
+            "backends.a.tls_ca_file: ",
+        ),
+        (
+            json!([{"name": "a", "kind": "procedural", "tls_ca_file": "ca.pem"}]),
+            "backends.a.tls_ca_file: a procedural backend has no server to trust",
+        ),
     ];
     for (backends, message) in cases {
         let mut config = common::test_config(dir.path());
@@ -257,10 +268,21 @@ async fn a_configuration_that_cannot_work_stops_easel_naming_the_setting() {
     // An unknown kind is refused when the file is read.
     let file = dir.path().join("easel.toml");
     std::fs::write(&file, "[[backends]]\nname = \"a\"\nkind = \"dalle\"\n").unwrap();
-    let err = easel::config::Config::load(Some(file), &Default::default())
+    let err = easel::config::Config::load(Some(file.clone()), &Default::default())
         .expect_err("an unknown kind is refused")
         .to_string();
     assert!(err.contains("dalle"), "{err}");
+    // A CA file is named relative to the configuration file.
+    std::fs::write(
+        &file,
+        "[[backends]]\nname = \"a\"\nkind = \"sdwebui\"\nurl = \"https://x\"\ntls_ca_file = \"ca.pem\"\n",
+    )
+    .unwrap();
+    let config = easel::config::Config::load(Some(file), &Default::default()).unwrap();
+    assert_eq!(
+        config.backends[0].tls_ca_file.as_deref(),
+        Some(dir.path().join("ca.pem").as_path())
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

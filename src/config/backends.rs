@@ -78,6 +78,11 @@ pub struct BackendConfig {
     /// Only these operations; default: all that the kind can do.
     #[serde(default)]
     pub operations: Option<Vec<String>>,
+    /// openai, sdwebui, comfyui: a PEM file of CA certificates to trust beside the public ones
+    /// (a server behind a private CA), for HTTP and the WebSocket alike (relative to the
+    /// configuration file).
+    #[serde(default)]
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 fn default_concurrency() -> usize {
@@ -107,6 +112,7 @@ impl fmt::Debug for BackendConfig {
             .field("workflows", &self.workflows)
             .field("nodes", &self.nodes)
             .field("operations", &self.operations)
+            .field("tls_ca_file", &self.tls_ca_file)
             .finish()
     }
 }
@@ -140,6 +146,12 @@ impl BackendConfig {
                 Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
                 _ => return Err(at("url", "must be an http or https URL")),
             },
+        }
+        if self.kind == BackendKind::Procedural && self.tls_ca_file.is_some() {
+            return Err(at(
+                "tls_ca_file",
+                "a procedural backend has no server to trust",
+            ));
         }
         if let Some(ops) = &self.operations {
             for op in ops {
@@ -240,13 +252,14 @@ pub fn validate(backends: &[BackendConfig]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Workflow files are named relative to the configuration file, as people write them.
+/// Workflow and CA files are named relative to the configuration file, as people write them.
 pub fn resolve_workflows(backends: &mut [BackendConfig], dir: &Path) {
     for backend in backends {
         let paths = backend
             .workflow
             .iter_mut()
-            .chain(backend.workflows.values_mut());
+            .chain(backend.workflows.values_mut())
+            .chain(backend.tls_ca_file.iter_mut());
         for path in paths {
             if path.is_relative() {
                 *path = dir.join(&*path);

@@ -8,6 +8,7 @@ use futures::future::BoxFuture;
 
 use super::job::{GenerateError, Generator, Job, Product, Progress};
 use super::ops::{self, Detail, Direction, Strength};
+use super::preview::PreviewImage;
 use super::procedural;
 use super::raster::{dimensions, RgbaImage};
 use crate::domain::image_prompts::IMAGE_WEIGHT_DEFAULT;
@@ -99,10 +100,13 @@ impl Pace<'_> {
             .report(i64::from(done) * 80 / i64::from(parts.max(1)));
     }
 
-    /// Four images, drawn one by one by `draw(k)`, and their grid.
+    /// Four images, drawn one by one by `draw(k)`, and their grid. Each image is the preview
+    /// once drawn: a copy of its pixels, no encode nor composite here (the worker shrinks the
+    /// latest one, at most once a second).
     fn grid(&self, draw: impl Fn(u32) -> RgbaImage) -> Product {
         let images = [0u32, 1, 2, 3].map(|k| {
             let image = draw(k);
+            self.progress.preview(PreviewImage::Pixels(image.clone()));
             self.part(k + 1, 4);
             image
         });
@@ -272,4 +276,61 @@ fn upscale(
         width: src.width * factor,
         height: src.height * factor,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::AspectRatio;
+
+    fn imagine() -> Job {
+        Job {
+            operation: Operation::Imagine,
+            prompt: "a lighthouse at dusk".into(),
+            seed: 7,
+            aspect: AspectRatio {
+                width: 1,
+                height: 1,
+            },
+            image_size: 64,
+            inputs: Vec::new().into(),
+            mask: None,
+            reservation: None,
+            extras: Default::default(),
+        }
+    }
+
+    /// A paced job shows its first image before it ends: the preview is one of the grid's
+    /// images, at the image's own size.
+    #[tokio::test]
+    async fn a_paced_job_gives_a_preview_of_its_drawing_before_it_ends() {
+        let generator = Procedural::new(Duration::from_secs(2));
+        let progress = Progress::default();
+        let job = imagine();
+        let run = generator.run(&job, &progress);
+        tokio::pin!(run);
+        let preview = tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                tokio::select! {
+                    _ = &mut run => panic!("the job ended before any preview"),
+                    () = progress.changed() => {
+                        if let Some(preview) = progress.take_preview() {
+                            break preview;
+                        }
+                    }
+                }
+            }
+        })
+        .await
+        .expect("a preview within the job's run");
+        let PreviewImage::Pixels(image) = preview else {
+            panic!("the procedural generator's own pixels");
+        };
+        assert_eq!((image.width, image.height), (64, 64));
+        let product = run.await.expect("the job ends well");
+        let Product::Grid { width, height, .. } = product else {
+            panic!("a grid");
+        };
+        assert_eq!((width, height), (64, 64));
+    }
 }

@@ -2,7 +2,9 @@
 //! the way ComfyUI validates one: the sampler's text encoder, latent and image loaders),
 //! `GET /history/{id}`, `GET /queue`, `POST /queue` (delete), `POST /interrupt`, `GET /view`,
 //! `GET /system_stats`, and the WebSocket `/ws?clientId=...` with `progress` and `executing`
-//! events for the client that queued the job.
+//! events for the client that queued the job and, after each `progress`, a binary preview frame
+//! as ComfyUI 0.3.64 sends them (../shared/fixtures/comfyui-0.3.64): a big-endian u32 event type
+//! (1, a preview), a u32 image type (1, JPEG) and a real JPEG; then frames easel must ignore.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -44,6 +46,10 @@ pub struct ComfyMock {
     pub steps: u32,
     /// Serve the WebSocket (without it, `/ws` answers 404).
     pub socket: bool,
+    /// Send binary preview frames after each `progress` event.
+    pub previews: bool,
+    /// The preview frames' images (JPEG), in the order sent.
+    pub sent_previews: Mutex<Vec<Vec<u8>>>,
     pub shade: u8,
     pub jobs: Mutex<HashMap<String, Job>>,
     /// The bodies of `POST /prompt`.
@@ -59,7 +65,36 @@ pub struct ComfyMock {
     /// Client ids that opened the WebSocket.
     pub sockets: Mutex<Vec<String>>,
     pub views: AtomicUsize,
-    pub events: broadcast::Sender<(String, String)>,
+    pub events: broadcast::Sender<(String, Frame)>,
+}
+
+/// A message for one client's WebSocket.
+#[derive(Clone, Debug)]
+pub enum Frame {
+    Text(String),
+    Binary(Vec<u8>),
+}
+
+/// A binary frame: `event` and `image` type as big-endian u32s, then `bytes`.
+pub fn binary_frame(event: u32, image: u32, bytes: &[u8]) -> Vec<u8> {
+    let mut frame = event.to_be_bytes().to_vec();
+    frame.extend(image.to_be_bytes());
+    frame.extend(bytes);
+    frame
+}
+
+/// A `w` x `h` JPEG of a flat `shade`, as ComfyUI's previewer encodes one.
+pub fn jpeg(w: u32, h: u32, shade: u8) -> Vec<u8> {
+    let rgb: Vec<u8> = flat(w, h, shade)
+        .data
+        .chunks_exact(4)
+        .flat_map(|p| [p[0], p[1], p[2]])
+        .collect();
+    let mut out = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 90)
+        .encode(&rgb, w, h, image::ExtendedColorType::Rgb8)
+        .unwrap();
+    out
 }
 
 impl Default for ComfyMock {
@@ -69,6 +104,8 @@ impl Default for ComfyMock {
             delay: Duration::from_millis(50),
             steps: 4,
             socket: true,
+            previews: true,
+            sent_previews: Mutex::default(),
             shade: 0,
             jobs: Mutex::default(),
             prompts: Mutex::default(),
@@ -86,7 +123,16 @@ impl Default for ComfyMock {
 impl ComfyMock {
     /// Start it; its base URL.
     pub async fn start(self: &Arc<Self>) -> String {
-        let app = Router::new()
+        super::serve(self.router()).await
+    }
+
+    /// Start it behind TLS with `tls`; its base URL (`https://localhost:PORT`).
+    pub async fn start_tls(self: &Arc<Self>, tls: Arc<rustls::ServerConfig>) -> String {
+        super::serve_tls(self.router(), tls).await
+    }
+
+    fn router(self: &Arc<Self>) -> Router {
+        Router::new()
             .route("/prompt", post(prompt))
             .route("/history/{id}", get(history))
             .route("/queue", get(queue).post(delete))
@@ -98,21 +144,48 @@ impl ComfyMock {
                 get(|| async { Json(json!({"system": {}})) }),
             )
             .route("/ws", get(socket))
-            .with_state(self.clone());
-        super::serve(app).await
+            .with_state(self.clone())
     }
 
     fn send(&self, client_id: &str, event: Value) {
-        let _ = self.events.send((client_id.to_string(), event.to_string()));
+        let _ = self
+            .events
+            .send((client_id.to_string(), Frame::Text(event.to_string())));
+    }
+
+    fn send_binary(&self, client_id: &str, frame: Vec<u8>) {
+        let _ = self
+            .events
+            .send((client_id.to_string(), Frame::Binary(frame)));
+    }
+
+    /// The preview of step `step` (a JPEG a shade lighter each step), framed and sent.
+    fn send_preview(&self, client_id: &str, size: (u32, u32), step: u32) {
+        let image = jpeg(
+            size.0.max(8) / 8,
+            size.1.max(8) / 8,
+            (40 * step).min(255) as u8,
+        );
+        self.send_binary(client_id, binary_frame(1, 1, &image));
+        self.sent_previews.lock().unwrap().push(image);
+    }
+
+    /// Frames that are no preview of easel's: too short, another event type (3, text) and an
+    /// unknown image type, each with bytes that would decode.
+    fn send_junk(&self, client_id: &str) {
+        let image = jpeg(8, 8, 255);
+        self.send_binary(client_id, vec![0, 0, 0, 1, 0, 0]);
+        self.send_binary(client_id, binary_frame(3, 1, &image));
+        self.send_binary(client_id, binary_frame(1, 9, &image));
     }
 
     /// Run a job: `steps` progress events over `delay`, then `executing` with no node. A
     /// hanging job runs until interrupted.
     async fn run(self: Arc<Self>, id: String) {
-        let (client, hang) = {
+        let (client, hang, size) = {
             let jobs = self.jobs.lock().unwrap();
             let job = &jobs[&id];
-            (job.client_id.clone(), job.fault == Fault::Hang)
+            (job.client_id.clone(), job.fault == Fault::Hang, job.size)
         };
         self.send(
             &client,
@@ -136,6 +209,12 @@ impl ComfyMock {
                     json!({"type": "progress", "data": {
                         "value": step, "max": steps, "prompt_id": id, "node": "3"}}),
                 );
+                if self.previews {
+                    self.send_preview(&client, size, step);
+                    if step == steps {
+                        self.send_junk(&client);
+                    }
+                }
             } else if !hang {
                 break;
             }
@@ -462,7 +541,7 @@ async fn socket(
 async fn forward(
     mut ws: WebSocket,
     client: String,
-    mut events: broadcast::Receiver<(String, String)>,
+    mut events: broadcast::Receiver<(String, Frame)>,
 ) {
     let hello = json!({"type": "status", "data": {"status": {"exec_info": {"queue_remaining": 0}}, "sid": client}});
     if ws
@@ -475,8 +554,12 @@ async fn forward(
     loop {
         tokio::select! {
             event = events.recv() => match event {
-                Ok((to, text)) if to == client => {
-                    if ws.send(Message::Text(text.into())).await.is_err() {
+                Ok((to, frame)) if to == client => {
+                    let message = match frame {
+                        Frame::Text(text) => Message::Text(text.into()),
+                        Frame::Binary(bytes) => Message::Binary(bytes.into()),
+                    };
+                    if ws.send(message).await.is_err() {
                         return;
                     }
                 }

@@ -12,7 +12,7 @@ pub mod openai;
 pub mod sdwebui;
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -175,6 +175,54 @@ pub async fn serve(app: axum::Router) -> String {
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
     url
+}
+
+/// Serve `app` over TLS (`tls`, HTTP/1.1 with upgrades, so WebSockets work) on a local port;
+/// the base URL, by the name `localhost` that test certificates are made for.
+pub async fn serve_tls(app: axum::Router, tls: Arc<rustls::ServerConfig>) -> String {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::service::TowerToHyperService;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!(
+        "https://localhost:{}",
+        listener.local_addr().unwrap().port()
+    );
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                continue;
+            };
+            let (acceptor, app) = (acceptor.clone(), app.clone());
+            tokio::spawn(async move {
+                // A client that does not trust the certificate ends its handshake here.
+                let Ok(stream) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let service = TowerToHyperService::new(app);
+                let _ = Builder::new(TokioExecutor::new())
+                    .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    url
+}
+
+/// A self-signed certificate for `localhost`, made now: its PEM (for `tls_ca_file`) and the
+/// server's TLS configuration.
+pub fn self_signed() -> (String, Arc<rustls::ServerConfig>) {
+    let made = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(made.key_pair.serialize_der().into());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![made.cert.der().clone()], key)
+        .unwrap();
+    (made.cert.pem(), Arc::new(config))
 }
 
 /// "WxH" as numbers.

@@ -48,6 +48,12 @@ pub struct WebUi {
     pub interrupts: AtomicUsize,
     /// How long each job takes.
     pub delay_ms: u64,
+    /// The `current_image` of each progress answer in turn (a live preview: base64 of a PNG, or
+    /// whatever a test puts there; left out when `Value::Null` is not wanted), then `null`. Given
+    /// only when asked with `skip_current_image=false`, as the WebUI does.
+    pub current_images: Mutex<std::collections::VecDeque<Option<Value>>>,
+    /// Answer 404 at `progress`, as stable-diffusion.cpp's sd-server does.
+    pub no_progress: AtomicBool,
 }
 
 fn b64(img: &RgbaImage) -> String {
@@ -281,12 +287,33 @@ async fn options(State(ui): State<Arc<WebUi>>, headers: HeaderMap) -> Response {
     Json(json!({"sd_model_checkpoint": "test.safetensors"})).into_response()
 }
 
-async fn progress(State(ui): State<Arc<WebUi>>, headers: HeaderMap) -> Response {
+async fn progress(
+    State(ui): State<Arc<WebUi>>,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+) -> Response {
     if let Err(refused) = ui.check(&headers) {
         return refused;
     }
     ui.polls.fetch_add(1, Ordering::SeqCst);
-    Json(json!({"progress": 0.5, "eta_relative": 1.0, "state": {}})).into_response()
+    if ui.no_progress.load(Ordering::SeqCst) {
+        return (StatusCode::NOT_FOUND, "Not Found").into_response();
+    }
+    let mut answer =
+        json!({"progress": 0.5, "eta_relative": 1.0, "state": {}, "current_image": null});
+    if uri
+        .query()
+        .is_some_and(|q| q.contains("skip_current_image=false"))
+    {
+        match ui.current_images.lock().unwrap().pop_front() {
+            Some(Some(image)) => answer["current_image"] = image,
+            Some(None) => {
+                answer.as_object_mut().unwrap().remove("current_image");
+            }
+            None => {}
+        }
+    }
+    Json(answer).into_response()
 }
 
 async fn interrupt(State(ui): State<Arc<WebUi>>, headers: HeaderMap) -> Response {

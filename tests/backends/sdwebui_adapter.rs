@@ -16,6 +16,7 @@ use easel::generate::backends::sdwebui::{
     SdWebUi, CHAOS_SUBSEED_MOST, EXTRA, IMG2IMG, INTERROGATE, STRONG, SUBTLE, TXT2IMG,
 };
 use easel::generate::backends::BackendConfig;
+use easel::generate::preview::PreviewImage;
 use easel::generate::raster::{decode_png, RgbaImage};
 use easel::generate::{GenerateError, Generator, Job, Product, Progress};
 
@@ -510,6 +511,84 @@ async fn a_job_past_the_timeout_is_interrupted_and_progress_reported() {
     mock.script.set(Fault::Ok);
     run(&b, &job(Operation::Imagine, vec![])).await.unwrap();
     assert_eq!(mock.interrupts.load(Ordering::SeqCst), 1);
+}
+
+/// Run `job` on `b`, taking each preview as it arrives; the result and the previews seen.
+async fn run_watching(b: &SdWebUi, job: &Job) -> (Result<Product, GenerateError>, Vec<Vec<u8>>) {
+    let progress = Progress::default();
+    let mut seen = Vec::new();
+    let run = b.run(job, &progress);
+    tokio::pin!(run);
+    let result = loop {
+        tokio::select! {
+            result = &mut run => break result,
+            () = progress.changed() => {}
+        }
+        if let Some(PreviewImage::Encoded(bytes)) = progress.take_preview() {
+            seen.push(bytes);
+        }
+    };
+    if let Some(PreviewImage::Encoded(bytes)) = progress.take_preview() {
+        seen.push(bytes);
+    }
+    (result, seen)
+}
+
+/// A WebUI with the tests' credentials whose jobs take `delay_ms`, started; its base URL.
+async fn serve_slow(delay_ms: u64) -> (Arc<WebUi>, String) {
+    let mock = Arc::new(WebUi {
+        credentials: Some(("user".into(), PASSWORD.into())),
+        delay_ms,
+        ..WebUi::default()
+    });
+    let url = start_webui(mock.clone()).await;
+    (mock, url)
+}
+
+#[tokio::test]
+async fn the_live_preview_reaches_progress_and_null_absent_or_garbage_is_none() {
+    let (mock, url) = serve_slow(1000).await;
+    let png = |shade| easel::generate::raster::encode_png(&flat(8, 8, shade));
+    let (first, second) = (png(10), png(200));
+    let b64 = |bytes: &[u8]| Value::from(crate::backend_mocks::b64(bytes));
+    // The second preview, then only answers that are no preview: had any been taken, it
+    // would have replaced the second.
+    *mock.current_images.lock().unwrap() = [
+        Some(Value::Null),
+        Some(b64(&first)),
+        Some(b64(&first)),
+        Some(b64(&second)),
+        Some(json!("%%% not base64 %%%")),
+        Some(b64(b"base64 of text that is no image")),
+        Some(json!(42)),
+        None,
+    ]
+    .into();
+    let b = backend(&url, json!({}));
+    let (result, seen) = run_watching(&b, &job(Operation::Imagine, vec![])).await;
+    assert!(matches!(result, Ok(Product::Grid { .. })), "{result:?}");
+    assert!(
+        mock.current_images.lock().unwrap().is_empty(),
+        "all answers polled"
+    );
+    assert!(!seen.is_empty(), "the live preview reaches Progress");
+    assert!(
+        seen.iter().all(|p| *p == first || *p == second),
+        "only the WebUI's previews"
+    );
+    assert_eq!(seen.last(), Some(&second), "garbage is no preview");
+}
+
+/// stable-diffusion.cpp's sd-server answers 404 at `progress`: its jobs run all the same.
+#[tokio::test]
+async fn a_server_without_progress_runs_its_jobs_without_progress_or_previews() {
+    let (mock, url) = serve_slow(300).await;
+    mock.no_progress.store(true, Ordering::SeqCst);
+    let b = backend(&url, json!({}));
+    let (result, seen) = run_watching(&b, &job(Operation::Imagine, vec![])).await;
+    assert!(matches!(result, Ok(Product::Grid { .. })), "{result:?}");
+    assert!(mock.polls.load(Ordering::SeqCst) >= 1, "progress was asked");
+    assert!(seen.is_empty());
 }
 
 #[tokio::test]

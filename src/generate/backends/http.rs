@@ -7,15 +7,23 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 use reqwest::StatusCode;
 
+use super::tls::Trust;
 use crate::generate::GenerateError;
 use crate::net::failure::{innermost, Failure};
 
 /// The HTTP client of backend `name`: no redirects followed (a backend has no reason to send easel
-/// elsewhere), and a connection within 10 s or its `timeout` if shorter.
-pub fn http_client(name: &str, timeout: Duration) -> Result<reqwest::Client, String> {
-    reqwest::Client::builder()
+/// elsewhere), a connection within 10 s or its `timeout` if shorter, and TLS trusting `trust`.
+pub fn http_client(
+    name: &str,
+    timeout: Duration,
+    trust: &Trust,
+) -> Result<reqwest::Client, String> {
+    let builder = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(timeout.min(Duration::from_secs(10)))
+        .connect_timeout(timeout.min(Duration::from_secs(10)));
+    trust
+        .http(builder)
+        .map_err(|e| format!("backends.{name}.{e}"))?
         .build()
         .map_err(|e| format!("backends.{name}: cannot build an HTTP client: {e}"))
 }

@@ -11,6 +11,7 @@ pub mod http;
 pub mod images;
 pub mod openai;
 pub mod sdwebui;
+pub mod tls;
 
 pub use build::build;
 

@@ -1,6 +1,7 @@
 //! The ComfyUI protocol: its HTTP endpoints and the WebSocket of progress events, and how their
 //! answers are read.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -11,11 +12,15 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::{header::AUTHORIZATION, HeaderValue};
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::Connector;
 
 use super::workflow::{node_order, Graph, Workflow};
 use crate::generate::backends::http::{excerpt, http_client, status_error, transport_error};
+use crate::generate::backends::tls::Trust;
 use crate::generate::backends::BackendConfig;
+use crate::generate::preview::{PreviewImage, PREVIEW_MAX_BYTES};
 use crate::generate::{GenerateError, Progress};
 
 pub(super) type Socket =
@@ -25,12 +30,21 @@ pub(super) type Socket =
 const CANCEL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest wait for the progress socket to open; without it the job is only polled.
 const SOCKET_TIMEOUT: Duration = Duration::from_secs(5);
+/// The largest message (and frame) read from the socket: a preview frame's 8-byte header and the
+/// largest preview decoded. A larger one closes the socket, and the job is polled only.
+const SOCKET_MAX_MESSAGE: usize = PREVIEW_MAX_BYTES as usize + 8;
+/// Binary frame types (ComfyUI's `BinaryEventTypes`): a preview image, and its formats.
+const PREVIEW_IMAGE: u32 = 1;
+const PREVIEW_JPEG: u32 = 1;
+const PREVIEW_PNG: u32 = 2;
 
 /// The HTTP and WebSocket client of one ComfyUI server.
 pub(super) struct Client {
     pub(super) name: String,
     base: String,
     http: reqwest::Client,
+    /// The TLS configuration of `wss://`, trusting what `http` trusts.
+    tls: Arc<rustls::ClientConfig>,
     auth: Auth,
     /// Longest one job may take.
     pub(super) timeout: Duration,
@@ -62,10 +76,12 @@ impl Client {
             (None, _, Some(key)) => Auth::Bearer(key),
             (None, _, None) => Auth::None,
         };
+        let trust = Trust::of(config)?;
         Ok(Client {
             name: name.clone(),
             base: url.trim_end_matches('/').to_string(),
-            http: http_client(name, config.timeout)?,
+            http: http_client(name, config.timeout, &trust)?,
+            tls: trust.websocket().map_err(|e| at("tls_ca_file", &e))?,
             auth,
             timeout: config.timeout,
             poll: Duration::from_millis(500),
@@ -207,8 +223,8 @@ impl Client {
         }
     }
 
-    /// Open `/ws?clientId=...` with the backend's credentials; `None` when it cannot be opened
-    /// (an older or proxied server, `wss://`, which is not built in), and the job is polled only.
+    /// Open `/ws?clientId=...` (`wss://` for an https server) with the backend's credentials;
+    /// `None` when it cannot be opened (an older or proxied server), and the job is polled only.
     pub(super) async fn open_socket(&self, client_id: &str) -> Option<Socket> {
         let base = if let Some(rest) = self.base.strip_prefix("http://") {
             format!("ws://{rest}")
@@ -232,9 +248,17 @@ impl Client {
             value.set_sensitive(true);
             request.headers_mut().insert(AUTHORIZATION, value);
         }
+        let limits = WebSocketConfig::default()
+            .max_message_size(Some(SOCKET_MAX_MESSAGE))
+            .max_frame_size(Some(SOCKET_MAX_MESSAGE));
         let opened = tokio::time::timeout(
             SOCKET_TIMEOUT.min(self.timeout),
-            tokio_tungstenite::connect_async(request),
+            tokio_tungstenite::connect_async_tls_with_config(
+                request,
+                Some(limits),
+                true,
+                Some(Connector::Rustls(self.tls.clone())),
+            ),
         )
         .await;
         match opened {
@@ -371,10 +395,22 @@ impl Client {
 /// Follow a job's events on the socket until it closes: `progress` for this prompt moves the
 /// percentage from 15 to 75 (its share between queued and fetching the images); `executing` with
 /// no node (done), or the job's success, error or interrupt, wakes the poller to read the history.
+///
+/// Binary preview frames name no prompt: ComfyUI sends them to the client id of the prompt it
+/// runs, and this socket's client id is the job's own, so they are this job's. To be safe beyond
+/// that, they are taken only between the job's first event (`execution_start`, `executing`,
+/// `progress`) and its end.
 async fn follow(mut socket: Socket, id: &str, progress: &Progress, done: &Notify) {
+    let mut running = false;
     while let Some(message) = socket.next().await {
         let text = match message {
             Ok(Message::Text(text)) => text,
+            Ok(Message::Binary(frame)) => {
+                if let Some(image) = preview_frame(&frame).filter(|_| running) {
+                    progress.preview(PreviewImage::Encoded(image.to_vec()));
+                }
+                continue;
+            }
             Ok(Message::Close(_)) | Err(_) => return,
             Ok(_) => continue,
         };
@@ -385,7 +421,18 @@ async fn follow(mut socket: Socket, id: &str, progress: &Progress, done: &Notify
         if data.get("prompt_id").and_then(Value::as_str) != Some(id) {
             continue;
         }
-        match event["type"].as_str() {
+        let kind = event["type"].as_str();
+        let ends = matches!(kind, Some("executing") if data["node"].is_null())
+            || matches!(
+                kind,
+                Some("execution_success" | "execution_error" | "execution_interrupted")
+            );
+        if ends {
+            running = false;
+        } else if matches!(kind, Some("execution_start" | "executing" | "progress")) {
+            running = true;
+        }
+        match kind {
             Some("progress") => {
                 let (value, max) = (data["value"].as_f64(), data["max"].as_f64());
                 if let (Some(value), Some(max)) = (value, max) {
@@ -402,6 +449,18 @@ async fn follow(mut socket: Socket, id: &str, progress: &Progress, done: &Notify
             _ => {}
         }
     }
+}
+
+/// The image of a binary preview frame: a big-endian u32 event type (1, a preview image), a
+/// big-endian u32 image type (1 JPEG, 2 PNG), then the image's bytes. `None` for any other event
+/// type or a frame too short to hold an image.
+pub(super) fn preview_frame(frame: &[u8]) -> Option<&[u8]> {
+    let word = |at: usize| -> Option<u32> {
+        let bytes: [u8; 4] = frame.get(at..at + 4)?.try_into().ok()?;
+        Some(u32::from_be_bytes(bytes))
+    };
+    let image = frame.get(8..).filter(|image| !image.is_empty())?;
+    (word(0)? == PREVIEW_IMAGE && matches!(word(4)?, PREVIEW_JPEG | PREVIEW_PNG)).then_some(image)
 }
 
 enum QueueState {

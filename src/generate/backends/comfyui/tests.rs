@@ -36,6 +36,7 @@ fn config(url: &str) -> BackendConfig {
         workflows: BTreeMap::new(),
         nodes: BTreeMap::new(),
         operations: None,
+        tls_ca_file: None,
     }
 }
 
@@ -201,4 +202,57 @@ fn operations_limit_what_it_supports() {
     assert!(!backend.supports(OpKind::Imagine));
     assert!(backend.supports(OpKind::Reroll));
     assert_eq!(backend.name(), "comfy");
+}
+
+/// Preview frames as a real ComfyUI 0.3.64 sends them (../shared/fixtures: event type 1, image
+/// type 1, a JPEG); other event types, unknown image types and short frames are no preview.
+#[test]
+fn preview_frames_are_read_and_others_ignored() {
+    use super::client::preview_frame;
+    let frame = |event: u32, image: u32, bytes: &[u8]| {
+        let mut f = event.to_be_bytes().to_vec();
+        f.extend(image.to_be_bytes());
+        f.extend(bytes);
+        f
+    };
+    let jpeg = [0xff, 0xd8, 0xff, 0xe0, 0x00, 0x10];
+    assert_eq!(preview_frame(&frame(1, 1, &jpeg)), Some(&jpeg[..]));
+    assert_eq!(
+        preview_frame(&frame(1, 2, b"\x89PNG")),
+        Some(&b"\x89PNG"[..])
+    );
+    assert_eq!(
+        preview_frame(&frame(2, 1, &jpeg)),
+        None,
+        "unencoded preview"
+    );
+    assert_eq!(preview_frame(&frame(3, 1, &jpeg)), None, "text event");
+    assert_eq!(
+        preview_frame(&frame(1, 9, &jpeg)),
+        None,
+        "unknown image type"
+    );
+    assert_eq!(preview_frame(&frame(1, 1, &[])), None, "no image");
+    assert_eq!(preview_frame(&[0, 0, 0, 1, 0]), None, "short");
+    assert_eq!(preview_frame(&[]), None);
+}
+
+#[test]
+fn a_ca_file_that_is_missing_or_no_pem_stops_the_backend_naming_the_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config("https://comfy.example:8188");
+    c.tls_ca_file = Some(dir.path().join("missing.pem"));
+    let err = ComfyUi::new(&c).err().expect("refused");
+    assert!(
+        err.starts_with("backends.comfy.tls_ca_file: ") && err.contains("missing.pem"),
+        "{err}"
+    );
+    let junk = dir.path().join("junk.pem");
+    std::fs::write(&junk, "not a certificate").unwrap();
+    c.tls_ca_file = Some(junk);
+    let err = ComfyUi::new(&c).err().expect("refused");
+    assert!(
+        err.starts_with("backends.comfy.tls_ca_file: ") && err.contains("no PEM certificate"),
+        "{err}"
+    );
 }

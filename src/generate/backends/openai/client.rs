@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use super::family::Family;
 use crate::generate::backends::http::{excerpt, http_client, status_error, transport_error};
 use crate::generate::backends::images::{blocking, size_for};
+use crate::generate::backends::tls::Trust;
 use crate::generate::backends::BackendConfig;
 use crate::generate::raster::{encode_png, RgbaImage};
 use crate::generate::{GenerateError, Job, Progress};
@@ -59,7 +60,7 @@ impl Client {
             family: Family::of(config.model.as_deref()),
             auth,
             key,
-            http: http_client(name, config.timeout)?,
+            http: http_client(name, config.timeout, &Trust::of(config)?)?,
             model: config.model.clone(),
         })
     }

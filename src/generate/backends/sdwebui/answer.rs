@@ -37,13 +37,30 @@ pub(super) fn progress_percent(body: &[u8]) -> Option<i64> {
     Some(((answer.progress * 100.0).floor() as i64).clamp(0, 99))
 }
 
-pub(super) fn parse<'a, T: Deserialize<'a>>(answer: &'a [u8]) -> Result<T, GenerateError> {
-    serde_json::from_slice(answer)
-        .map_err(|e| GenerateError::Failed(format!("the backend's answer is malformed: {e}")))
+/// The progress answer's `current_image` (the WebUI's live preview, base64) as it was sent, to
+/// tell a new preview from the last one; `None` when it is null, absent, empty or not text.
+pub(super) fn current_image(body: &[u8]) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Answer {
+        #[serde(default)]
+        current_image: Option<Value>,
+    }
+    let answer: Answer = serde_json::from_slice(body).ok()?;
+    match answer.current_image? {
+        Value::String(text) if !text.trim().is_empty() => Some(text),
+        _ => None,
+    }
 }
 
-/// An image the WebUI sent: base64 (perhaps as a data URL) of an image file.
-pub(super) fn decode_image(text: &str, what: &str) -> Result<RgbaImage, GenerateError> {
+/// The image bytes of a `current_image`, when it is base64 of something that looks like an
+/// image file (its decoding, under limits, is the worker's); `None` for anything else.
+pub(super) fn preview_bytes(text: &str) -> Option<Vec<u8>> {
+    let bytes = unbase64(text).ok()?;
+    image::guess_format(&bytes).ok().map(|_| bytes)
+}
+
+/// Base64, perhaps as a data URL, with or without padding.
+fn unbase64(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
     const LENIENT: GeneralPurpose = GeneralPurpose::new(
         &alphabet::STANDARD,
         GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
@@ -52,7 +69,17 @@ pub(super) fn decode_image(text: &str, what: &str) -> Result<RgbaImage, Generate
         Some(url) => url.split_once(',').map_or("", |(_, data)| data),
         None => text,
     };
-    let bytes = LENIENT.decode(text.trim()).map_err(|e| {
+    LENIENT.decode(text.trim())
+}
+
+pub(super) fn parse<'a, T: Deserialize<'a>>(answer: &'a [u8]) -> Result<T, GenerateError> {
+    serde_json::from_slice(answer)
+        .map_err(|e| GenerateError::Failed(format!("the backend's answer is malformed: {e}")))
+}
+
+/// An image the WebUI sent: base64 (perhaps as a data URL) of an image file.
+pub(super) fn decode_image(text: &str, what: &str) -> Result<RgbaImage, GenerateError> {
+    let bytes = unbase64(text).map_err(|e| {
         GenerateError::Failed(format!("{what} from the backend is not base64: {e}"))
     })?;
     decode_output(&bytes, what)

@@ -20,18 +20,24 @@ use serde_json::Value;
 
 use super::http::{http_client, status_error, transport_error};
 use super::images::blocking;
+use super::tls::Trust;
 use super::{checkpoint_of, BackendConfig, Checkpoints};
 use crate::domain::OpKind;
+use crate::generate::preview::{PreviewImage, PREVIEW_MAX_BYTES};
 use crate::generate::{GenerateError, Generator, Job, Product, Progress};
+use answer::{current_image, preview_bytes};
 use answer::{describe_product, images_product, progress_percent, upscale_product};
 use plan::{plan, Call};
 pub use plan::{CHAOS_SUBSEED_MOST, EXTRA, IMG2IMG, INTERROGATE, STRONG, SUBTLE, TXT2IMG};
 
-const PROGRESS: &str = "/sdapi/v1/progress?skip_current_image=true";
+const PROGRESS: &str = "/sdapi/v1/progress?skip_current_image=false";
 const INTERRUPT: &str = "/sdapi/v1/interrupt";
 /// Largest answer read: four large base64 PNGs fit well under it; a server streaming without
 /// end does not exhaust memory.
 const MAX_ANSWER: usize = 256 << 20;
+/// Largest progress answer read: the base64 of the largest preview decoded, and room for the
+/// rest (the state, the text info). A larger one is no report this time.
+const MAX_PROGRESS_ANSWER: usize = PREVIEW_MAX_BYTES as usize / 3 * 4 + (64 << 10);
 
 /// A stable-diffusion-webui server.
 pub struct SdWebUi {
@@ -63,7 +69,7 @@ impl SdWebUi {
                 "backends.{name}.username: is required with a password"
             ));
         }
-        let client = http_client(&config.name, config.timeout)?;
+        let client = http_client(&config.name, config.timeout, &Trust::of(config)?)?;
         Ok(SdWebUi {
             config: config.clone(),
             base: url.trim_end_matches('/').to_string(),
@@ -93,14 +99,22 @@ impl SdWebUi {
         &self,
         request: RequestBuilder,
     ) -> Result<(StatusCode, HeaderMap, Vec<u8>), GenerateError> {
+        self.fetch_within(request, MAX_ANSWER).await
+    }
+
+    /// [`SdWebUi::fetch`], failing on an answer of more than `limit` bytes.
+    async fn fetch_within(
+        &self,
+        request: RequestBuilder,
+        limit: usize,
+    ) -> Result<(StatusCode, HeaderMap, Vec<u8>), GenerateError> {
         let mut response = request.send().await.map_err(|e| transport_error(&e))?;
         let (status, headers) = (response.status(), response.headers().clone());
         let mut body = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(|e| transport_error(&e))? {
-            if body.len() + chunk.len() > MAX_ANSWER {
+            if body.len() + chunk.len() > limit {
                 return Err(GenerateError::Failed(format!(
-                    "the backend's answer is larger than {} MiB",
-                    MAX_ANSWER >> 20
+                    "the backend's answer is larger than {limit} bytes"
                 )));
             }
             body.extend_from_slice(&chunk);
@@ -143,17 +157,32 @@ impl SdWebUi {
     }
 
     /// Poll the WebUI's progress for ever. It runs one job at a time, so its progress is ours
-    /// once our job has started; a failed poll only means no report this time.
+    /// once our job has started; a failed poll (sd-server answers 404, an answer too large or
+    /// unreadable) only means no report this time. Its live preview (`current_image`) is handed
+    /// on when it differs from the last one.
     async fn watch(&self, progress: &Progress) -> Infallible {
+        let mut last_image = None;
         loop {
             tokio::time::sleep(self.poll).await;
             let request = self
                 .request(Method::GET, PROGRESS)
                 .timeout(self.poll.max(Duration::from_secs(5)));
-            if let Ok(body) = self.call(request).await {
-                if let Some(percent) = progress_percent(&body) {
-                    progress.report(percent);
+            let Ok((status, _, body)) = self.fetch_within(request, MAX_PROGRESS_ANSWER).await
+            else {
+                continue;
+            };
+            if !status.is_success() {
+                continue;
+            }
+            if let Some(percent) = progress_percent(&body) {
+                progress.report(percent);
+            }
+            let image = current_image(&body);
+            if image.is_some() && image != last_image {
+                if let Some(bytes) = image.as_deref().and_then(preview_bytes) {
+                    progress.preview(PreviewImage::Encoded(bytes));
                 }
+                last_image = image;
             }
         }
     }

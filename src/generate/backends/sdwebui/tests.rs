@@ -67,6 +67,27 @@ fn progress_answers() {
     assert_eq!(p(json!({"nothing": 1})), None);
 }
 
+/// `current_image` is the preview when it is base64 of an image file; null, absent, not text
+/// or garbage is none, and never a failure.
+#[test]
+fn progress_previews() {
+    use base64::Engine as _;
+    let png = crate::generate::raster::encode_png(&crate::generate::raster::RgbaImage::new(4, 4));
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&png);
+    let image = |v: Value| current_image(v.to_string().as_bytes());
+    let text = image(json!({"progress": 0.5, "current_image": b64})).unwrap();
+    assert_eq!(preview_bytes(&text), Some(png.clone()));
+    let data_url = format!("data:image/png;base64,{b64}");
+    assert_eq!(preview_bytes(&data_url), Some(png));
+    assert_eq!(image(json!({"progress": 0.5, "current_image": null})), None);
+    assert_eq!(image(json!({"progress": 0.5})), None);
+    assert_eq!(image(json!({"current_image": 12})), None);
+    assert_eq!(current_image(b"not json"), None);
+    assert_eq!(preview_bytes("%%% not base64"), None);
+    let not_image = base64::engine::general_purpose::STANDARD.encode(b"plain text, no image");
+    assert_eq!(preview_bytes(&not_image), None);
+}
+
 #[test]
 fn ratios_are_put_in_small_terms() {
     assert_eq!(simple_ratio(682, 1024), (2, 3));
