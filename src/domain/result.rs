@@ -2,6 +2,7 @@ use super::actions::Action;
 use super::extras::Metadata;
 use super::output::Output;
 use super::task::TaskStatus;
+use super::webhook_events::WebhookEvents;
 use super::wire::{OperationFields, Payload, ResultFields};
 
 /// How a task ended, as the worker reports it.
@@ -27,6 +28,8 @@ pub struct PayloadHead<'a> {
     pub metadata: Option<&'a Metadata>,
     /// The follow-ups a finished task offers, when its payload carries them (else empty).
     pub actions: Vec<Action>,
+    /// The caller's `webhook_events` (None: every final event): whether the ending is sent.
+    pub webhook_events: Option<WebhookEvents>,
 }
 
 impl<'a> PayloadHead<'a> {
@@ -152,6 +155,7 @@ mod tests {
             fields,
             metadata: None,
             actions: Vec::new(),
+            webhook_events: None,
         };
         let url = |key: &str| format!("https://x/files/{key}");
         let v: serde_json::Value = serde_json::from_str(&ok.webhook_payload(&head, &url)).unwrap();

@@ -8,6 +8,7 @@ use crate::domain::output::OutputColumns;
 pub use crate::domain::Outcome;
 use crate::domain::{
     AspectRatio, Extras, OpKind, Operation, Output, PayloadHead, ProcessMode, TaskStatus,
+    WebhookEvent, WebhookEvents,
 };
 
 /// A task as submitted and validated. Its account is the submitting key's; its id is given
@@ -181,12 +182,20 @@ pub struct WebhookState {
 pub struct Ending {
     pub outcome: Outcome,
     pub payload: String,
+    /// Whether the task's webhook (if it has one) is sent this ending: the caller's
+    /// `webhook_events` name it. Decided here, once, for the worker, cancel and the reaper.
+    pub delivers: bool,
 }
 
 impl Ending {
     pub fn new(outcome: Outcome, head: &PayloadHead<'_>, url: &dyn Fn(&str) -> String) -> Ending {
         let payload = outcome.webhook_payload(head, url);
-        Ending { outcome, payload }
+        let delivers = WebhookEvents::wants(head.webhook_events, WebhookEvent::of(&outcome));
+        Ending {
+            outcome,
+            payload,
+            delivers,
+        }
     }
 
     /// How many images the task made (counted into the account's total).
@@ -261,6 +270,7 @@ impl ClaimedTask {
                 .unwrap_or_default(),
             metadata: self.extras.metadata.as_ref(),
             actions: Vec::new(),
+            webhook_events: self.extras.webhook_events,
         }
     }
 }
@@ -632,6 +642,7 @@ pub(crate) fn worker_lost(
         task_id,
         task_type,
         metadata: extras.metadata.as_ref(),
+        webhook_events: extras.webhook_events,
         ..Default::default()
     };
     // A failure names no image, so no URL is ever made.
