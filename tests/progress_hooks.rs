@@ -70,12 +70,19 @@ async fn fifty_states_in_two_seconds_are_at_most_three_signed_deliveries_ending_
     // One delivery per started second of offering at most: the first state at once, then the
     // latest each second.
     let most = 1 + offering.as_secs_f64().ceil() as usize;
-    assert!(got.len() <= most.max(3), "{} deliveries in {offering:?}: {got:?}", got.len());
+    assert!(
+        got.len() <= most.max(3),
+        "{} deliveries in {offering:?}: {got:?}",
+        got.len()
+    );
     assert!(got.len() >= 2, "{got:?}");
     let received = receiver.received();
     for pair in received.windows(2) {
         let gap = pair[1].at - pair[0].at;
-        assert!(gap >= Duration::from_millis(500), "deliveries {gap:?} apart");
+        assert!(
+            gap >= Duration::from_millis(500),
+            "deliveries {gap:?} apart"
+        );
     }
     assert_eq!(got[0]["percentage"], "2", "the first state goes at once");
     let last = got.last().unwrap();
@@ -91,13 +98,18 @@ async fn fifty_states_in_two_seconds_are_at_most_three_signed_deliveries_ending_
         .iter()
         .map(|b| b["percentage"].as_str().unwrap().parse().unwrap())
         .collect();
-    assert!(percentages.windows(2).all(|w| w[0] < w[1]), "{percentages:?}");
+    assert!(
+        percentages.windows(2).all(|w| w[0] < w[1]),
+        "{percentages:?}"
+    );
 
     // Signed and with the caller's secret like final deliveries, each its own message.
     let verifier = standardwebhooks::Webhook::new(&secret).unwrap();
     let mut ids = Vec::new();
     for r in &received {
-        verifier.verify(&r.body, &r.headers).expect("signature verifies");
+        verifier
+            .verify(&r.body, &r.headers)
+            .expect("signature verifies");
         assert_eq!(r.headers["x-webhook-secret"], "caller-secret");
         assert_eq!(r.headers["content-type"], "application/json");
         ids.push(r.headers["webhook-id"].to_str().unwrap().to_string());
@@ -212,7 +224,11 @@ async fn a_hanging_progress_receiver_delays_no_final_delivery() {
         started.elapsed() < Duration::from_secs(40),
         "not held up by the 60 s hang"
     );
-    assert_eq!(hanging.count(), 2, "the hanging requests are still the only ones");
+    assert_eq!(
+        hanging.count(),
+        2,
+        "the hanging requests are still the only ones"
+    );
     for s in senders {
         s.finish().await;
     }
@@ -226,29 +242,45 @@ async fn the_store_gives_a_running_tasks_webhook_target_and_its_progress_goes_th
     let mut task = common::new_task("fast", 0);
     task.webhook_url = Some(receiver.url.clone());
     task.webhook_secret = Some("caller-secret".into());
-    task.extras.webhook_events = Some(
-        easel::domain::WebhookEvents::parse(&json!(["progress"])).unwrap(),
-    );
+    task.extras.webhook_events =
+        Some(easel::domain::WebhookEvents::parse(&json!(["progress"])).unwrap());
     let id = common::insert(store.as_ref(), &task, &idle.key).await;
     let plain = common::insert(store.as_ref(), &common::new_task("relax", 0), &idle.key).await;
 
     let account = idle.account.id.as_str();
-    let seq_hooked = store.task_for_account(account, &id).await.unwrap().unwrap().seq;
-    let seq_plain = store.task_for_account(account, &plain).await.unwrap().unwrap().seq;
+    let seq_hooked = store
+        .task_for_account(account, &id)
+        .await
+        .unwrap()
+        .unwrap()
+        .seq;
+    let seq_plain = store
+        .task_for_account(account, &plain)
+        .await
+        .unwrap()
+        .unwrap()
+        .seq;
     assert!(
         store.webhook_target(seq_hooked).await.unwrap().is_none(),
         "not while it waits"
     );
     let claimed = store.claim_task("test", 60_000).await.unwrap().unwrap();
     assert_eq!(claimed.seq, seq_hooked);
-    let target = store.webhook_target(seq_hooked).await.unwrap().expect("a target");
+    let target = store
+        .webhook_target(seq_hooked)
+        .await
+        .unwrap()
+        .expect("a target");
     assert_eq!(target.url, receiver.url);
     assert_eq!(target.webhook_secret.as_deref(), Some("caller-secret"));
     assert_eq!(target.signing_secret, idle.account.signing_secret);
     assert!(!format!("{target:?}").contains("caller-secret"));
     let other = store.claim_task("test", 60_000).await.unwrap().unwrap();
     assert_eq!(other.seq, seq_plain);
-    assert!(store.webhook_target(seq_plain).await.unwrap().is_none(), "no webhook_url");
+    assert!(
+        store.webhook_target(seq_plain).await.unwrap().is_none(),
+        "no webhook_url"
+    );
 
     // As a worker wires it: the claimed task and its target.
     let sender = idle.app.progress_hooks().task(ProgressTarget {

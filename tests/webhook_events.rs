@@ -63,12 +63,17 @@ async fn a_task_asking_only_for_failed_gets_no_delivery_when_it_finishes_and_one
                         "webhook_events": events}))
         .await;
     let fails = app
-        .imagine(json!({"prompt": "something forbidden", "webhook_url": receiver.url,
-                        "webhook_events": events}))
+        .imagine(
+            json!({"prompt": "something forbidden", "webhook_url": receiver.url,
+                        "webhook_events": events}),
+        )
         .await;
     let finished = app.wait_final(&finishes, Duration::from_secs(10)).await;
     assert_eq!(finished["status"], "finished");
-    assert_eq!(app.wait_final(&fails, Duration::from_secs(10)).await["status"], "failed");
+    assert_eq!(
+        app.wait_final(&fails, Duration::from_secs(10)).await["status"],
+        "failed"
+    );
     wait_for(Duration::from_secs(5), || async {
         (receiver.count() >= 1).then_some(())
     })
@@ -155,6 +160,55 @@ async fn without_webhook_events_every_final_event_is_delivered_and_nothing_more_
         .collect();
     assert_eq!(extras.len(), 3);
     assert_eq!(extras[0], extras[1]);
-    assert!(!extras[0].as_deref().unwrap_or("").contains("webhook_events"));
-    assert!(extras[2].as_deref().unwrap().contains(r#""webhook_events":["progress"]"#));
+    assert!(!extras[0]
+        .as_deref()
+        .unwrap_or("")
+        .contains("webhook_events"));
+    assert!(extras[2]
+        .as_deref()
+        .unwrap()
+        .contains(r#""webhook_events":["progress"]"#));
+}
+
+#[tokio::test]
+async fn a_canceled_task_is_delivered_only_when_its_events_name_canceled() {
+    let receiver = Receiver::start(vec![Behaviour::Status(200)]).await;
+    // No workers: the tasks wait until they are canceled.
+    let app = TestApp::spawn_with(|c| c.worker.workers = 0).await;
+    let skipped = app
+        .imagine(json!({"prompt": "a windmill", "webhook_url": receiver.url,
+                        "webhook_events": ["completed", "failed"]}))
+        .await;
+    let sent = app
+        .imagine(json!({"prompt": "a watermill", "webhook_url": receiver.url,
+                        "webhook_events": ["canceled"]}))
+        .await;
+    for id in [&skipped, &sent] {
+        let (status, body) = app
+            .post(&format!("/api/v1/tasks/{id}/cancel"), &json!({}))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["status"], "canceled");
+    }
+    wait_for(Duration::from_secs(5), || async {
+        (receiver.count() >= 1).then_some(())
+    })
+    .await
+    .expect("the canceled event is delivered");
+    let record = wait_for(Duration::from_secs(5), || async {
+        let r = app.fetch(&sent).await;
+        (r["webhook"]["status"] == "delivered").then_some(r)
+    })
+    .await
+    .expect("recorded as delivered");
+    assert_eq!(record["webhook_events"], json!(["canceled"]));
+    assert_eq!(app.fetch(&skipped).await["webhook"]["status"], "skipped");
+    let got: Vec<Value> = receiver
+        .received()
+        .iter()
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["task_id"], sent.as_str());
+    assert_eq!(got[0]["status"], "canceled");
 }

@@ -2,7 +2,7 @@ use super::actions::Action;
 use super::extras::Metadata;
 use super::output::Output;
 use super::task::TaskStatus;
-use super::webhook_events::WebhookEvents;
+use super::webhook_events::{WebhookEvent, WebhookEvents};
 use super::wire::{OperationFields, Payload, ResultFields};
 
 /// How a task ended, as the worker reports it.
@@ -32,6 +32,13 @@ pub struct PayloadHead<'a> {
     pub webhook_events: Option<WebhookEvents>,
 }
 
+impl PayloadHead<'_> {
+    /// Whether the task's webhook is sent for `outcome`: its `webhook_events` name it.
+    pub fn sends(&self, outcome: &Outcome) -> bool {
+        WebhookEvents::wants(self.webhook_events, outcome.event())
+    }
+}
+
 impl<'a> PayloadHead<'a> {
     /// The head of a task with no parent and no parameters of its own (imagine).
     pub fn of(task_id: &'a str, task_type: &'a str) -> PayloadHead<'a> {
@@ -56,6 +63,15 @@ static NO_FIELDS: OperationFields = OperationFields {
 };
 
 impl Outcome {
+    /// The final event it is, as `webhook_events` names it.
+    pub fn event(&self) -> WebhookEvent {
+        match self {
+            Outcome::Finished(_) => WebhookEvent::Completed,
+            Outcome::Failed { .. } => WebhookEvent::Failed,
+            Outcome::Canceled => WebhookEvent::Canceled,
+        }
+    }
+
     /// The exact JSON body of the webhook delivery for this outcome, with `url` making an
     /// image's address from its key. Finished: `task_id, task_type, status, percentage`, then
     /// `parent_task_id` and the operation's own fields where it has them, then the result

@@ -4,8 +4,6 @@
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
-use super::result::Outcome;
-
 /// One kind of delivery a caller may ask for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WebhookEvent {
@@ -39,15 +37,6 @@ impl WebhookEvent {
         WebhookEvent::ALL.into_iter().find(|e| e.as_str() == name)
     }
 
-    /// The final event an ending is.
-    pub fn of(outcome: &Outcome) -> WebhookEvent {
-        match outcome {
-            Outcome::Finished(_) => WebhookEvent::Completed,
-            Outcome::Failed { .. } => WebhookEvent::Failed,
-            Outcome::Canceled => WebhookEvent::Canceled,
-        }
-    }
-
     fn bit(self) -> u8 {
         1 << (self as u8)
     }
@@ -77,7 +66,10 @@ impl WebhookEvents {
         let mut set = WebhookEvents(0);
         for item in items {
             let Value::String(name) = item else {
-                return Err(("invalid_type", format!("{WEBHOOK_EVENTS_RULE} (got {item})")));
+                return Err((
+                    "invalid_type",
+                    format!("{WEBHOOK_EVENTS_RULE} (got {item})"),
+                ));
             };
             let event = WebhookEvent::named(name).ok_or_else(|| {
                 (
@@ -105,7 +97,9 @@ impl WebhookEvents {
     }
 
     pub fn iter(self) -> impl Iterator<Item = WebhookEvent> {
-        WebhookEvent::ALL.into_iter().filter(move |e| self.contains(*e))
+        WebhookEvent::ALL
+            .into_iter()
+            .filter(move |e| self.contains(*e))
     }
 }
 
@@ -146,7 +140,10 @@ mod tests {
     #[test]
     fn a_list_of_known_names_is_a_set_and_the_default_is_not_stored() {
         let set = WebhookEvents::parse(&json!(["failed", "progress", "failed"])).unwrap();
-        assert_eq!(serde_json::to_value(set).unwrap(), json!(["progress", "failed"]));
+        assert_eq!(
+            serde_json::to_value(set).unwrap(),
+            json!(["progress", "failed"])
+        );
         assert!(set.contains(WebhookEvent::Progress));
         assert!(!set.contains(WebhookEvent::Completed));
         let all_final = WebhookEvents::parse(&json!(["canceled", "completed", "failed"])).unwrap();

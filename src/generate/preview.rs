@@ -63,7 +63,12 @@ pub fn shrink(image: PreviewImage, max_px: u32) -> Result<Vec<u8>, String> {
         .collect();
     let mut out = Vec::new();
     image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 80)
-        .encode(&rgb, small.width, small.height, image::ExtendedColorType::Rgb8)
+        .encode(
+            &rgb,
+            small.width,
+            small.height,
+            image::ExtendedColorType::Rgb8,
+        )
         .map_err(|e| format!("could not encode the preview: {e}"))?;
     Ok(out)
 }

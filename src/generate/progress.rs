@@ -129,7 +129,10 @@ impl Progress {
 
     fn lock_preview(&self) -> std::sync::MutexGuard<'_, Option<PreviewImage>> {
         // Only ever replaced or taken whole: a panic elsewhere leaves nothing half-written.
-        self.shared.preview.lock().unwrap_or_else(|e| e.into_inner())
+        self.shared
+            .preview
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 }
 

@@ -70,13 +70,12 @@ impl TaskRow {
         // A final task without a delivery row was left out by its `webhook_events`.
         let skipped = self.wh_status.is_none()
             && status.is_final()
-            && final_event(status)
-                .is_some_and(|e| !WebhookEvents::wants(extras.webhook_events, e));
+            && final_event(status).is_some_and(|e| !WebhookEvents::wants(extras.webhook_events, e));
         let webhook = self.webhook_url.map(|url| WebhookState {
             url,
-            status: self.wh_status.unwrap_or_else(|| {
-                if skipped { "skipped" } else { "pending" }.into()
-            }),
+            status: self
+                .wh_status
+                .unwrap_or_else(|| if skipped { "skipped" } else { "pending" }.into()),
             attempts: self.wh_attempts.unwrap_or(0),
             last_status_code: self.wh_last_status_code,
             last_error: self.wh_last_error,

@@ -16,10 +16,12 @@ impl WebhookTargets for SqliteStore {
         .bind(seq)
         .fetch_optional(&self.reader)
         .await?;
-        Ok(row.map(|(url, webhook_secret, signing_secret)| WebhookTarget {
-            url,
-            webhook_secret,
-            signing_secret,
-        }))
+        Ok(
+            row.map(|(url, webhook_secret, signing_secret)| WebhookTarget {
+                url,
+                webhook_secret,
+                signing_secret,
+            }),
+        )
     }
 }

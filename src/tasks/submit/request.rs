@@ -506,7 +506,9 @@ mod tests {
         );
         assert_eq!(
             refused::<Delivery>(json!({"webhook_events": ["progress", "started"]})),
-            format!("invalid_value webhook_events: {WEBHOOK_EVENTS_RULE} (unknown event \"started\")")
+            format!(
+                "invalid_value webhook_events: {WEBHOOK_EVENTS_RULE} (unknown event \"started\")"
+            )
         );
         assert_eq!(
             refused::<Delivery>(json!({"webhook_events": "failed"})),
