@@ -42,6 +42,7 @@ use crate::net::DestinationPolicy;
 use crate::store::{SharedStore, Store};
 use crate::webhooks::client::WebhookClient;
 use crate::webhooks::dispatcher::Dispatcher;
+use crate::webhooks::progress::ProgressHooks;
 use crate::worker::WorkerContext;
 
 /// The email of the account created on the first start.
@@ -55,6 +56,8 @@ pub struct Application {
     state: AppState,
     worker: WorkerContext,
     dispatcher: Dispatcher,
+    /// Progress deliveries, for the workers (see `webhooks::progress`).
+    progress: ProgressHooks,
     public_url: String,
     first_key: Option<String>,
 }
@@ -163,6 +166,17 @@ impl Application {
             ),
             live_keys: auth::LiveKeys::default(),
         });
+        // A client of its own: progress requests never take the final deliveries' connections.
+        let progress = ProgressHooks::new(
+            WebhookClient::new(
+                config.webhooks.progress_timeout,
+                destinations,
+                &webhooks::user_agent(),
+                config.webhooks.progress_concurrency,
+            )
+            .map_err(|e| anyhow::anyhow!("progress webhook client: {e}"))?,
+            config.webhooks.progress_concurrency,
+        );
         let worker = WorkerContext {
             store: store.clone(),
             blobs,
@@ -175,6 +189,7 @@ impl Application {
             policy: content_policy,
             config: config.clone(),
             generating: Arc::new(tokio::sync::Semaphore::new(config.worker.workers.max(1))),
+            progress_hooks: progress.clone(),
             owner: format!(
                 "{}-{}",
                 std::process::id(),
@@ -199,6 +214,7 @@ impl Application {
             state,
             worker,
             dispatcher,
+            progress,
             public_url,
             first_key,
         })
@@ -237,6 +253,11 @@ impl Application {
     /// The dispatcher, for sending due deliveries in one step (`dispatch_due`).
     pub fn dispatcher(&self) -> &Dispatcher {
         &self.dispatcher
+    }
+
+    /// The node's progress deliveries (one per node; clones share its in-flight bound).
+    pub fn progress_hooks(&self) -> &ProgressHooks {
+        &self.progress
     }
 
     /// Run the API, the workers and the dispatcher until `signal` completes, then shut down

@@ -100,6 +100,7 @@ struct Metrics {
     generation: HistogramFamily<BackendLabels>,
     webhook_attempts: Family<OutcomeLabels, Counter>,
     webhook_lag: Histogram,
+    webhook_progress: Family<OutcomeLabels, Counter>,
     store_errors: Family<StoreErrorLabels, Counter>,
     retention_removed: Counter,
     decode_budget_waits: Counter,
@@ -143,6 +144,13 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         Unit::Seconds,
         webhook_lag.clone(),
     );
+    let webhook_progress = Family::<OutcomeLabels, Counter>::default();
+    registry.register(
+        "webhook_progress_deliveries",
+        "Progress webhook deliveries by outcome (delivered, failed, dropped: not sent because the \
+         node's progress requests in flight were at their bound or the task had no usable secret)",
+        webhook_progress.clone(),
+    );
     let store_errors = Family::<StoreErrorLabels, Counter>::default();
     registry.register(
         "store_errors",
@@ -183,6 +191,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         generation,
         webhook_attempts,
         webhook_lag,
+        webhook_progress,
         store_errors,
         retention_removed,
         decode_budget_waits,
@@ -342,6 +351,14 @@ pub fn webhook_attempt(status: &'static str, lag: Option<Duration>) {
     if let Some(lag) = lag {
         METRICS.webhook_lag.observe(lag.as_secs_f64());
     }
+}
+
+/// Count a progress delivery: `delivered`, `failed` (its one attempt failed) or `dropped`.
+pub fn webhook_progress(outcome: &'static str) {
+    METRICS
+        .webhook_progress
+        .get_or_create(&OutcomeLabels { outcome })
+        .inc();
 }
 
 /// Count a failed store call made by `component` (`api`, `worker` or `dispatcher`).

@@ -27,6 +27,13 @@ pub struct Webhooks {
     /// Most webhook deliveries in flight at once.
     #[serde(rename = "webhook_concurrency")]
     pub concurrency: usize,
+    /// The whole-exchange timeout of one progress delivery (its only attempt).
+    #[serde(rename = "webhook_progress_timeout", with = "duration")]
+    pub progress_timeout: Duration,
+    /// Most progress deliveries in flight at once on this node; a progress state that finds
+    /// them all busy is dropped (a later one may go).
+    #[serde(rename = "webhook_progress_concurrency")]
+    pub progress_concurrency: usize,
 }
 
 impl Default for Webhooks {
@@ -41,6 +48,8 @@ impl Default for Webhooks {
             allow_http: false,
             allow_private: false,
             concurrency: 64,
+            progress_timeout: Duration::from_secs(3),
+            progress_concurrency: 32,
         }
     }
 }
@@ -53,6 +62,12 @@ impl Webhooks {
         }
         if self.concurrency == 0 {
             bail!("configuration: webhook_concurrency must be at least 1");
+        }
+        if self.progress_timeout.is_zero() {
+            bail!("configuration: webhook_progress_timeout must be non-zero");
+        }
+        if self.progress_concurrency == 0 {
+            bail!("configuration: webhook_progress_concurrency must be at least 1");
         }
         if self.retry_schedule.windows(2).any(|w| w[0] > w[1]) {
             bail!("configuration: webhook_retry_schedule must not decrease");

@@ -10,6 +10,7 @@ use serde_json::Value;
 use super::image_prompts::ImagePrompt;
 use super::parameters::Parameters;
 use super::settings::Settings;
+use super::webhook_events::WebhookEvents;
 
 /// Most bytes of a task's `metadata`, serialized.
 pub const METADATA_MAX_BYTES: usize = 4096;
@@ -30,6 +31,9 @@ pub struct Extras {
     /// operation's own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub image_prompts: Vec<ImagePrompt>,
+    /// The deliveries the caller asked for; None is the default (every final event).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook_events: Option<WebhookEvents>,
 }
 
 impl Extras {

@@ -12,6 +12,7 @@ mod policy;
 mod result;
 pub mod settings;
 mod task;
+pub mod webhook_events;
 pub mod wire;
 
 pub use extras::{Extras, Metadata};
@@ -22,3 +23,4 @@ pub use policy::ContentPolicy;
 pub use result::{Outcome, PayloadHead};
 pub use settings::Settings;
 pub use task::{AspectRatio, ProcessMode, Prompt, TaskStatus};
+pub use webhook_events::{WebhookEvent, WebhookEvents};

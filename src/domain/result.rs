@@ -2,6 +2,7 @@ use super::actions::Action;
 use super::extras::Metadata;
 use super::output::Output;
 use super::task::TaskStatus;
+use super::webhook_events::{WebhookEvent, WebhookEvents};
 use super::wire::{OperationFields, Payload, ResultFields};
 
 /// How a task ended, as the worker reports it.
@@ -27,6 +28,15 @@ pub struct PayloadHead<'a> {
     pub metadata: Option<&'a Metadata>,
     /// The follow-ups a finished task offers, when its payload carries them (else empty).
     pub actions: Vec<Action>,
+    /// The caller's `webhook_events` (None: every final event): whether the ending is sent.
+    pub webhook_events: Option<WebhookEvents>,
+}
+
+impl PayloadHead<'_> {
+    /// Whether the task's webhook is sent for `outcome`: its `webhook_events` name it.
+    pub fn sends(&self, outcome: &Outcome) -> bool {
+        WebhookEvents::wants(self.webhook_events, outcome.event())
+    }
 }
 
 impl<'a> PayloadHead<'a> {
@@ -53,6 +63,15 @@ static NO_FIELDS: OperationFields = OperationFields {
 };
 
 impl Outcome {
+    /// The final event it is, as `webhook_events` names it.
+    pub fn event(&self) -> WebhookEvent {
+        match self {
+            Outcome::Finished(_) => WebhookEvent::Completed,
+            Outcome::Failed { .. } => WebhookEvent::Failed,
+            Outcome::Canceled => WebhookEvent::Canceled,
+        }
+    }
+
     /// The exact JSON body of the webhook delivery for this outcome, with `url` making an
     /// image's address from its key. Finished: `task_id, task_type, status, percentage`, then
     /// `parent_task_id` and the operation's own fields where it has them, then the result
@@ -152,6 +171,7 @@ mod tests {
             fields,
             metadata: None,
             actions: Vec::new(),
+            webhook_events: None,
         };
         let url = |key: &str| format!("https://x/files/{key}");
         let v: serde_json::Value = serde_json::from_str(&ok.webhook_payload(&head, &url)).unwrap();

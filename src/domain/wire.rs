@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::{Metadata, Parameters, Settings};
+use super::{Metadata, Parameters, Settings, WebhookEvents};
 
 /// One follow-up a finished task offers (see `domain::actions`), ready to send as
 /// `POST /api/v1/{operation}` with `body`.
@@ -144,6 +144,9 @@ pub struct Record {
     pub error: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub webhook: Option<WebhookState>,
+    /// The deliveries the caller asked for, when not the default (every final event).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub webhook_events: Option<WebhookEvents>,
     #[serde(flatten)]
     pub operation: OperationFields,
     /// The record's own `seed` already says a seed task's answer, so `result.seed` stays empty.
@@ -198,6 +201,9 @@ mod tests {
                 last_error: Some("e".into()),
                 next_attempt_at: Some("n".into()),
             }),
+            webhook_events: Some(
+                crate::domain::WebhookEvents::parse(&serde_json::json!(["progress"])).unwrap(),
+            ),
             operation: OperationFields {
                 index: Some(IndexField::Image(1)),
                 kind: Some("2x".into()),
@@ -256,6 +262,7 @@ mod tests {
         bare.parent_task_id = None;
         bare.error = None;
         bare.webhook = None;
+        bare.webhook_events = None;
         bare.operation = OperationFields::default();
         bare.result = ResultFields::default();
         bare.metadata = None;

@@ -12,6 +12,7 @@ use super::error::{Failure, StoreError, StoreResult};
 use super::events::TaskEvent;
 use super::events::TaskEvents;
 use super::model::*;
+use super::targets::WebhookTargets;
 use super::uploads::{Upload, UploadAdmitted};
 
 /// The queue: submit, read, claim with a lease, heartbeat, end fenced by attempt.
@@ -362,7 +363,9 @@ pub trait Uploads: Send + Sync {
 /// Everything easel needs from its store. The API, the workers and the dispatcher hold an
 /// `Arc<dyn Store>` and never learn which database is behind it.
 #[async_trait]
-pub trait Store: TaskQueue + Outbox + Accounts + Views + Retention + Uploads {
+pub trait Store:
+    TaskQueue + Outbox + Accounts + Views + Retention + Uploads + WebhookTargets
+{
     /// `sqlite` or `postgres`, for logs.
     fn kind(&self) -> &'static str;
 

@@ -21,6 +21,7 @@ mod open;
 pub mod postgres;
 mod rows;
 pub mod sqlite;
+mod targets;
 mod uploads;
 
 pub(crate) use chunks::chunks;
@@ -39,6 +40,7 @@ pub use model::{
     TaskFilter, TaskPage, WebhookState, FAILING_SCAN_MAX, KEY_TOUCH_EVERY_MS, LIST_LIMIT_MAX,
 };
 pub(crate) use model::{usage_since, worker_lost, Fence, Quota, Refused, RUNNING};
+pub use targets::{WebhookTarget, WebhookTargets};
 pub use uploads::{upload_day, Upload, UploadAdmitted};
 pub(crate) use uploads::{upload_of, UploadRow, UPLOAD_COLUMNS};
 

@@ -186,12 +186,19 @@ pub struct WebhookState {
 pub struct Ending {
     pub outcome: Outcome,
     pub payload: String,
+    /// Whether its webhook is sent; decided once, here, for the worker, cancel and the reaper.
+    pub delivers: bool,
 }
 
 impl Ending {
     pub fn new(outcome: Outcome, head: &PayloadHead<'_>, url: &dyn Fn(&str) -> String) -> Ending {
         let payload = outcome.webhook_payload(head, url);
-        Ending { outcome, payload }
+        let delivers = head.sends(&outcome);
+        Ending {
+            outcome,
+            payload,
+            delivers,
+        }
     }
 
     /// How many images the task made (counted into the account's total).
@@ -266,6 +273,7 @@ impl ClaimedTask {
                 .unwrap_or_default(),
             metadata: self.extras.metadata.as_ref(),
             actions: Vec::new(),
+            webhook_events: self.extras.webhook_events,
         }
     }
 }
@@ -645,6 +653,7 @@ pub(crate) fn worker_lost(
         task_id,
         task_type,
         metadata: extras.metadata.as_ref(),
+        webhook_events: extras.webhook_events,
         ..Default::default()
     };
     // A failure names no image, so no URL is ever made.
@@ -657,53 +666,4 @@ pub fn now_ms() -> i64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_quota_counts_the_groups_own_earlier_tasks() {
-        let mut quota = Quota::default();
-        quota.set("a", 1, None);
-        quota.set("b", 0, None);
-        assert_eq!(quota.admit("a", 3, 5), Ok(0));
-        assert_eq!(quota.admit("b", 3, 5), Ok(0));
-        assert_eq!(quota.admit("a", 3, 5), Ok(0));
-        assert_eq!(
-            quota.admit("a", 3, 5),
-            Err(Refused::Quota),
-            "1 before and 2 in the group make 3"
-        );
-        assert_eq!(quota.admit("unknown", 3, 0), Err(Refused::Quota));
-        let mut added: Vec<_> = quota.added().collect();
-        added.sort();
-        assert_eq!(added, [("a", 2), ("b", 1)]);
-        assert_eq!(
-            quota.charged().count(),
-            0,
-            "unlimited accounts are not charged"
-        );
-    }
-
-    #[test]
-    fn the_balance_counts_the_groups_own_earlier_charges() {
-        let mut quota = Quota::default();
-        quota.set("c", 0, Some(5));
-        assert_eq!(quota.admit("c", 100, 2), Ok(2));
-        assert_eq!(quota.admit("c", 100, 2), Ok(2));
-        assert_eq!(quota.admit("c", 100, 2), Err(Refused::Credits));
-        assert_eq!(quota.admit("c", 100, 1), Ok(1), "a cheaper task still fits");
-        assert_eq!(quota.admit("c", 100, 0), Ok(0), "a free task always fits");
-        assert_eq!(quota.charged().collect::<Vec<_>>(), [("c", 5)]);
-        assert_eq!(quota.added().collect::<Vec<_>>(), [("c", 4)]);
-    }
-
-    #[test]
-    fn only_a_final_task_with_a_webhook_is_redelivered() {
-        use TaskStatus::*;
-        assert_eq!(Redelivery::decide(Finished, true), Redelivery::Queued);
-        assert_eq!(Redelivery::decide(Failed, true), Redelivery::Queued);
-        assert_eq!(Redelivery::decide(Canceled, true), Redelivery::Queued);
-        assert_eq!(Redelivery::decide(Processing, true), Redelivery::NotFinal);
-        assert_eq!(Redelivery::decide(Finished, false), Redelivery::NoWebhook);
-    }
-}
+mod tests;

@@ -11,7 +11,7 @@ use super::{
     Task, TaskIds, WebhookState,
 };
 use crate::domain::output::OutputColumns;
-use crate::domain::{Extras, OpKind, Operation, Output, TaskStatus};
+use crate::domain::{Extras, OpKind, Operation, Output, TaskStatus, WebhookEvent, WebhookEvents};
 
 /// A task's row, with its delivery's, as the reads select it.
 #[derive(FromRow)]
@@ -68,9 +68,16 @@ impl TaskRow {
         let task_type: OpKind = decode(self.seq, "task_type", &self.task_type)?;
         let aspect_ratio = decode(self.seq, "aspect_ratio", &self.aspect_ratio)?;
         let process_mode = decode(self.seq, "process_mode", &self.process_mode)?;
+        let extras = Extras::from_column(self.extras.as_deref());
+        // A final task without a delivery row was left out by its `webhook_events`.
+        let skipped = self.wh_status.is_none()
+            && status.is_final()
+            && final_event(status).is_some_and(|e| !WebhookEvents::wants(extras.webhook_events, e));
         let webhook = self.webhook_url.map(|url| WebhookState {
             url,
-            status: self.wh_status.unwrap_or_else(|| "pending".into()),
+            status: self
+                .wh_status
+                .unwrap_or_else(|| if skipped { "skipped" } else { "pending" }.into()),
             attempts: self.wh_attempts.unwrap_or(0),
             last_status_code: self.wh_last_status_code,
             last_error: self.wh_last_error,
@@ -116,7 +123,7 @@ impl TaskRow {
             error: self.error,
             webhook,
             data_removed_at: self.data_removed_at,
-            extras: Extras::from_column(self.extras.as_deref()),
+            extras,
             version: self.event_seq.unwrap_or(self.seq),
             preview_key: self
                 .preview_key
@@ -234,6 +241,16 @@ impl KeyOwnerRow {
 /// accounts table).
 pub(crate) const ACCOUNT_COLUMNS: &str = "a.id, a.email, a.plan, a.credits, a.total_images,
     a.signing_secret, a.admin, a.disabled, a.created_at, a.password_hash IS NOT NULL AS has_password";
+
+/// The delivery event of a final status.
+fn final_event(status: TaskStatus) -> Option<WebhookEvent> {
+    match status {
+        TaskStatus::Finished => Some(WebhookEvent::Completed),
+        TaskStatus::Failed => Some(WebhookEvent::Failed),
+        TaskStatus::Canceled => Some(WebhookEvent::Canceled),
+        _ => None,
+    }
+}
 
 /// One failed webhook attempt, as `failing_destinations` reads them: the delivery's URL and id,
 /// when, and what came back.

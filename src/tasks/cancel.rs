@@ -42,6 +42,7 @@ fn canceled(tasks: &Tasks, task: &Task) -> Ending {
         fields,
         metadata: task.extras.metadata.as_ref(),
         actions: Vec::new(),
+        webhook_events: task.extras.webhook_events,
     };
     Ending::new(Outcome::Canceled, &head, &|key| tasks.blobs.url(key))
 }

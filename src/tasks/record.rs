@@ -57,6 +57,7 @@ pub fn task_record(task: &Task, blobs: &Blobs, retention: Option<Duration>) -> R
                 .filter(|_| w.status == "pending")
                 .map(rfc3339),
         }),
+        webhook_events: task.extras.webhook_events,
         operation: {
             let mut fields = task
                 .operation

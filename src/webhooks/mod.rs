@@ -3,6 +3,7 @@
 
 pub mod client;
 pub mod dispatcher;
+pub mod progress;
 pub mod signing;
 
 use std::time::Duration;

@@ -34,7 +34,9 @@ use crate::config::Config;
 use crate::domain::actions::Offer;
 use crate::domain::operation::FOLLOW_UP_MAX_SIDE;
 use crate::domain::{prompt_text, ContentPolicy, Outcome, Output, TaskStatus};
+use crate::domain::webhook_events::{WebhookEvent, WebhookEvents};
 use crate::generate::{Generator, Job, Product, Progress};
+use crate::webhooks::progress::{ProgressSender, ProgressTarget};
 use crate::store::{ClaimedTask, Ending, SharedStore, StoreError, StoreResult};
 pub use inputs::Inputs;
 use inputs::Refused;
@@ -54,6 +56,8 @@ pub struct WorkerContext {
     pub generating: Arc<Semaphore>,
     /// Where callers' input images come from.
     pub inputs: Inputs,
+    /// Progress deliveries of the tasks that ask for them (`webhook_events`).
+    pub progress_hooks: crate::webhooks::progress::ProgressHooks,
 }
 
 /// How one claimed task ended for this worker.
@@ -114,6 +118,7 @@ impl WorkerContext {
         let progress = Progress::default();
         let lost = CancellationToken::new();
         let previews = Blobs::new_folder(&task.id);
+        let hooks = self.progress_hooks(&task).await.map(Arc::new);
         let heartbeat = tokio::spawn(
             reporter::Reporter {
                 ctx: self.clone(),
@@ -123,6 +128,7 @@ impl WorkerContext {
                 progress: progress.clone(),
                 lost: lost.clone(),
                 preview_folder: previews.clone(),
+                hooks: hooks.clone(),
             }
             .run()
             .in_current_span(),
@@ -134,6 +140,8 @@ impl WorkerContext {
             _ = lost.cancelled() => None,
             _ = hard_stop.cancelled() => {
                 heartbeat.abort();
+                let _ = heartbeat.await;
+                finish_hooks(hooks).await;
                 self.blobs.remove_folder(&previews).await;
                 self.store.release_task(task.seq, task.attempts).await?;
                 tracing::info!("task released for another worker (shutdown)");
@@ -141,6 +149,9 @@ impl WorkerContext {
             }
         };
         heartbeat.abort();
+        let _ = heartbeat.await;
+        // No progress delivery may follow the final one, which the end's commit queues.
+        finish_hooks(hooks).await;
         match produced {
             None => {
                 self.blobs.remove_folder(&previews).await;
@@ -177,6 +188,28 @@ impl WorkerContext {
                 }
             }
         }
+    }
+
+    /// The progress deliveries of `task`, when it asks for them and has a webhook.
+    async fn progress_hooks(&self, task: &ClaimedTask) -> Option<ProgressSender> {
+        if !WebhookEvents::wants(task.extras.webhook_events, WebhookEvent::Progress) {
+            return None;
+        }
+        let target = match self.store.webhook_target(task.seq).await {
+            Ok(target) => target?,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the task's webhook; no progress deliveries");
+                return None;
+            }
+        };
+        Some(self.progress_hooks.task(ProgressTarget {
+            task_id: task.id.clone(),
+            task_type: task.task_type.as_str().to_string(),
+            url: target.url,
+            webhook_secret: target.webhook_secret,
+            signing_secret: target.signing_secret,
+            metadata: task.extras.metadata.clone(),
+        }))
     }
 
     /// Whether the claim on `task` ended because the task was canceled (rather than because its
@@ -417,6 +450,13 @@ impl WorkerContext {
             // Counted by the worker loop, which sees every store error of a task's run.
             Err(e) => Err(e),
         }
+    }
+}
+
+/// Stop a task's progress deliveries, once its reporter (the other holder) has stopped.
+async fn finish_hooks(hooks: Option<Arc<ProgressSender>>) {
+    if let Some(sender) = hooks.and_then(|h| Arc::into_inner(h)) {
+        sender.finish().await;
     }
 }
 

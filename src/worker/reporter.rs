@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::WorkerContext;
 use crate::generate::{preview, Progress};
 use crate::store::{Happened, Heard, StoredProgress, TaskEvent};
+use crate::webhooks::progress::ProgressSender;
 
 /// The most often a task's progress is stored, and its preview written.
 pub const STORE_EVERY: Duration = Duration::from_secs(1);
@@ -29,6 +30,8 @@ pub(super) struct Reporter {
     pub lost: CancellationToken,
     /// Where this attempt's previews go (removed with the attempt's other leftovers).
     pub preview_folder: String,
+    /// The task's progress deliveries, when it asks for them.
+    pub hooks: Option<std::sync::Arc<ProgressSender>>,
 }
 
 /// What storing the progress came to.
@@ -156,6 +159,7 @@ impl Reporter {
                 live: true,
             },
         };
+        self.offer(percentage, told.preview_key.as_deref());
         if let Err(e) = self.ctx.store.publish_progress(event).await {
             tracing::debug!(error = %e, "could not tell the task's listeners of its progress");
         }
@@ -189,6 +193,9 @@ impl Reporter {
         }
         if !self.heartbeat(told, Some(&progress)).await {
             return Stored::Lost;
+        }
+        if progress.preview_key != told.stored.as_ref().and_then(|s| s.preview_key.clone()) {
+            self.offer(percentage, progress.preview_key.as_deref());
         }
         told.stored = Some(progress);
         told.stored_at = Some(now);
@@ -236,6 +243,13 @@ impl Reporter {
                 tracing::debug!("a preview's write timed out; skipped");
                 told.preview_key.clone()
             }
+        }
+    }
+
+    /// Hand the state to the task's progress deliveries, if it has them.
+    fn offer(&self, percentage: i64, preview_key: Option<&str>) {
+        if let Some(hooks) = &self.hooks {
+            hooks.offer(percentage, preview_key.map(|k| self.ctx.blobs.url(k)));
         }
     }
 

@@ -132,6 +132,8 @@ pub struct TestApp {
     pub store: SharedStore,
     pub config: Config,
     pub dir: TempDir,
+    /// The node's progress deliveries, as its workers get them.
+    pub progress: easel::webhooks::progress::ProgressHooks,
     stop: Option<oneshot::Sender<()>>,
     handle: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
@@ -248,6 +250,7 @@ impl TestApp {
         let app = Application::build(config.clone()).await.unwrap();
         let base = format!("http://{}", app.local_addr());
         let store = app.store().clone();
+        let progress = app.progress_hooks().clone();
         let key = match app.first_key() {
             Some(k) => k.to_string(),
             None => easel::auth::create_key(
@@ -269,6 +272,7 @@ impl TestApp {
             store,
             config,
             dir,
+            progress,
             stop: Some(stop),
             handle: Some(handle),
         }

@@ -19,6 +19,7 @@ mod channels;
 mod deliveries;
 mod retention;
 mod submit;
+mod targets;
 mod tasks;
 mod uploads;
 mod views;

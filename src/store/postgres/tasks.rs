@@ -470,7 +470,8 @@ async fn complete_in_tx(
     if refund > 0 && refunded.is_some() {
         super::accounts::ledger(tx, &account_id, Some(seq), refund, "refund", now).await?;
     }
-    let Some(url) = webhook_url else {
+    // An ending the caller left out of `webhook_events` queues nothing.
+    let Some(url) = webhook_url.filter(|_| ending.delivers) else {
         return Ok(Some(false));
     };
     sqlx::query(

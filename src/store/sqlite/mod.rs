@@ -11,6 +11,7 @@ mod ledger;
 mod records;
 mod retention;
 mod submit;
+mod targets;
 mod tasks;
 mod uploads;
 mod views;

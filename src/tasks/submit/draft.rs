@@ -237,6 +237,8 @@ impl Draft {
         };
         d.webhook_secret = webhook_secret(delivery.webhook_secret)?;
         d.extras.metadata = delivery.metadata.map(|m| m.0);
+        // Kept without `webhook_url` too: harmless, and shown in the record as asked.
+        d.extras.webhook_events = delivery.webhook_events.and_then(|e| e.0.stored());
         d.asked = generation::asked(kind, body)?;
         Ok(d)
     }

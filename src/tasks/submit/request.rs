@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::domain::operation::{AltKind, Dimension, PanDirection};
-use crate::domain::{AspectRatio, Metadata, ProcessMode};
+use crate::domain::{AspectRatio, Metadata, ProcessMode, WebhookEvents};
 use crate::error::ApiError;
 
 /// A field's refusal before its name is known: the contract's code and the rule broken.
@@ -277,6 +277,12 @@ field_type!(
 );
 
 field_type!(
+    /// `webhook_events`: the deliveries the caller asks for.
+    WebhookEventsField(WebhookEvents),
+    |v| WebhookEvents::parse(&v).map_err(|(code, rule)| Refusal::new(code, rule))
+);
+
+field_type!(
     /// `steps`: an integer, checked against the model's limits once the model is known.
     Steps(i64),
     |v| match &v {
@@ -325,6 +331,8 @@ pub struct Delivery {
     pub seed: Option<Seed>,
     #[serde(default)]
     pub metadata: Option<MetadataField>,
+    #[serde(default)]
+    pub webhook_events: Option<WebhookEventsField>,
 }
 
 /// `process_mode`, on the operations that make images.
@@ -440,6 +448,7 @@ pub struct Faceswap {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::webhook_events::WEBHOOK_EVENTS_RULE;
     use serde_json::json;
 
     fn refused<T: DeserializeOwned>(body: Value) -> String {
@@ -494,6 +503,16 @@ mod tests {
         assert_eq!(
             refused::<Delivery>(json!({"metadata": "x"})),
             "invalid_value metadata: must be a JSON object"
+        );
+        assert_eq!(
+            refused::<Delivery>(json!({"webhook_events": ["progress", "started"]})),
+            format!(
+                "invalid_value webhook_events: {WEBHOOK_EVENTS_RULE} (unknown event \"started\")"
+            )
+        );
+        assert_eq!(
+            refused::<Delivery>(json!({"webhook_events": "failed"})),
+            format!("invalid_type webhook_events: {WEBHOOK_EVENTS_RULE}")
         );
         assert_eq!(
             refused::<UpscaleHighres>(json!({"type": "3x"})),
