@@ -89,12 +89,10 @@ async fn subscribe(
         .header("Accept", "text/event-stream")
         .send()
         .await?;
-    if !answer.status().is_success() {
-        bail!(
-            "GET {url} answered {}: {}",
-            answer.status(),
-            answer.text().await.unwrap_or_default()
-        );
+    let status = answer.status();
+    if !status.is_success() {
+        let body = answer.text().await.unwrap_or_default();
+        bail!("GET {url} answered {status}: {body}");
     }
     open.fetch_add(1, Ordering::Relaxed);
     let mut body = answer.bytes_stream();
@@ -208,10 +206,10 @@ impl Frames {
     /// in `tasks` (the benchmark runs them one at a time).
     pub fn by_task(&self, tasks: &[String]) -> anyhow::Result<HashMap<(String, i64), Instant>> {
         let sent = self.sent.lock().unwrap();
-        let mut prompts: Vec<&str> = Vec::new();
+        let mut prompts: Vec<&String> = Vec::new();
         let mut out = HashMap::new();
         for (prompt, percentage, at) in sent.iter() {
-            let i = match prompts.iter().position(|p| p == prompt) {
+            let i = match prompts.iter().position(|p| *p == prompt) {
                 Some(i) => i,
                 None => {
                     prompts.push(prompt);
