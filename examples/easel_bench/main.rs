@@ -4,14 +4,18 @@
 //!
 //! ```text
 //! bench/run [--quick] [--only submit,e2e,webhooks,retry,scale,postgres,operations,backends,listing,
-//!     wait,idempotency,decode]
+//!     wait,idempotency,decode,events]
 //! ```
 //!
 //! It needs the release `easel` binary (`--easel`) and `wrk` on the PATH; bench/run provides both.
 
+// The mock ComfyUI of the tests (its WebSocket `progress` frames) is the backend of `events`.
+#[path = "../../tests/backend_mocks/mod.rs"]
+mod backend_mocks;
 mod backends;
 mod decode;
 mod e2e;
+mod events;
 mod idempotency;
 mod listing;
 mod operations;
@@ -21,6 +25,7 @@ mod report;
 mod scale;
 mod store_alone;
 mod submit;
+mod subscribers;
 mod wait;
 mod webhooks;
 mod wrk;
@@ -50,6 +55,7 @@ const BENCHMARKS: &[&str] = &[
     "wait",
     "idempotency",
     "decode",
+    "events",
 ];
 
 #[derive(Parser)]
@@ -65,7 +71,7 @@ struct Args {
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/wrk"))]
     lua: PathBuf,
     /// Benchmarks to run, comma-separated (default: all): submit, e2e, webhooks, retry, scale,
-    /// postgres, operations, backends, listing, wait, idempotency, decode.
+    /// postgres, operations, backends, listing, wait, idempotency, decode, events.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Smaller counts and shorter runs (a couple of minutes); figures are rougher.
@@ -343,6 +349,11 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 listing::run(&ctx, pg.then_some(args.postgres_url.as_str())).await
             }
             "wait" => wait::run(&ctx).await,
+            "events" => {
+                // Across two PostgreSQL nodes too when its server answers.
+                let pg = postgres::check_reachable(&args.postgres_url).await.is_ok();
+                events::run(&ctx, pg.then_some(args.postgres_url.as_str())).await
+            }
             _ => unreachable!("checked above"),
         };
         match result {

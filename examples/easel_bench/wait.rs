@@ -187,7 +187,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
 
 /// Let this process (and the server it starts, which inherits it) open `want` files, up to the
 /// hard limit.
-fn raise_open_files(want: u64) -> anyhow::Result<()> {
+pub(crate) fn raise_open_files(want: u64) -> anyhow::Result<()> {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -200,7 +200,7 @@ fn raise_open_files(want: u64) -> anyhow::Result<()> {
     );
     ensure!(
         limit.rlim_max >= want,
-        "{WAITERS} waiting requests need {want} open files; the hard limit is {}",
+        "this benchmark needs {want} open files; the hard limit is {}",
         limit.rlim_max
     );
     if limit.rlim_cur < want {
