@@ -157,7 +157,7 @@ impl Application {
                 shutdown: CancellationToken::new(),
                 idempotency: Default::default(),
                 line: tasks::line::QueueLine::new(store.clone()),
-                streams: tasks::events::Streams::new(&config.limits),
+                streams: Arc::new(tasks::streams::Streams::new(&config.limits)),
             }),
             rate_limits: ratelimit::RateLimits::new(&config.limits.rate_limits),
             hosts: http::hosts::DashboardHosts::new(

@@ -239,7 +239,7 @@ async fn a_wait_that_runs_out_answers_the_task_as_it_is() {
     assert_eq!(headers["preference-applied"], "wait=1");
     assert_eq!(record["status"], "pending");
     // Nobody is left watching the task.
-    assert_eq!(app.store.wakeups().task_ends.watched(), 0);
+    assert_eq!(app.store.wakeups().events.listened().0, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -268,7 +268,7 @@ async fn waiting_requests_are_answered_when_their_task_is_canceled() {
         .collect();
     // Every waiter is registered, on one entry for the task.
     wait_for(WITHIN, || async {
-        (app.store.wakeups().task_ends.watched() == 1).then_some(())
+        (app.store.wakeups().events.listened().0 == 1).then_some(())
     })
     .await
     .expect("the waiters watch their task");
@@ -288,7 +288,7 @@ async fn waiting_requests_are_answered_when_their_task_is_canceled() {
         assert_eq!(status, 200, "{record}");
         assert_eq!(record["status"], "canceled");
     }
-    assert_eq!(app.store.wakeups().task_ends.watched(), 0);
+    assert_eq!(app.store.wakeups().events.listened().0, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

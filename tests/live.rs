@@ -28,7 +28,10 @@ async fn a_running_task_shows_a_small_preview_which_goes_when_it_ends() {
     let id = app.imagine(json!({"prompt": "a windmill"})).await;
     let url = wait_for(Duration::from_secs(20), || async {
         let (_, record) = app.get(&format!("/api/v1/tasks/{id}")).await;
-        assert_ne!(record["status"], "finished", "the preview came before the end");
+        assert_ne!(
+            record["status"], "finished",
+            "the preview came before the end"
+        );
         record["preview_image_url"].as_str().map(str::to_string)
     })
     .await
@@ -39,7 +42,10 @@ async fn a_running_task_shows_a_small_preview_which_goes_when_it_ends() {
     let bytes = response.bytes().await.unwrap();
     let preview = image::load_from_memory_with_format(&bytes, image::ImageFormat::Jpeg).unwrap();
     let long = preview.width().max(preview.height());
-    assert!(long > 0 && long <= app.config.worker.preview_max_px, "{long}");
+    assert!(
+        long > 0 && long <= app.config.worker.preview_max_px,
+        "{long}"
+    );
 
     let record = app.wait_final(&id, Duration::from_secs(30)).await;
     assert_eq!(record["status"], "finished");
@@ -77,9 +83,17 @@ async fn progress_webhooks_come_at_most_once_a_second_and_never_after_the_final_
     // Anything late would have arrived by now.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let received = receiver.received();
-    assert_eq!(received.len(), finals.len(), "nothing after the final delivery");
+    assert_eq!(
+        received.len(),
+        finals.len(),
+        "nothing after the final delivery"
+    );
     let last = received.last().unwrap();
-    assert_eq!(body(last)["status"], "finished", "the final delivery is the last");
+    assert_eq!(
+        body(last)["status"],
+        "finished",
+        "the final delivery is the last"
+    );
     let progress: Vec<_> = received
         .iter()
         .filter(|r| body(r)["status"] == "processing")
@@ -96,7 +110,10 @@ async fn progress_webhooks_come_at_most_once_a_second_and_never_after_the_final_
         seen = p;
         if i > 0 {
             let gap = r.at - progress[i - 1].at;
-            assert!(gap >= Duration::from_millis(800), "one a second at most: {gap:?}");
+            assert!(
+                gap >= Duration::from_millis(800),
+                "one a second at most: {gap:?}"
+            );
         }
     }
 }
@@ -130,6 +147,9 @@ async fn a_hanging_progress_receiver_delays_no_final_delivery() {
         "the final delivery came {:?} after the end",
         arrived.saturating_duration_since(ended)
     );
-    assert!(hanging.count() >= 1, "the hanging receiver was sent progress");
+    assert!(
+        hanging.count() >= 1,
+        "the hanging receiver was sent progress"
+    );
     app.wait_final(&slow, Duration::from_secs(30)).await;
 }

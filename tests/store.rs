@@ -1340,27 +1340,22 @@ async fn a_cancel_ends_a_queued_or_claimed_task_once_refunds_it_and_fences_out_i
     // Queued: canceled at once, its credits back, its webhook queued, its watchers told.
     let id = queued(s, &charged, &key).await;
     let queued_task = s.task_for_account(&account, &id).await.unwrap().unwrap();
-    let watch = s.wakeups().task_ends.watch(queued_task.seq);
+    let mut watch = s.wakeups().events.listen_task(queued_task.seq, None);
     let stop = tokio_util::sync::CancellationToken::new();
     if s.kind() == "postgres" {
-        // Every node hears of ends through its listener, which wakes every watcher once it is up.
-        let up = watch.notified();
-        tokio::pin!(up);
-        up.as_mut().enable();
+        // Every node hears of ends through its listener, which has every listener read again
+        // once it is up.
         let (store, stop) = (s.clone(), stop.clone());
         tokio::spawn(async move { store.run_background(stop).await });
-        tokio::time::timeout(Duration::from_secs(10), up)
+        tokio::time::timeout(Duration::from_secs(10), watch.next())
             .await
             .expect("the listener is up");
     }
-    let told = watch.notified();
-    tokio::pin!(told);
-    told.as_mut().enable();
     assert!(s
         .cancel_task(queued_task.seq, &canceled(&queued_task.id))
         .await
         .unwrap());
-    tokio::time::timeout(Duration::from_secs(10), told)
+    tokio::time::timeout(Duration::from_secs(10), watch.ended())
         .await
         .expect("the task's watchers are told of its end");
     let done = s.task_for_account(&account, &id).await.unwrap().unwrap();

@@ -12,15 +12,15 @@
 //! state.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
 use serde_json::json;
 
 use super::line::waits;
+pub use super::streams::{StreamSlot, Streams};
 use super::Tasks;
-use crate::config::limits::Limits;
 use crate::domain::{OpKind, TaskStatus};
 use crate::error::ApiError;
 use crate::store::{Happened, Heard, Listener, StoreResult, Task, TaskEvent, LIST_LIMIT_MAX};
@@ -76,83 +76,10 @@ impl StreamFilter {
     }
 }
 
-/// The streams open on this node, by account, under `max_streams_per_account` and
-/// `max_streams`.
-pub struct Streams {
-    open: Mutex<HashMap<String, u32>>,
-    per_account: u32,
-    total: u32,
-}
-
-/// One open stream's place under the limits; given back when dropped (the connection closed).
-pub struct StreamSlot {
-    account_id: String,
-    tasks: Arc<Tasks>,
-}
-
-impl Streams {
-    pub fn new(limits: &Limits) -> Streams {
-        Streams {
-            open: Mutex::new(HashMap::new()),
-            per_account: limits.max_streams_per_account,
-            total: limits.max_streams,
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
-        self.open.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// How many streams are open on this node.
-    pub fn count(&self) -> u32 {
-        self.lock().values().sum()
-    }
-}
-
 /// Take a place for one more stream of `account_id`: 429 past the account's limit, 503 past the
 /// node's.
 pub fn open_slot(tasks: &Arc<Tasks>, account_id: &str) -> Result<StreamSlot, ApiError> {
-    let streams = &tasks.streams;
-    let mut open = streams.lock();
-    let total: u32 = open.values().sum();
-    if total >= streams.total {
-        return Err(ApiError::Unavailable {
-            msg: format!(
-                "this node has its most event streams open ({}); try again shortly",
-                streams.total
-            ),
-            retry_after_secs: 5,
-        });
-    }
-    let mine = open.entry(account_id.to_string()).or_default();
-    if *mine >= streams.per_account {
-        return Err(ApiError::TooManyRequests {
-            msg: format!(
-                "the account has its most event streams open on this node ({}); close one first",
-                streams.per_account
-            ),
-            retry_after_secs: 5,
-        });
-    }
-    *mine += 1;
-    crate::metrics::event_streams(1);
-    Ok(StreamSlot {
-        account_id: account_id.to_string(),
-        tasks: tasks.clone(),
-    })
-}
-
-impl Drop for StreamSlot {
-    fn drop(&mut self) {
-        let mut open = self.tasks.streams.lock();
-        if let Some(n) = open.get_mut(&self.account_id) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.account_id);
-            }
-        }
-        crate::metrics::event_streams(-1);
-    }
+    Streams::open(&tasks.streams, account_id)
 }
 
 /// The version a `Last-Event-ID` names, if it is one.

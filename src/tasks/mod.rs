@@ -9,6 +9,7 @@ pub mod idempotency;
 pub mod line;
 pub mod list;
 pub mod record;
+pub mod streams;
 pub mod submit;
 pub mod upload;
 pub mod wait;
@@ -53,7 +54,7 @@ pub struct Tasks {
     /// Where waiting tasks stand in line.
     pub line: line::QueueLine,
     /// The event streams open on this node, under their limits.
-    pub streams: events::Streams,
+    pub streams: Arc<streams::Streams>,
 }
 
 impl Tasks {

@@ -33,11 +33,11 @@ use crate::config::Config;
 
 use crate::domain::actions::Offer;
 use crate::domain::operation::FOLLOW_UP_MAX_SIDE;
-use crate::domain::{prompt_text, ContentPolicy, Outcome, Output, TaskStatus};
 use crate::domain::webhook_events::{WebhookEvent, WebhookEvents};
+use crate::domain::{prompt_text, ContentPolicy, Outcome, Output, TaskStatus};
 use crate::generate::{Generator, Job, Product, Progress};
-use crate::webhooks::progress::{ProgressSender, ProgressTarget};
 use crate::store::{ClaimedTask, Ending, SharedStore, StoreError, StoreResult};
+use crate::webhooks::progress::{ProgressSender, ProgressTarget};
 pub use inputs::Inputs;
 use inputs::Refused;
 pub use sweep::{sweep_orphans, SWEEP_LIMIT, SWEEP_MIN_AGE};
@@ -121,7 +121,9 @@ impl WorkerContext {
         let hooks = self.progress_hooks(&task).await.map(Arc::new);
         let heartbeat = tokio::spawn(
             reporter::Reporter {
-                ctx: self.clone(),
+                store: self.store.clone(),
+                blobs: self.blobs.clone(),
+                config: self.config.clone(),
                 seq: task.seq,
                 attempt: task.attempts,
                 account_id: task.account_id.as_str().into(),

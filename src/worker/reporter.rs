@@ -9,8 +9,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::WorkerContext;
+use crate::blobs::Blobs;
+use crate::config::Config;
 use crate::generate::{preview, Progress};
+use crate::store::SharedStore;
 use crate::store::{Happened, Heard, StoredProgress, TaskEvent};
 use crate::webhooks::progress::ProgressSender;
 
@@ -21,7 +23,9 @@ const PREVIEW_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the reporter of one task works with.
 pub(super) struct Reporter {
-    pub ctx: WorkerContext,
+    pub store: SharedStore,
+    pub blobs: Blobs,
+    pub config: std::sync::Arc<Config>,
     pub seq: i64,
     pub attempt: i64,
     pub account_id: std::sync::Arc<str>,
@@ -62,12 +66,11 @@ impl Reporter {
     pub(super) async fn run(self) {
         // Listening before the first heartbeat: a cancel from then on is heard at once.
         let mut listener = self
-            .ctx
             .store
             .wakeups()
             .events
             .listen_task(self.seq, Some(&self.account_id));
-        let mut tick = tokio::time::interval(self.ctx.config.worker.heartbeat);
+        let mut tick = tokio::time::interval(self.config.worker.heartbeat);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
         let mut told = Told {
@@ -96,11 +99,8 @@ impl Reporter {
                 },
                 _ = self.progress.started(), if !told.processing => {
                     told.processing = true;
-                    match self
-                        .ctx
-                        .store
-                        .mark_processing(self.seq, self.attempt, self.ctx.lease_ms())
-                        .await
+                    let lease_ms = self.config.worker.lease.as_millis() as i64;
+                    match self.store.mark_processing(self.seq, self.attempt, lease_ms).await
                     {
                         Ok(true) => {}
                         Ok(false) => {
@@ -160,7 +160,7 @@ impl Reporter {
             },
         };
         self.offer(percentage, told.preview_key.as_deref());
-        if let Err(e) = self.ctx.store.publish_progress(event).await {
+        if let Err(e) = self.store.publish_progress(event).await {
             tracing::debug!(error = %e, "could not tell the task's listeners of its progress");
         }
     }
@@ -209,7 +209,7 @@ impl Reporter {
         image: crate::generate::PreviewImage,
         told: &mut Told,
     ) -> Option<String> {
-        let max_px = self.ctx.config.worker.preview_max_px;
+        let max_px = self.config.worker.preview_max_px;
         if max_px == 0 {
             return None;
         }
@@ -224,13 +224,12 @@ impl Reporter {
         };
         told.previews += 1;
         let key = format!("{}/preview-{}.jpg", self.preview_folder, told.previews);
-        let written =
-            tokio::time::timeout(PREVIEW_WRITE_TIMEOUT, self.ctx.blobs.put(&key, jpeg)).await;
+        let written = tokio::time::timeout(PREVIEW_WRITE_TIMEOUT, self.blobs.put(&key, jpeg)).await;
         match written {
             Ok(Ok(())) => {
                 crate::metrics::preview_written();
                 if let Some(old) = told.preview_key.replace(key.clone()) {
-                    let blobs = self.ctx.blobs.clone();
+                    let blobs = self.blobs.clone();
                     tokio::spawn(async move { blobs.delete_keys(vec![old]).await });
                 }
                 Some(key)
@@ -249,7 +248,7 @@ impl Reporter {
     /// Hand the state to the task's progress deliveries, if it has them.
     fn offer(&self, percentage: i64, preview_key: Option<&str>) {
         if let Some(hooks) = &self.hooks {
-            hooks.offer(percentage, preview_key.map(|k| self.ctx.blobs.url(k)));
+            hooks.offer(percentage, preview_key.map(|k| self.blobs.url(k)));
         }
     }
 
@@ -257,9 +256,13 @@ impl Reporter {
     /// is no longer ours.
     async fn heartbeat(&self, told: &mut Told, progress: Option<&StoredProgress>) -> bool {
         match self
-            .ctx
             .store
-            .heartbeat(self.seq, self.attempt, self.ctx.lease_ms(), progress)
+            .heartbeat(
+                self.seq,
+                self.attempt,
+                self.config.worker.lease.as_millis() as i64,
+                progress,
+            )
             .await
         {
             Ok(Some(version)) => {
