@@ -103,6 +103,12 @@ impl Pace<'_> {
     fn grid(&self, draw: impl Fn(u32) -> RgbaImage) -> Product {
         let images = [0u32, 1, 2, 3].map(|k| {
             let image = draw(k);
+            // The picture drawn so far is the task's preview (the worker stores it at most
+            // once a second); the last one is the result itself.
+            if k < 3 {
+                self.progress
+                    .preview(super::PreviewImage::Pixels(image.clone()));
+            }
             self.part(k + 1, 4);
             image
         });
