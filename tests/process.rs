@@ -411,7 +411,8 @@ mod old_or_broken {
         }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(axum::serve(listener, app.with_state(seen.clone())).into_future());
+        let app = app.with_state(seen.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
         (base, seen)
     }
 }
