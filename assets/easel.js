@@ -121,7 +121,9 @@ document.addEventListener("DOMContentLoaded", function () {
 
   function followList(list) {
     var url = list.getAttribute("data-live-list");
+    // Only rows of tasks that have not ended change; with none, no stream is opened.
     if (!url || list.easelStream || !window.EventSource) return;
+    if (!list.querySelector("[data-running]")) return;
     var es = new EventSource(url);
     list.easelStream = es;
     function update(data) {
@@ -130,6 +132,10 @@ document.addEventListener("DOMContentLoaded", function () {
       setStatus(row.querySelector("[data-status]"), data.status);
       var pct = row.querySelector("[data-percent]");
       if (pct) pct.textContent = data.status === "processing" ? data.percentage + "%" : "";
+      if (FINAL[data.status]) {
+        row.removeAttribute("data-running");
+        if (!list.querySelector("[data-running]")) es.close();
+      }
     }
     es.addEventListener("progress", function (e) {
       update(JSON.parse(e.data));

@@ -41,6 +41,8 @@ pub struct TaskCard {
     pub created: String,
     /// How far it is while it runs.
     pub percentage: Option<i64>,
+    /// Whether it has ended (the list follows only the rows that have not).
+    pub ended: bool,
     /// The scaled image to show, if the task has made one.
     pub thumb: Option<String>,
 }
@@ -54,6 +56,7 @@ impl TaskCard {
             status: task.status.to_string(),
             created: when(task.created_at),
             percentage: (task.status == TaskStatus::Processing).then_some(task.percentage),
+            ended: task.has_ended(),
             thumb: task
                 .output
                 .as_ref()
