@@ -17,3 +17,150 @@ document.addEventListener("DOMContentLoaded", function () {
   var kept = sessionStorage.getItem("easel-key");
   if (field && kept && !field.value) field.value = kept;
 });
+// Live tasks: a task's progress section (data-live) and the tasks list (data-live-list) follow
+// the dashboard's Server-Sent Events (/tasks/{id}/events, /tasks/events), opened with the
+// session. Without this script the pages show the state as of their last load.
+(function () {
+  var FINAL = { finished: true, failed: true, canceled: true };
+  // A stream refused (past the open-stream limits) or gone: the page's state is read this
+  // often instead, until a stream opens again.
+  var FALLBACK_MS = 5000;
+
+  function setStatus(el, status) {
+    if (!el || !status) return;
+    el.textContent = status;
+    el.className = "status status-" + status;
+  }
+
+  function showProgress(section, data) {
+    setStatus(section.querySelector("[data-status]"), data.status);
+    var pct = parseInt(data.percentage, 10);
+    if (!isNaN(pct)) {
+      var bar = section.querySelector("[data-bar]");
+      if (bar) {
+        bar.value = pct;
+        bar.textContent = pct + "%";
+      }
+      var text = section.querySelector("[data-percent]");
+      if (text) text.textContent = pct + "%";
+    }
+    var queue = section.querySelector("[data-queue]");
+    if (queue) {
+      var waiting = data.status === "pending" || data.status === "starting";
+      queue.textContent =
+        waiting && typeof data.queue_position === "number"
+          ? "queued, " + data.queue_position + " ahead"
+          : "";
+    }
+    var box = section.querySelector("[data-preview-box]");
+    if (box && data.preview_image_url) {
+      var img = box.querySelector("img[data-preview]");
+      if (!img) {
+        img = document.createElement("img");
+        img.setAttribute("data-preview", "");
+        img.alt = "A preview of the image being drawn";
+        box.appendChild(img);
+      }
+      if (img.getAttribute("src") !== data.preview_image_url) img.src = data.preview_image_url;
+    }
+  }
+
+  // Replace the section with the server's rendering of the task as it is now.
+  function reread(section, then) {
+    fetch("/tasks/" + section.getAttribute("data-task") + "/progress", {
+      credentials: "same-origin",
+      headers: { Accept: "text/html" },
+    })
+      .then(function (r) {
+        if (!r.ok || r.redirected) throw new Error("HTTP " + r.status);
+        return r.text();
+      })
+      .then(function (html) {
+        var t = document.createElement("template");
+        t.innerHTML = html.trim();
+        var fresh = t.content.firstElementChild;
+        if (!fresh || !section.parentNode) return;
+        section.parentNode.replaceChild(fresh, section);
+        if (window.htmx) window.htmx.process(fresh);
+        follow(fresh);
+      })
+      .catch(function () {
+        if (then) then();
+      });
+  }
+
+  function follow(section) {
+    var url = section.getAttribute("data-live");
+    if (!url || section.easelStream || !window.EventSource) return;
+    var es = new EventSource(url);
+    section.easelStream = es;
+    es.addEventListener("progress", function (e) {
+      showProgress(section, JSON.parse(e.data));
+    });
+    es.addEventListener("task", function (e) {
+      var record = JSON.parse(e.data);
+      showProgress(section, record);
+      if (FINAL[record.status]) {
+        es.close();
+        reread(section);
+      }
+    });
+    es.onerror = function () {
+      // EventSource reconnects by itself (with Last-Event-ID) after a broken connection;
+      // closed means it was refused: read the page's state now and then instead.
+      if (es.readyState !== EventSource.CLOSED) return;
+      section.easelStream = null;
+      var retry = function () {
+        if (document.contains(section)) reread(section, function () {
+          setTimeout(retry, FALLBACK_MS);
+        });
+      };
+      setTimeout(retry, FALLBACK_MS);
+    };
+  }
+
+  function followList(list) {
+    var url = list.getAttribute("data-live-list");
+    // Only rows of tasks that have not ended change; with none, no stream is opened.
+    if (!url || list.easelStream || !window.EventSource) return;
+    if (!list.querySelector("[data-running]")) return;
+    var es = new EventSource(url);
+    list.easelStream = es;
+    function update(data) {
+      var row = list.querySelector('[data-task="' + data.task_id + '"]');
+      if (!row) return;
+      setStatus(row.querySelector("[data-status]"), data.status);
+      var pct = row.querySelector("[data-percent]");
+      if (pct) pct.textContent = data.status === "processing" ? data.percentage + "%" : "";
+      if (FINAL[data.status]) {
+        row.removeAttribute("data-running");
+        if (!list.querySelector("[data-running]")) es.close();
+      }
+    }
+    es.addEventListener("progress", function (e) {
+      update(JSON.parse(e.data));
+    });
+    es.addEventListener("task", function (e) {
+      update(JSON.parse(e.data));
+    });
+  }
+
+  function scan(root) {
+    if (!root || !root.querySelectorAll) return;
+    if (root.matches && root.matches("[data-live]")) follow(root);
+    root.querySelectorAll("[data-live]").forEach(follow);
+    root.querySelectorAll("[data-live-list]").forEach(followList);
+  }
+  document.addEventListener("DOMContentLoaded", function () {
+    scan(document);
+  });
+  // The playground's answer arrives by htmx: follow the task it shows.
+  document.addEventListener("htmx:load", function (e) {
+    scan(e.detail && e.detail.elt);
+  });
+  // A section htmx takes off the page (the playground submitted again) closes its stream.
+  document.addEventListener("htmx:beforeCleanupElement", function (e) {
+    var el = e.detail && e.detail.elt;
+    if (el && el.easelStream) el.easelStream.close();
+  });
+})();

@@ -6,11 +6,21 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
 
-/// How often a waiting client reads the task again.
+/// How often a waiting client reads the task again, on a server without event streams (or
+/// with none to spare).
 const POLL_EVERY: Duration = Duration::from_millis(500);
+/// How many times in a row a broken event stream is opened again before giving up, and the
+/// first wait between tries (doubled each time).
+const RECONNECTS: u32 = 5;
+const RECONNECT_FIRST: Duration = Duration::from_millis(250);
+/// A stream that says nothing for this long (the server comments every 15 s) is taken as
+/// broken and opened again.
+const STREAM_SILENCE: Duration = Duration::from_secs(45);
 
 /// What every client command takes.
 #[derive(clap::Args, Clone, Debug)]
@@ -230,6 +240,8 @@ pub async fn run(server: Server, request: Request) -> anyhow::Result<()> {
 
 struct Client {
     http: reqwest::Client,
+    /// The same without a time limit on the whole answer, for event streams.
+    streams: reqwest::Client,
     base: String,
     key: String,
 }
@@ -246,8 +258,14 @@ impl Client {
             .timeout(Duration::from_secs(60))
             .user_agent(concat!("easel-cli/", env!("CARGO_PKG_VERSION")))
             .build()?;
+        let streams = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .read_timeout(STREAM_SILENCE)
+            .user_agent(concat!("easel-cli/", env!("CARGO_PKG_VERSION")))
+            .build()?;
         Ok(Client {
             http,
+            streams,
             base,
             key: key.trim().to_string(),
         })
@@ -263,32 +281,10 @@ impl Client {
             .with_context(|| format!("{what}: cannot reach {}", self.base))?;
         let status = response.status();
         let text = response.text().await.unwrap_or_default();
-        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         if status.is_success() {
-            return Ok(body);
+            return Ok(serde_json::from_str(&text).unwrap_or(Value::Null));
         }
-        if status == reqwest::StatusCode::UNAUTHORIZED {
-            bail!("{what}: HTTP 401 unauthorized: the server refused the API key in EASEL_API_KEY");
-        }
-        let errors: Vec<String> = body["errors"]
-            .as_array()
-            .map(|errors| {
-                errors
-                    .iter()
-                    .map(|e| {
-                        format!(
-                            "{} ({})",
-                            e["msg"].as_str().unwrap_or("?"),
-                            e["code"].as_str().unwrap_or("?")
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        if errors.is_empty() {
-            bail!("{what}: HTTP {status}");
-        }
-        bail!("{what}: HTTP {status}: {}", errors.join("; "))
+        Err(api_error(what, status, &text))
     }
 
     async fn get(&self, path: &str) -> anyhow::Result<Value> {
@@ -327,36 +323,109 @@ impl Client {
         self.show(&record, waiting.output.as_deref(), json).await
     }
 
-    /// Read the task until it is final, with a progress bar on a terminal.
+    /// Follow the task until it is final, showing its progress on stderr: its event stream,
+    /// or reading it again and again on a server that has none.
     async fn wait(&self, id: &str, timeout: Duration) -> anyhow::Result<Value> {
-        let bar = ProgressBar::new(100);
-        if std::io::stdout().is_terminal() && std::io::stderr().is_terminal() {
-            bar.set_style(
-                ProgressStyle::with_template("{spinner} {msg:<10} [{bar:30}] {pos:>3}% {elapsed}")
-                    .expect("a valid template")
-                    .progress_chars("=> "),
-            );
-            bar.enable_steady_tick(Duration::from_millis(120));
-        } else {
-            bar.set_draw_target(ProgressDrawTarget::hidden());
-        }
+        uuid::Uuid::parse_str(id).with_context(|| format!("{id:?} is not a task id"))?;
+        let mut shown = Shown::new();
         let deadline = Instant::now() + timeout;
+        let streamed = tokio::time::timeout_at(deadline.into(), self.stream(id, &mut shown)).await;
+        let record = match streamed {
+            Ok(Ok(Some(record))) => Ok(record),
+            Ok(Ok(None)) => self.poll(id, &mut shown, deadline).await,
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(Timeout.into()),
+        };
+        shown.done(record.is_ok());
+        record.map_err(|e| {
+            if e.is::<Timeout>() {
+                let status = shown.status.as_deref().unwrap_or("waiting");
+                anyhow::anyhow!(
+                    "task {id} is still {status} after {timeout:?}; `easel fetch {id}` reads it later"
+                )
+            } else {
+                e
+            }
+        })
+    }
+
+    /// Follow `GET /api/v1/tasks/{id}/events` to the final record, opening it again with
+    /// `Last-Event-ID` when it breaks first. `None` when the server has no such route (an older
+    /// easel: 404 or 405) or no stream to spare (429, 503): the caller reads the task instead.
+    async fn stream(&self, id: &str, shown: &mut Shown) -> anyhow::Result<Option<Value>> {
+        let path = format!("/api/v1/tasks/{id}/events");
+        let url = format!("{}{path}", self.base);
+        let mut last_id: Option<String> = None;
+        let mut failures = 0u32;
+        loop {
+            let mut request = self
+                .streams
+                .get(&url)
+                .header("Authorization", &self.key)
+                .header("Accept", "text/event-stream");
+            if let Some(last) = &last_id {
+                request = request.header("Last-Event-ID", last);
+            }
+            let broke = match request.send().await {
+                Ok(response) if response.status().is_success() => {
+                    let mut events = response.bytes_stream().eventsource();
+                    loop {
+                        match events.next().await {
+                            Some(Ok(event)) => {
+                                failures = 0;
+                                if !event.id.is_empty() {
+                                    last_id = Some(event.id.clone());
+                                }
+                                if !matches!(event.event.as_str(), "task" | "progress") {
+                                    continue;
+                                }
+                                let data: Value = serde_json::from_str(&event.data)
+                                    .with_context(|| format!("GET {path}: an event is not JSON"))?;
+                                shown.show(&data);
+                                if event.event == "task" && is_final(&data) {
+                                    return Ok(Some(data));
+                                }
+                            }
+                            Some(Err(e)) => break e.to_string(),
+                            None => break "the stream ended before the task did".to_string(),
+                        }
+                    }
+                }
+                Ok(response) => {
+                    use reqwest::StatusCode;
+                    let status = response.status();
+                    if matches!(
+                        status,
+                        StatusCode::NOT_FOUND
+                            | StatusCode::METHOD_NOT_ALLOWED
+                            | StatusCode::TOO_MANY_REQUESTS
+                            | StatusCode::SERVICE_UNAVAILABLE
+                    ) {
+                        return Ok(None);
+                    }
+                    let text = response.text().await.unwrap_or_default();
+                    return Err(api_error(&format!("GET {path}"), status, &text));
+                }
+                Err(e) => e.to_string(),
+            };
+            failures += 1;
+            if failures > RECONNECTS {
+                bail!("GET {path}: the stream broke {RECONNECTS} times in a row: {broke}");
+            }
+            tokio::time::sleep(RECONNECT_FIRST * 2u32.pow(failures - 1)).await;
+        }
+    }
+
+    /// Read the task every [`POLL_EVERY`] until it is final or `deadline` passes.
+    async fn poll(&self, id: &str, shown: &mut Shown, deadline: Instant) -> anyhow::Result<Value> {
         loop {
             let record = self.task(id).await?;
-            let status = record["status"].as_str().unwrap_or("");
-            let percentage = record["percentage"]
-                .as_str()
-                .and_then(|p| p.parse::<u64>().ok())
-                .unwrap_or(0);
-            bar.set_message(status.to_string());
-            bar.set_position(percentage.min(100));
-            if matches!(status, "finished" | "failed" | "canceled") {
-                bar.finish_and_clear();
+            shown.show(&record);
+            if is_final(&record) {
                 return Ok(record);
             }
             if Instant::now() >= deadline {
-                bar.abandon();
-                bail!("task {id} is still {status} after {timeout:?}; `easel fetch {id}` reads it later");
+                return Err(Timeout.into());
             }
             tokio::time::sleep(POLL_EVERY).await;
         }
@@ -429,6 +498,126 @@ impl Client {
     }
 }
 
+/// What the API said of a refused request, as an error: its `errors`, or the status alone.
+fn api_error(what: &str, status: reqwest::StatusCode, text: &str) -> anyhow::Error {
+    if status == reqwest::StatusCode::UNAUTHORIZED {
+        return anyhow::anyhow!(
+            "{what}: HTTP 401 unauthorized: the server refused the API key in EASEL_API_KEY"
+        );
+    }
+    let body: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+    let errors: Vec<String> = body["errors"]
+        .as_array()
+        .map(|errors| {
+            errors
+                .iter()
+                .map(|e| {
+                    format!(
+                        "{} ({})",
+                        e["msg"].as_str().unwrap_or("?"),
+                        e["code"].as_str().unwrap_or("?")
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if errors.is_empty() {
+        return anyhow::anyhow!("{what}: HTTP {status}");
+    }
+    anyhow::anyhow!("{what}: HTTP {status}: {}", errors.join("; "))
+}
+
+/// The waiting time (`--timeout`) ran out.
+#[derive(Debug, thiserror::Error)]
+#[error("timed out")]
+struct Timeout;
+
+fn is_final(record: &Value) -> bool {
+    matches!(
+        record["status"].as_str(),
+        Some("finished" | "failed" | "canceled")
+    )
+}
+
+/// A waiting task's progress on stderr: a bar on a terminal, otherwise a line each time what
+/// it says changes (`queued, 3 ahead`, `[#####     ] 50%`), so that logs show it too.
+struct Shown {
+    bar: Option<ProgressBar>,
+    line: String,
+    status: Option<String>,
+}
+
+impl Shown {
+    fn new() -> Shown {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = ProgressBar::new(100);
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} {msg:<16} [{bar:30}] {pos:>3}% {elapsed}")
+                    .expect("a valid template")
+                    .progress_chars("=> "),
+            );
+            bar.enable_steady_tick(Duration::from_millis(120));
+            bar
+        });
+        Shown {
+            bar,
+            line: String::new(),
+            status: None,
+        }
+    }
+
+    /// Show a record, or a `progress` event's data.
+    fn show(&mut self, data: &Value) {
+        let status = data["status"].as_str().unwrap_or("").to_string();
+        let percentage = data["percentage"]
+            .as_str()
+            .and_then(|p| p.parse::<u64>().ok())
+            .unwrap_or(0)
+            .min(100);
+        let line = progress_line(&status, percentage, data["queue_position"].as_u64());
+        if let Some(bar) = &self.bar {
+            bar.set_message(if line.starts_with('[') {
+                status.clone()
+            } else {
+                line.clone()
+            });
+            bar.set_position(percentage);
+        } else if line != self.line {
+            eprintln!("{line}");
+        }
+        self.line = line;
+        self.status = Some(status);
+    }
+
+    fn done(&self, ok: bool) {
+        if let Some(bar) = &self.bar {
+            if ok {
+                bar.finish_and_clear();
+            } else {
+                bar.abandon();
+            }
+        }
+    }
+}
+
+/// One line of progress: the place in line while the task waits, a bar while it runs, its
+/// status once it has ended.
+fn progress_line(status: &str, percentage: u64, queue_position: Option<u64>) -> String {
+    match (status, queue_position) {
+        ("pending" | "starting", Some(ahead)) => format!("queued, {ahead} ahead"),
+        ("pending" | "starting", None) => "queued".to_string(),
+        ("processing", _) => {
+            let filled = (percentage.min(100) / 10) as usize;
+            format!(
+                "[{}{}] {percentage}%",
+                "#".repeat(filled),
+                " ".repeat(10 - filled)
+            )
+        }
+        (other, _) => other.to_string(),
+    }
+}
+
 /// A record's images, named for their files: `grid`, `1` to `4`, or `image`.
 fn image_urls(record: &Value) -> Vec<(String, String)> {
     let mut urls = Vec::new();
@@ -450,4 +639,18 @@ fn image_urls(record: &Value) -> Vec<(String, String)> {
         }
     }
     urls
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_lines_say_the_place_in_line_then_a_bar() {
+        assert_eq!(progress_line("pending", 0, Some(3)), "queued, 3 ahead");
+        assert_eq!(progress_line("starting", 0, None), "queued");
+        assert_eq!(progress_line("processing", 50, None), "[#####     ] 50%");
+        assert_eq!(progress_line("processing", 100, None), "[##########] 100%");
+        assert_eq!(progress_line("finished", 100, None), "finished");
+    }
 }

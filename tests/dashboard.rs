@@ -1275,3 +1275,226 @@ async fn the_playground_uploads_an_image_without_script_and_offers_its_url() {
         .count();
     assert_eq!(files, 1, "the refused forms stored nothing");
 }
+
+/// The events of a dashboard stream until `enough` says so, or the stream ends; `ended` says
+/// which. Each event is its name and its JSON data.
+async fn read_events(
+    res: &mut reqwest::Response,
+    enough: impl Fn(&[(String, Value)]) -> bool,
+) -> (Vec<(String, Value)>, bool) {
+    let mut text = String::new();
+    let mut events = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            while let Some(at) = text.find("\n\n") {
+                let block: String = text.drain(..at + 2).collect();
+                let mut name = String::from("message");
+                let mut data = String::new();
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("event:") {
+                        name = v.trim().to_string();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                if !data.is_empty() {
+                    events.push((name, serde_json::from_str(&data).unwrap()));
+                    if enough(&events) {
+                        return false;
+                    }
+                }
+            }
+            match res.chunk().await.unwrap() {
+                Some(bytes) => text.push_str(std::str::from_utf8(&bytes).unwrap()),
+                None => return true,
+            }
+        }
+    })
+    .await
+    .expect("the stream said what was waited for in time");
+    (events, read)
+}
+
+impl Browser {
+    /// Open one of the dashboard's event streams with the session's cookie.
+    async fn open(&self, path: &str) -> reqwest::Response {
+        self.http
+            .get(format!("{}{path}", self.base))
+            .header("cookie", self.cookie_header())
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+#[tokio::test]
+async fn the_dashboards_event_streams_need_the_session_and_show_the_accounts_own_tasks() {
+    // No worker: the tasks wait in line.
+    let app = TestApp::spawn_with(|c| c.worker.workers = 0).await;
+    let mut alice = Browser::new(&app);
+    alice.sign_up("alice@example.com", PASSWORD).await;
+    let key = alice.create_key("alice's program").await;
+    let mut ids = Vec::new();
+    for prompt in ["a first lantern", "a second lantern"] {
+        let (status, body) = app
+            .post_as(&key, "/api/v1/imagine", &json!({ "prompt": prompt }))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        ids.push(body["task_id"].as_str().unwrap().to_string());
+    }
+    let (first, second) = (&ids[0], &ids[1]);
+
+    // Without a session: to the sign-in page, as every dashboard page.
+    let mut nobody = Browser::new(&app);
+    for path in [format!("/tasks/{second}/events"), "/tasks/events".into()] {
+        let page = nobody.get(&path).await;
+        assert_eq!(page.status, 303, "{path}");
+        assert!(page.location().starts_with("/signin?next="), "{path}");
+    }
+    // Another account's task: 404, nothing said of it.
+    let mut bob = Browser::new(&app);
+    bob.sign_up("bob@example.com", PASSWORD).await;
+    for path in [
+        format!("/tasks/{second}/events"),
+        format!("/tasks/{second}/preview/0a1b2c/preview-1.jpg"),
+    ] {
+        let page = bob.get(&path).await;
+        assert_eq!(page.status, 404, "{path}");
+        assert!(!page.body.contains("lantern"), "{path} leaks the prompt");
+    }
+    // Bob's own stream says his task, and nothing of Alice's (all three wait, oldest first).
+    let bobs_key = bob.create_key("bob's program").await;
+    let (status, body) = app
+        .post_as(&bobs_key, "/api/v1/imagine", &json!({ "prompt": "a kite" }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (theirs, _) = read_events(&mut bob.open("/tasks/events").await, |e| !e.is_empty()).await;
+    assert_eq!(theirs[0].1["task_id"], body["task_id"]);
+    assert_eq!(theirs[0].1["queue_position"], 2);
+
+    // The page says where the task stands without script, and the script's stream address.
+    let page = alice.get(&format!("/tasks/{second}")).await;
+    assert!(page.body.contains("queued, 1 ahead"), "{}", page.body);
+    assert!(page
+        .body
+        .contains(&format!("data-live=\"/tasks/{second}/events\"")));
+    assert!(!page.body.contains("every 1s"), "no polling");
+
+    let mut stream = alice.open(&format!("/tasks/{second}/events")).await;
+    assert_eq!(stream.status(), 200);
+    assert_eq!(
+        stream.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    let (said, _) = read_events(&mut stream, |e| !e.is_empty()).await;
+    assert_eq!(said[0].0, "task");
+    assert_eq!(said[0].1["task_id"], second.as_str());
+    assert_eq!(said[0].1["status"], "pending");
+    assert_eq!(said[0].1["queue_position"], 1);
+
+    let mut all = alice.open("/tasks/events").await;
+    assert_eq!(all.status(), 200);
+    let (said, _) = read_events(&mut all, |e| e.len() >= 2).await;
+    let mut seen: Vec<&str> = said
+        .iter()
+        .map(|(_, d)| d["task_id"].as_str().unwrap())
+        .collect();
+    seen.sort();
+    let mut want = vec![first.as_str(), second.as_str()];
+    want.sort();
+    assert_eq!(seen, want);
+
+    // Canceled: its final record on both streams, and the task's stream ends.
+    let (status, _) = app
+        .post_as(&key, &format!("/api/v1/tasks/{second}/cancel"), &json!({}))
+        .await;
+    assert_eq!(status, 200);
+    let (said, ended) = read_events(&mut stream, |_| false).await;
+    assert!(ended);
+    let (name, last) = said.last().expect("the final record");
+    assert_eq!(
+        (name.as_str(), last["status"].as_str()),
+        ("task", Some("canceled"))
+    );
+    let (said, _) = read_events(&mut all, |e| {
+        e.iter().any(|(_, d)| d["status"] == "canceled")
+    })
+    .await;
+    assert_eq!(said.last().unwrap().1["task_id"], second.as_str());
+}
+
+#[tokio::test]
+async fn a_running_tasks_preview_is_shown_from_this_site_and_its_stream_ends_with_it() {
+    let app = TestApp::spawn_with(|c| {
+        c.worker.procedural_min_duration = Duration::from_secs(6);
+    })
+    .await;
+    let mut alice = Browser::new(&app);
+    alice.sign_up("alice@example.com", PASSWORD).await;
+    let key = alice.create_key("alice's program").await;
+    let (status, body) = app
+        .post_as(
+            &key,
+            "/api/v1/imagine",
+            &json!({"prompt": "a slow harbour"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let id = body["task_id"].as_str().unwrap().to_string();
+
+    let mut stream = alice.open(&format!("/tasks/{id}/events")).await;
+    let (said, _) = read_events(&mut stream, |e| {
+        e.iter().any(|(_, d)| d["preview_image_url"].is_string())
+    })
+    .await;
+    let preview = said
+        .iter()
+        .find_map(|(_, d)| d["preview_image_url"].as_str())
+        .unwrap()
+        .to_string();
+    assert!(
+        preview.starts_with(&format!("/tasks/{id}/preview/")),
+        "the preview is on the dashboard's own site: {preview}"
+    );
+    let image = alice
+        .http
+        .get(app.url(&preview))
+        .header("cookie", alice.cookie_header())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(image.status(), 200);
+    assert_eq!(image.headers()["content-type"], "image/jpeg");
+    assert_eq!(&image.bytes().await.unwrap()[..2], &[0xff, 0xd8]);
+    let mut bob = Browser::new(&app);
+    bob.sign_up("bob@example.com", PASSWORD).await;
+    assert_eq!(bob.get(&preview).await.status, 404);
+
+    // The page as a refresh shows it: the stored preview, while the task runs.
+    common::wait_for(Duration::from_secs(20), || async {
+        let page = reqwest::Client::new()
+            .get(app.url(&format!("/tasks/{id}")))
+            .header("cookie", alice.cookie_header())
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        page.contains(&format!("src=\"/tasks/{id}/preview/"))
+            .then_some(())
+    })
+    .await
+    .expect("the page shows the preview while the task runs");
+
+    let (said, ended) = read_events(&mut stream, |_| false).await;
+    assert!(ended, "the stream ends after the final record");
+    let (name, last) = said.last().unwrap();
+    assert_eq!(name, "task");
+    assert_eq!(last["status"], "finished");
+    assert!(last.get("preview_image_url").is_none(), "{last}");
+    assert!(said
+        .iter()
+        .any(|(n, d)| n == "progress" && d["status"] == "processing"));
+}

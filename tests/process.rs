@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use common::binary::{run_cli, Easel};
 use common::receiver::{Behaviour, Receiver};
 use common::{split, wait_for};
-use serde_json::json;
+use serde_json::{json, Value};
 
 #[tokio::test]
 async fn first_start_prints_a_working_key_once() {
@@ -295,4 +295,167 @@ async fn every_request_leaves_one_access_line_with_what_it_learned() {
         "no account for a dead key: {refused}"
     );
     assert!(!text.contains(&key), "the key itself is never logged");
+}
+
+/// `easel imagine --wait --json` against `base` with `key`: whether it succeeded, its stdout
+/// (the record) and its stderr (the progress it showed).
+fn imagine_and_wait(dir: &std::path::Path, base: &str, key: &str) -> (bool, Value, String) {
+    let out = common::binary::command(dir, &[("EASEL_API_KEY", key), ("EASEL_URL", base)])
+        .args(["imagine", "a patient lighthouse", "--wait", "--json"])
+        .args(["--timeout", "60s"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let record = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {:?} / {stderr}", String::from_utf8_lossy(&out.stdout)));
+    (out.status.success(), record, stderr)
+}
+
+/// Whether `stderr` shows a bar part of the way (`[####      ] 40%`).
+fn shows_a_bar_part_way(stderr: &str) -> bool {
+    stderr.lines().any(|l| {
+        l.starts_with('[')
+            && l.strip_suffix('%')
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|p| p.parse::<u32>().ok())
+                .is_some_and(|p| p > 0 && p < 100)
+    })
+}
+
+#[tokio::test]
+async fn imagine_wait_follows_the_tasks_events_to_the_finished_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let easel = Easel::start(dir.path(), &[("EASEL_PROCEDURAL_MIN_DURATION", "3s")]);
+    let key = easel.first_key.clone().unwrap();
+    let base = easel.base.clone();
+    let run_dir = dir.path().to_path_buf();
+    let (ok, record, stderr) =
+        tokio::task::spawn_blocking(move || imagine_and_wait(&run_dir, &base, &key))
+            .await
+            .unwrap();
+    assert!(ok, "{stderr}");
+    assert_eq!(record["status"], "finished", "{record}");
+    assert_eq!(record["image_urls"].as_array().unwrap().len(), 4);
+    assert!(shows_a_bar_part_way(&stderr), "{stderr}");
+    assert_eq!(stderr.lines().last(), Some("finished"), "{stderr}");
+}
+
+/// A server of the API's shape for the client, that says what `events` tells it to on
+/// `/api/v1/tasks/{id}/events` (no such route when `None`) and counts the reads of the task.
+mod old_or_broken {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use axum::extract::State;
+    use axum::http::HeaderMap;
+    use axum::routing::{get, post};
+    use axum::{Json, Router};
+    use serde_json::{json, Value};
+
+    pub const ID: &str = "0195e4a0-0000-7000-8000-000000000001";
+
+    #[derive(Clone, Default)]
+    pub struct Seen {
+        pub reads: Arc<AtomicU32>,
+        pub last_event_ids: Arc<Mutex<Vec<Option<String>>>>,
+    }
+
+    pub fn record(status: &str, percentage: &str) -> Value {
+        json!({"task_id": ID, "status": status, "percentage": percentage, "image_urls": []})
+    }
+
+    pub async fn start(events: bool) -> (String, Seen) {
+        let seen = Seen::default();
+        let mut app = Router::new()
+            .route(
+                "/api/v1/imagine",
+                post(|| async { Json(json!({"task_id": ID})) }),
+            )
+            .route(
+                "/api/v1/tasks/{id}",
+                get(|State(seen): State<Seen>| async move {
+                    let n = seen.reads.fetch_add(1, Ordering::SeqCst);
+                    Json(match n {
+                        0 => record("pending", "0"),
+                        1 => record("processing", "50"),
+                        _ => record("finished", "100"),
+                    })
+                }),
+            );
+        if events {
+            // The first connection breaks after one event; the next resumes after it.
+            app = app.route(
+                "/api/v1/tasks/{id}/events",
+                get(|State(seen): State<Seen>, headers: HeaderMap| async move {
+                    let last = headers
+                        .get("last-event-id")
+                        .map(|v| v.to_str().unwrap().to_string());
+                    let first = last.is_none();
+                    seen.last_event_ids.lock().unwrap().push(last);
+                    let body = if first {
+                        format!(
+                            "event: task\nid: 7\ndata: {}\n\n: keep-alive\n\nevent: progress\nid: 7.1\ndata: {}\n\n",
+                            json!({"task_id": ID, "status": "pending", "percentage": "0", "queue_position": 2}),
+                            json!({"task_id": ID, "status": "processing", "percentage": "30"}),
+                        )
+                    } else {
+                        format!(
+                            "event: progress\nid: 7.2\ndata: {}\n\nevent: task\nid: 8\ndata: {}\n\n",
+                            json!({"task_id": ID, "status": "processing", "percentage": "90"}),
+                            record("finished", "100"),
+                        )
+                    };
+                    ([("content-type", "text/event-stream")], body)
+                }),
+            );
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let app = app.with_state(seen.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (base, seen)
+    }
+}
+
+#[tokio::test]
+async fn imagine_wait_resumes_a_broken_stream_from_its_last_event() {
+    let (base, seen) = old_or_broken::start(true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = dir.path().to_path_buf();
+    let (ok, record, stderr) =
+        tokio::task::spawn_blocking(move || imagine_and_wait(&run_dir, &base, "easel_x"))
+            .await
+            .unwrap();
+    assert!(ok, "{stderr}");
+    assert_eq!(record["status"], "finished");
+    assert_eq!(
+        *seen.last_event_ids.lock().unwrap(),
+        vec![None, Some("7.1".to_string())]
+    );
+    assert_eq!(
+        stderr.lines().collect::<Vec<_>>(),
+        [
+            "queued, 2 ahead",
+            "[###       ] 30%",
+            "[######### ] 90%",
+            "finished"
+        ],
+        "{stderr}"
+    );
+    assert_eq!(seen.reads.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn imagine_wait_reads_the_task_again_on_a_server_without_events() {
+    let (base, seen) = old_or_broken::start(false).await;
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = dir.path().to_path_buf();
+    let (ok, record, stderr) =
+        tokio::task::spawn_blocking(move || imagine_and_wait(&run_dir, &base, "easel_x"))
+            .await
+            .unwrap();
+    assert!(ok, "{stderr}");
+    assert_eq!(record["status"], "finished");
+    assert!(stderr.contains("[#####     ] 50%"), "{stderr}");
+    assert_eq!(seen.reads.load(std::sync::atomic::Ordering::SeqCst), 3);
 }

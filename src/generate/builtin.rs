@@ -106,7 +106,11 @@ impl Pace<'_> {
     fn grid(&self, draw: impl Fn(u32) -> RgbaImage) -> Product {
         let images = [0u32, 1, 2, 3].map(|k| {
             let image = draw(k);
-            self.progress.preview(PreviewImage::Pixels(image.clone()));
+            // The picture drawn so far is the task's preview (the worker stores it at most once
+            // a second); the last one is the result itself.
+            if k < 3 {
+                self.progress.preview(PreviewImage::Pixels(image.clone()));
+            }
             self.part(k + 1, 4);
             image
         });

@@ -9,6 +9,7 @@ pub mod assets;
 pub mod auth;
 pub mod error;
 mod keys;
+mod live;
 pub mod page;
 mod playground;
 pub mod session;
@@ -34,6 +35,12 @@ pub fn routes() -> Router<AppState> {
         .route("/signout", post(auth::sign_out))
         .route("/tasks", get(tasks::list))
         .route("/tasks/{task_id}", get(tasks::page))
+        .route("/tasks/events", get(live::account_events))
+        .route("/tasks/{task_id}/events", get(live::task_events))
+        .route(
+            "/tasks/{task_id}/preview/{folder}/{name}",
+            get(live::preview),
+        )
         .route("/tasks/{task_id}/progress", get(tasks::progress))
         .route("/tasks/{task_id}/image/{n}", get(tasks::thumbnail))
         .route("/tasks/{task_id}/redeliver", post(tasks::redeliver))

@@ -1,6 +1,6 @@
 //! The playground: a form that submits any operation through the same code as
 //! `POST /api/v1/{operation}`, with one of the account's own keys, then shows the task's progress
-//! and images as they arrive (htmx polls the progress fragment).
+//! and images as they arrive (the script follows the task's event stream).
 
 use askama::Template;
 use axum::extract::{FromRequest, Request, State};
@@ -189,7 +189,7 @@ pub async fn submit(
                 .ok_or(WebError::NotFound)?;
             render(&Submitted {
                 error: None,
-                progress: Some(Progress::of(&state, &task)),
+                progress: Some(Progress::load(&state, &task).await),
             })
         }
         Err(ApiError::Unauthorized) => refuse("API key: the key is no longer live.".into()),

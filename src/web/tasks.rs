@@ -1,5 +1,6 @@
 //! The tasks list, a task's page, its progress fragment (which the task page and the playground
-//! poll), its images scaled down, and asking for a redelivery.
+//! show, and the script reads again when a task ends), its images scaled down, and asking for a
+//! redelivery.
 
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
@@ -38,6 +39,10 @@ pub struct TaskCard {
     pub task_type: String,
     pub status: String,
     pub created: String,
+    /// How far it is while it runs.
+    pub percentage: Option<i64>,
+    /// Whether it has ended (the list follows only the rows that have not).
+    pub ended: bool,
     /// The scaled image to show, if the task has made one.
     pub thumb: Option<String>,
 }
@@ -50,6 +55,8 @@ impl TaskCard {
             task_type: task.task_type.to_string(),
             status: task.status.to_string(),
             created: when(task.created_at),
+            percentage: (task.status == TaskStatus::Processing).then_some(task.percentage),
+            ended: task.has_ended(),
             thumb: task
                 .output
                 .as_ref()
@@ -182,6 +189,10 @@ pub struct Progress {
     pub seed: Option<i64>,
     /// When retention removed the task's images, shown in their place.
     pub removed: Option<String>,
+    /// How many tasks are ahead of it while it waits, when known.
+    pub queue_position: Option<u32>,
+    /// The dashboard's address of its latest preview while it runs.
+    pub preview: Option<String>,
 }
 
 pub struct ImageView {
@@ -238,7 +249,22 @@ impl Progress {
             text,
             seed,
             removed: task.data_removed_at.map(when),
+            queue_position: None,
+            preview: task
+                .preview_key
+                .as_deref()
+                .filter(|_| !is_final)
+                .and_then(preview_path),
         }
+    }
+
+    /// As [`Progress::of`], with the task's place in line while it waits.
+    pub async fn load(state: &AppState, task: &Task) -> Progress {
+        let mut progress = Progress::of(state, task);
+        if crate::tasks::line::waits(task) {
+            progress.queue_position = state.tasks.record(task).await.queue_position;
+        }
+        progress
     }
 }
 
@@ -280,7 +306,11 @@ fn task_id(raw: &str) -> Result<Uuid, WebError> {
 }
 
 /// The account's task, or 404 whether it does not exist or is someone else's.
-async fn own_task(state: &AppState, user: &SignedIn, raw: &str) -> Result<Task, WebError> {
+pub(super) async fn own_task(
+    state: &AppState,
+    user: &SignedIn,
+    raw: &str,
+) -> Result<Task, WebError> {
     let id = task_id(raw)?;
     state
         .store
@@ -417,7 +447,7 @@ pub async fn page(
         prompt: prompt_or_type(&task),
         facts,
         parameters,
-        progress: Progress::of(&state, &task),
+        progress: Progress::load(&state, &task).await,
         parent: task.parent_id.clone(),
         children: children.iter().map(TaskCard::of).collect(),
         timeline,
@@ -430,14 +460,15 @@ pub async fn page(
     render(&page)
 }
 
-/// `GET /tasks/{task_id}/progress`: the progress fragment, polled by htmx while the task runs.
+/// `GET /tasks/{task_id}/progress`: the progress fragment, read by the script when the task's
+/// stream ends (and now and then when no stream can be opened).
 pub async fn progress(
     State(state): State<AppState>,
     user: SignedIn,
     Path(raw): Path<String>,
 ) -> Result<Response, WebError> {
     let task = own_task(&state, &user, &raw).await?;
-    render(&Progress::of(&state, &task))
+    render(&Progress::load(&state, &task).await)
 }
 
 /// `POST /tasks/{task_id}/redeliver`: what `POST /api/v1/tasks/{id}/redeliver` does, for the
@@ -543,6 +574,25 @@ pub async fn thumbnail(
         .into_response())
 }
 
+/// The dashboard's address of the preview at `key` (`{task_id}/{folder}/preview-{n}.jpg`).
+pub fn preview_path(key: &str) -> Option<String> {
+    let (task_id, rest) = key.split_once('/')?;
+    is_preview(rest).then(|| format!("/tasks/{task_id}/preview/{rest}"))
+}
+
+/// Whether `rest` names a preview in a task's folder: `{folder}/preview-{n}.jpg`.
+pub(super) fn is_preview(rest: &str) -> bool {
+    let Some((folder, name)) = rest.split_once('/') else {
+        return false;
+    };
+    let n = name
+        .strip_prefix("preview-")
+        .and_then(|n| n.strip_suffix(".jpg"));
+    !folder.is_empty()
+        && folder.bytes().all(|b| b.is_ascii_hexdigit())
+        && n.is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// A PNG scaled to fit `width` x `width`, as JPEG.
 fn scale(png: &[u8], width: u32) -> anyhow::Result<Bytes> {
     let img = image::load_from_memory_with_format(png, image::ImageFormat::Png)?;
@@ -555,4 +605,21 @@ fn scale(png: &[u8], width: u32) -> anyhow::Result<Bytes> {
     let mut out = Vec::new();
     image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, quality).encode_image(&small)?;
     Ok(Bytes::from(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_tasks_previews_have_a_dashboard_address() {
+        assert_eq!(
+            preview_path("0b1c/3fa9/preview-2.jpg").as_deref(),
+            Some("/tasks/0b1c/preview/3fa9/preview-2.jpg")
+        );
+        assert_eq!(preview_path("0b1c/3fa9/grid.png"), None);
+        assert_eq!(preview_path("0b1c/x/preview-2.jpg"), None);
+        assert_eq!(preview_path("0b1c/3fa9/preview-.jpg"), None);
+        assert_eq!(preview_path("0b1c/preview-2.jpg"), None);
+    }
 }

@@ -2,7 +2,8 @@
 // the real easel binary: sign up, create a key, use it with the API, see the task and its images
 // in the list and on its page, ask for a redelivery, use the playground, reveal the signing
 // secret, look at the operators' page, revoke the key and see the API refuse it, sign out and be
-// refused the pages. axe-core runs on every page (serious or critical violations fail the test),
+// refused the pages. On a second server whose tasks take seconds (procedural_min_duration), a
+// task's preview and end, and the list's row, change live with no reload. axe-core runs on every page (serious or critical violations fail the test),
 // and so does any error in the browser's console (a script or style refused by the CSP, say).
 // Screenshots of the main pages at desktop and phone widths go to $EASEL_SCREENSHOTS (default
 // target/screenshots), outside what git tracks.
@@ -70,8 +71,9 @@ function startReceiver() {
   );
 }
 
-/// The real binary on a free port with a fresh data dir; resolves with its base URL.
-function startEasel(dir) {
+/// The real binary on a free port with a fresh data dir (and `extra` in its environment);
+/// resolves with its base URL.
+function startEasel(dir, extra = {}) {
   const env = {
     ...process.env,
     EASEL_DATA_DIR: join(dir, "data"),
@@ -84,6 +86,7 @@ function startEasel(dir) {
     EASEL_WEBHOOK_RETRY_SCHEDULE: "300ms,600ms",
     EASEL_WEBHOOK_TIMEOUT: "2s",
     RUST_LOG: "warn",
+    ...extra,
   };
   // The page-weight bench fills the tasks page past what a new account's 100 credits pay for.
   if (Number(process.env.EASEL_EXTRA_TASKS || 0) > 0) env.EASEL_SIGNUP_CREDITS = "unlimited";
@@ -179,6 +182,62 @@ async function api(base, key, method, path, body) {
     body: body && JSON.stringify(body),
   });
   return { status: res.status, body: await res.json() };
+}
+
+/// On a server whose tasks take seconds: the tasks list's row and a task's page follow the task
+/// live (its place in line or progress, its preview, its end) with no navigation, which a marker
+/// left on `window` proves.
+async function checkLive(browser) {
+  const dir = mkdtempSync(join(tmpdir(), "easel-browser-live-"));
+  const slow = await startEasel(dir, { EASEL_PROCEDURAL_MIN_DURATION: "8s" });
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  try {
+    const page = await context.newPage();
+    watchConsole(page);
+    await page.goto(slow.base + "/signup");
+    await page.getByLabel("Email").fill(EMAIL);
+    await page.getByLabel("Password").fill(PASSWORD);
+    await page.getByRole("button", { name: "Sign up" }).click();
+    await page.waitForURL(/\/keys$/);
+    await page.getByLabel("Name").fill("live");
+    await page.getByRole("button", { name: "Create key" }).click();
+    const key = (await page.getByTestId("new-key").textContent()).trim();
+
+    // The list: the row of a running task turns finished by itself.
+    const first = await api(slow.base, key, "POST", "/api/v1/imagine", { prompt: "a slow tide" });
+    assert.equal(first.status, 200, JSON.stringify(first.body));
+    await page.goto(slow.base + "/tasks");
+    await page.evaluate(() => (window.easelStayed = true));
+    const status = page.locator(`ul.tasks li[data-task="${first.body.task_id}"] [data-status]`);
+    assert.notEqual(await status.textContent(), "finished", "the task runs when the list loads");
+    await waitFor("the row to turn finished", async () => (await status.textContent()) === "finished");
+    assert.equal(await page.evaluate(() => window.easelStayed), true, "the list was not reloaded");
+
+    // A task's page: the preview appears while it runs, then the result, with no reload.
+    const second = await api(slow.base, key, "POST", "/api/v1/imagine", { prompt: "a slow moon" });
+    assert.equal(second.status, 200, JSON.stringify(second.body));
+    const id = second.body.task_id;
+    await page.goto(`${slow.base}/tasks/${id}`);
+    await page.evaluate(() => (window.easelStayed = true));
+    const section = page.locator(`#progress-${id}`);
+    assert.notEqual(await section.locator("[data-status]").textContent(), "finished");
+    const preview = section.locator("img[data-preview]");
+    await waitFor("the preview to appear", () =>
+      preview.evaluate((i) => i.complete && i.naturalWidth > 0).catch(() => false),
+    );
+    assert.match(await preview.getAttribute("src"), new RegExp(`^/tasks/${id}/preview/`));
+    await check(page, "task-running", "desktop");
+    await waitFor("the task to show finished", async () =>
+      (await page.locator(`#progress-${id} [data-status]`).textContent()) === "finished");
+    const images = page.locator(`#progress-${id} .images img`);
+    await waitFor("the result's images", async () => (await images.count()) === 5);
+    assert.equal(await page.locator(`#progress-${id} img[data-preview]`).count(), 0, "no preview once done");
+    assert.equal(await page.evaluate(() => window.easelStayed), true, "the page was not reloaded");
+  } finally {
+    await context.close();
+    slow.child.kill("SIGTERM");
+    rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 async function main() {
@@ -364,6 +423,8 @@ async function main() {
       const w = await weigh(browser, base, state, path, { width: 1280, height: 800 });
       weights.push({ name, ...w, total: w.html + w.assets + w.images });
     }
+
+    await checkLive(browser);
 
     // Revoke the key (with its confirmation step): the API refuses it at once.
     await page.getByRole("link", { name: "API keys" }).click();
