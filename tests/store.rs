@@ -265,7 +265,11 @@ async fn every_change_after_a_claim_is_fenced_by_its_attempt(s: &SharedStore) {
     let seq = second.seq;
     // The first worker, back from the dead, changes nothing.
     assert!(!s.mark_processing(seq, 1, 60_000).await.unwrap());
-    assert!(!s.heartbeat(seq, 1, 50, 60_000).await.unwrap());
+    assert!(s
+        .heartbeat(seq, 1, 60_000, Some(&progress(50)))
+        .await
+        .unwrap()
+        .is_none());
     assert!(!s
         .complete_task(seq, 1, &failed(&first.id, "stale"))
         .await
@@ -273,8 +277,16 @@ async fn every_change_after_a_claim_is_fenced_by_its_attempt(s: &SharedStore) {
     assert!(!s.release_task(seq, 1).await.unwrap());
     // The second goes on.
     assert!(s.mark_processing(seq, 2, 60_000).await.unwrap());
-    assert!(s.heartbeat(seq, 2, 40, 60_000).await.unwrap());
-    assert!(s.heartbeat(seq, 2, 30, 60_000).await.unwrap());
+    assert!(s
+        .heartbeat(seq, 2, 60_000, Some(&progress(40)))
+        .await
+        .unwrap()
+        .is_some());
+    assert!(s
+        .heartbeat(seq, 2, 60_000, Some(&progress(30)))
+        .await
+        .unwrap()
+        .is_some());
     let running = s.task_for_account(&account, &id).await.unwrap().unwrap();
     assert_eq!(
         (running.status.as_str(), running.percentage),
@@ -1394,17 +1406,19 @@ async fn a_cancel_ends_a_queued_or_claimed_task_once_refunds_it_and_fences_out_i
         .await
         .unwrap());
     assert!(s
-        .heartbeat(claim.seq, claim.attempts, 30, 60_000)
+        .heartbeat(claim.seq, claim.attempts, 60_000, Some(&progress(30)))
         .await
-        .unwrap());
+        .unwrap()
+        .is_some());
     assert!(s
         .cancel_task(claim.seq, &canceled(&claim.id))
         .await
         .unwrap());
-    assert!(!s
-        .heartbeat(claim.seq, claim.attempts, 40, 60_000)
+    assert!(s
+        .heartbeat(claim.seq, claim.attempts, 60_000, Some(&progress(40)))
         .await
-        .unwrap());
+        .unwrap()
+        .is_none());
     assert!(!s
         .complete_task(claim.seq, claim.attempts, &finished(&claim.id))
         .await
@@ -1669,4 +1683,12 @@ async fn submits_with_one_key_at_once_store_one_task_and_the_rest_replay_or_are_
         in_use,
         "two submits with one key in one group: one is in use"
     );
+}
+
+/// Progress a worker stores with its heartbeat.
+fn progress(percentage: i64) -> easel::store::StoredProgress {
+    easel::store::StoredProgress {
+        percentage,
+        preview_key: None,
+    }
 }

@@ -239,7 +239,11 @@ async fn a_stale_worker_cannot_overwrite_a_newer_attempt_and_lost_tasks_fail_aft
     let stale = ending(Outcome::Failed {
         error: "stale".into(),
     });
-    assert!(!store.heartbeat(seq, 1, 50, 60_000).await.unwrap());
+    assert!(store
+        .heartbeat(seq, 1, 60_000, Some(&progress(50)))
+        .await
+        .unwrap()
+        .is_none());
     assert!(
         !store.complete_task(seq, 1, &stale).await.unwrap(),
         "fenced"
@@ -613,4 +617,12 @@ async fn a_write_that_fails_inside_a_shared_transaction_fails_alone() {
     .await
     .unwrap();
     assert_eq!((tasks, counter), (48, 48));
+}
+
+/// Progress a worker stores with its heartbeat.
+fn progress(percentage: i64) -> easel::store::StoredProgress {
+    easel::store::StoredProgress {
+        percentage,
+        preview_key: None,
+    }
 }

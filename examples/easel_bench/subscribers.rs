@@ -13,7 +13,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::backend_mocks::comfyui::ComfyMock;
+use crate::backend_mocks::comfyui::{ComfyMock, Frame};
 
 /// One `progress` event as a subscriber got it: the task, the percentage, when.
 pub type Arrival = (String, i64, Instant);
@@ -181,8 +181,12 @@ impl Frames {
         let sent = Arc::new(Mutex::new(Vec::new()));
         let noted = sent.clone();
         let task = tokio::spawn(async move {
-            while let Ok((_, text)) = events.recv().await {
+            while let Ok((_, frame)) = events.recv().await {
                 let at = Instant::now();
+                // Previews (binary frames) carry no progress.
+                let Frame::Text(text) = frame else {
+                    continue;
+                };
                 let Ok(event) = serde_json::from_str::<Value>(&text) else {
                     continue;
                 };

@@ -16,10 +16,13 @@ pub const LINE_MAX_AGE: Duration = Duration::from_secs(1);
 /// The most tasks of the line that are counted; a task further back has no `queue_position`.
 pub const LINE_COUNTED: u32 = 100_000;
 
+/// The positions of the waiting tasks, by `seq`.
+pub type Positions = Arc<HashMap<i64, u32>>;
+
 /// The queue's order as last read.
 pub struct QueueLine {
     store: SharedStore,
-    read: Mutex<Option<(Instant, Arc<HashMap<i64, u32>>)>>,
+    read: Mutex<Option<(Instant, Positions)>>,
 }
 
 impl QueueLine {
@@ -32,7 +35,7 @@ impl QueueLine {
 
     /// The positions of the waiting tasks, by `seq`, at most [`LINE_MAX_AGE`] old. Callers
     /// asking together share one read; a read that fails gives the last one (or none).
-    pub async fn positions(&self) -> Arc<HashMap<i64, u32>> {
+    pub async fn positions(&self) -> Positions {
         let mut read = self.read.lock().await;
         if let Some((at, positions)) = read.as_ref() {
             if at.elapsed() < LINE_MAX_AGE {

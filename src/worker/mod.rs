@@ -457,7 +457,7 @@ impl WorkerContext {
 
 /// Stop a task's progress deliveries, once its reporter (the other holder) has stopped.
 async fn finish_hooks(hooks: Option<Arc<ProgressSender>>) {
-    if let Some(sender) = hooks.and_then(|h| Arc::into_inner(h)) {
+    if let Some(sender) = hooks.and_then(Arc::into_inner) {
         sender.finish().await;
     }
 }
