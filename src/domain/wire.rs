@@ -263,6 +263,8 @@ mod tests {
         bare.error = None;
         bare.webhook = None;
         bare.webhook_events = None;
+        bare.queue_position = None;
+        bare.preview_image_url = None;
         bare.operation = OperationFields::default();
         bare.result = ResultFields::default();
         bare.metadata = None;
