@@ -1009,12 +1009,12 @@ async fn the_playground_submits_with_the_accounts_own_keys_only() {
         )
         .await;
     assert_eq!(ok.status, 200);
-    // The fragment polls the task's progress until it is final.
+    // The fragment follows the task's event stream until it is final.
     let at = ok
         .body
-        .find("hx-get=\"/tasks/")
-        .expect("a polling fragment");
-    let id = &ok.body[at + "hx-get=\"/tasks/".len()..][..36];
+        .find("data-live=\"/tasks/")
+        .expect("a live fragment");
+    let id = &ok.body[at + "data-live=\"/tasks/".len()..][..36];
     let task: uuid::Uuid = id.parse().unwrap();
     let (status, record) = app.get_as(&key, &format!("/api/v1/tasks/{task}")).await;
     assert_eq!(status, 200);
@@ -1259,7 +1259,7 @@ async fn the_playground_uploads_an_image_without_script_and_offers_its_url() {
         )
         .await;
     assert!(
-        described.body.contains("hx-get=\"/tasks/"),
+        described.body.contains("data-live=\"/tasks/"),
         "{}",
         described.body
     );
