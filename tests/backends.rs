@@ -643,8 +643,10 @@ async fn comfyui_gets_the_job_in_its_graph_and_its_progress_events_move_the_perc
         .filter(|p| (16..80).contains(p))
         .collect();
     between.dedup();
+    // The record's percentage is stored at most once a second (the event stream carries every
+    // step): a job of a few seconds shows at least two steps between start and end.
     assert!(
-        between.len() >= 3,
+        between.len() >= 2,
         "the progress rises step by step: {seen:?}"
     );
 
