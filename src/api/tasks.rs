@@ -16,7 +16,7 @@ use crate::error::ApiError;
 use crate::http::extract::TaskIdPath;
 use crate::http::prefer;
 use crate::http::state::AppState;
-use crate::store::Redelivery;
+use crate::store::{Redelivery, Task};
 use crate::tasks::body::{task_id, JsonObject};
 use crate::tasks::cancel::cancel_task;
 use crate::tasks::list::{invalid_cursor, ListQuery};
@@ -141,9 +141,9 @@ pub async fn fetch_many(
         .ok_or(ApiError::Unauthorized)?;
     key.used(&state.store, &live);
     let by_id: HashMap<&str, &_> = rows.iter().map(|r| (r.id.as_str(), r)).collect();
-    let found: Vec<_> = ids
+    let found: Vec<&Task> = ids
         .iter()
-        .filter_map(|id| by_id.get(id.to_string().as_str()).map(|t| (*t).clone()))
+        .filter_map(|id| by_id.get(id.to_string().as_str()).copied())
         .collect();
     let tasks: Vec<Record> = state.records(&found).await;
     Ok(Json(json!({ "tasks": tasks })))

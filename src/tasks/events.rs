@@ -89,7 +89,7 @@ pub fn read_event_id(id: &str) -> Option<i64> {
 }
 
 /// What one stream has said, and what it still has to say.
-struct Said_ {
+struct Memory {
     out: VecDeque<Said>,
     /// The last version sent of each task (by `seq`), and its type.
     sent: HashMap<i64, (i64, OpKind)>,
@@ -106,14 +106,14 @@ struct Said_ {
 }
 
 /// A stream of one task or of an account's tasks.
-struct Stream_ {
+struct EventStream {
     tasks: Arc<Tasks>,
     account_id: String,
     listener: Listener,
     filter: StreamFilter,
     /// The one task streamed (its `seq`), or None for the account's.
     only: Option<i64>,
-    said: Said_,
+    said: Memory,
     _slot: StreamSlot,
 }
 
@@ -131,7 +131,7 @@ pub async fn task_stream(
         .wakeups()
         .events
         .listen_task(task.seq, Some(account_id));
-    let mut stream = Stream_::new(tasks, slot, account_id, listener, StreamFilter::default());
+    let mut stream = EventStream::new(tasks, slot, account_id, listener, StreamFilter::default());
     stream.only = Some(task.seq);
     // Read again now that it is listened to: a change from here on is heard.
     let task = stream.read(task.seq).await?.unwrap_or(task);
@@ -156,31 +156,34 @@ pub async fn account_stream(
     last_event_id: Option<&str>,
 ) -> Result<impl Stream<Item = Said>, ApiError> {
     let listener = tasks.store.wakeups().events.listen_account(account_id);
-    let mut stream = Stream_::new(tasks, slot, account_id, listener, filter);
-    let latest = stream.tasks.store.latest_version().await?;
-    match last_event_id.and_then(read_event_id) {
-        Some(last) if last <= latest => stream.catch_up(last).await?,
+    let mut stream = EventStream::new(tasks, slot, account_id, listener, filter);
+    let last = match last_event_id.and_then(read_event_id) {
+        Some(last) if last <= stream.tasks.store.latest_version().await? => Some(last),
+        _ => None,
+    };
+    match last {
+        Some(last) => stream.catch_up(last).await?,
         // None asked, or not one we gave: the tasks that have not ended, as they are.
-        _ => stream.current().await?,
+        None => stream.current().await?,
     }
     Ok(stream.into_stream())
 }
 
-impl Stream_ {
+impl EventStream {
     fn new(
         tasks: Arc<Tasks>,
         slot: StreamSlot,
         account_id: &str,
         listener: Listener,
         filter: StreamFilter,
-    ) -> Stream_ {
-        Stream_ {
+    ) -> EventStream {
+        EventStream {
             tasks,
             account_id: account_id.to_string(),
             listener,
             filter,
             only: None,
-            said: Said_ {
+            said: Memory {
                 out: VecDeque::new(),
                 sent: HashMap::new(),
                 waiting: HashMap::new(),

@@ -79,8 +79,11 @@ impl Tasks {
     }
 
     /// The records of `tasks`, in order, as [`Tasks::record`] makes them.
-    pub async fn records(&self, tasks: &[Task]) -> Vec<crate::domain::wire::Record> {
-        let positions = if tasks.iter().any(line::waits) {
+    pub async fn records<T: std::borrow::Borrow<Task>>(
+        &self,
+        tasks: &[T],
+    ) -> Vec<crate::domain::wire::Record> {
+        let positions = if tasks.iter().any(|t| line::waits(t.borrow())) {
             Some(self.line.positions().await)
         } else {
             None
@@ -88,6 +91,7 @@ impl Tasks {
         tasks
             .iter()
             .map(|task| {
+                let task = task.borrow();
                 let mut record = self.record_now(task);
                 record.queue_position = positions
                     .as_ref()

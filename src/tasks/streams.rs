@@ -9,8 +9,14 @@ use crate::error::ApiError;
 /// The streams open on this node, by account, under `max_streams_per_account` and
 /// `max_streams`.
 pub struct Streams {
-    open: Mutex<HashMap<String, u32>>,
+    open: Mutex<Open>,
     per_account: u32,
+    total: u32,
+}
+
+#[derive(Default)]
+struct Open {
+    by_account: HashMap<String, u32>,
     total: u32,
 }
 
@@ -23,29 +29,22 @@ pub struct StreamSlot {
 impl Streams {
     pub fn new(limits: &Limits) -> Streams {
         Streams {
-            open: Mutex::new(HashMap::new()),
+            open: Mutex::default(),
             per_account: limits.max_streams_per_account,
             total: limits.max_streams,
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
+        // The counts are left consistent by every holder.
         self.open.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// How many streams are open on this node.
-    pub fn count(&self) -> u32 {
-        self.lock().values().sum()
-    }
-}
-
-impl Streams {
     /// Take a place for one more stream of `account_id`: 429 past the account's limit, 503 past
     /// the node's.
     pub fn open(streams: &Arc<Streams>, account_id: &str) -> Result<StreamSlot, ApiError> {
         let mut open = streams.lock();
-        let total: u32 = open.values().sum();
-        if total >= streams.total {
+        if open.total >= streams.total {
             return Err(ApiError::Unavailable {
                 msg: format!(
                     "this node has its most event streams open ({}); try again shortly",
@@ -54,17 +53,19 @@ impl Streams {
                 retry_after_secs: 5,
             });
         }
-        let mine = open.entry(account_id.to_string()).or_default();
+        let mine = open.by_account.entry(account_id.to_string()).or_default();
         if *mine >= streams.per_account {
             return Err(ApiError::TooManyRequests {
                 msg: format!(
-                "the account has its most event streams open on this node ({}); close one first",
-                streams.per_account
-            ),
+                    "the account has its most event streams open on this node ({}); close one \
+                     first",
+                    streams.per_account
+                ),
                 retry_after_secs: 5,
             });
         }
         *mine += 1;
+        open.total += 1;
         crate::metrics::event_streams(1);
         Ok(StreamSlot {
             account_id: account_id.to_string(),
@@ -76,10 +77,11 @@ impl Streams {
 impl Drop for StreamSlot {
     fn drop(&mut self) {
         let mut open = self.streams.lock();
-        if let Some(n) = open.get_mut(&self.account_id) {
+        open.total -= 1;
+        if let Some(n) = open.by_account.get_mut(&self.account_id) {
             *n -= 1;
             if *n == 0 {
-                open.remove(&self.account_id);
+                open.by_account.remove(&self.account_id);
             }
         }
         crate::metrics::event_streams(-1);

@@ -8,13 +8,14 @@
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 
 use super::error::WebError;
 use super::session::SignedIn;
 use super::tasks::{is_preview, own_task, preview_path};
 use crate::api::events::{last_event_id, sse};
 use crate::blobs::Blobs;
+use crate::error::ApiError;
 use crate::http::state::AppState;
 use crate::tasks::events::{account_stream, open_slot, task_stream, Said, StreamFilter};
 
@@ -27,27 +28,14 @@ pub async fn task_events(
     headers: HeaderMap,
 ) -> Result<Response, WebError> {
     let task = own_task(&state, &user, &raw).await?;
-    let slot = match open_slot(&state.tasks, &user.account.id) {
-        Ok(slot) => slot,
-        // Past the limits: the API's 429 or 503, which the script answers by reading the
-        // page's state now and then instead.
-        Err(e) => return Ok(e.into_response()),
-    };
-    let stream = task_stream(
-        state.tasks.clone(),
-        slot,
-        &user.account.id,
-        task,
-        last_event_id(&headers),
-    )
-    .await;
-    Ok(match stream {
-        Ok(stream) => {
-            let blobs = state.blobs.clone();
-            sse(stream.map(move |said| on_this_site(&blobs, said)))
+    let stream = match open_slot(&state.tasks, &user.account.id) {
+        Ok(slot) => {
+            let last = last_event_id(&headers);
+            task_stream(state.tasks.clone(), slot, &user.account.id, task, last).await
         }
-        Err(e) => e.into_response(),
-    })
+        Err(e) => Err(e),
+    };
+    Ok(served(&state, stream))
 }
 
 /// `GET /tasks/events`: every task of the account, as `GET /api/v1/events` says them.
@@ -56,25 +44,30 @@ pub async fn account_events(
     user: SignedIn,
     headers: HeaderMap,
 ) -> Result<Response, WebError> {
-    let slot = match open_slot(&state.tasks, &user.account.id) {
-        Ok(slot) => slot,
-        Err(e) => return Ok(e.into_response()),
+    let stream = match open_slot(&state.tasks, &user.account.id) {
+        Ok(slot) => {
+            let (last, all) = (last_event_id(&headers), StreamFilter::default());
+            account_stream(state.tasks.clone(), slot, &user.account.id, all, last).await
+        }
+        Err(e) => Err(e),
     };
-    let stream = account_stream(
-        state.tasks.clone(),
-        slot,
-        &user.account.id,
-        StreamFilter::default(),
-        last_event_id(&headers),
-    )
-    .await;
-    Ok(match stream {
+    Ok(served(&state, stream))
+}
+
+/// A stream as the dashboard serves it, previews on this site; or the API's answer when it
+/// could not be opened (past the limits: 429 or 503, which the script answers by reading the
+/// page's state now and then instead).
+fn served(
+    state: &AppState,
+    stream: Result<impl Stream<Item = Said> + Send + 'static, ApiError>,
+) -> Response {
+    match stream {
         Ok(stream) => {
             let blobs = state.blobs.clone();
             sse(stream.map(move |said| on_this_site(&blobs, said)))
         }
         Err(e) => e.into_response(),
-    })
+    }
 }
 
 /// `said` with its `preview_image_url` (the storage's address) turned into the dashboard's own

@@ -118,7 +118,7 @@ impl WorkerContext {
         let progress = Progress::default();
         let lost = CancellationToken::new();
         let previews = Blobs::new_folder(&task.id);
-        let hooks = self.progress_hooks(&task).await.map(Arc::new);
+        let hooks = self.progress_sender(&task).await.map(Arc::new);
         let heartbeat = tokio::spawn(
             reporter::Reporter {
                 store: self.store.clone(),
@@ -193,7 +193,7 @@ impl WorkerContext {
     }
 
     /// The progress deliveries of `task`, when it asks for them and has a webhook.
-    async fn progress_hooks(&self, task: &ClaimedTask) -> Option<ProgressSender> {
+    async fn progress_sender(&self, task: &ClaimedTask) -> Option<ProgressSender> {
         if !WebhookEvents::wants(task.extras.webhook_events, WebhookEvent::Progress) {
             return None;
         }

@@ -17,7 +17,7 @@ use crate::store::{Happened, Heard, StoredProgress, TaskEvent};
 use crate::webhooks::progress::ProgressSender;
 
 /// The most often a task's progress is stored, and its preview written.
-pub const STORE_EVERY: Duration = Duration::from_secs(1);
+const STORE_EVERY: Duration = Duration::from_secs(1);
 /// The longest a preview's write may take before it is given up (the next one may do better).
 const PREVIEW_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 

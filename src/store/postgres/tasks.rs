@@ -266,7 +266,9 @@ impl TaskQueue for PgStore {
 
     async fn queue_order(&self, limit: u32) -> StoreResult<Vec<i64>> {
         Ok(sqlx::query_scalar(
-            "(SELECT seq FROM tasks WHERE status = 'starting' ORDER BY priority, seq)
+            "(SELECT seq FROM tasks
+              WHERE status IN ('starting', 'processing') AND status = 'starting'
+              ORDER BY priority, seq)
              UNION ALL
              (SELECT seq FROM tasks WHERE status = 'pending' ORDER BY priority, seq LIMIT $1)
              LIMIT $1",

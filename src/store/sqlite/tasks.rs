@@ -421,10 +421,11 @@ impl TaskQueue for SqliteStore {
     }
 
     async fn queue_order(&self, limit: u32) -> StoreResult<Vec<i64>> {
-        // Two ranges of two partial indexes (`tasks_leases`, `tasks_queue`), each read in order.
+        // Two partial indexes: `tasks_leases` (running tasks only: the `IN` lets the planner
+        // use it) and `tasks_queue`, read in order. Neither reads the whole table.
         Ok(sqlx::query_scalar(
             "SELECT seq FROM (SELECT seq FROM tasks
-                              WHERE status = 'starting' AND lease_expires_at IS NOT NULL
+                              WHERE status IN ('starting', 'processing') AND status = 'starting'
                               ORDER BY priority, seq)
              UNION ALL
              SELECT seq FROM (SELECT seq FROM tasks WHERE status = 'pending'

@@ -85,11 +85,13 @@ impl Views for SqliteStore {
         // (`tasks_by_account`): a submit writes no entry of the first.
         let rows: Vec<TaskRow> = sqlx::query_as(&format!(
             "SELECT * FROM (
-                 SELECT {TASK_COLUMNS} {TASK_JOINS}
-                 WHERE t.account_id = ?1 AND t.event_seq >= ?2
+                 SELECT * FROM (SELECT {TASK_COLUMNS} {TASK_JOINS}
+                                WHERE t.account_id = ?1 AND t.event_seq >= ?2
+                                ORDER BY t.event_seq LIMIT ?3)
                  UNION ALL
-                 SELECT {TASK_COLUMNS} {TASK_JOINS}
-                 WHERE t.account_id = ?1 AND t.seq >= ?2 AND t.event_seq IS NULL)
+                 SELECT * FROM (SELECT {TASK_COLUMNS} {TASK_JOINS}
+                                WHERE t.account_id = ?1 AND t.seq >= ?2 AND t.event_seq IS NULL
+                                ORDER BY t.seq LIMIT ?3))
              ORDER BY COALESCE(event_seq, seq) LIMIT ?3"
         ))
         .bind(account_id)
