@@ -1022,10 +1022,10 @@ async fn the_playground_submits_with_the_accounts_own_keys_only() {
     assert_eq!(record["aspect_ratio"], "3:2");
     let progress = common::wait_for(Duration::from_secs(20), || async {
         let p = b_progress(&app, &b.cookie_header(), task).await;
-        (!p.contains("hx-get")).then_some(p)
+        (!p.contains("data-live")).then_some(p)
     })
     .await
-    .expect("the fragment stops polling once the task is final");
+    .expect("the fragment stops following the task once it is final");
     assert!(progress.contains("finished"));
     assert_eq!(progress.matches("<img").count(), 5);
     // Only one task was made: the refused forms made none.
