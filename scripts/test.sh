@@ -34,7 +34,7 @@ if [ -n "${EASEL_TEST_POSTGRES:-}" ]; then
     --test api --test tasks --test webhooks --test reliability --test fuzz --test operations \
     --test accounts --test dashboard --test observability --test storage_faults \
     --test cancel_and_wait --test retention --test idempotency --test prompt --test models \
-    --test uploads --test follow_ups --test events --test live --test webhook_events "$@"
+    --test uploads --test follow_ups --test events --test live --test webhook_events --test fairness "$@"
 fi
 
 SCHEMATHESIS_MAX_TIME="${SCHEMATHESIS_MAX_TIME:-90}" bash scripts/schemathesis.sh

@@ -156,7 +156,10 @@ impl Application {
                 content_policy: content_policy.clone(),
                 shutdown: CancellationToken::new(),
                 idempotency: Default::default(),
-                line: tasks::line::QueueLine::new(store.clone()),
+                line: tasks::line::QueueLine::new(
+                    store.clone(),
+                    store::ClaimRules::of(&config.limits),
+                ),
                 streams: Arc::new(tasks::streams::Streams::new(&config.limits)),
             }),
             rate_limits: ratelimit::RateLimits::new(&config.limits.rate_limits),
@@ -190,6 +193,7 @@ impl Application {
             config: config.clone(),
             generating: Arc::new(tokio::sync::Semaphore::new(config.worker.workers.max(1))),
             progress_hooks: progress.clone(),
+            claims: worker::Claims::new(&config),
             owner: format!(
                 "{}-{}",
                 std::process::id(),

@@ -21,7 +21,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::store::{QueueRow, StoreError};
+use crate::store::{PlanLoad, QueueRow, StoreError};
 
 /// The media type of the exposition `prometheus-client` writes (OpenMetrics text, which
 /// Prometheus scrapes natively).
@@ -59,6 +59,13 @@ struct StoreErrorLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ModeLabels {
     mode: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PlanLabels {
+    plan: String,
+    /// `queued` or `running`.
+    state: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -394,6 +401,7 @@ pub struct BackendGauges {
 /// (the operators' page's queue query, whose pending rows are the queue, and the backends).
 pub fn render(
     queue: &[QueueRow],
+    plans: &[PlanLoad],
     backends: impl IntoIterator<Item = BackendGauges>,
     models: impl IntoIterator<Item = (String, bool)>,
 ) -> String {
@@ -428,6 +436,24 @@ pub fn render(
         "Age of the oldest task waiting to be claimed, by process mode (0 when none waits)",
         Unit::Seconds,
         oldest,
+    );
+
+    // By plan, not by account: the label's values are the operators' few plans.
+    let by_plan = Family::<PlanLabels, Gauge>::default();
+    for load in plans {
+        for (state, n) in [("queued", load.queued), ("running", load.running)] {
+            by_plan
+                .get_or_create(&PlanLabels {
+                    plan: load.plan.clone(),
+                    state: state.into(),
+                })
+                .set(n);
+        }
+    }
+    scrape.register(
+        "account_tasks",
+        "Tasks queued and running, summed over the accounts of each plan",
+        by_plan,
     );
 
     let up = Family::<BackendName, Gauge>::default();

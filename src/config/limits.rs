@@ -39,6 +39,13 @@ pub struct Limits {
     pub max_upload_bytes_per_day: u64,
     /// Most tasks one account may have queued or running at once; more is refused with 429.
     pub max_pending_per_account: u32,
+    /// Most tasks one account may have started and not ended (`starting` or `processing`),
+    /// over every node; its other tasks wait, without holding back other accounts' tasks.
+    /// 0: no limit.
+    pub max_running_per_account: u32,
+    /// `max_running_per_account` for the accounts on these plans (`[limits.max_running_by_plan]`
+    /// of plan = limit; 0: no limit); other plans have `max_running_per_account`.
+    pub max_running_by_plan: BTreeMap<String, u32>,
     /// Most event streams (`GET /api/v1/events`, `/api/v1/tasks/{id}/events`) one account may
     /// hold open on this node; more are refused with 429.
     pub max_streams_per_account: u32,
@@ -69,6 +76,8 @@ impl Default for Limits {
             decode_memory_budget: DecodeMemoryBudget::Auto,
             max_upload_bytes_per_day: 1 << 30,
             max_pending_per_account: 1000,
+            max_running_per_account: 0,
+            max_running_by_plan: BTreeMap::new(),
             max_streams_per_account: 100,
             max_streams: 10_000,
             idempotency_ttl: Duration::from_secs(86_400),

@@ -42,6 +42,10 @@ pub struct Worker {
     pub blocked_terms: Vec<String>,
     /// The long side of a running task's preview image, in pixels; 0 stores no previews.
     pub preview_max_px: u32,
+    /// One claim in this many, on each node, takes the oldest turn of relax first when relax
+    /// has work, so that relax is served under a steady stream of turbo and fast; 0: relax
+    /// only when nothing else waits.
+    pub relax_every: u32,
 }
 
 impl Default for Worker {
@@ -60,6 +64,7 @@ impl Default for Worker {
                 .map(|s| s.to_string())
                 .collect(),
             preview_max_px: 256,
+            relax_every: 10,
         }
     }
 }

@@ -107,6 +107,18 @@ pub struct WebhookState {
     pub next_attempt_at: Option<String>,
 }
 
+/// What a waiting task waits for (`waiting_for` in its record).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitingFor {
+    /// Its turn: the tasks ahead of it in the queue.
+    Turn,
+    /// Its account already has `max_running_per_account` tasks running.
+    RunningLimit,
+    /// A backend: a worker has taken it and waits for a free backend.
+    Backend,
+}
+
 /// A task's record. Times are RFC 3339 UTC with milliseconds; `expires_at` is null until the
 /// task has ended (or when retention keeps tasks forever); the other optional fields are left
 /// out when they have no value.
@@ -120,6 +132,10 @@ pub struct Record {
     /// when it is further back than easel counts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queue_position: Option<u32>,
+    /// What a waiting task waits for: its turn in the queue, its account's running tasks (the
+    /// account has as many running as its plan allows), or a backend (claimed by a worker).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<WaitingFor>,
     /// A small image of the work so far, while it is `processing` and its backend gives one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub preview_image_url: Option<String>,
@@ -177,6 +193,7 @@ mod tests {
             status: "finished",
             percentage: "100".into(),
             queue_position: Some(3),
+            waiting_for: Some(WaitingFor::RunningLimit),
             preview_image_url: Some("u".into()),
             prompt: "p".into(),
             parameters: Parameters {
@@ -264,6 +281,7 @@ mod tests {
         bare.webhook = None;
         bare.webhook_events = None;
         bare.queue_position = None;
+        bare.waiting_for = None;
         bare.preview_image_url = None;
         bare.operation = OperationFields::default();
         bare.result = ResultFields::default();

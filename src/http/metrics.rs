@@ -16,6 +16,10 @@ async fn exposition(state: &AppState) -> Response {
         // The conversion counts the store error.
         Err(e) => return ApiError::from(e).into_response(),
     };
+    let plans = match state.store.load_by_plan().await {
+        Ok(plans) => plans,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
     let backends = state.pool.health().into_iter().map(|b| BackendGauges {
         name: b.name,
         up: b.up,
@@ -34,7 +38,7 @@ async fn exposition(state: &AppState) -> Response {
             header::CONTENT_TYPE,
             HeaderValue::from_static(metrics::CONTENT_TYPE),
         )],
-        metrics::render(&queue, backends, models),
+        metrics::render(&queue, &plans, backends, models),
     )
         .into_response()
 }

@@ -12,6 +12,7 @@ use super::error::{Failure, StoreError, StoreResult};
 use super::events::TaskEvent;
 use super::events::TaskEvents;
 use super::model::*;
+use super::queue::{AccountLoad, ClaimRules, PlanLoad, Waiting};
 use super::targets::WebhookTargets;
 use super::uploads::{Upload, UploadAdmitted};
 
@@ -53,9 +54,22 @@ pub trait TaskQueue: Send + Sync {
     /// upkeep (the sweep of images no task refers to), never for a caller.
     async fn tasks_by_id(&self, ids: &[Uuid]) -> StoreResult<Vec<Task>>;
 
-    /// Claim the next pending task (turbo before fast before relax, oldest first) with a lease
-    /// of `lease_ms`, in one statement.
-    async fn claim_task(&self, owner: &str, lease_ms: i64) -> StoreResult<Option<ClaimedTask>>;
+    /// Claim the next pending task with a lease of `lease_ms`, in one statement: turbo before
+    /// fast before relax, and within a mode by turn, so that accounts alternate
+    /// ([`crate::store::queue`]); `rules` may ask for one mode first and pass over the tasks of
+    /// accounts at their running limit.
+    async fn claim_next(
+        &self,
+        owner: &str,
+        lease_ms: i64,
+        rules: &ClaimRules,
+    ) -> StoreResult<Option<ClaimedTask>>;
+
+    /// [`TaskQueue::claim_next`] with no running limit and no mode first.
+    async fn claim_task(&self, owner: &str, lease_ms: i64) -> StoreResult<Option<ClaimedTask>> {
+        self.claim_next(owner, lease_ms, &ClaimRules::default())
+            .await
+    }
 
     /// Move a claimed task to `processing`. False when the claim is no longer ours.
     async fn mark_processing(&self, seq: i64, attempt: i64, lease_ms: i64) -> StoreResult<bool>;
@@ -84,10 +98,10 @@ pub trait TaskQueue: Send + Sync {
     /// reports). Nothing is written.
     async fn publish_progress(&self, event: TaskEvent) -> StoreResult<()>;
 
-    /// The `seq`s of the tasks waiting to run, in the order they will run: those claimed by a
-    /// worker and waiting for a backend (`starting`), then the queue in claim order; at most
-    /// `limit`.
-    async fn queue_order(&self, limit: u32) -> StoreResult<Vec<i64>>;
+    /// The tasks waiting to run, in the order they will run: those claimed by a worker and
+    /// waiting for a backend (`starting`), then the queue in claim order, each marked when its
+    /// account is at its running limit under `rules`; at most `limit`.
+    async fn queue_order(&self, limit: u32, rules: &ClaimRules) -> StoreResult<Vec<Waiting>>;
 
     /// Record the final state and, in the same transaction, queue the webhook delivery (when
     /// the task has a webhook). False, and nothing written, when the claim is no longer ours.
@@ -313,6 +327,12 @@ pub trait Views: Send + Sync {
     ) -> StoreResult<Vec<DayUsage>>;
     /// Tasks queued or running, by status and mode, with the oldest's submit time.
     async fn queue_by_status_and_mode(&self) -> StoreResult<Vec<QueueRow>>;
+
+    /// The accounts with the most tasks queued or running (at most `limit`), most first.
+    async fn busiest_accounts(&self, limit: u32) -> StoreResult<Vec<AccountLoad>>;
+
+    /// The tasks queued and running, by the accounts' plan.
+    async fn load_by_plan(&self) -> StoreResult<Vec<PlanLoad>>;
     /// Webhook destinations (by host) whose attempts at or after `since` failed, most failures
     /// first; only the latest [`FAILING_SCAN_MAX`] attempts are looked at.
     async fn failing_destinations(&self, since: i64) -> StoreResult<Vec<FailingDestination>>;

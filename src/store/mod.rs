@@ -19,6 +19,7 @@ mod interface;
 mod model;
 mod open;
 pub mod postgres;
+pub mod queue;
 mod rows;
 pub mod sqlite;
 mod targets;
@@ -47,3 +48,4 @@ pub(crate) use uploads::{upload_of, UploadRow, UPLOAD_COLUMNS};
 /// URLs in logs and errors lose their password; the rule lives with the other URL handling.
 pub use crate::net::redact;
 pub use open::{migrate, open};
+pub use queue::{AccountLoad, ClaimRules, PlanLoad, Waiting};

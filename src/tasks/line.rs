@@ -2,33 +2,73 @@
 //! read of the queue's order serves every record and stream on this node for a second, and is
 //! made only while someone asks.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::store::{SharedStore, Task};
+use crate::domain::wire::WaitingFor;
+use crate::store::{ClaimRules, SharedStore, Task, Waiting};
 
 /// How old a position may be.
 pub const LINE_MAX_AGE: Duration = Duration::from_secs(1);
 /// The most tasks of the line that are counted; a task further back has no `queue_position`.
 pub const LINE_COUNTED: u32 = 100_000;
 
-/// The positions of the waiting tasks, by `seq`.
-pub type Positions = Arc<HashMap<i64, u32>>;
+/// The waiting tasks' places, as last read.
+pub type Positions = Arc<Line>;
+
+/// Where each waiting task stands. A task's position counts the tasks that will start before
+/// it: a task whose account is at its running limit (held) is not counted for those behind
+/// it, since claims pass over it; its own position counts every task ahead of it.
+#[derive(Debug, Default)]
+pub struct Line {
+    positions: HashMap<i64, u32>,
+    held: HashSet<i64>,
+}
+
+impl Line {
+    fn of(order: &[Waiting]) -> Line {
+        let mut line = Line::default();
+        let (mut ahead, mut going) = (0u32, 0u32);
+        for w in order {
+            if w.held && !w.claimed {
+                line.positions.insert(w.seq, ahead);
+                line.held.insert(w.seq);
+            } else {
+                line.positions.insert(w.seq, going);
+                going += 1;
+            }
+            ahead += 1;
+        }
+        line
+    }
+
+    /// The position of the task stored at `seq`, if it waits and is counted.
+    pub fn get(&self, seq: &i64) -> Option<&u32> {
+        self.positions.get(seq)
+    }
+
+    /// Whether the task waits for its account's running tasks rather than for its turn.
+    pub fn held(&self, seq: i64) -> bool {
+        self.held.contains(&seq)
+    }
+}
 
 /// The queue's order as last read.
 pub struct QueueLine {
     store: SharedStore,
+    rules: ClaimRules,
     read: Mutex<Option<(Instant, Positions)>>,
 }
 
 impl QueueLine {
-    pub fn new(store: SharedStore) -> QueueLine {
+    pub fn new(store: SharedStore, rules: ClaimRules) -> QueueLine {
         QueueLine {
             store,
+            rules,
             read: Mutex::new(None),
         }
     }
@@ -42,10 +82,9 @@ impl QueueLine {
                 return positions.clone();
             }
         }
-        match self.store.queue_order(LINE_COUNTED).await {
+        match self.store.queue_order(LINE_COUNTED, &self.rules).await {
             Ok(order) => {
-                let positions: HashMap<i64, u32> = order.into_iter().zip(0u32..).collect();
-                let positions = Arc::new(positions);
+                let positions = Arc::new(Line::of(&order));
                 *read = Some((Instant::now(), positions.clone()));
                 positions
             }
@@ -56,12 +95,24 @@ impl QueueLine {
         }
     }
 
-    /// The position of `task` if it waits and is counted.
-    pub async fn position(&self, task: &Task) -> Option<u32> {
+    /// The position of `task` if it waits and is counted, and what it waits for.
+    pub async fn place(&self, task: &Task) -> (Option<u32>, Option<WaitingFor>) {
         if !waits(task) {
-            return None;
+            return (None, None);
         }
-        self.positions().await.get(&task.seq).copied()
+        let line = self.positions().await;
+        (line.get(&task.seq).copied(), Some(waiting_for(task, &line)))
+    }
+}
+
+/// What a waiting task waits for, in its record.
+pub fn waiting_for(task: &Task, line: &Line) -> WaitingFor {
+    if task.status == crate::domain::TaskStatus::Starting {
+        WaitingFor::Backend
+    } else if line.held(task.seq) {
+        WaitingFor::RunningLimit
+    } else {
+        WaitingFor::Turn
     }
 }
 
@@ -71,4 +122,28 @@ pub fn waits(task: &Task) -> bool {
         task.status,
         crate::domain::TaskStatus::Pending | crate::domain::TaskStatus::Starting
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(seq: i64, claimed: bool, held: bool) -> Waiting {
+        Waiting { seq, claimed, held }
+    }
+
+    #[test]
+    fn a_held_task_is_not_counted_for_those_behind_it() {
+        let line = Line::of(&[
+            w(1, true, false),
+            w(2, false, true),
+            w(3, false, false),
+            w(4, false, true),
+            w(5, false, false),
+        ]);
+        let at = |seq| line.get(&seq).copied();
+        assert_eq!([at(1), at(3), at(5)], [Some(0), Some(1), Some(2)]);
+        assert_eq!([at(2), at(4)], [Some(1), Some(3)]);
+        assert!(line.held(2) && line.held(4) && !line.held(3));
+    }
 }

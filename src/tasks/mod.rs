@@ -74,7 +74,7 @@ impl Tasks {
     /// The record of `task` as callers see it, with its place in line while it waits.
     pub async fn record(&self, task: &Task) -> crate::domain::wire::Record {
         let mut record = self.record_now(task);
-        record.queue_position = self.line.position(task).await;
+        (record.queue_position, record.waiting_for) = self.line.place(task).await;
         record
     }
 
@@ -93,10 +93,10 @@ impl Tasks {
             .map(|task| {
                 let task = task.borrow();
                 let mut record = self.record_now(task);
-                record.queue_position = positions
-                    .as_ref()
-                    .filter(|_| line::waits(task))
-                    .and_then(|p| p.get(&task.seq).copied());
+                if let Some(line) = positions.as_ref().filter(|_| line::waits(task)) {
+                    record.queue_position = line.get(&task.seq).copied();
+                    record.waiting_for = Some(line::waiting_for(task, line));
+                }
                 record
             })
             .collect()

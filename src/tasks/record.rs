@@ -33,6 +33,7 @@ pub fn task_record(task: &Task, blobs: &Blobs, retention: Option<Duration>) -> R
         status: task.status.as_str(),
         percentage: task.percentage.to_string(),
         queue_position: None,
+        waiting_for: None,
         preview_image_url: task.preview_key.as_deref().map(|key| blobs.url(key)),
         prompt: task.prompt.clone(),
         parameters: task.extras.parameters.clone(),

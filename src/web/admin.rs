@@ -12,7 +12,7 @@ use super::page::{when, Layout};
 use super::session::{Admin, Posted};
 use crate::generate::pool::BackendHealth;
 use crate::http::state::AppState;
-use crate::store::{now_ms, QueueRow};
+use crate::store::{now_ms, ClaimRules, QueueRow};
 
 /// How far back failing destinations are looked for.
 pub const FAILING_SINCE_MS: i64 = 24 * 60 * 60 * 1000;
@@ -35,6 +35,18 @@ pub struct DestinationView {
     outcome: String,
 }
 
+/// An account's share of the queue, with its running limit ("none" without one).
+pub struct BusyView {
+    email: String,
+    plan: String,
+    queued: i64,
+    running: i64,
+    limit: String,
+}
+
+/// How many accounts the operators' page lists by their work.
+const BUSIEST_SHOWN: u32 = 20;
+
 /// A model's row: whether any backend serving it is up.
 pub struct ModelView {
     name: String,
@@ -51,6 +63,8 @@ struct AdminPage {
     self_id: String,
     accounts: Vec<AccountView>,
     queue: Vec<(QueueRow, String)>,
+    busiest: Vec<BusyView>,
+    running_limit: Option<u32>,
     backends: Vec<BackendHealth>,
     models: Vec<ModelView>,
     destinations: Vec<DestinationView>,
@@ -95,6 +109,22 @@ async fn admin_page(
             (q, oldest)
         })
         .collect();
+    let rules = ClaimRules::of(&state.config.limits);
+    let busiest = state
+        .store
+        .busiest_accounts(BUSIEST_SHOWN)
+        .await?
+        .into_iter()
+        .map(|a| BusyView {
+            limit: rules
+                .limit_of(&a.plan)
+                .map_or_else(|| "none".into(), |n| n.to_string()),
+            email: a.email,
+            plan: a.plan,
+            queued: a.queued,
+            running: a.running,
+        })
+        .collect();
     let destinations = state
         .store
         .failing_destinations(now_ms() - FAILING_SINCE_MS)
@@ -120,6 +150,8 @@ async fn admin_page(
         self_id: user.account.id.clone(),
         accounts,
         queue,
+        busiest,
+        running_limit: rules.limit_of(""),
         backends: state.pool.health(),
         models: state
             .pool

@@ -20,6 +20,7 @@ mod reporter;
 pub mod retention;
 mod sweep;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,9 +35,9 @@ use crate::config::Config;
 use crate::domain::actions::Offer;
 use crate::domain::operation::FOLLOW_UP_MAX_SIDE;
 use crate::domain::webhook_events::{WebhookEvent, WebhookEvents};
-use crate::domain::{prompt_text, ContentPolicy, Outcome, Output, TaskStatus};
+use crate::domain::{prompt_text, ContentPolicy, Outcome, Output, ProcessMode, TaskStatus};
 use crate::generate::{Generator, Job, Product, Progress};
-use crate::store::{ClaimedTask, Ending, SharedStore, StoreError, StoreResult};
+use crate::store::{ClaimRules, ClaimedTask, Ending, SharedStore, StoreError, StoreResult};
 use crate::webhooks::progress::{ProgressSender, ProgressTarget};
 pub use inputs::Inputs;
 use inputs::Refused;
@@ -58,6 +59,39 @@ pub struct WorkerContext {
     pub inputs: Inputs,
     /// Progress deliveries of the tasks that ask for them (`webhook_events`).
     pub progress_hooks: crate::webhooks::progress::ProgressHooks,
+    /// How this node's claims share the queue.
+    pub claims: Claims,
+}
+
+/// How this node's workers claim: the running limits, and relax first once in `relax_every`
+/// claims (counted over the node's workers together).
+#[derive(Clone)]
+pub struct Claims {
+    rules: Arc<ClaimRules>,
+    relax_every: u64,
+    made: Arc<AtomicU64>,
+}
+
+impl Claims {
+    pub fn new(config: &Config) -> Claims {
+        Claims {
+            rules: Arc::new(ClaimRules::of(&config.limits)),
+            relax_every: u64::from(config.worker.relax_every),
+            made: Arc::default(),
+        }
+    }
+
+    /// The rules of the next claim.
+    fn next(&self) -> std::borrow::Cow<'_, ClaimRules> {
+        let n = self.made.fetch_add(1, Ordering::Relaxed) + 1;
+        if self.relax_every > 0 && n % self.relax_every == 0 {
+            let mut rules = (*self.rules).clone();
+            rules.prefer = Some(ProcessMode::Relax);
+            std::borrow::Cow::Owned(rules)
+        } else {
+            std::borrow::Cow::Borrowed(&self.rules)
+        }
+    }
 }
 
 /// How one claimed task ended for this worker.
@@ -92,7 +126,12 @@ impl WorkerContext {
     /// Claim the next task, if any, and run it to the end. `hard_stop` interrupts a running task
     /// and gives it back to the queue (used when a graceful shutdown runs out of time).
     pub async fn run_one_task(&self, hard_stop: &CancellationToken) -> StoreResult<Ran> {
-        let Some(task) = self.store.claim_task(&self.owner, self.lease_ms()).await? else {
+        let rules = self.claims.next();
+        let Some(task) = self
+            .store
+            .claim_next(&self.owner, self.lease_ms(), &rules)
+            .await?
+        else {
             return Ok(Ran::Idle);
         };
         let span = tracing::info_span!("task", task_id = %task.id, attempt = task.attempts);

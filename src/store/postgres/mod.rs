@@ -17,6 +17,7 @@
 mod accounts;
 mod channels;
 mod deliveries;
+mod queue;
 mod retention;
 mod submit;
 mod targets;

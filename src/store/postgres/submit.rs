@@ -16,6 +16,7 @@ use uuid::Uuid;
 
 use super::channels::new_tasks_note;
 use crate::store::idempotency::{KeyedGroup, StoredAnswer};
+use crate::store::queue::next_turn;
 use crate::store::{
     accepted_body, now_ms, Idempotency, NewTask, Quota, Refused, StoreError, StoreResult,
     Submitted, TaskIds, KEY_TOUCH_EVERY_MS,
@@ -148,8 +149,24 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
         .map(|h| h.to_vec())
         .collect();
     let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-    let live: Vec<(Vec<u8>, String, i64, Option<i64>)> = sqlx::query_as(
-        "SELECT k.key_hash, k.account_id, a.active_tasks, a.credits
+    // With each account, where its next task of each mode stands in line (`store::queue`):
+    // its newest waiting task's turn there, and the mode's head.
+    type Live = (
+        Vec<u8>,
+        String,
+        i64,
+        Option<i64>,
+        Vec<Option<i64>>,
+        Vec<i64>,
+    );
+    let live: Vec<Live> = sqlx::query_as(
+        "SELECT k.key_hash, k.account_id, a.active_tasks, a.credits,
+             ARRAY(SELECT (SELECT t.turn FROM tasks t
+                           WHERE t.account_id = a.id AND t.status = 'pending'
+                             AND t.priority = m.priority
+                           ORDER BY t.seq DESC LIMIT 1)
+                   FROM queue_heads m ORDER BY m.priority),
+             ARRAY(SELECT m.turn FROM queue_heads m ORDER BY m.priority)
          FROM api_keys k JOIN accounts a ON a.id = k.account_id
          WHERE k.key_hash = ANY($1) AND k.revoked_at IS NULL AND NOT a.disabled
          ORDER BY a.id
@@ -160,8 +177,12 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
     .await?;
     let mut quota = Quota::default();
     let mut accounts: HashMap<Vec<u8>, String> = HashMap::new();
-    for (hash, account, active, credits) in live {
+    let mut lines: HashMap<(String, i64), i64> = HashMap::new();
+    for (hash, account, active, credits, newest, heads) in live {
         quota.set(&account, active, credits);
+        for (priority, (newest, head)) in (0..).zip(newest.into_iter().zip(heads)) {
+            lines.insert((account.clone(), priority), next_turn(newest, head));
+        }
         accounts.insert(hash, account);
     }
     // Read after the accounts' rows are locked, so an earlier group's committed answer is seen.
@@ -193,7 +214,11 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
                 continue;
             }
         };
-        rows.push(seq, account, &job.task, charged);
+        let line = lines
+            .entry((account.clone(), job.task.priority))
+            .or_insert(0);
+        rows.push(seq, account, &job.task, charged, *line);
+        *line += 1;
         if let Some(idem) = &job.task.idempotency {
             remembered.push(account, idem, &ids.id(seq), now);
         }
@@ -246,6 +271,7 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
         .bind(&rows.cost)
         .bind(&spent)
         .bind(&rows.extras)
+        .bind(&rows.turn)
         .bind_idempotency(&remembered)
         .fetch_one(&mut *tx)
         .await?;
@@ -277,15 +303,16 @@ fn first_seqs(rows: &Rows) -> Vec<(&str, i64)> {
 const SUBMIT: &str = "WITH inserted AS (
              INSERT INTO tasks (seq, account_id, task_type, params, parent_seq, status,
                  priority, prompt, aspect_ratio, process_mode, seed, created_at, webhook_url,
-                 webhook_secret, cost, extras)
+                 webhook_secret, cost, extras, turn)
              SELECT seq, account_id, task_type, params, parent_seq, 'pending', priority, prompt,
-                 aspect_ratio, process_mode, seed, $9, webhook_url, webhook_secret, cost, extras
+                 aspect_ratio, process_mode, seed, $9, webhook_url, webhook_secret, cost, extras,
+                 turn
              FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::text[],
                          $6::text[], $7::text[], $8::bigint[], $10::text[], $11::text[],
-                         $17::text[], $18::bigint[], $19::bigint[], $21::text[])
+                         $17::text[], $18::bigint[], $19::bigint[], $21::text[], $22::bigint[])
                   AS t(seq, account_id, task_type, priority, prompt, aspect_ratio,
                        process_mode, seed, webhook_url, webhook_secret, params, parent_seq, cost,
-                       extras)
+                       extras, turn)
              RETURNING 1),
          ledgered AS (
              INSERT INTO credit_ledger (account_id, task_seq, delta, reason, created_at)
@@ -319,8 +346,8 @@ const REMEMBER: &str = ",
              INSERT INTO idempotency_keys (account_id, idempotency_key, fingerprint, task_id,
                  status, body, created_at, expires_at)
              SELECT account_id, idempotency_key, fingerprint, task_id, 200, body, $9, expires_at
-             FROM UNNEST($22::text[], $23::text[], $24::bytea[], $25::text[], $26::text[],
-                         $27::bigint[])
+             FROM UNNEST($23::text[], $24::text[], $25::bytea[], $26::text[], $27::text[],
+                         $28::bigint[])
                   AS i(account_id, idempotency_key, fingerprint, task_id, body, expires_at)
              ON CONFLICT (account_id, idempotency_key) DO UPDATE SET
                  fingerprint = excluded.fingerprint, task_id = excluded.task_id,
@@ -436,11 +463,13 @@ struct Rows {
     /// Credits charged (0 for an unlimited account).
     cost: Vec<i64>,
     extras: Vec<Option<String>>,
+    turn: Vec<i64>,
 }
 
 impl Rows {
-    fn push(&mut self, seq: i64, account: &str, task: &NewTask, charged: i64) {
+    fn push(&mut self, seq: i64, account: &str, task: &NewTask, charged: i64, turn: i64) {
         self.seq.push(seq);
+        self.turn.push(turn);
         self.cost.push(charged);
         self.account_id.push(account.to_string());
         self.task_type.push(task.task_type().to_string());

@@ -9,10 +9,10 @@ use super::channels::{
 };
 use super::PgStore;
 use crate::domain::TaskStatus;
-use crate::store::rows::{key_and_tasks, ClaimedRow, TaskRow};
+use crate::store::rows::{key_and_tasks, TaskRow};
 use crate::store::{
-    now_ms, worker_lost, ClaimedTask, Ending, Fence, Happened, LiveKey, NewTask, StoreResult,
-    StoredProgress, Submitted, Task, TaskEvent, TaskQueue, RUNNING,
+    now_ms, worker_lost, ClaimRules, ClaimedTask, Ending, Fence, Happened, LiveKey, NewTask,
+    StoreResult, StoredProgress, Submitted, Task, TaskEvent, TaskQueue, Waiting, RUNNING,
 };
 
 /// The columns of a task and its delivery, named and typed as `TaskRow` decodes them (the
@@ -115,71 +115,13 @@ impl TaskQueue for PgStore {
             .collect()
     }
 
-    async fn claim_task(&self, owner: &str, lease_ms: i64) -> StoreResult<Option<ClaimedTask>> {
-        let now = now_ms();
-        type Claimed = (
-            i64,
-            String,
-            String,
-            Option<String>,
-            String,
-            String,
-            i64,
-            i64,
-            Option<i64>,
-            Option<String>,
-        );
-        let claimed: Option<Claimed> = sqlx::query_as(&format!(
-            "WITH claimed AS (
-                 UPDATE tasks SET status = 'starting', attempts = attempts + 1,
-                     lease_owner = $1, lease_expires_at = $2,
-                     started_at = COALESCE(started_at, $3), percentage = 0,
-                     event_seq = nextval('task_seq'), preview_key = NULL
-                 WHERE seq = (SELECT seq FROM tasks WHERE status = 'pending'
-                              ORDER BY priority, seq LIMIT 1 FOR UPDATE SKIP LOCKED)
-                 RETURNING seq, account_id, task_type, params, prompt, aspect_ratio, seed,
-                     attempts, parent_seq, extras, event_seq)
-             SELECT seq, account_id, task_type, params, prompt, aspect_ratio, seed, attempts,
-                 parent_seq, extras, {}
-             FROM claimed",
-            changed_note_sql(TaskStatus::Starting)
-        ))
-        .bind(owner)
-        .bind(now + lease_ms)
-        .bind(now)
-        .fetch_optional(&self.pool)
-        .await?;
-        claimed
-            .map(
-                |(
-                    seq,
-                    account_id,
-                    task_type,
-                    params,
-                    prompt,
-                    aspect_ratio,
-                    seed,
-                    attempts,
-                    parent,
-                    extras,
-                )| {
-                    ClaimedRow {
-                        seq,
-                        id: self.ids.id(seq).to_string(),
-                        account_id,
-                        task_type,
-                        params,
-                        parent_id: parent.map(|p| self.ids.id(p).to_string()),
-                        prompt,
-                        aspect_ratio,
-                        seed,
-                        attempts,
-                        extras,
-                    }
-                    .into_claimed()
-                },
-            )
-            .transpose()
+    async fn claim_next(
+        &self,
+        owner: &str,
+        lease_ms: i64,
+        rules: &ClaimRules,
+    ) -> StoreResult<Option<ClaimedTask>> {
+        self.claim(owner, lease_ms, rules).await
     }
 
     async fn mark_processing(&self, seq: i64, attempt: i64, lease_ms: i64) -> StoreResult<bool> {
@@ -264,18 +206,8 @@ impl TaskQueue for PgStore {
         Ok(())
     }
 
-    async fn queue_order(&self, limit: u32) -> StoreResult<Vec<i64>> {
-        Ok(sqlx::query_scalar(
-            "(SELECT seq FROM tasks
-              WHERE status IN ('starting', 'processing') AND status = 'starting'
-              ORDER BY priority, seq)
-             UNION ALL
-             (SELECT seq FROM tasks WHERE status = 'pending' ORDER BY priority, seq LIMIT $1)
-             LIMIT $1",
-        )
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?)
+    async fn queue_order(&self, limit: u32, rules: &ClaimRules) -> StoreResult<Vec<Waiting>> {
+        self.waiting(limit, rules).await
     }
 
     async fn complete_task(&self, seq: i64, attempt: i64, ending: &Ending) -> StoreResult<bool> {

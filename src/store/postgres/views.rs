@@ -7,8 +7,8 @@ use super::tasks::TASK_COLUMNS;
 use super::PgStore;
 use crate::store::rows::{by_destination, FailedAttempt, TaskRow};
 use crate::store::{
-    usage_since, DayUsage, FailingDestination, QueueRow, StoreResult, Task, TaskFilter, TaskPage,
-    Views, FAILING_SCAN_MAX, LIST_LIMIT_MAX,
+    usage_since, AccountLoad, DayUsage, FailingDestination, PlanLoad, QueueRow, StoreResult, Task,
+    TaskFilter, TaskPage, Views, FAILING_SCAN_MAX, LIST_LIMIT_MAX,
 };
 
 const TASK_JOINS: &str = "FROM tasks t LEFT JOIN webhook_deliveries d ON d.task_seq = t.seq";
@@ -146,6 +146,29 @@ impl Views for PgStore {
                  FROM tasks WHERE status IN ('starting', 'processing')
                  GROUP BY status, process_mode) q
              ORDER BY status, process_mode",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn busiest_accounts(&self, limit: u32) -> StoreResult<Vec<AccountLoad>> {
+        // Every account's counters are read (no index orders them): one row per account.
+        Ok(sqlx::query_as(
+            "SELECT id AS account_id, email, plan, active_tasks - running_tasks AS queued,
+                    running_tasks AS running
+             FROM accounts WHERE active_tasks > 0
+             ORDER BY active_tasks DESC, id LIMIT $1",
+        )
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn load_by_plan(&self) -> StoreResult<Vec<PlanLoad>> {
+        Ok(sqlx::query_as(
+            "SELECT plan, CAST(SUM(active_tasks - running_tasks) AS BIGINT) AS queued,
+                    CAST(SUM(running_tasks) AS BIGINT) AS running
+             FROM accounts GROUP BY plan ORDER BY plan",
         )
         .fetch_all(&self.pool)
         .await?)

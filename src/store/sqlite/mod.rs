@@ -8,6 +8,7 @@
 mod accounts;
 mod deliveries;
 mod ledger;
+mod queue;
 mod records;
 mod retention;
 mod submit;

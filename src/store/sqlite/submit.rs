@@ -8,6 +8,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use super::ledger::ledger;
 use crate::store::idempotency::{KeyedGroup, StoredAnswer, STORED_STATUS};
+use crate::store::queue::next_turn;
 use crate::store::{
     accepted_body, chunks, now_ms, Idempotency, NewTask, Quota, Refused, Submitted, TaskIds,
     KEY_TOUCH_EVERY_MS,
@@ -121,9 +122,14 @@ pub(super) fn apply_submits(
                 .map(|&(seq, account, charged)| (&*w.task, seq, account, charged))
         })
         .collect();
+    let turns = turns(
+        conn,
+        rows.iter().map(|&(t, _, account, _)| (account, t.priority)),
+    )?;
+    let mut turn = turns.iter();
     for (k, chunk) in chunks(&rows, INSERT_CHUNK_MAX) {
         let mut insert = conn.prepare_cached(&INSERT_TASKS[k])?;
-        let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 15);
+        let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 16);
         // The stored forms of the typed fields, kept alive beside the borrowed values.
         type Stored<'a> = (&'a str, Option<String>, String, &'a str, Option<String>);
         let stored: Vec<Stored> = chunk
@@ -157,6 +163,7 @@ pub(super) fn apply_submits(
                 &t.webhook_secret,
                 charged,
                 extras,
+                turn.next().expect("a turn per row"),
             ]);
         }
         insert.execute(rusqlite::params_from_iter(values))?;
@@ -300,6 +307,40 @@ fn remember_answers(
     Ok(())
 }
 
+/// The turns of a submit group's tasks, in its order: each `(account, priority)` continues from
+/// the account's newest waiting task of that mode, never behind the mode's head.
+fn turns<'a>(
+    conn: &Connection,
+    tasks: impl Iterator<Item = (&'a str, i64)>,
+) -> rusqlite::Result<Vec<i64>> {
+    let mut next: std::collections::HashMap<(&str, i64), i64> = Default::default();
+    let mut own = conn.prepare_cached(
+        "SELECT turn FROM tasks INDEXED BY tasks_by_account_status
+         WHERE account_id = ?1 AND status = 'pending' AND priority = ?2
+         ORDER BY seq DESC LIMIT 1",
+    )?;
+    let mut head = conn.prepare_cached("SELECT turn FROM queue_heads WHERE priority = ?1")?;
+    let mut turns = Vec::new();
+    for (account, priority) in tasks {
+        let turn = match next.get(&(account, priority)) {
+            Some(&turn) => turn,
+            None => {
+                let newest: Option<i64> = own
+                    .query_row(rusqlite::params![account, priority], |r| r.get(0))
+                    .optional()?;
+                let head: i64 = head
+                    .query_row([priority], |r| r.get(0))
+                    .optional()?
+                    .unwrap_or(0);
+                next_turn(newest, head)
+            }
+        };
+        next.insert((account, priority), turn + 1);
+        turns.push(turn);
+    }
+    Ok(turns)
+}
+
 /// The `INSERT` of 2^k idempotency keys' answers at index k, over expired ones.
 static REMEMBER_ANSWERS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
     let row = "(?, ?, ?, ?, ?, ?, ?, ?)";
@@ -326,14 +367,14 @@ const INSERT_CHUNK_MAX: usize = 64;
 
 /// The `INSERT` for 2^k tasks at index k, bound parameters only, in `apply_submits`' order.
 static INSERT_TASKS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
-    let row = "(?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    let row = "(?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     (0..=INSERT_CHUNK_MAX.ilog2())
         .map(|k| {
             format!(
                 "INSERT INTO tasks (seq, account_id, task_type, params, parent_seq, status,
                      priority, prompt,
                      aspect_ratio, process_mode, seed, created_at, webhook_url, webhook_secret,
-                     cost, extras)
+                     cost, extras, turn)
                  VALUES {}",
                 vec![row; 1 << k].join(", ")
             )

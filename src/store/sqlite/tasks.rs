@@ -8,10 +8,10 @@ use super::submit::InsertTask;
 use super::writer::Durability;
 use super::{to_json, SqliteStore};
 use crate::domain::TaskStatus;
-use crate::store::rows::{key_and_tasks, ClaimedRow, TaskRow};
+use crate::store::rows::{key_and_tasks, TaskRow};
 use crate::store::{
-    now_ms, worker_lost, ClaimedTask, Ending, Fence, Happened, LiveKey, NewTask, StoreResult,
-    StoredProgress, Submitted, Task, TaskEvent, TaskIds, TaskQueue, RUNNING,
+    now_ms, worker_lost, ClaimRules, ClaimedTask, Ending, Fence, Happened, LiveKey, NewTask,
+    StoreResult, StoredProgress, Submitted, Task, TaskEvent, TaskIds, TaskQueue, Waiting, RUNNING,
 };
 
 pub(super) const TASK_COLUMNS: &str =
@@ -149,59 +149,13 @@ impl TaskQueue for SqliteStore {
             .collect()
     }
 
-    async fn claim_task(&self, owner: &str, lease_ms: i64) -> StoreResult<Option<ClaimedTask>> {
-        let owner = owner.to_string();
-        let ids = self.ids.clone();
-        let claimed = self
-            .writer
-            .call(Durability::Committed, move |conn| {
-                let now = now_ms();
-                let version = peek_version(conn)?;
-                let claimed = conn
-                    .prepare_cached(
-                        "UPDATE tasks SET status = 'starting', attempts = attempts + 1,
-                             lease_owner = ?1, lease_expires_at = ?2,
-                             started_at = COALESCE(started_at, ?3), percentage = 0,
-                             event_seq = ?4, preview_key = NULL
-                         WHERE seq = (SELECT seq FROM tasks WHERE status = 'pending'
-                                      ORDER BY priority, seq LIMIT 1)
-                         RETURNING seq, id, account_id, task_type, params, prompt, aspect_ratio,
-                             seed, attempts, parent_seq,
-                             (SELECT p.id FROM tasks p WHERE p.seq = tasks.parent_seq), extras",
-                    )?
-                    .query_row(params![owner, now + lease_ms, now, version], |r| {
-                        let seq = r.get(0)?;
-                        let legacy_id: Option<String> = r.get(1)?;
-                        let task_type: String = r.get(3)?;
-                        let params: Option<String> = r.get(4)?;
-                        let parent_seq: Option<i64> = r.get(9)?;
-                        let parent_legacy: Option<String> = r.get(10)?;
-                        Ok(ClaimedRow {
-                            seq,
-                            id: ids.of_row(seq, legacy_id.as_deref()),
-                            account_id: r.get(2)?,
-                            task_type,
-                            params,
-                            parent_id: parent_seq.map(|p| ids.of_row(p, parent_legacy.as_deref())),
-                            prompt: r.get(5)?,
-                            aspect_ratio: r.get(6)?,
-                            seed: r.get(7)?,
-                            attempts: r.get(8)?,
-                            extras: r.get(11)?,
-                        })
-                    })
-                    .optional()?;
-                if claimed.is_some() {
-                    take_version(conn, version)?;
-                }
-                Ok(claimed.map(|row| (row, version)))
-            })
-            .await?;
-        let Some((row, version)) = claimed else {
-            return Ok(None);
-        };
-        self.changed(row.seq, &row.account_id, version, TaskStatus::Starting);
-        row.into_claimed().map(Some)
+    async fn claim_next(
+        &self,
+        owner: &str,
+        lease_ms: i64,
+        rules: &ClaimRules,
+    ) -> StoreResult<Option<ClaimedTask>> {
+        self.claim(owner, lease_ms, rules).await
     }
 
     async fn mark_processing(&self, seq: i64, attempt: i64, lease_ms: i64) -> StoreResult<bool> {
@@ -420,21 +374,8 @@ impl TaskQueue for SqliteStore {
         Ok(())
     }
 
-    async fn queue_order(&self, limit: u32) -> StoreResult<Vec<i64>> {
-        // Two partial indexes: `tasks_leases` (running tasks only: the `IN` lets the planner
-        // use it) and `tasks_queue`, read in order. Neither reads the whole table.
-        Ok(sqlx::query_scalar(
-            "SELECT seq FROM (SELECT seq FROM tasks
-                              WHERE status IN ('starting', 'processing') AND status = 'starting'
-                              ORDER BY priority, seq)
-             UNION ALL
-             SELECT seq FROM (SELECT seq FROM tasks WHERE status = 'pending'
-                              ORDER BY priority, seq LIMIT ?1)
-             LIMIT ?1",
-        )
-        .bind(i64::from(limit))
-        .fetch_all(&self.reader)
-        .await?)
+    async fn queue_order(&self, limit: u32, rules: &ClaimRules) -> StoreResult<Vec<Waiting>> {
+        self.waiting(limit, rules).await
     }
 
     async fn task_counts(&self) -> StoreResult<Vec<(String, i64)>> {
@@ -506,7 +447,7 @@ pub(super) fn next_version(conn: &Connection) -> rusqlite::Result<i64> {
 /// The version the next change would take, read only: a write that may change nothing (a claim
 /// of an empty queue, a sweep of leases that finds none) takes it only if it changed a row, so
 /// that idle polling writes nothing.
-fn peek_version(conn: &Connection) -> rusqlite::Result<i64> {
+pub(super) fn peek_version(conn: &Connection) -> rusqlite::Result<i64> {
     conn.prepare_cached(
         "SELECT max(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'tasks'), 0),
                     COALESCE((SELECT max(seq) FROM tasks), 0)) + 1",
@@ -515,7 +456,7 @@ fn peek_version(conn: &Connection) -> rusqlite::Result<i64> {
 }
 
 /// Record that `version` (from [`peek_version`]) was taken.
-fn take_version(conn: &Connection, version: i64) -> rusqlite::Result<()> {
+pub(super) fn take_version(conn: &Connection, version: i64) -> rusqlite::Result<()> {
     let moved = conn
         .prepare_cached("UPDATE sqlite_sequence SET seq = ?1 WHERE name = 'tasks'")?
         .execute([version])?;

@@ -1,0 +1,158 @@
+//! How claims share the queue between accounts, for both stores (docs/design.md, "The queue").
+//!
+//! - **Turns.** Each pending task has a `turn`; claims take the lowest `(priority, turn, seq)`.
+//!   A submit gives an account's task the turn after the account's own newest waiting task of
+//!   that mode, but never one below the mode's head (the highest turn claimed so far). An
+//!   account with a backlog holds one task per turn, so accounts with work alternate, and a
+//!   newcomer joins the round being served: it neither jumps ahead of the tasks already in
+//!   that round nor waits behind anyone's backlog.
+//! - **Running limits.** A claim passes over the tasks of accounts that have as many tasks
+//!   running as their plan allows (`accounts.running_tasks`, moved by triggers); those tasks
+//!   keep their turn and go first once a slot of theirs frees.
+//! - **Relax does not starve.** A caller may ask a claim to try one mode first
+//!   ([`ClaimRules::prefer`]); the worker does so for relax every `relax_every` claims.
+
+use std::collections::BTreeMap;
+
+use crate::domain::ProcessMode;
+
+/// What a claim takes into account beside the order of turns.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClaimRules {
+    /// Most tasks one account may have running; 0: no limit.
+    pub max_running: u32,
+    /// The same, for the accounts on these plans.
+    pub max_running_by_plan: BTreeMap<String, u32>,
+    /// Try this mode's first task before the usual order.
+    pub prefer: Option<ProcessMode>,
+}
+
+/// What stands for "no limit" in the statements, which compare a count with a number.
+const UNLIMITED: i64 = i64::MAX;
+
+impl ClaimRules {
+    /// The rules of the configured limits (no mode first).
+    pub fn of(limits: &crate::config::Limits) -> ClaimRules {
+        ClaimRules {
+            max_running: limits.max_running_per_account,
+            max_running_by_plan: limits.max_running_by_plan.clone(),
+            prefer: None,
+        }
+    }
+
+    /// Whether some account may be held back by a limit (else the claim needs no account).
+    pub fn limits_running(&self) -> bool {
+        self.max_running > 0 || self.max_running_by_plan.values().any(|&n| n > 0)
+    }
+
+    /// The limit of accounts on no listed plan, as the statements take it.
+    pub fn default_limit(&self) -> i64 {
+        limit(self.max_running)
+    }
+
+    /// The listed plans' limits as a JSON object (plan to limit), as the statements take it.
+    pub fn plan_limits_json(&self) -> String {
+        let by_plan: BTreeMap<&str, i64> = self
+            .max_running_by_plan
+            .iter()
+            .map(|(plan, &n)| (plan.as_str(), limit(n)))
+            .collect();
+        serde_json::to_string(&by_plan).expect("a map of numbers serializes")
+    }
+
+    /// The limit of an account on `plan`; None: no limit.
+    pub fn limit_of(&self, plan: &str) -> Option<u32> {
+        let n = self
+            .max_running_by_plan
+            .get(plan)
+            .copied()
+            .unwrap_or(self.max_running);
+        (n > 0).then_some(n)
+    }
+}
+
+fn limit(n: u32) -> i64 {
+    if n == 0 {
+        UNLIMITED
+    } else {
+        i64::from(n)
+    }
+}
+
+/// The turn of an account's next task in a mode: after its own newest waiting task there, and
+/// never behind the mode's head.
+pub fn next_turn(own_newest: Option<i64>, head: i64) -> i64 {
+    own_newest.map_or(head, |t| t + 1).max(head)
+}
+
+/// One waiting task in claim order, for `queue_position`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Waiting {
+    pub seq: i64,
+    /// Claimed by a worker that waits for a backend (`starting`).
+    pub claimed: bool,
+    /// Its account has as many tasks running as its plan allows: claims pass over it.
+    pub held: bool,
+}
+
+/// An account's share of the queue, for the operators' page.
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct AccountLoad {
+    pub account_id: String,
+    pub email: String,
+    pub plan: String,
+    pub queued: i64,
+    pub running: i64,
+}
+
+/// One plan's tasks queued and running, for the metrics (a label per plan, not per account).
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct PlanLoad {
+    pub plan: String,
+    pub queued: i64,
+    pub running: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_account_continues_its_own_line_but_never_behind_the_head() {
+        assert_eq!(
+            next_turn(None, 7),
+            7,
+            "a newcomer joins the round served now"
+        );
+        assert_eq!(
+            next_turn(Some(9), 7),
+            10,
+            "a backlog goes on after its own last"
+        );
+        assert_eq!(
+            next_turn(Some(3), 7),
+            7,
+            "a held-back line does not pull new work back"
+        );
+    }
+
+    #[test]
+    fn limits_by_plan_fall_back_to_the_default_and_zero_is_none() {
+        let rules = ClaimRules {
+            max_running: 4,
+            max_running_by_plan: [("pro".to_string(), 12), ("free".to_string(), 0)].into(),
+            prefer: None,
+        };
+        assert!(rules.limits_running());
+        assert_eq!(rules.limit_of("pro"), Some(12));
+        assert_eq!(rules.limit_of("basic"), Some(4));
+        assert_eq!(rules.limit_of("free"), None);
+        assert_eq!(rules.default_limit(), 4);
+        assert_eq!(
+            rules.plan_limits_json(),
+            format!("{{\"free\":{UNLIMITED},\"pro\":12}}")
+        );
+        assert!(!ClaimRules::default().limits_running());
+        assert_eq!(ClaimRules::default().default_limit(), UNLIMITED);
+    }
+}

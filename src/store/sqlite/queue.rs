@@ -1,0 +1,174 @@
+//! The queue's claims and order on SQLite ([`crate::store::queue`] says the rules).
+
+use rusqlite::{Connection, OptionalExtension, ToSql};
+
+use super::tasks::{peek_version, take_version};
+use super::writer::Durability;
+use super::SqliteStore;
+use crate::domain::TaskStatus;
+use crate::store::queue::{ClaimRules, Waiting};
+use crate::store::rows::ClaimedRow;
+use crate::store::{now_ms, ClaimedTask, StoreResult, TaskIds};
+
+/// The claim's statement: the first pending task in `(priority, turn, seq)` order (of one mode
+/// when `one_mode`), passing over accounts at their running limit when `limited`. It walks the
+/// `tasks_queue` index from its start; each task passed over costs a look at its account.
+fn claim_sql(one_mode: bool, limited: bool) -> String {
+    let mode = if one_mode { "AND t.priority = ?5" } else { "" };
+    let room = if limited { ROOM } else { "" };
+    format!(
+        "UPDATE tasks SET status = 'starting', attempts = attempts + 1,
+             lease_owner = ?1, lease_expires_at = ?2,
+             started_at = COALESCE(started_at, ?3), percentage = 0,
+             event_seq = ?4, preview_key = NULL
+         WHERE seq = (SELECT t.seq FROM tasks t WHERE t.status = 'pending' {mode} {room}
+                      ORDER BY t.priority, t.turn, t.seq LIMIT 1)
+         RETURNING seq, id, account_id, task_type, params, prompt, aspect_ratio,
+             seed, attempts, parent_seq,
+             (SELECT p.id FROM tasks p WHERE p.seq = tasks.parent_seq), extras, priority, turn"
+    )
+}
+
+/// Whether task `t`'s account may start one more: parameters `?6` (the plans' limits, a JSON
+/// object) and `?7` (the limit of every other plan).
+const ROOM: &str = "AND (SELECT a.running_tasks < COALESCE(
+                             (SELECT value FROM json_each(?6) WHERE key = a.plan), ?7)
+                         FROM accounts a WHERE a.id = t.account_id)";
+
+impl SqliteStore {
+    pub(super) async fn claim(
+        &self,
+        owner: &str,
+        lease_ms: i64,
+        rules: &ClaimRules,
+    ) -> StoreResult<Option<ClaimedTask>> {
+        let owner = owner.to_string();
+        let ids = self.ids.clone();
+        let limits = rules
+            .limits_running()
+            .then(|| (rules.plan_limits_json(), rules.default_limit()));
+        let prefer = rules.prefer.map(|mode| mode.priority());
+        let claimed = self
+            .writer
+            .call(Durability::Committed, move |conn| {
+                let now = now_ms();
+                let version = peek_version(conn)?;
+                let base = Claim {
+                    owner: &owner,
+                    lease_until: now + lease_ms,
+                    now,
+                    version,
+                    limits: limits.as_ref(),
+                };
+                let mut claimed = None;
+                if let Some(priority) = prefer {
+                    claimed = base.run(conn, &ids, Some(priority))?;
+                }
+                if claimed.is_none() {
+                    claimed = base.run(conn, &ids, None)?;
+                }
+                let Some((row, priority, turn)) = claimed else {
+                    return Ok(None);
+                };
+                take_version(conn, version)?;
+                conn.prepare_cached(
+                    "UPDATE queue_heads SET turn = ?1 WHERE priority = ?2 AND turn < ?1",
+                )?
+                .execute([turn, priority])?;
+                Ok(Some((row, version)))
+            })
+            .await?;
+        let Some((row, version)) = claimed else {
+            return Ok(None);
+        };
+        self.changed(row.seq, &row.account_id, version, TaskStatus::Starting);
+        row.into_claimed().map(Some)
+    }
+
+    pub(super) async fn waiting(
+        &self,
+        limit: u32,
+        rules: &ClaimRules,
+    ) -> StoreResult<Vec<Waiting>> {
+        // Two partial indexes: `tasks_leases` (running tasks only: the `IN` lets the planner
+        // use it) and `tasks_queue`, read in order. Neither reads the whole table; each queued
+        // task's account is looked up by its key.
+        let rows: Vec<(i64, bool, bool)> = sqlx::query_as(
+            "SELECT seq, 1, 0 FROM (SELECT seq FROM tasks
+                                   WHERE status IN ('starting', 'processing')
+                                     AND status = 'starting'
+                                   ORDER BY priority, turn, seq)
+             UNION ALL
+             SELECT seq, 0, held FROM (
+                 SELECT t.seq,
+                        (SELECT a.running_tasks >= COALESCE(
+                                    (SELECT value FROM json_each(?2) WHERE key = a.plan), ?3)
+                         FROM accounts a WHERE a.id = t.account_id) AS held
+                 FROM tasks t WHERE t.status = 'pending'
+                 ORDER BY t.priority, t.turn, t.seq LIMIT ?1)
+             LIMIT ?1",
+        )
+        .bind(i64::from(limit))
+        .bind(rules.plan_limits_json())
+        .bind(rules.default_limit())
+        .fetch_all(&self.reader)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(seq, claimed, held)| Waiting { seq, claimed, held })
+            .collect())
+    }
+}
+
+/// One claim's values, for each statement it may try.
+struct Claim<'a> {
+    owner: &'a str,
+    lease_until: i64,
+    now: i64,
+    version: i64,
+    limits: Option<&'a (String, i64)>,
+}
+
+impl Claim<'_> {
+    /// Claim the first task (of mode `priority` when given): the row, its priority and turn.
+    fn run(
+        &self,
+        conn: &Connection,
+        ids: &TaskIds,
+        priority: Option<i64>,
+    ) -> rusqlite::Result<Option<(ClaimedRow, i64, i64)>> {
+        let mut values: Vec<&dyn ToSql> = vec![&self.owner, &self.lease_until, &self.now];
+        values.push(&self.version);
+        // Numbered parameters: a statement takes as many values as its highest number.
+        let unused = rusqlite::types::Null;
+        if let Some((plans, default)) = self.limits {
+            values.push(priority.as_ref().map_or(&unused as &dyn ToSql, |p| p));
+            values.push(plans);
+            values.push(default);
+        } else if let Some(p) = priority.as_ref() {
+            values.push(p);
+        }
+        conn.prepare_cached(&claim_sql(priority.is_some(), self.limits.is_some()))?
+            .query_row(rusqlite::params_from_iter(values), |r| {
+                let seq = r.get(0)?;
+                let legacy_id: Option<String> = r.get(1)?;
+                let parent_seq: Option<i64> = r.get(9)?;
+                let parent_legacy: Option<String> = r.get(10)?;
+                let row = ClaimedRow {
+                    seq,
+                    id: ids.of_row(seq, legacy_id.as_deref()),
+                    account_id: r.get(2)?,
+                    task_type: r.get(3)?,
+                    params: r.get(4)?,
+                    parent_id: parent_seq.map(|p| ids.of_row(p, parent_legacy.as_deref())),
+                    prompt: r.get(5)?,
+                    aspect_ratio: r.get(6)?,
+                    seed: r.get(7)?,
+                    attempts: r.get(8)?,
+                    extras: r.get(11)?,
+                };
+                Ok((row, r.get(12)?, r.get(13)?))
+            })
+            .optional()
+    }
+}
