@@ -1363,7 +1363,8 @@ async fn the_dashboards_event_streams_need_the_session_and_show_the_accounts_own
         assert_eq!(page.status, 404, "{path}");
         assert!(!page.body.contains("lantern"), "{path} leaks the prompt");
     }
-    // Bob's own stream says his task, and nothing of Alice's (all three wait, oldest first).
+    // Bob's own stream says his task, and nothing of Alice's (all three wait; accounts take
+    // turns, so Bob's goes between Alice's first and second).
     let bobs_key = bob.create_key("bob's program").await;
     let (status, body) = app
         .post_as(&bobs_key, "/api/v1/imagine", &json!({ "prompt": "a kite" }))
@@ -1371,11 +1372,11 @@ async fn the_dashboards_event_streams_need_the_session_and_show_the_accounts_own
     assert_eq!(status, 200, "{body}");
     let (theirs, _) = read_events(&mut bob.open("/tasks/events").await, |e| !e.is_empty()).await;
     assert_eq!(theirs[0].1["task_id"], body["task_id"]);
-    assert_eq!(theirs[0].1["queue_position"], 2);
+    assert_eq!(theirs[0].1["queue_position"], 1);
 
     // The page says where the task stands without script, and the script's stream address.
     let page = alice.get(&format!("/tasks/{second}")).await;
-    assert!(page.body.contains("queued, 1 ahead"), "{}", page.body);
+    assert!(page.body.contains("queued, 2 ahead"), "{}", page.body);
     assert!(page
         .body
         .contains(&format!("data-live=\"/tasks/{second}/events\"")));
@@ -1391,7 +1392,8 @@ async fn the_dashboards_event_streams_need_the_session_and_show_the_accounts_own
     assert_eq!(said[0].0, "task");
     assert_eq!(said[0].1["task_id"], second.as_str());
     assert_eq!(said[0].1["status"], "pending");
-    assert_eq!(said[0].1["queue_position"], 1);
+    assert_eq!(said[0].1["queue_position"], 2);
+    assert_eq!(said[0].1["waiting_for"], "turn");
 
     let mut all = alice.open("/tasks/events").await;
     assert_eq!(all.status(), 200);

@@ -13,6 +13,7 @@
 #[path = "../../tests/backend_mocks/mod.rs"]
 mod backend_mocks;
 mod backends;
+mod claims;
 mod decode;
 mod e2e;
 mod events;
@@ -56,6 +57,7 @@ const BENCHMARKS: &[&str] = &[
     "idempotency",
     "decode",
     "events",
+    "claims",
 ];
 
 #[derive(Parser)]
@@ -71,7 +73,7 @@ struct Args {
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/wrk"))]
     lua: PathBuf,
     /// Benchmarks to run, comma-separated (default: all): submit, e2e, webhooks, retry, scale,
-    /// postgres, operations, backends, listing, wait, idempotency, decode, events.
+    /// postgres, operations, backends, listing, wait, idempotency, decode, events, claims.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Smaller counts and shorter runs (a couple of minutes); figures are rougher.
@@ -353,6 +355,11 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 // Across two PostgreSQL nodes too when its server answers.
                 let pg = postgres::check_reachable(&args.postgres_url).await.is_ok();
                 events::run(&ctx, pg.then_some(args.postgres_url.as_str())).await
+            }
+            "claims" => {
+                // On PostgreSQL too when its server answers.
+                let pg = postgres::check_reachable(&args.postgres_url).await.is_ok();
+                claims::run(&ctx, pg.then_some(args.postgres_url.as_str())).await
             }
             _ => unreachable!("checked above"),
         };

@@ -128,6 +128,25 @@ fn the_example_file_holds_the_defaults() {
 }
 
 #[test]
+#[allow(clippy::result_large_err)] // figment's Jail API returns figment::Error
+fn running_limits_are_read_by_plan() {
+    figment::Jail::expect_with(|jail| {
+        let c = load_in_jail(
+            jail,
+            "max_running_per_account = 3\n[max_running_by_plan]\npro = 12\nfree = 0\n",
+        )?;
+        assert_eq!(c.limits.max_running_per_account, 3);
+        let rules = crate::store::ClaimRules::of(&c.limits);
+        assert_eq!(rules.limit_of("pro"), Some(12));
+        assert_eq!(rules.limit_of("free"), None);
+        assert_eq!(rules.limit_of("self-hosted"), Some(3));
+        Ok(())
+    });
+    let e = refused("max_running_per_account = -1\n");
+    assert!(e.contains("max_running_per_account"), "{e}");
+}
+
+#[test]
 fn a_misspelt_key_or_table_is_refused_by_its_name() {
     let e = refused("workerz = 4\n");
     assert!(
