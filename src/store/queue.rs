@@ -1,14 +1,14 @@
 //! How claims share the queue between accounts, for both stores (docs/design.md, "The queue").
 //!
 //! - **Turns.** Each pending task has a `turn`; claims take the lowest `(priority, turn, seq)`.
-//!   A submit gives an account's task the turn after the account's own newest waiting task of
-//!   that mode, but never one below the mode's head (the highest turn claimed so far). An
-//!   account with a backlog holds one task per turn, so accounts with work alternate, and a
-//!   newcomer joins the round being served: it neither jumps ahead of the tasks already in
-//!   that round nor waits behind anyone's backlog.
+//!   A submit gives an account's task the turn after the account's own highest waiting turn in
+//!   that mode, but never one below the mode's head: the highest turn running in the mode, or
+//!   the lowest waiting there if that is higher. An account with a backlog holds one task per
+//!   turn, so accounts with work alternate, and a newcomer joins the round being served: it
+//!   neither jumps ahead of the tasks already in that round nor waits behind anyone's backlog.
 //! - **Running limits.** A claim passes over the tasks of accounts that have as many tasks
-//!   running as their plan allows (`accounts.running_tasks`, moved by triggers); those tasks
-//!   keep their turn and go first once a slot of theirs frees.
+//!   running as their plan allows, counted from the running tasks themselves; those tasks keep
+//!   their turn and go first once a slot of theirs frees.
 //! - **Relax does not starve.** A caller may ask a claim to try one mode first
 //!   ([`ClaimRules::prefer`]); the worker does so for relax every `relax_every` claims.
 
@@ -79,7 +79,7 @@ fn limit(n: u32) -> i64 {
     }
 }
 
-/// The turn of an account's next task in a mode: after its own newest waiting task there, and
+/// The turn of an account's next task in a mode: after its own highest waiting turn there, and
 /// never behind the mode's head.
 pub fn next_turn(own_newest: Option<i64>, head: i64) -> i64 {
     own_newest.map_or(head, |t| t + 1).max(head)

@@ -7,52 +7,65 @@ use crate::store::queue::{ClaimRules, Waiting};
 use crate::store::rows::ClaimedRow;
 use crate::store::{now_ms, ClaimedTask, StoreResult};
 
-/// The claim's statement: the first pending task in `(priority, turn, seq)` order (of mode `$4`
-/// when `one_mode`), skipping rows other claims hold. When `limited`, it passes over accounts at
-/// their running limit (the plans' limits as JSON, then every other plan's) and locks the
-/// account's row with the task's: a concurrent claim of the same account waits for this one's
-/// commit and then sees the count it left (PostgreSQL checks a locked row's condition again on
-/// its newest version), so no account passes its limit. The mode's head rises in the same
-/// statement, written only when it rises.
-fn claim_sql(one_mode: bool, limited: bool) -> String {
-    // Only the parameters a statement uses are bound: the limits' come after the mode's.
+/// The claim without running limits, one statement: the first pending task in
+/// `(priority, turn, seq)` order (of mode `$4` when `one_mode`), skipping rows other claims
+/// hold. The caller adds the final `SELECT` with the claim's `NOTIFY`.
+fn claim_sql(one_mode: bool) -> String {
     let mode = if one_mode { "AND t.priority = $4" } else { "" };
-    let (plans, default) = if one_mode { (5, 6) } else { (4, 5) };
-    let (join, room, lock) = if limited {
-        (
-            "JOIN accounts a ON a.id = t.account_id",
-            format!(
-                "AND a.running_tasks < COALESCE((${plans}::jsonb ->> a.plan)::bigint, ${default})"
-            ),
-            " FOR NO KEY UPDATE OF a",
-        )
-    } else {
-        ("", String::new(), "")
-    };
     format!(
         "WITH picked AS (
-             SELECT t.seq FROM tasks t {join}
-             WHERE t.status = 'pending' {mode} {room}
+             SELECT t.seq FROM tasks t
+             WHERE t.status = 'pending' {mode}
              ORDER BY t.priority, t.turn, t.seq LIMIT 1
-             FOR UPDATE OF t SKIP LOCKED{lock}),
-         claimed AS (
+             FOR UPDATE OF t SKIP LOCKED),
+         {CLAIMED}"
+    )
+}
+
+/// The claim itself, of the task in `picked`.
+const CLAIMED: &str = "claimed AS (
              UPDATE tasks SET status = 'starting', attempts = attempts + 1,
                  lease_owner = $1, lease_expires_at = $2,
                  started_at = COALESCE(started_at, $3), percentage = 0,
                  event_seq = nextval('task_seq'), preview_key = NULL
              FROM picked WHERE tasks.seq = picked.seq
              RETURNING tasks.seq, account_id, task_type, params, prompt, aspect_ratio, seed,
-                 attempts, parent_seq, extras, event_seq, priority, turn),
-         head AS (
-             UPDATE queue_heads h SET turn = c.turn FROM claimed c
-             WHERE h.priority = c.priority AND h.turn < c.turn
-             RETURNING 1)
+                 attempts, parent_seq, extras, event_seq)";
+
+/// With running limits, a claim is two statements in a transaction. [`PICK`] chooses the first
+/// task whose account is below its limit as its snapshot sees it, and locks the task's row
+/// (skipping those other claims hold) and the account's (waiting for another claim of the same
+/// account to commit). [`CLAIM_PICKED`] then counts the account's running tasks again, in a
+/// snapshot taken after that lock, so it sees every claim of the account committed before: no
+/// account passes its limit, however many nodes claim. Parameters: `$1` the plans' limits
+/// (JSON), `$2` every other plan's, `$3` a mode or -1.
+const PICK: &str = "SELECT t.seq, t.account_id,
+            COALESCE(($1::jsonb ->> a.plan)::bigint, $2) AS room
+     FROM tasks t JOIN accounts a ON a.id = t.account_id
+     WHERE t.status = 'pending' AND ($3 < 0 OR t.priority = $3)
+       AND (SELECT COUNT(*) FROM tasks r
+            WHERE r.account_id = t.account_id AND r.status IN ('starting', 'processing'))
+           < COALESCE(($1::jsonb ->> a.plan)::bigint, $2)
+     ORDER BY t.priority, t.turn, t.seq LIMIT 1
+     FOR UPDATE OF t SKIP LOCKED FOR NO KEY UPDATE OF a";
+
+/// The picked task `$4` claimed if its account `$5` still has fewer than `$6` running.
+static CLAIM_PICKED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "WITH picked AS (
+             SELECT $4::bigint AS seq
+             WHERE (SELECT COUNT(*) FROM tasks r
+                    WHERE r.account_id = $5 AND r.status IN ('starting', 'processing')) < $6),
+         {CLAIMED}
          SELECT seq, account_id, task_type, params, prompt, aspect_ratio, seed, attempts,
              parent_seq, extras, {}
          FROM claimed",
         changed_note_sql(TaskStatus::Starting)
     )
-}
+});
+
+/// How often a limited claim tries again when its pick was taken to the limit meanwhile.
+const PICK_TRIES: usize = 4;
 
 type Claimed = (
     i64,
@@ -75,27 +88,32 @@ impl PgStore {
         rules: &ClaimRules,
     ) -> StoreResult<Option<ClaimedTask>> {
         let now = now_ms();
-        let limited = rules.limits_running();
-        let plans = rules.plan_limits_json();
-        let mut claimed = None;
         let tries = rules
             .prefer
             .map(|mode| Some(mode.priority()))
             .into_iter()
             .chain([None]);
+        let mut claimed = None;
         for priority in tries {
-            let sql = claim_sql(priority.is_some(), limited);
-            let mut query = sqlx::query_as::<_, Claimed>(&sql)
-                .bind(owner)
-                .bind(now + lease_ms)
-                .bind(now);
-            if let Some(priority) = priority {
-                query = query.bind(priority);
-            }
-            if limited {
-                query = query.bind(&plans).bind(rules.default_limit());
-            }
-            claimed = query.fetch_optional(&self.pool).await?;
+            claimed = if rules.limits_running() {
+                self.claim_limited(owner, now, lease_ms, rules, priority)
+                    .await?
+            } else {
+                let sql = format!(
+                    "{} SELECT seq, account_id, task_type, params, prompt, aspect_ratio, seed,
+                         attempts, parent_seq, extras, {} FROM claimed",
+                    claim_sql(priority.is_some()),
+                    changed_note_sql(TaskStatus::Starting)
+                );
+                let mut query = sqlx::query_as::<_, Claimed>(&sql)
+                    .bind(owner)
+                    .bind(now + lease_ms)
+                    .bind(now);
+                if let Some(priority) = priority {
+                    query = query.bind(priority);
+                }
+                query.fetch_optional(&self.pool).await?
+            };
             if claimed.is_some() {
                 break;
             }
@@ -133,18 +151,63 @@ impl PgStore {
             .transpose()
     }
 
+    /// A claim under running limits ([`PICK`], then [`CLAIM_PICKED`], in one transaction).
+    async fn claim_limited(
+        &self,
+        owner: &str,
+        now: i64,
+        lease_ms: i64,
+        rules: &ClaimRules,
+        priority: Option<i64>,
+    ) -> StoreResult<Option<Claimed>> {
+        let plans = rules.plan_limits_json();
+        for _ in 0..PICK_TRIES {
+            let mut tx = self.pool.begin().await?;
+            let picked: Option<(i64, String, i64)> = sqlx::query_as(PICK)
+                .bind(&plans)
+                .bind(rules.default_limit())
+                .bind(priority.unwrap_or(-1))
+                .fetch_optional(&mut *tx)
+                .await?;
+            let Some((seq, account, room)) = picked else {
+                return Ok(None);
+            };
+            let claimed: Option<Claimed> = sqlx::query_as(&CLAIM_PICKED)
+                .bind(owner)
+                .bind(now + lease_ms)
+                .bind(now)
+                .bind(seq)
+                .bind(&account)
+                .bind(room)
+                .fetch_optional(&mut *tx)
+                .await?;
+            if claimed.is_some() {
+                tx.commit().await?;
+                return Ok(claimed);
+            }
+            // Another node's claim took the account to its limit after this pick's snapshot;
+            // the next pick sees it.
+            tx.rollback().await?;
+        }
+        Ok(None)
+    }
+
     pub(super) async fn waiting(
         &self,
         limit: u32,
         rules: &ClaimRules,
     ) -> StoreResult<Vec<Waiting>> {
         let rows: Vec<(i64, bool, bool)> = sqlx::query_as(
-            "(SELECT seq, true, false FROM tasks
+            "WITH running AS (
+                 SELECT account_id, COUNT(*) AS n FROM tasks
+                 WHERE status IN ('starting', 'processing') GROUP BY account_id)
+             (SELECT seq, true, false FROM tasks
               WHERE status IN ('starting', 'processing') AND status = 'starting'
               ORDER BY priority, turn, seq)
              UNION ALL
              (SELECT t.seq, false,
-                     a.running_tasks >= COALESCE(($2::jsonb ->> a.plan)::bigint, $3)
+                     COALESCE((SELECT n FROM running WHERE running.account_id = t.account_id), 0)
+                     >= COALESCE(($2::jsonb ->> a.plan)::bigint, $3)
               FROM tasks t JOIN accounts a ON a.id = t.account_id
               WHERE t.status = 'pending' ORDER BY t.priority, t.turn, t.seq LIMIT $1)
              LIMIT $1",

@@ -150,7 +150,7 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
         .collect();
     let mut tx = sqlx::Connection::begin(&mut *conn).await?;
     // With each account, where its next task of each mode stands in line (`store::queue`):
-    // its newest waiting task's turn there, and the mode's head.
+    // its highest waiting turn there (`tasks_account_turns`), and each mode's head, read once.
     type Live = (
         Vec<u8>,
         String,
@@ -160,13 +160,22 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
         Vec<i64>,
     );
     let live: Vec<Live> = sqlx::query_as(
-        "SELECT k.key_hash, k.account_id, a.active_tasks, a.credits,
+        "WITH heads AS (
+             SELECT ARRAY(
+                 SELECT GREATEST(
+                     COALESCE((SELECT turn FROM tasks
+                               WHERE status IN ('starting', 'processing') AND priority = m
+                               ORDER BY turn DESC LIMIT 1), 0),
+                     COALESCE((SELECT turn FROM tasks WHERE status = 'pending' AND priority = m
+                               ORDER BY turn LIMIT 1), 0))
+                 FROM generate_series(0, 2) m ORDER BY m) AS at)
+         SELECT k.key_hash, k.account_id, a.active_tasks, a.credits,
              ARRAY(SELECT (SELECT t.turn FROM tasks t
                            WHERE t.account_id = a.id AND t.status = 'pending'
-                             AND t.priority = m.priority
-                           ORDER BY t.seq DESC LIMIT 1)
-                   FROM queue_heads m ORDER BY m.priority),
-             ARRAY(SELECT m.turn FROM queue_heads m ORDER BY m.priority)
+                             AND t.priority = m
+                           ORDER BY t.turn DESC LIMIT 1)
+                   FROM generate_series(0, 2) m ORDER BY m),
+             (SELECT at FROM heads)
          FROM api_keys k JOIN accounts a ON a.id = k.account_id
          WHERE k.key_hash = ANY($1) AND k.revoked_at IS NULL AND NOT a.disabled
          ORDER BY a.id

@@ -152,12 +152,17 @@ impl Views for PgStore {
     }
 
     async fn busiest_accounts(&self, limit: u32) -> StoreResult<Vec<AccountLoad>> {
-        // Every account's counters are read (no index orders them): one row per account.
+        // The accounts with work by their counter (every account's row is read: no index orders
+        // them), their running tasks from the running tasks' partial index.
         Ok(sqlx::query_as(
-            "SELECT id AS account_id, email, plan, active_tasks - running_tasks AS queued,
-                    running_tasks AS running
-             FROM accounts WHERE active_tasks > 0
-             ORDER BY active_tasks DESC, id LIMIT $1",
+            "WITH running AS (
+                 SELECT account_id, COUNT(*) AS n FROM tasks
+                 WHERE status IN ('starting', 'processing') GROUP BY account_id)
+             SELECT a.id AS account_id, a.email, a.plan,
+                    a.active_tasks - COALESCE(r.n, 0) AS queued, COALESCE(r.n, 0) AS running
+             FROM accounts a LEFT JOIN running r ON r.account_id = a.id
+             WHERE a.active_tasks > 0
+             ORDER BY a.active_tasks DESC, a.id LIMIT $1",
         )
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
@@ -166,9 +171,13 @@ impl Views for PgStore {
 
     async fn load_by_plan(&self) -> StoreResult<Vec<PlanLoad>> {
         Ok(sqlx::query_as(
-            "SELECT plan, CAST(SUM(active_tasks - running_tasks) AS BIGINT) AS queued,
-                    CAST(SUM(running_tasks) AS BIGINT) AS running
-             FROM accounts GROUP BY plan ORDER BY plan",
+            "WITH running AS (
+                 SELECT account_id, COUNT(*) AS n FROM tasks
+                 WHERE status IN ('starting', 'processing') GROUP BY account_id)
+             SELECT a.plan, CAST(SUM(a.active_tasks - COALESCE(r.n, 0)) AS BIGINT) AS queued,
+                    CAST(SUM(COALESCE(r.n, 0)) AS BIGINT) AS running
+             FROM accounts a LEFT JOIN running r ON r.account_id = a.id
+             GROUP BY a.plan ORDER BY a.plan",
         )
         .fetch_all(&self.pool)
         .await?)

@@ -25,15 +25,19 @@ fn claim_sql(one_mode: bool, limited: bool) -> String {
                       ORDER BY t.priority, t.turn, t.seq LIMIT 1)
          RETURNING seq, id, account_id, task_type, params, prompt, aspect_ratio,
              seed, attempts, parent_seq,
-             (SELECT p.id FROM tasks p WHERE p.seq = tasks.parent_seq), extras, priority, turn"
+             (SELECT p.id FROM tasks p WHERE p.seq = tasks.parent_seq), extras"
     )
 }
 
 /// Whether task `t`'s account may start one more: parameters `?6` (the plans' limits, a JSON
-/// object) and `?7` (the limit of every other plan).
-const ROOM: &str = "AND (SELECT a.running_tasks < COALESCE(
-                             (SELECT value FROM json_each(?6) WHERE key = a.plan), ?7)
-                         FROM accounts a WHERE a.id = t.account_id)";
+/// object) and `?7` (the limit of every other plan). Its running tasks are counted in
+/// `tasks_by_account_status`, a few entries; the writer is the only one, so the count is exact.
+const ROOM: &str = "AND (SELECT COUNT(*) FROM tasks r
+                         WHERE r.account_id = t.account_id
+                           AND r.status IN ('starting', 'processing'))
+                    < COALESCE((SELECT value FROM json_each(?6)
+                                WHERE key = (SELECT a.plan FROM accounts a
+                                             WHERE a.id = t.account_id)), ?7)";
 
 impl SqliteStore {
     pub(super) async fn claim(
@@ -67,14 +71,10 @@ impl SqliteStore {
                 if claimed.is_none() {
                     claimed = base.run(conn, &ids, None)?;
                 }
-                let Some((row, priority, turn)) = claimed else {
+                let Some(row) = claimed else {
                     return Ok(None);
                 };
                 take_version(conn, version)?;
-                conn.prepare_cached(
-                    "UPDATE queue_heads SET turn = ?1 WHERE priority = ?2 AND turn < ?1",
-                )?
-                .execute([turn, priority])?;
                 Ok(Some((row, version)))
             })
             .await?;
@@ -90,20 +90,25 @@ impl SqliteStore {
         limit: u32,
         rules: &ClaimRules,
     ) -> StoreResult<Vec<Waiting>> {
-        // Two partial indexes: `tasks_leases` (running tasks only: the `IN` lets the planner
-        // use it) and `tasks_queue`, read in order. Neither reads the whole table; each queued
-        // task's account is looked up by its key.
+        // Partial indexes only: `tasks_leases` (running tasks: the `IN` lets the planner use
+        // it), read once for the accounts' running counts and once for those waiting for a
+        // backend, and `tasks_queue`, read in order; each queued task's account by its key.
         let rows: Vec<(i64, bool, bool)> = sqlx::query_as(
-            "SELECT seq, 1, 0 FROM (SELECT seq FROM tasks
+            "WITH running AS (
+                 SELECT account_id, COUNT(*) AS n FROM tasks
+                 WHERE status IN ('starting', 'processing') GROUP BY account_id)
+             SELECT seq, 1, 0 FROM (SELECT seq FROM tasks
                                    WHERE status IN ('starting', 'processing')
                                      AND status = 'starting'
                                    ORDER BY priority, turn, seq)
              UNION ALL
              SELECT seq, 0, held FROM (
                  SELECT t.seq,
-                        (SELECT a.running_tasks >= COALESCE(
-                                    (SELECT value FROM json_each(?2) WHERE key = a.plan), ?3)
-                         FROM accounts a WHERE a.id = t.account_id) AS held
+                        COALESCE((SELECT n FROM running WHERE running.account_id = t.account_id),
+                                 0)
+                        >= COALESCE((SELECT value FROM json_each(?2)
+                                     WHERE key = (SELECT a.plan FROM accounts a
+                                                  WHERE a.id = t.account_id)), ?3) AS held
                  FROM tasks t WHERE t.status = 'pending'
                  ORDER BY t.priority, t.turn, t.seq LIMIT ?1)
              LIMIT ?1",
@@ -130,13 +135,13 @@ struct Claim<'a> {
 }
 
 impl Claim<'_> {
-    /// Claim the first task (of mode `priority` when given): the row, its priority and turn.
+    /// Claim the first task (of mode `priority` when given).
     fn run(
         &self,
         conn: &Connection,
         ids: &TaskIds,
         priority: Option<i64>,
-    ) -> rusqlite::Result<Option<(ClaimedRow, i64, i64)>> {
+    ) -> rusqlite::Result<Option<ClaimedRow>> {
         let mut values: Vec<&dyn ToSql> = vec![&self.owner, &self.lease_until, &self.now];
         values.push(&self.version);
         // Numbered parameters: a statement takes as many values as its highest number.
@@ -154,7 +159,7 @@ impl Claim<'_> {
                 let legacy_id: Option<String> = r.get(1)?;
                 let parent_seq: Option<i64> = r.get(9)?;
                 let parent_legacy: Option<String> = r.get(10)?;
-                let row = ClaimedRow {
+                Ok(ClaimedRow {
                     seq,
                     id: ids.of_row(seq, legacy_id.as_deref()),
                     account_id: r.get(2)?,
@@ -166,8 +171,7 @@ impl Claim<'_> {
                     seed: r.get(7)?,
                     attempts: r.get(8)?,
                     extras: r.get(11)?,
-                };
-                Ok((row, r.get(12)?, r.get(13)?))
+                })
             })
             .optional()
     }

@@ -308,30 +308,43 @@ fn remember_answers(
 }
 
 /// The turns of a submit group's tasks, in its order: each `(account, priority)` continues from
-/// the account's newest waiting task of that mode, never behind the mode's head.
+/// the account's highest waiting turn in that mode, never behind the mode's head
+/// (`store::queue`). Each is an index probe or two: `tasks_account_turns`, and the ends of
+/// `tasks_running_turns` and `tasks_queue`.
 fn turns<'a>(
     conn: &Connection,
     tasks: impl Iterator<Item = (&'a str, i64)>,
 ) -> rusqlite::Result<Vec<i64>> {
-    let mut next: std::collections::HashMap<(&str, i64), i64> = Default::default();
+    let mut next: HashMap<(&str, i64), i64> = HashMap::new();
+    let mut heads: HashMap<i64, i64> = HashMap::new();
     let mut own = conn.prepare_cached(
-        "SELECT turn FROM tasks INDEXED BY tasks_by_account_status
-         WHERE account_id = ?1 AND status = 'pending' AND priority = ?2
-         ORDER BY seq DESC LIMIT 1",
+        "SELECT turn FROM tasks WHERE account_id = ?1 AND status = 'pending' AND priority = ?2
+         ORDER BY turn DESC LIMIT 1",
     )?;
-    let mut head = conn.prepare_cached("SELECT turn FROM queue_heads WHERE priority = ?1")?;
+    let mut head = conn.prepare_cached(
+        "SELECT max(
+             COALESCE((SELECT turn FROM tasks
+                       WHERE status IN ('starting', 'processing') AND priority = ?1
+                       ORDER BY turn DESC LIMIT 1), 0),
+             COALESCE((SELECT turn FROM tasks WHERE status = 'pending' AND priority = ?1
+                       ORDER BY turn LIMIT 1), 0))",
+    )?;
     let mut turns = Vec::new();
     for (account, priority) in tasks {
         let turn = match next.get(&(account, priority)) {
             Some(&turn) => turn,
             None => {
                 let newest: Option<i64> = own
-                    .query_row(rusqlite::params![account, priority], |r| r.get(0))
+                    .query_row(params![account, priority], |r| r.get(0))
                     .optional()?;
-                let head: i64 = head
-                    .query_row([priority], |r| r.get(0))
-                    .optional()?
-                    .unwrap_or(0);
+                let head = match heads.get(&priority) {
+                    Some(&head) => head,
+                    None => {
+                        let at: i64 = head.query_row([priority], |r| r.get(0))?;
+                        heads.insert(priority, at);
+                        at
+                    }
+                };
                 next_turn(newest, head)
             }
         };
