@@ -866,6 +866,55 @@ async fn the_signing_secret_is_shown_and_rotated_on_request_only() {
 }
 
 #[tokio::test]
+async fn the_operators_page_lists_the_accounts_with_work_and_their_running_limit() {
+    let app = TestApp::spawn_with(|c| {
+        c.worker.workers = 0;
+        c.limits.max_running_per_account = 2;
+    })
+    .await;
+    let admin = app.store.first_account().await.unwrap().unwrap();
+    let hash = easel::accounts::hash_password(PASSWORD.into())
+        .await
+        .unwrap();
+    assert!(app.store.set_password(&admin.id, &hash).await.unwrap());
+    let mut op = Browser::new(&app);
+    assert_eq!(op.sign_in(&admin.email, PASSWORD).await.status, 303);
+    let page = op.get("/admin").await;
+    assert!(page
+        .body
+        .contains("No account has tasks queued or running."));
+
+    let key = app.key_for("busy@example.com").await;
+    for _ in 0..3 {
+        let (status, body) = app
+            .post_as(&key, "/api/v1/imagine", &json!({"prompt": "a mill"}))
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    // One of them taken by a worker elsewhere.
+    assert!(app
+        .store
+        .claim_task("elsewhere", 60_000)
+        .await
+        .unwrap()
+        .is_some());
+    let page = op.get("/admin").await;
+    assert!(page.body.contains("Accounts with work"), "{}", page.body);
+    assert!(
+        page.body.contains("at most 2 running per account"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains(
+            "<td>busy@example.com</td><td>self-hosted</td><td>2</td><td>1</td><td>2</td>"
+        ),
+        "{}",
+        page.body
+    );
+}
+
+#[tokio::test]
 async fn operators_see_every_account_and_can_disable_one_or_set_its_credits() {
     let app = TestApp::spawn().await;
     // The first account is the operator; its password as `easel accounts set-password` sets it.

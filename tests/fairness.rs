@@ -367,3 +367,35 @@ async fn two_postgresql_nodes_share_the_queue_fairly_and_claim_each_task_once() 
     assert!(a_before <= 4, "the order of starts: {order:?}");
     drop((one, two));
 }
+
+#[tokio::test]
+async fn the_metrics_count_tasks_queued_and_running_by_plan() {
+    let token = "a-metrics-token-of-some-length";
+    let app = queue_only(|c| c.server.metrics_token = Some(token.into())).await;
+    let (pro, key) = app.account_with("pro@example.com", None).await;
+    let mut db = common::database(&app.config).await;
+    sqlx::query(&format!(
+        "UPDATE accounts SET plan = 'pro' WHERE id = '{pro}'"
+    ))
+    .execute(&mut db)
+    .await
+    .unwrap();
+    submit(&app, &key, 3, "fast").await;
+    let mine = app.key.clone();
+    submit(&app, &mine, 1, "relax").await;
+    assert!(app
+        .store
+        .claim_task("elsewhere", 60_000)
+        .await
+        .unwrap()
+        .is_some());
+    let at = |plan: &str, state: &str| {
+        let app = &app;
+        let name = format!("easel_account_tasks{{plan=\"{plan}\",state=\"{state}\"}}");
+        async move { app.metric(token, &name).await }
+    };
+    assert_eq!(at("pro", "queued").await, 2.0);
+    assert_eq!(at("pro", "running").await, 1.0);
+    assert_eq!(at("self-hosted", "queued").await, 1.0);
+    assert_eq!(at("self-hosted", "running").await, 0.0);
+}

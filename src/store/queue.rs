@@ -13,6 +13,7 @@
 //!   ([`ClaimRules::prefer`]); the worker does so for relax every `relax_every` claims.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use crate::domain::ProcessMode;
 
@@ -85,6 +86,34 @@ pub fn next_turn(own_newest: Option<i64>, head: i64) -> i64 {
     own_newest.map_or(head, |t| t + 1).max(head)
 }
 
+/// The heads of the three modes as one process keeps them: the highest turn it has claimed in
+/// each (SQLite's writer, the only process that claims from its file).
+#[derive(Debug, Default)]
+pub struct Heads([AtomicI64; 3]);
+
+impl Heads {
+    /// Heads starting at `at` (by priority).
+    pub fn new(at: [i64; 3]) -> Heads {
+        Heads(at.map(AtomicI64::new))
+    }
+
+    fn slot(&self, priority: i64) -> Option<&AtomicI64> {
+        usize::try_from(priority).ok().and_then(|p| self.0.get(p))
+    }
+
+    pub fn get(&self, priority: i64) -> i64 {
+        self.slot(priority)
+            .map_or(0, |head| head.load(Ordering::Relaxed))
+    }
+
+    /// A task of `turn` was claimed in mode `priority`.
+    pub fn claimed(&self, priority: i64, turn: i64) {
+        if let Some(head) = self.slot(priority) {
+            head.fetch_max(turn, Ordering::Relaxed);
+        }
+    }
+}
+
 /// One waiting task in claim order, for `queue_position`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Waiting {
@@ -134,6 +163,15 @@ mod tests {
             7,
             "a held-back line does not pull new work back"
         );
+    }
+
+    #[test]
+    fn a_head_only_rises() {
+        let heads = Heads::new([0, 5, 0]);
+        heads.claimed(1, 3);
+        assert_eq!(heads.get(1), 5);
+        heads.claimed(1, 9);
+        assert_eq!([heads.get(0), heads.get(1), heads.get(7)], [0, 9, 0]);
     }
 
     #[test]

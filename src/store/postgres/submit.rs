@@ -150,30 +150,38 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
         .collect();
     let mut tx = sqlx::Connection::begin(&mut *conn).await?;
     // With each account, where its next task of each mode stands in line (`store::queue`):
-    // its highest waiting turn there (`tasks_account_turns`), and each mode's head, read once.
+    // its highest waiting turn there (`tasks_account_turns`), and each mode's head, read once;
+    // only for the group's modes (`$2`), the others' entries left NULL.
+    let modes: Vec<i64> = group
+        .iter()
+        .map(|j| j.task.priority)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
     type Live = (
         Vec<u8>,
         String,
         i64,
         Option<i64>,
         Vec<Option<i64>>,
-        Vec<i64>,
+        Vec<Option<i64>>,
     );
     let live: Vec<Live> = sqlx::query_as(
         "WITH heads AS (
              SELECT ARRAY(
-                 SELECT GREATEST(
+                 SELECT CASE WHEN m = ANY($2) THEN GREATEST(
                      COALESCE((SELECT turn FROM tasks
                                WHERE status IN ('starting', 'processing') AND priority = m
                                ORDER BY turn DESC LIMIT 1), 0),
                      COALESCE((SELECT turn FROM tasks WHERE status = 'pending' AND priority = m
-                               ORDER BY turn LIMIT 1), 0))
+                               ORDER BY turn LIMIT 1), 0)) END
                  FROM generate_series(0, 2) m ORDER BY m) AS at)
          SELECT k.key_hash, k.account_id, a.active_tasks, a.credits,
-             ARRAY(SELECT (SELECT t.turn FROM tasks t
-                           WHERE t.account_id = a.id AND t.status = 'pending'
-                             AND t.priority = m
-                           ORDER BY t.turn DESC LIMIT 1)
+             ARRAY(SELECT CASE WHEN m = ANY($2) THEN
+                              (SELECT t.turn FROM tasks t
+                               WHERE t.account_id = a.id AND t.status = 'pending'
+                                 AND t.priority = m
+                               ORDER BY t.turn DESC LIMIT 1) END
                    FROM generate_series(0, 2) m ORDER BY m),
              (SELECT at FROM heads)
          FROM api_keys k JOIN accounts a ON a.id = k.account_id
@@ -182,6 +190,7 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
          FOR UPDATE OF a",
     )
     .bind(&hashes)
+    .bind(&modes)
     .fetch_all(&mut *tx)
     .await?;
     let mut quota = Quota::default();
@@ -190,7 +199,9 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
     for (hash, account, active, credits, newest, heads) in live {
         quota.set(&account, active, credits);
         for (priority, (newest, head)) in (0..).zip(newest.into_iter().zip(heads)) {
-            lines.insert((account.clone(), priority), next_turn(newest, head));
+            if let Some(head) = head {
+                lines.insert((account.clone(), priority), next_turn(newest, head));
+            }
         }
         accounts.insert(hash, account);
     }

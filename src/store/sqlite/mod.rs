@@ -30,11 +30,33 @@ use sqlx::sqlite::{
 use sqlx::Connection;
 use tokio_util::sync::CancellationToken;
 
+use super::queue::Heads;
 use super::{fresh_id_key, Store, StoreResult, TaskIds, Wakeups};
 
 /// The writer has stopped: the store is closing.
 /// The key that task ids are made with, created on first use. It must never change: every id
 /// handed out so far is made with it.
+/// Where each mode's head stands when the store opens: the highest turn of its tasks started
+/// and not ended, or its lowest waiting turn if higher (a restart forgets the claims of tasks
+/// since ended, which only lets a newcomer's turn be lower than the last claimed, never behind a
+/// task still waiting).
+async fn queue_heads(conn: &mut SqliteConnection) -> anyhow::Result<[i64; 3]> {
+    let mut at = [0i64; 3];
+    for (priority, head) in (0i64..).zip(at.iter_mut()) {
+        *head = sqlx::query_scalar(
+            "SELECT max(
+                 COALESCE((SELECT max(turn) FROM tasks
+                           WHERE status IN ('starting', 'processing') AND priority = ?1), 0),
+                 COALESCE((SELECT turn FROM tasks WHERE status = 'pending' AND priority = ?1
+                           ORDER BY turn LIMIT 1), 0))",
+        )
+        .bind(priority)
+        .fetch_one(&mut *conn)
+        .await?;
+    }
+    Ok(at)
+}
+
 async fn task_id_key(conn: &mut SqliteConnection) -> anyhow::Result<[u8; 32]> {
     sqlx::query(
         "INSERT INTO settings (name, value) VALUES ('task_id_key', ?) ON CONFLICT DO NOTHING",
@@ -77,6 +99,8 @@ pub struct SqliteStore {
     ids: Arc<TaskIds>,
     /// Wake-ups stay inside the process: one node owns the file.
     wakeups: Wakeups,
+    /// The modes' heads (`store::queue`): this process makes every claim, so it keeps them.
+    heads: Arc<Heads>,
 }
 
 /// Page cache per connection, in KiB (six connections: the writer, four readers and the
@@ -125,6 +149,7 @@ impl SqliteStore {
             .run(&mut setup)
             .await?;
         let ids = Arc::new(TaskIds::new(&task_id_key(&mut setup).await?));
+        let heads = Arc::new(Heads::new(queue_heads(&mut setup).await?));
         setup.close().await?;
 
         // The writer checkpoints itself only when the checkpointer (`run_checkpointer`) falls
@@ -137,7 +162,7 @@ impl SqliteStore {
                 cache_kib: CACHE_KIB,
                 busy_timeout_ms: 5000,
             },
-            submit::SubmitState::new(ids.clone()),
+            submit::SubmitState::new(ids.clone(), heads.clone()),
         )?;
         // A local file has nothing to test: skip sqlx's ping before every checkout, a round
         // trip to the connection's thread.
@@ -152,6 +177,7 @@ impl SqliteStore {
             writer,
             ids,
             reader,
+            heads,
             wakeups: Wakeups::default(),
         })
     }

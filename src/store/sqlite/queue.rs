@@ -25,7 +25,7 @@ fn claim_sql(one_mode: bool, limited: bool) -> String {
                       ORDER BY t.priority, t.turn, t.seq LIMIT 1)
          RETURNING seq, id, account_id, task_type, params, prompt, aspect_ratio,
              seed, attempts, parent_seq,
-             (SELECT p.id FROM tasks p WHERE p.seq = tasks.parent_seq), extras"
+             (SELECT p.id FROM tasks p WHERE p.seq = tasks.parent_seq), extras, priority, turn"
     )
 }
 
@@ -48,6 +48,7 @@ impl SqliteStore {
     ) -> StoreResult<Option<ClaimedTask>> {
         let owner = owner.to_string();
         let ids = self.ids.clone();
+        let heads = self.heads.clone();
         let limits = rules
             .limits_running()
             .then(|| (rules.plan_limits_json(), rules.default_limit()));
@@ -71,10 +72,11 @@ impl SqliteStore {
                 if claimed.is_none() {
                     claimed = base.run(conn, &ids, None)?;
                 }
-                let Some(row) = claimed else {
+                let Some((row, priority, turn)) = claimed else {
                     return Ok(None);
                 };
                 take_version(conn, version)?;
+                heads.claimed(priority, turn);
                 Ok(Some((row, version)))
             })
             .await?;
@@ -135,13 +137,13 @@ struct Claim<'a> {
 }
 
 impl Claim<'_> {
-    /// Claim the first task (of mode `priority` when given).
+    /// Claim the first task (of mode `priority` when given): the row, its priority and turn.
     fn run(
         &self,
         conn: &Connection,
         ids: &TaskIds,
         priority: Option<i64>,
-    ) -> rusqlite::Result<Option<ClaimedRow>> {
+    ) -> rusqlite::Result<Option<(ClaimedRow, i64, i64)>> {
         let mut values: Vec<&dyn ToSql> = vec![&self.owner, &self.lease_until, &self.now];
         values.push(&self.version);
         // Numbered parameters: a statement takes as many values as its highest number.
@@ -159,7 +161,7 @@ impl Claim<'_> {
                 let legacy_id: Option<String> = r.get(1)?;
                 let parent_seq: Option<i64> = r.get(9)?;
                 let parent_legacy: Option<String> = r.get(10)?;
-                Ok(ClaimedRow {
+                let row = ClaimedRow {
                     seq,
                     id: ids.of_row(seq, legacy_id.as_deref()),
                     account_id: r.get(2)?,
@@ -171,7 +173,8 @@ impl Claim<'_> {
                     seed: r.get(7)?,
                     attempts: r.get(8)?,
                     extras: r.get(11)?,
-                })
+                };
+                Ok((row, r.get(12)?, r.get(13)?))
             })
             .optional()
     }

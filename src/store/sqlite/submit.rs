@@ -8,7 +8,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use super::ledger::ledger;
 use crate::store::idempotency::{KeyedGroup, StoredAnswer, STORED_STATUS};
-use crate::store::queue::next_turn;
+use crate::store::queue::{next_turn, Heads};
 use crate::store::{
     accepted_body, chunks, now_ms, Idempotency, NewTask, Quota, Refused, Submitted, TaskIds,
     KEY_TOUCH_EVERY_MS,
@@ -29,13 +29,16 @@ pub(super) struct InsertTask {
 /// dropped; the statement's own condition still decides.
 pub(super) struct SubmitState {
     ids: Arc<TaskIds>,
+    /// The modes' heads, which claims raise.
+    heads: Arc<Heads>,
     touched: HashMap<[u8; 32], i64>,
 }
 
 impl SubmitState {
-    pub(super) fn new(ids: Arc<TaskIds>) -> Self {
+    pub(super) fn new(ids: Arc<TaskIds>, heads: Arc<Heads>) -> Self {
         SubmitState {
             ids,
+            heads,
             touched: HashMap::new(),
         }
     }
@@ -124,6 +127,7 @@ pub(super) fn apply_submits(
         .collect();
     let turns = turns(
         conn,
+        &state.heads,
         rows.iter().map(|&(t, _, account, _)| (account, t.priority)),
     )?;
     let mut turn = turns.iter();
@@ -308,26 +312,19 @@ fn remember_answers(
 }
 
 /// The turns of a submit group's tasks, in its order: each `(account, priority)` continues from
-/// the account's highest waiting turn in that mode, never behind the mode's head
-/// (`store::queue`). Each is an index probe or two: `tasks_account_turns`, and the ends of
-/// `tasks_running_turns` and `tasks_queue`.
+/// the account's newest waiting task of that mode, never behind the mode's head
+/// (`store::queue`). The newest is the first of the account's waiting tasks, newest first in
+/// `tasks_by_account_status`, of that mode: usually the first one read.
 fn turns<'a>(
     conn: &Connection,
+    heads: &Heads,
     tasks: impl Iterator<Item = (&'a str, i64)>,
 ) -> rusqlite::Result<Vec<i64>> {
     let mut next: HashMap<(&str, i64), i64> = HashMap::new();
-    let mut heads: HashMap<i64, i64> = HashMap::new();
     let mut own = conn.prepare_cached(
-        "SELECT turn FROM tasks WHERE account_id = ?1 AND status = 'pending' AND priority = ?2
-         ORDER BY turn DESC LIMIT 1",
-    )?;
-    let mut head = conn.prepare_cached(
-        "SELECT max(
-             COALESCE((SELECT turn FROM tasks
-                       WHERE status IN ('starting', 'processing') AND priority = ?1
-                       ORDER BY turn DESC LIMIT 1), 0),
-             COALESCE((SELECT turn FROM tasks WHERE status = 'pending' AND priority = ?1
-                       ORDER BY turn LIMIT 1), 0))",
+        "SELECT turn FROM tasks INDEXED BY tasks_by_account_status
+         WHERE account_id = ?1 AND status = 'pending' AND priority = ?2
+         ORDER BY seq DESC LIMIT 1",
     )?;
     let mut turns = Vec::new();
     for (account, priority) in tasks {
@@ -337,15 +334,7 @@ fn turns<'a>(
                 let newest: Option<i64> = own
                     .query_row(params![account, priority], |r| r.get(0))
                     .optional()?;
-                let head = match heads.get(&priority) {
-                    Some(&head) => head,
-                    None => {
-                        let at: i64 = head.query_row([priority], |r| r.get(0))?;
-                        heads.insert(priority, at);
-                        at
-                    }
-                };
-                next_turn(newest, head)
+                next_turn(newest, heads.get(priority))
             }
         };
         next.insert((account, priority), turn + 1);

@@ -554,7 +554,10 @@ mod tests {
             _ => unreachable!(),
         };
         let jobs = vec![Job::Record(write, reply), call(Durability::Synced)];
-        let mut submits = SubmitState::new(Arc::new(crate::store::TaskIds::new(&[7; 32])));
+        let mut submits = SubmitState::new(
+            Arc::new(crate::store::TaskIds::new(&[7; 32])),
+            Arc::default(),
+        );
         apply(&conn, jobs, &mut submits, &mut sync);
         let answered = answer.try_recv().expect("answered at once");
         let error = answered.expect_err("the record is refused, not written");
