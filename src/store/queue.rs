@@ -1,9 +1,10 @@
 //! How claims share the queue between accounts, for both stores (docs/design.md, "The queue").
 //!
 //! - **Turns.** Each pending task has a `turn`; claims take the lowest `(priority, turn, seq)`.
-//!   A submit gives an account's task the turn after the account's own highest waiting turn in
-//!   that mode, but never one below the mode's head: the highest turn running in the mode, or
-//!   the lowest waiting there if that is higher. An account with a backlog holds one task per
+//!   A submit gives an account's task the turn after the account's own newest waiting task's in
+//!   that mode, but never one below the mode's head, where claims have got to (SQLite: the
+//!   highest turn claimed, kept by its writer in [`Heads`]; PostgreSQL: the highest turn running
+//!   in the mode, or its lowest waiting one if higher). An account with a backlog holds one task per
 //!   turn, so accounts with work alternate, and a newcomer joins the round being served: it
 //!   neither jumps ahead of the tasks already in that round nor waits behind anyone's backlog.
 //! - **Running limits.** A claim passes over the tasks of accounts that have as many tasks
@@ -80,7 +81,7 @@ fn limit(n: u32) -> i64 {
     }
 }
 
-/// The turn of an account's next task in a mode: after its own highest waiting turn there, and
+/// The turn of an account's next task in a mode: after its own newest waiting task's there, and
 /// never behind the mode's head.
 pub fn next_turn(own_newest: Option<i64>, head: i64) -> i64 {
     own_newest.map_or(head, |t| t + 1).max(head)
