@@ -865,6 +865,19 @@ async fn the_signing_secret_is_shown_and_rotated_on_request_only() {
     assert!(rotated.body.contains(&after.signing_secret));
 }
 
+/// The first account (the operator) signed in, its password set as `easel accounts
+/// set-password` sets it.
+async fn operator(app: &TestApp) -> Browser {
+    let admin = app.store.first_account().await.unwrap().unwrap();
+    let hash = easel::accounts::hash_password(PASSWORD.into())
+        .await
+        .unwrap();
+    assert!(app.store.set_password(&admin.id, &hash).await.unwrap());
+    let mut op = Browser::new(app);
+    assert_eq!(op.sign_in(&admin.email, PASSWORD).await.status, 303);
+    op
+}
+
 #[tokio::test]
 async fn the_operators_page_lists_the_accounts_with_work_and_their_running_limit() {
     let app = TestApp::spawn_with(|c| {
@@ -872,13 +885,7 @@ async fn the_operators_page_lists_the_accounts_with_work_and_their_running_limit
         c.limits.max_running_per_account = 2;
     })
     .await;
-    let admin = app.store.first_account().await.unwrap().unwrap();
-    let hash = easel::accounts::hash_password(PASSWORD.into())
-        .await
-        .unwrap();
-    assert!(app.store.set_password(&admin.id, &hash).await.unwrap());
-    let mut op = Browser::new(&app);
-    assert_eq!(op.sign_in(&admin.email, PASSWORD).await.status, 303);
+    let mut op = operator(&app).await;
     let page = op.get("/admin").await;
     assert!(page
         .body
@@ -917,14 +924,8 @@ async fn the_operators_page_lists_the_accounts_with_work_and_their_running_limit
 #[tokio::test]
 async fn operators_see_every_account_and_can_disable_one_or_set_its_credits() {
     let app = TestApp::spawn().await;
-    // The first account is the operator; its password as `easel accounts set-password` sets it.
+    let mut op = operator(&app).await;
     let admin = app.store.first_account().await.unwrap().unwrap();
-    let hash = easel::accounts::hash_password(PASSWORD.into())
-        .await
-        .unwrap();
-    assert!(app.store.set_password(&admin.id, &hash).await.unwrap());
-    let mut op = Browser::new(&app);
-    assert_eq!(op.sign_in(&admin.email, PASSWORD).await.status, 303);
 
     let mut bob = Browser::new(&app);
     bob.sign_up("bob-op@example.com", PASSWORD).await;

@@ -369,6 +369,7 @@ async fn a_waiting_task_has_its_place_in_line_which_moves_as_the_line_does() {
     let moved = stream.next(Duration::from_secs(10)).await.unwrap();
     assert_eq!(moved.event, "progress", "{moved:?}");
     assert_eq!(moved.data["queue_position"], 1);
+    assert_eq!(moved.data["waiting_for"], "turn");
     assert_eq!(moved.data["status"], "pending");
     let (_, record) = app.get(&format!("/api/v1/tasks/{}", ids[2])).await;
     assert_eq!(record["queue_position"], 1);
@@ -384,11 +385,13 @@ async fn a_task_claimed_while_the_backend_is_busy_waits_in_line_not_processing()
     let running = wait_for(Duration::from_secs(10), || async {
         let (_, a) = app.get(&format!("/api/v1/tasks/{first}")).await;
         let (_, b) = app.get(&format!("/api/v1/tasks/{second}")).await;
-        (a["status"] == "processing" && b["status"] == "starting").then_some(b)
+        // The place in line is at most a second old: wait for the one read after the claim.
+        (a["status"] == "processing" && b["status"] == "starting" && b["queue_position"] == 0)
+            .then_some(b)
     })
     .await
-    .expect("the second task claimed and waiting");
-    assert_eq!(running["queue_position"], 0, "{running}");
+    .expect("the second task claimed and waiting, first in line");
+    assert_eq!(running["waiting_for"], "backend", "{running}");
     app.wait_final(&second, Duration::from_secs(30)).await;
 }
 

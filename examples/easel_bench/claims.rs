@@ -10,13 +10,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use easel::store::{NewTask, SharedStore, Submitted};
+use easel::store::{SharedStore, Submitted};
 use serde_json::{json, Value};
 use tokio::task::JoinSet;
 
 use crate::postgres::Scratch;
 use crate::proc::fresh_dir;
 use crate::report::Row;
+use crate::store_alone::bench_task;
 use crate::Ctx;
 
 /// Concurrent callers of `submit` while filling, and of `claim_task` while draining.
@@ -164,7 +165,7 @@ async fn fill(store: &SharedStore, shape: Shape) -> anyhow::Result<f64> {
                     return Ok::<_, anyhow::Error>(());
                 }
                 let key = &keys[n % keys.len()];
-                let done = store.submit(&task(), key, u32::MAX).await?;
+                let done = store.submit(&bench_task(), key, u32::MAX).await?;
                 anyhow::ensure!(
                     matches!(done, Submitted::Queued { .. }),
                     "the store refused a submit: {done:?}"
@@ -200,24 +201,4 @@ async fn drain(store: &SharedStore, total: usize) -> anyhow::Result<f64> {
     let claimed = claimed.load(Ordering::Relaxed);
     anyhow::ensure!(claimed == total, "claimed {claimed} of {total} tasks");
     Ok(total as f64 / secs)
-}
-
-fn task() -> NewTask {
-    NewTask {
-        operation: easel::domain::Operation::Imagine,
-        prompt: "a red sunset over the ocean, in soft watercolour".into(),
-        aspect_ratio: easel::domain::AspectRatio {
-            width: 16,
-            height: 9,
-        },
-        process_mode: easel::domain::ProcessMode::Fast,
-        priority: 1,
-        seed: i64::from(rand::random::<u32>()),
-        parent_seq: None,
-        webhook_url: None,
-        webhook_secret: None,
-        cost: 0,
-        idempotency: None,
-        extras: Default::default(),
-    }
 }

@@ -66,23 +66,7 @@ pub async fn submits(
                     if sent >= end {
                         return Ok::<_, anyhow::Error>(latencies);
                     }
-                    let task = NewTask {
-                        operation: easel::domain::Operation::Imagine,
-                        prompt: "a red sunset over the ocean, in soft watercolour".into(),
-                        aspect_ratio: easel::domain::AspectRatio {
-                            width: 16,
-                            height: 9,
-                        },
-                        process_mode: easel::domain::ProcessMode::Fast,
-                        priority: 1,
-                        seed: i64::from(rand::random::<u32>()),
-                        parent_seq: None,
-                        webhook_url: None,
-                        webhook_secret: None,
-                        cost: 0,
-                        idempotency: None,
-                        extras: Default::default(),
-                    };
+                    let task = bench_task();
                     let done = store.submit(&task, &key_hash, u32::MAX).await?;
                     anyhow::ensure!(
                         matches!(done, Submitted::Queued { .. }),
@@ -167,4 +151,25 @@ pub async fn deliveries(
         "the store alone recorded {recorded} of {n} deliveries"
     );
     Ok(n as f64 / secs)
+}
+
+/// The benchmark's task (`bench/wrk/submit.lua`'s body), as the store takes it.
+pub fn bench_task() -> NewTask {
+    NewTask {
+        operation: easel::domain::Operation::Imagine,
+        prompt: "a red sunset over the ocean, in soft watercolour".into(),
+        aspect_ratio: easel::domain::AspectRatio {
+            width: 16,
+            height: 9,
+        },
+        process_mode: easel::domain::ProcessMode::Fast,
+        priority: 1,
+        seed: i64::from(rand::random::<u32>()),
+        parent_seq: None,
+        webhook_url: None,
+        webhook_secret: None,
+        cost: 0,
+        idempotency: None,
+        extras: Default::default(),
+    }
 }

@@ -18,12 +18,17 @@ use std::time::Duration;
 use futures::Stream;
 use serde_json::json;
 
-use super::line::waits;
+use super::line::{waiting_for_at, waits};
 pub use super::streams::{StreamSlot, Streams};
 use super::Tasks;
+use crate::domain::wire::WaitingFor;
 use crate::domain::{OpKind, TaskStatus};
 use crate::error::ApiError;
 use crate::store::{Happened, Heard, Listener, StoreResult, Task, TaskEvent, LIST_LIMIT_MAX};
+
+/// A waiting task's place in line as said: its position, and whether its account was at its
+/// running limit.
+type Place = (u32, bool);
 
 /// How often the place in line of a waiting task is looked at again.
 const LINE_EVERY: Duration = Duration::from_secs(1);
@@ -93,8 +98,9 @@ struct Memory {
     out: VecDeque<Said>,
     /// The last version sent of each task (by `seq`), and its type.
     sent: HashMap<i64, (i64, OpKind)>,
-    /// The waiting tasks, with their status and last said place in line.
-    waiting: HashMap<i64, (TaskStatus, Option<u32>)>,
+    /// The waiting tasks, with their status and last said place in line (and whether their
+    /// account was at its running limit).
+    waiting: HashMap<i64, (TaskStatus, Option<Place>)>,
     /// The progress last said of each running task, so that the stored copy of what was said
     /// live is not said twice.
     progress: HashMap<i64, (i64, Option<String>)>,
@@ -390,9 +396,11 @@ impl EventStream {
         }
         let record = self.tasks.record(task).await;
         if waits(task) {
-            self.said
-                .waiting
-                .insert(task.seq, (task.status, record.queue_position));
+            let held = record.waiting_for == Some(WaitingFor::RunningLimit);
+            self.said.waiting.insert(
+                task.seq,
+                (task.status, record.queue_position.map(|p| (p, held))),
+            );
         }
         self.said.out.push_back(Said {
             event: "task",
@@ -429,22 +437,22 @@ impl EventStream {
     /// Say the place in line of each waiting task whose place moved.
     async fn say_line(&mut self) {
         let positions = self.tasks.line.positions().await;
-        let moved: Vec<(i64, TaskStatus, Option<u32>)> = self
+        let moved: Vec<(i64, TaskStatus, Option<Place>)> = self
             .said
             .waiting
             .iter()
             .filter_map(|(seq, (status, said))| {
-                let now = positions.get(seq).copied();
+                let now = positions.get(seq).map(|&p| (p, positions.held(*seq)));
                 (now != *said).then_some((*seq, *status, now))
             })
             .collect();
-        for (seq, status, position) in moved {
-            let Some(position) = position else {
+        for (seq, status, place) in moved {
+            let Some((position, held)) = place else {
                 // Out of the line: taken by a backend, or ended; its record says which.
                 self.said.waiting.remove(&seq);
                 continue;
             };
-            self.said.waiting.insert(seq, (status, Some(position)));
+            self.said.waiting.insert(seq, (status, place));
             let Some(&(version, kind)) = self.said.sent.get(&seq) else {
                 continue;
             };
@@ -457,6 +465,7 @@ impl EventStream {
                 "status": status.as_str(),
                 "percentage": "0",
                 "queue_position": position,
+                "waiting_for": waiting_for_at(status, held),
             });
             self.said.out.push_back(Said {
                 event: "progress",

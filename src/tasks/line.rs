@@ -107,9 +107,14 @@ impl QueueLine {
 
 /// What a waiting task waits for, in its record.
 pub fn waiting_for(task: &Task, line: &Line) -> WaitingFor {
-    if task.status == crate::domain::TaskStatus::Starting {
+    waiting_for_at(task.status, line.held(task.seq))
+}
+
+/// What a task of `status` waits for, `held` when its account is at its running limit.
+pub fn waiting_for_at(status: crate::domain::TaskStatus, held: bool) -> WaitingFor {
+    if status == crate::domain::TaskStatus::Starting {
         WaitingFor::Backend
-    } else if line.held(task.seq) {
+    } else if held {
         WaitingFor::RunningLimit
     } else {
         WaitingFor::Turn
