@@ -60,7 +60,7 @@ async fn a_task_asking_only_for_failed_gets_no_delivery_when_it_finishes_and_one
     let events = json!(["failed"]);
     let finishes = app
         .imagine(json!({"prompt": "a calm lake", "webhook_url": receiver.url,
-                        "webhook_events": events}))
+                        "webhook_secret": "a secret of this task", "webhook_events": events}))
         .await;
     let fails = app
         .imagine(
@@ -93,6 +93,16 @@ async fn a_task_asking_only_for_failed_gets_no_delivery_when_it_finishes_and_one
     .await
     .unwrap();
     assert_eq!(rows.get::<i64, _>("n"), 0);
+    // Nor does it keep the secret it will never sign with.
+    let kept = sqlx::query("SELECT COUNT(*) AS n FROM tasks WHERE webhook_secret IS NOT NULL")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    assert_eq!(
+        kept.get::<i64, _>("n"),
+        0,
+        "the skipped ending's secret stays"
+    );
 
     // The failed task's delivery is the only one, and it was delivered.
     let got: Vec<Value> = receiver

@@ -537,6 +537,12 @@ fn complete_in_tx(
         conn.prepare_cached("UPDATE accounts SET total_images = total_images + ? WHERE id = ?")?
             .execute(params![images, account_id])?;
     }
+    if webhook_secret.is_some() {
+        // Read above for the delivery, if there is one: no copy stays with the task, as none
+        // does on PostgreSQL, whether or not the ending is delivered.
+        conn.prepare_cached("UPDATE tasks SET webhook_secret = NULL WHERE seq = ?")?
+            .execute(params![seq])?;
+    }
     // An ending the caller left out of `webhook_events` queues nothing.
     let Some(url) = webhook_url.filter(|_| ending.delivers) else {
         return Ok(Some(ended));
@@ -562,11 +568,6 @@ fn complete_in_tx(
     // Apart from the delivery's row, which every attempt writes again (migration 0006).
     conn.prepare_cached("INSERT INTO webhook_payloads (task_seq, payload) VALUES (?, ?)")?
         .execute(params![seq, ending.payload])?;
-    if webhook_secret.is_some() {
-        // It moved to the delivery (claims read it from there); no second copy stays.
-        conn.prepare_cached("UPDATE tasks SET webhook_secret = NULL WHERE seq = ?")?
-            .execute(params![seq])?;
-    }
     ended.queued = true;
     Ok(Some(ended))
 }
