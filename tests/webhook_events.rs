@@ -103,6 +103,19 @@ async fn a_task_asking_only_for_failed_gets_no_delivery_when_it_finishes_and_one
         0,
         "the skipped ending's secret stays"
     );
+    // And there is nothing to send again.
+    let (status, body) = app
+        .post(&format!("/api/v1/tasks/{finishes}/redeliver"), &json!({}))
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["errors"][0]["code"], "no_webhook", "{body}");
+    assert!(
+        body["errors"][0]["msg"]
+            .as_str()
+            .unwrap()
+            .contains("webhook_events"),
+        "{body}"
+    );
 
     // The failed task's delivery is the only one, and it was delivered.
     let got: Vec<Value> = receiver

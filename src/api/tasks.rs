@@ -192,6 +192,14 @@ pub async fn redeliver(
                 msg: "task_id: the task has not finished or failed yet".into(),
             })
         }
+        Redelivery::NotRequested => {
+            return Err(ApiError::Conflict {
+                code: "no_webhook",
+                msg: "task_id: the task's webhook_events leave out how it ended, so it has no \
+                      delivery to send again"
+                    .into(),
+            })
+        }
     }
     let row = state
         .store

@@ -338,6 +338,8 @@ pub enum Redelivery {
     TaskNotFound,
     NotFinal,
     NoWebhook,
+    /// Ended with an event left out of its `webhook_events`: it queued no delivery to send again.
+    NotRequested,
 }
 
 impl Redelivery {

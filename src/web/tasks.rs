@@ -482,7 +482,7 @@ pub async fn redeliver(
     let outcome = match state.store.redeliver(&user.account.id, &id).await? {
         Redelivery::TaskNotFound => return Err(WebError::NotFound),
         Redelivery::Queued => "queued",
-        Redelivery::NoWebhook => "no_webhook",
+        Redelivery::NoWebhook | Redelivery::NotRequested => "no_webhook",
         Redelivery::NotFinal => "not_final",
     };
     Ok(Redirect::to(&format!("/tasks/{id}?redelivery={outcome}")).into_response())

@@ -186,7 +186,7 @@ impl Outbox for PgStore {
         };
         let decided = Redelivery::decide(decode(seq, "status", &status)?, webhook_url.is_some());
         if decided == Redelivery::Queued {
-            sqlx::query(
+            let queued = sqlx::query(
                 "UPDATE webhook_deliveries SET status = 'pending', attempts = 0,
                      next_attempt_at = $1, first_failed_at = NULL, lease_until = NULL,
                      updated_at = $1
@@ -195,7 +195,11 @@ impl Outbox for PgStore {
             .bind(now_ms())
             .bind(seq)
             .execute(&mut *tx)
-            .await?;
+            .await?
+            .rows_affected();
+            if queued == 0 {
+                return Ok(Redelivery::NotRequested);
+            }
             notify(&mut tx, OUTBOX_CHANNEL).await?;
         }
         tx.commit().await?;

@@ -172,13 +172,17 @@ impl Outbox for SqliteStore {
                     Redelivery::decide(decode(seq, "status", &status)?, webhook_url.is_some());
                 if decided == Redelivery::Queued {
                     let now = now_ms();
-                    conn.prepare_cached(
-                        "UPDATE webhook_deliveries SET status = 'pending', attempts = 0,
-                             next_attempt_at = ?1, first_failed_at = NULL,
-                             lease_until = NULL, updated_at = ?1
-                         WHERE task_seq = ?2",
-                    )?
-                    .execute(params![now, seq])?;
+                    let queued = conn
+                        .prepare_cached(
+                            "UPDATE webhook_deliveries SET status = 'pending', attempts = 0,
+                                 next_attempt_at = ?1, first_failed_at = NULL,
+                                 lease_until = NULL, updated_at = ?1
+                             WHERE task_seq = ?2",
+                        )?
+                        .execute(params![now, seq])?;
+                    if queued == 0 {
+                        return Ok(Redelivery::NotRequested);
+                    }
                 }
                 Ok(decided)
             })
