@@ -15,16 +15,19 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 
 use crate::domain::ProcessMode;
 
 /// What a claim takes into account beside the order of turns.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ClaimRules {
     /// Most tasks one account may have running; 0: no limit.
-    pub max_running: u32,
+    max_running: u32,
     /// The same, for the accounts on these plans.
-    pub max_running_by_plan: BTreeMap<String, u32>,
+    max_running_by_plan: BTreeMap<String, u32>,
+    /// `max_running_by_plan` as the statements take it, made once: claims are a hot path.
+    plans_json: Arc<str>,
     /// Try this mode's first task before the usual order.
     pub prefer: Option<ProcessMode>,
 }
@@ -32,14 +35,35 @@ pub struct ClaimRules {
 /// What stands for "no limit" in the statements, which compare a count with a number.
 const UNLIMITED: i64 = i64::MAX;
 
+impl Default for ClaimRules {
+    fn default() -> Self {
+        ClaimRules::new(0, BTreeMap::new())
+    }
+}
+
 impl ClaimRules {
-    /// The rules of the configured limits (no mode first).
-    pub fn of(limits: &crate::config::Limits) -> ClaimRules {
+    /// At most `max_running` running tasks per account, `max_running_by_plan` on those plans
+    /// (0: no limit); no mode first.
+    pub fn new(max_running: u32, max_running_by_plan: BTreeMap<String, u32>) -> ClaimRules {
+        let by_plan: BTreeMap<&str, i64> = max_running_by_plan
+            .iter()
+            .map(|(plan, &n)| (plan.as_str(), limit(n)))
+            .collect();
+        let plans_json = serde_json::to_string(&by_plan).expect("a map of numbers serializes");
         ClaimRules {
-            max_running: limits.max_running_per_account,
-            max_running_by_plan: limits.max_running_by_plan.clone(),
+            max_running,
+            max_running_by_plan,
+            plans_json: plans_json.into(),
             prefer: None,
         }
+    }
+
+    /// The rules of the configured limits (no mode first).
+    pub fn of(limits: &crate::config::Limits) -> ClaimRules {
+        ClaimRules::new(
+            limits.max_running_per_account,
+            limits.max_running_by_plan.clone(),
+        )
     }
 
     /// Whether some account may be held back by a limit (else the claim needs no account).
@@ -53,13 +77,8 @@ impl ClaimRules {
     }
 
     /// The listed plans' limits as a JSON object (plan to limit), as the statements take it.
-    pub fn plan_limits_json(&self) -> String {
-        let by_plan: BTreeMap<&str, i64> = self
-            .max_running_by_plan
-            .iter()
-            .map(|(plan, &n)| (plan.as_str(), limit(n)))
-            .collect();
-        serde_json::to_string(&by_plan).expect("a map of numbers serializes")
+    pub fn plan_limits_json(&self) -> &Arc<str> {
+        &self.plans_json
     }
 
     /// The limit of an account on `plan`; None: no limit.
@@ -177,18 +196,14 @@ mod tests {
 
     #[test]
     fn limits_by_plan_fall_back_to_the_default_and_zero_is_none() {
-        let rules = ClaimRules {
-            max_running: 4,
-            max_running_by_plan: [("pro".to_string(), 12), ("free".to_string(), 0)].into(),
-            prefer: None,
-        };
+        let rules = ClaimRules::new(4, [("pro".to_string(), 12), ("free".to_string(), 0)].into());
         assert!(rules.limits_running());
         assert_eq!(rules.limit_of("pro"), Some(12));
         assert_eq!(rules.limit_of("basic"), Some(4));
         assert_eq!(rules.limit_of("free"), None);
         assert_eq!(rules.default_limit(), 4);
         assert_eq!(
-            rules.plan_limits_json(),
+            &**rules.plan_limits_json(),
             format!("{{\"free\":{UNLIMITED},\"pro\":12}}")
         );
         assert!(!ClaimRules::default().limits_running());

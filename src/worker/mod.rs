@@ -68,28 +68,32 @@ pub struct WorkerContext {
 #[derive(Clone)]
 pub struct Claims {
     rules: Arc<ClaimRules>,
+    /// The same rules with relax first.
+    relax_first: Arc<ClaimRules>,
     relax_every: u64,
     made: Arc<AtomicU64>,
 }
 
 impl Claims {
     pub fn new(config: &Config) -> Claims {
+        let rules = ClaimRules::of(&config.limits);
+        let mut relax_first = rules.clone();
+        relax_first.prefer = Some(ProcessMode::Relax);
         Claims {
-            rules: Arc::new(ClaimRules::of(&config.limits)),
+            rules: Arc::new(rules),
+            relax_first: Arc::new(relax_first),
             relax_every: u64::from(config.worker.relax_every),
             made: Arc::default(),
         }
     }
 
     /// The rules of the next claim.
-    fn next(&self) -> std::borrow::Cow<'_, ClaimRules> {
+    fn next(&self) -> &ClaimRules {
         let n = self.made.fetch_add(1, Ordering::Relaxed) + 1;
         if self.relax_every > 0 && n % self.relax_every == 0 {
-            let mut rules = (*self.rules).clone();
-            rules.prefer = Some(ProcessMode::Relax);
-            std::borrow::Cow::Owned(rules)
+            &self.relax_first
         } else {
-            std::borrow::Cow::Borrowed(&self.rules)
+            &self.rules
         }
     }
 }
@@ -129,7 +133,7 @@ impl WorkerContext {
         let rules = self.claims.next();
         let Some(task) = self
             .store
-            .claim_next(&self.owner, self.lease_ms(), &rules)
+            .claim_next(&self.owner, self.lease_ms(), rules)
             .await?
         else {
             return Ok(Ran::Idle);

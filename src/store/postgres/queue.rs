@@ -1,5 +1,7 @@
 //! The queue's claims and order on PostgreSQL ([`crate::store::queue`] says the rules).
 
+use std::sync::LazyLock;
+
 use super::channels::changed_note_sql;
 use super::PgStore;
 use crate::domain::TaskStatus;
@@ -9,7 +11,7 @@ use crate::store::{now_ms, ClaimedTask, StoreResult};
 
 /// The claim without running limits, one statement: the first pending task in
 /// `(priority, turn, seq)` order (of mode `$4` when `one_mode`), skipping rows other claims
-/// hold. The caller adds the final `SELECT` with the claim's `NOTIFY`.
+/// hold, and the claim's `NOTIFY`.
 fn claim_sql(one_mode: bool) -> String {
     let mode = if one_mode { "AND t.priority = $4" } else { "" };
     format!(
@@ -18,9 +20,16 @@ fn claim_sql(one_mode: bool) -> String {
              WHERE t.status = 'pending' {mode}
              ORDER BY t.priority, t.turn, t.seq LIMIT 1
              FOR UPDATE OF t SKIP LOCKED),
-         {CLAIMED}"
+         {CLAIMED}
+         SELECT seq, account_id, task_type, params, prompt, aspect_ratio, seed, attempts,
+             parent_seq, extras, {}
+         FROM claimed",
+        changed_note_sql(TaskStatus::Starting)
     )
 }
+
+/// [`claim_sql`]'s two statements, made once: any mode, then one mode.
+static CLAIMS: LazyLock<[String; 2]> = LazyLock::new(|| [claim_sql(false), claim_sql(true)]);
 
 /// The claim itself, of the task in `picked`.
 const CLAIMED: &str = "claimed AS (
@@ -32,25 +41,33 @@ const CLAIMED: &str = "claimed AS (
              RETURNING tasks.seq, account_id, task_type, params, prompt, aspect_ratio, seed,
                  attempts, parent_seq, extras, event_seq)";
 
-/// With running limits, a claim is two statements in a transaction. [`PICK`] chooses the first
+/// With running limits, a claim is two statements in a transaction. [`pick_sql`] chooses the first
 /// task whose account is below its limit as its snapshot sees it, and locks the task's row
 /// (skipping those other claims hold) and the account's (waiting for another claim of the same
 /// account to commit). [`CLAIM_PICKED`] then counts the account's running tasks again, in a
 /// snapshot taken after that lock, so it sees every claim of the account committed before: no
 /// account passes its limit, however many nodes claim. Parameters: `$1` the plans' limits
-/// (JSON), `$2` every other plan's, `$3` a mode or -1.
-const PICK: &str = "SELECT t.seq, t.account_id,
-            COALESCE(($1::jsonb ->> a.plan)::bigint, $2) AS room
-     FROM tasks t JOIN accounts a ON a.id = t.account_id
-     WHERE t.status = 'pending' AND ($3 < 0 OR t.priority = $3)
-       AND (SELECT COUNT(*) FROM tasks r
-            WHERE r.account_id = t.account_id AND r.status IN ('starting', 'processing'))
-           < COALESCE(($1::jsonb ->> a.plan)::bigint, $2)
-     ORDER BY t.priority, t.turn, t.seq LIMIT 1
-     FOR UPDATE OF t SKIP LOCKED FOR NO KEY UPDATE OF a";
+/// (JSON), `$2` every other plan's, `$3` the mode when one is asked for.
+fn pick_sql(one_mode: bool) -> String {
+    // A mode is its own statement, so that the pick seeks to it in the index.
+    let mode = if one_mode { "AND t.priority = $3" } else { "" };
+    format!(
+        "SELECT t.seq, t.account_id, COALESCE(($1::jsonb ->> a.plan)::bigint, $2) AS room
+         FROM tasks t JOIN accounts a ON a.id = t.account_id
+         WHERE t.status = 'pending' {mode}
+           AND (SELECT COUNT(*) FROM tasks r
+                WHERE r.account_id = t.account_id AND r.status IN ('starting', 'processing'))
+               < COALESCE(($1::jsonb ->> a.plan)::bigint, $2)
+         ORDER BY t.priority, t.turn, t.seq LIMIT 1
+         FOR UPDATE OF t SKIP LOCKED FOR NO KEY UPDATE OF a"
+    )
+}
+
+/// [`pick_sql`]'s two statements, made once: any mode, then one mode.
+static PICKS: LazyLock<[String; 2]> = LazyLock::new(|| [pick_sql(false), pick_sql(true)]);
 
 /// The picked task `$4` claimed if its account `$5` still has fewer than `$6` running.
-static CLAIM_PICKED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+static CLAIM_PICKED: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH picked AS (
              SELECT $4::bigint AS seq
@@ -99,13 +116,8 @@ impl PgStore {
                 self.claim_limited(owner, now, lease_ms, rules, priority)
                     .await?
             } else {
-                let sql = format!(
-                    "{} SELECT seq, account_id, task_type, params, prompt, aspect_ratio, seed,
-                         attempts, parent_seq, extras, {} FROM claimed",
-                    claim_sql(priority.is_some()),
-                    changed_note_sql(TaskStatus::Starting)
-                );
-                let mut query = sqlx::query_as::<_, Claimed>(&sql)
+                let sql = &CLAIMS[usize::from(priority.is_some())];
+                let mut query = sqlx::query_as::<_, Claimed>(sql)
                     .bind(owner)
                     .bind(now + lease_ms)
                     .bind(now);
@@ -151,7 +163,7 @@ impl PgStore {
             .transpose()
     }
 
-    /// A claim under running limits ([`PICK`], then [`CLAIM_PICKED`], in one transaction).
+    /// A claim under running limits ([`pick_sql`], then [`CLAIM_PICKED`], in one transaction).
     async fn claim_limited(
         &self,
         owner: &str,
@@ -160,15 +172,17 @@ impl PgStore {
         rules: &ClaimRules,
         priority: Option<i64>,
     ) -> StoreResult<Option<Claimed>> {
-        let plans = rules.plan_limits_json();
+        let plans: &str = rules.plan_limits_json();
         for _ in 0..PICK_TRIES {
             let mut tx = self.pool.begin().await?;
-            let picked: Option<(i64, String, i64)> = sqlx::query_as(PICK)
-                .bind(&plans)
-                .bind(rules.default_limit())
-                .bind(priority.unwrap_or(-1))
-                .fetch_optional(&mut *tx)
-                .await?;
+            let mut pick =
+                sqlx::query_as::<_, (i64, String, i64)>(&PICKS[usize::from(priority.is_some())])
+                    .bind(plans)
+                    .bind(rules.default_limit());
+            if let Some(priority) = priority {
+                pick = pick.bind(priority);
+            }
+            let picked = pick.fetch_optional(&mut *tx).await?;
             let Some((seq, account, room)) = picked else {
                 return Ok(None);
             };
@@ -213,7 +227,7 @@ impl PgStore {
              LIMIT $1",
         )
         .bind(i64::from(limit))
-        .bind(rules.plan_limits_json())
+        .bind(&**rules.plan_limits_json())
         .bind(rules.default_limit())
         .fetch_all(&self.pool)
         .await?;

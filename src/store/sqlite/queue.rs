@@ -29,6 +29,16 @@ fn claim_sql(one_mode: bool, limited: bool) -> String {
     )
 }
 
+/// [`claim_sql`]'s four statements, made once, at `[one_mode as usize * 2 + limited as usize]`.
+static CLAIMS: std::sync::LazyLock<[String; 4]> = std::sync::LazyLock::new(|| {
+    [
+        claim_sql(false, false),
+        claim_sql(false, true),
+        claim_sql(true, false),
+        claim_sql(true, true),
+    ]
+});
+
 /// Whether task `t`'s account may start one more: parameters `?6` (the plans' limits, a JSON
 /// object) and `?7` (the limit of every other plan). Its running tasks are counted in
 /// `tasks_by_account_status`, a few entries; the writer is the only one, so the count is exact.
@@ -51,7 +61,7 @@ impl SqliteStore {
         let heads = self.heads.clone();
         let limits = rules
             .limits_running()
-            .then(|| (rules.plan_limits_json(), rules.default_limit()));
+            .then(|| (rules.plan_limits_json().clone(), rules.default_limit()));
         let prefer = rules.prefer.map(|mode| mode.priority());
         let claimed = self
             .writer
@@ -116,7 +126,7 @@ impl SqliteStore {
              LIMIT ?1",
         )
         .bind(i64::from(limit))
-        .bind(rules.plan_limits_json())
+        .bind(&**rules.plan_limits_json())
         .bind(rules.default_limit())
         .fetch_all(&self.reader)
         .await?;
@@ -133,7 +143,7 @@ struct Claim<'a> {
     lease_until: i64,
     now: i64,
     version: i64,
-    limits: Option<&'a (String, i64)>,
+    limits: Option<&'a (std::sync::Arc<str>, i64)>,
 }
 
 impl Claim<'_> {
@@ -155,7 +165,8 @@ impl Claim<'_> {
         } else if let Some(p) = priority.as_ref() {
             values.push(p);
         }
-        conn.prepare_cached(&claim_sql(priority.is_some(), self.limits.is_some()))?
+        let sql = &CLAIMS[usize::from(priority.is_some()) * 2 + usize::from(self.limits.is_some())];
+        conn.prepare_cached(sql)?
             .query_row(rusqlite::params_from_iter(values), |r| {
                 let seq = r.get(0)?;
                 let legacy_id: Option<String> = r.get(1)?;
