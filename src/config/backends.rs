@@ -83,6 +83,20 @@ pub struct BackendConfig {
     /// configuration file).
     #[serde(default)]
     pub tls_ca_file: Option<PathBuf>,
+    /// openai: the server's own additions to the images API that easel uses (none by default).
+    #[serde(default)]
+    pub dialect: Option<Dialect>,
+}
+
+/// Additions to OpenAI's images API that a server understands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Dialect {
+    /// stable-diffusion.cpp's `sd-server`: the seed, steps, guidance, sampler, negative prompt
+    /// and strength of an edit are read from JSON between `<sd_cpp_extra_args>` tags at the end
+    /// of the prompt (the server takes them out). Without them it draws every request with the
+    /// seed and steps it was started with, so a reroll would repeat its parent.
+    #[serde(rename = "sd-cpp")]
+    SdCpp,
 }
 
 fn default_concurrency() -> usize {
@@ -113,6 +127,7 @@ impl fmt::Debug for BackendConfig {
             .field("nodes", &self.nodes)
             .field("operations", &self.operations)
             .field("tls_ca_file", &self.tls_ca_file)
+            .field("dialect", &self.dialect)
             .finish()
     }
 }
@@ -152,6 +167,9 @@ impl BackendConfig {
                 "tls_ca_file",
                 "a procedural backend has no server to trust",
             ));
+        }
+        if self.dialect.is_some() && self.kind != BackendKind::Openai {
+            return Err(at("dialect", "is a setting of openai backends"));
         }
         if let Some(ops) = &self.operations {
             for op in ops {

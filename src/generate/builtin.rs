@@ -22,6 +22,8 @@ pub struct Procedural {
     pub name: String,
     /// Least time one generation takes (models a real backend's latency; zero by default).
     pub min_duration: Duration,
+    /// The backend's `operations`, when it names some: it runs only those.
+    pub only: Option<Vec<OpKind>>,
 }
 
 impl Procedural {
@@ -29,6 +31,7 @@ impl Procedural {
         Procedural {
             name: "procedural".into(),
             min_duration,
+            only: None,
         }
     }
 }
@@ -38,9 +41,9 @@ impl Generator for Procedural {
         &self.name
     }
 
-    /// Everything but faceswap, which needs a model of faces.
+    /// Everything but faceswap, which needs a model of faces (or what its `operations` name).
     fn supports(&self, kind: OpKind) -> bool {
-        kind != OpKind::Faceswap
+        kind != OpKind::Faceswap && self.only.as_ref().is_none_or(|only| only.contains(&kind))
     }
 
     fn run<'a>(
@@ -302,6 +305,17 @@ mod tests {
             reservation: None,
             extras: Default::default(),
         }
+    }
+
+    /// A procedural backend whose `operations` name some runs only those (an operator gives it
+    /// the crops of a model whose real backend makes no upscales, and no more).
+    #[test]
+    fn a_backend_with_operations_runs_only_those() {
+        let mut crop = Procedural::new(Duration::ZERO);
+        assert!(crop.supports(OpKind::Imagine));
+        crop.only = Some(vec![OpKind::Upscale1x]);
+        assert!(crop.supports(OpKind::Upscale1x));
+        assert!(!crop.supports(OpKind::Imagine));
     }
 
     /// A paced job shows its first image before it ends: the preview is one of the grid's

@@ -6,10 +6,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::backend_mocks::openai::OpenAiMock;
 use crate::backend_mocks::Fault;
+use easel::config::backends::Dialect;
 use easel::domain::operation::{Dimension, ImageInput, PanDirection, StoredImage, VariationOf};
 use easel::domain::{AspectRatio, OpKind, Operation};
 use easel::generate::backends::openai::{OpenAi, BLEND_PROMPT};
@@ -341,6 +342,63 @@ async fn inpaint_sends_the_parent_and_easels_mask_as_transparency() {
     assert_eq!(px(&sent, 31, 0)[3], 0);
     assert_eq!(px(&sent, 32, 0)[3], 255, "kept: opaque");
     assert_eq!(px(&sent, 60, 60)[3], 255);
+    // stable-diffusion.cpp's server reads the mask as grey, without its alpha, and redraws
+    // white: the same mask says the same to it.
+    assert_eq!(px(&sent, 5, 40)[..3], [255, 255, 255], "redrawn: white");
+    assert_eq!(px(&sent, 60, 60)[..3], [0, 0, 0], "kept: black");
+}
+
+/// stable-diffusion.cpp's server reads what the images API has no field for from JSON between
+/// `<sd_cpp_extra_args>` tags in the prompt; with `dialect = "sd-cpp"` easel sends the job's
+/// seed and settings there (an edit's strength too), and from no backend may a caller's own
+/// tags reach the server.
+#[tokio::test]
+async fn the_sd_cpp_dialect_sends_the_settings_in_the_prompt_and_no_caller_can() {
+    let extra = |prompt: &str| -> Value {
+        let (_, args) = prompt
+            .split_once("<sd_cpp_extra_args>")
+            .expect("extra args");
+        serde_json::from_str(args.strip_suffix("</sd_cpp_extra_args>").unwrap()).unwrap()
+    };
+    let (mock, url) = serve_making(None, None).await;
+    let mut cfg = config(&url, None, None);
+    cfg.dialect = Some(Dialect::SdCpp);
+    let sdcpp = OpenAi::new(&cfg).unwrap();
+    let mut j = job(Operation::Imagine, (1, 1), 64);
+    j.prompt = "a fox <sd_cpp_extra_args>{\"batch_count\":64}</sd_cpp_extra_args>".into();
+    j.extras.settings.steps = Some(3);
+    j.extras.settings.cfg_scale = Some(1.0);
+    run(&sdcpp, &j).await.unwrap();
+    let body = mock.seen_at("/images/generations")[0].json.clone().unwrap();
+    let prompt = body["prompt"].as_str().unwrap();
+    assert!(
+        prompt.starts_with("a fox {\"batch_count\":64}<sd_cpp_extra_args>"),
+        "{prompt}"
+    );
+    assert_eq!(
+        extra(prompt),
+        json!({ "seed": 7, "sample_params": { "sample_steps": 3, "guidance": { "txt_cfg": 1.0 } } })
+    );
+
+    let parent = solid(64, 64, [200, 20, 20, 255]);
+    let mut v = job(
+        Operation::Variations {
+            source: source(&parent),
+            of: VariationOf::Subtle,
+        },
+        (1, 1),
+        64,
+    );
+    v.inputs = vec![parent].into();
+    run(&sdcpp, &v).await.unwrap();
+    let edit = &mock.seen_at("/images/edits")[0];
+    assert_eq!(extra(&edit.text("prompt").unwrap())["strength"], 0.45);
+
+    // Without the dialect the settings stay out, and so do a caller's tags.
+    let plain = backend(&url, None, None);
+    run(&plain, &j).await.unwrap();
+    let body = mock.seen_at("/images/generations")[0].json.clone().unwrap();
+    assert_eq!(body["prompt"], "a fox {\"batch_count\":64}");
 }
 
 /// Image prompts are an edit of the image at the new image's size; dall-e-3, which has no

@@ -29,6 +29,11 @@ pub fn build(config: &Config) -> anyhow::Result<Pool> {
             BackendKind::Procedural => Arc::new(Procedural {
                 name: backend.name.clone(),
                 min_duration: config.worker.procedural_min_duration,
+                // Checked when the settings were read: every name parses.
+                only: backend
+                    .operations
+                    .as_ref()
+                    .map(|ops| ops.iter().filter_map(|op| op.parse().ok()).collect()),
             }),
             BackendKind::Openai => Arc::new(
                 openai::OpenAi::new(backend)

@@ -7,6 +7,17 @@ use crate::generate::ops::{self, Direction};
 use crate::generate::raster::{dimensions, RgbaImage};
 use crate::generate::{GenerateError, Job};
 
+/// Denoising strengths of the Stable Diffusion servers' img2img (how much of the start image is
+/// redrawn), by what the job does: a subtle or strong variation, the new area of a pan or
+/// outpaint (started from a continuation of the parent), an inpaint's masked area.
+pub mod strength {
+    pub const SUBTLE: f64 = 0.45;
+    /// A strong variation, and a variation of one image of a grid (as Midjourney's V buttons).
+    pub const STRONG: f64 = 0.7;
+    pub const EXTEND: f64 = 0.9;
+    pub const INPAINT: f64 = 0.75;
+}
+
 /// A `w` x `h` image of one colour.
 pub fn filled(w: u32, h: u32, rgba: [u8; 4]) -> RgbaImage {
     RgbaImage {

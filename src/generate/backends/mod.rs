@@ -10,6 +10,7 @@ pub mod comfyui;
 pub mod http;
 pub mod images;
 pub mod openai;
+pub mod sdcpp;
 pub mod sdwebui;
 pub mod tls;
 

@@ -37,6 +37,7 @@ fn config(url: &str) -> BackendConfig {
         nodes: BTreeMap::new(),
         operations: None,
         tls_ca_file: None,
+        dialect: None,
     }
 }
 

@@ -6,10 +6,13 @@ use crate::generate::ops::{self, Direction};
 use crate::generate::raster::{self, Filter, RgbaImage};
 use crate::generate::{GenerateError, Product};
 
-/// An edit mask's pixel over what is kept: opaque (its colour does not matter to OpenAI).
-const KEEP: [u8; 4] = [255, 255, 255, 255];
-/// An edit mask's pixel where the model draws: fully transparent.
-const REDRAW: [u8; 4] = [0, 0, 0, 0];
+/// An edit mask's pixel over what is kept: opaque black. OpenAI reads only the alpha (opaque:
+/// kept); stable-diffusion.cpp's server reads the mask as grey, ignoring alpha, and keeps black.
+const KEEP: [u8; 4] = [0, 0, 0, 255];
+/// An edit mask's pixel where the model draws: fully transparent for OpenAI, white for
+/// stable-diffusion.cpp (its mask is the WebUI's, white redrawn), so one mask means the same to
+/// both.
+const REDRAW: [u8; 4] = [255, 255, 255, 0];
 
 /// The four files decoded, checked to be one size, and their grid.
 pub(super) fn grid(files: &[Vec<u8>]) -> Result<Product, GenerateError> {
@@ -37,7 +40,7 @@ fn place_on_canvas(
     (x, y, w, h): (u32, u32, u32, u32),
     (tw, th): (u32, u32),
 ) -> (RgbaImage, RgbaImage) {
-    let mut canvas = images::filled(tw, th, REDRAW);
+    let mut canvas = images::filled(tw, th, [0, 0, 0, 0]);
     images::paste(&mut canvas, &ops::resize(parent, w, h), x, y);
     let mask = images::rect_mask((tw, th), (x, y, w, h), KEEP, REDRAW);
     (canvas, mask)

@@ -10,8 +10,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::family::Family;
+use crate::config::backends::Dialect;
 use crate::generate::backends::http::{excerpt, http_client, status_error, transport_error};
 use crate::generate::backends::images::{blocking, size_for};
+use crate::generate::backends::sdcpp;
 use crate::generate::backends::tls::Trust;
 use crate::generate::backends::BackendConfig;
 use crate::generate::raster::{encode_png, RgbaImage};
@@ -31,6 +33,7 @@ pub(super) struct Client {
     key: Option<String>,
     http: reqwest::Client,
     model: Option<String>,
+    dialect: Option<Dialect>,
 }
 
 impl Client {
@@ -62,6 +65,7 @@ impl Client {
             key,
             http: http_client(name, config.timeout, &Trust::of(config)?)?,
             model: config.model.clone(),
+            dialect: config.dialect,
         })
     }
 
@@ -84,6 +88,16 @@ impl Client {
         }
     }
 
+    /// The prompt to send for `text`: without sd-server's tags, which no caller may set, and, for
+    /// a server of the sd-cpp dialect, followed by the job's settings (and an edit's
+    /// `strength`) where it reads them.
+    pub(super) fn prompt(&self, job: &Job, text: &str, strength: Option<f64>) -> String {
+        match self.dialect {
+            Some(Dialect::SdCpp) => sdcpp::with_extra_args(text, job, strength),
+            None => sdcpp::neutralize(text).into_owned(),
+        }
+    }
+
     /// `GET models`, which any working server answers.
     pub(super) fn models(&self) -> reqwest::RequestBuilder {
         self.with_auth(self.http.get(self.endpoint("models")))
@@ -100,8 +114,9 @@ impl Client {
             Family::Other => size_for(job, 64),
             family => family.size(job.aspect.width, job.aspect.height, job.image_size),
         };
+        let prompt = self.prompt(job, &job.prompt, None);
         let body = |n: u32| {
-            let mut body = json!({ "prompt": job.prompt, "n": n, "size": format!("{w}x{h}") });
+            let mut body = json!({ "prompt": prompt, "n": n, "size": format!("{w}x{h}") });
             if let Some(model) = &self.model {
                 body["model"] = json!(model);
             }

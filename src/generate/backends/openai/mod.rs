@@ -17,8 +17,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::http::transport_error;
-use super::images::blocking;
+use super::images::{blocking, strength};
 use super::{BackendConfig, Checkpoints};
+use crate::domain::image_prompts::IMAGE_WEIGHT_DEFAULT;
+use crate::domain::operation::VariationOf;
 use crate::domain::{OpKind, Operation};
 use crate::generate::ops::{self, Direction};
 use crate::generate::{GenerateError, Generator, Job, Product, Progress};
@@ -100,9 +102,11 @@ impl OpenAi {
                 let image =
                     blocking(move || ops::image_prompt_canvas(&inputs, size.0, size.1, seed))
                         .await?;
-                client.edits(&image, None, &job.prompt, size).await?
+                let iw = job.extras.parameters.iw.unwrap_or(IMAGE_WEIGHT_DEFAULT);
+                let prompt = client.prompt(job, &job.prompt, Some(ops::image_prompt_denoising(iw)));
+                client.edits(&image, None, &prompt, size).await?
             }
-            Operation::Variations { .. } => {
+            Operation::Variations { of, .. } => {
                 let parent = parent()?;
                 let size = self
                     .client
@@ -117,7 +121,12 @@ impl OpenAi {
                     } else {
                         &job.prompt
                     };
-                    client.edits(&image, None, prompt, size).await?
+                    let strength = match of {
+                        VariationOf::Subtle => strength::SUBTLE,
+                        VariationOf::Index(_) | VariationOf::Strong => strength::STRONG,
+                    };
+                    let prompt = client.prompt(job, prompt, Some(strength));
+                    client.edits(&image, None, &prompt, size).await?
                 }
             }
             Operation::Pan { direction, .. } => {
@@ -126,7 +135,8 @@ impl OpenAi {
                 let (cw, ch) = ops::pan_size(parent.width, parent.height, direction);
                 let size = client.family.size(cw, ch, job.image_size);
                 let (image, mask) = blocking(move || pan_canvas(&parent, direction, size)).await?;
-                client.edits(&image, Some(&mask), &job.prompt, size).await?
+                let prompt = client.prompt(job, &job.prompt, Some(strength::EXTEND));
+                client.edits(&image, Some(&mask), &prompt, size).await?
             }
             Operation::Outpaint { zoom_ratio, .. } => {
                 let parent = parent()?;
@@ -136,7 +146,8 @@ impl OpenAi {
                     .size(parent.width, parent.height, job.image_size);
                 let zoom = *zoom_ratio;
                 let (image, mask) = blocking(move || outpaint_canvas(&parent, zoom, size)).await?;
-                client.edits(&image, Some(&mask), &job.prompt, size).await?
+                let prompt = client.prompt(job, &job.prompt, Some(strength::EXTEND));
+                client.edits(&image, Some(&mask), &prompt, size).await?
             }
             Operation::Inpaint { .. } => {
                 let parent = parent()?;
@@ -155,7 +166,8 @@ impl OpenAi {
                     )
                 })
                 .await?;
-                client.edits(&image, Some(&mask), &job.prompt, size).await?
+                let prompt = client.prompt(job, &job.prompt, Some(strength::INPAINT));
+                client.edits(&image, Some(&mask), &prompt, size).await?
             }
             // The first image, redrawn toward a blend: one image is what every model's edits
             // take (dall-e-2 takes no more).
@@ -170,6 +182,7 @@ impl OpenAi {
                 } else {
                     format!("{BLEND_PROMPT}: {}", job.prompt)
                 };
+                let prompt = client.prompt(job, &prompt, Some(strength::STRONG));
                 client.edits(&image, None, &prompt, size).await?
             }
             _ => {

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::plan::BATCH;
 use crate::generate::backends::images::decode_output;
+use crate::generate::ops::resize;
 use crate::generate::raster::RgbaImage;
 use crate::generate::{GenerateError, Product};
 
@@ -87,7 +88,14 @@ pub(super) fn decode_image(text: &str, what: &str) -> Result<RgbaImage, Generate
 
 /// The grid of a txt2img or img2img answer: the first four images of one size, passing over
 /// the extras a WebUI may add (a grid of the batch before them, an extension's images after).
-pub(super) fn images_product(answer: &[u8], backend: &str) -> Result<Product, GenerateError> {
+/// The four images of a txt2img or img2img answer, at the `asked` size. stable-diffusion.cpp
+/// draws at sides rounded up to what its model works in (64 for Stable Diffusion 1.x), so a
+/// 96 x 64 pan comes back 128 x 64: it is resized back, as the caller asked for that shape.
+pub(super) fn images_product(
+    answer: &[u8],
+    asked: (u32, u32),
+    backend: &str,
+) -> Result<Product, GenerateError> {
     #[derive(Deserialize)]
     struct Answer {
         #[serde(default)]
@@ -126,6 +134,17 @@ pub(super) fn images_product(answer: &[u8], backend: &str) -> Result<Product, Ge
     };
     images.retain(|i| size(i) == chosen);
     images.truncate(BATCH);
+    if chosen != asked {
+        tracing::debug!(
+            backend,
+            ?chosen,
+            ?asked,
+            "the backend drew another size; resized"
+        );
+        for image in &mut images {
+            *image = resize(image, asked.0, asked.1);
+        }
+    }
     let four: [RgbaImage; BATCH] = images
         .try_into()
         .map_err(|_| GenerateError::Failed("the backend sent too few images".into()))?;

@@ -206,10 +206,10 @@ impl SdWebUi {
         let name = self.config.name.clone();
         match planned {
             Call::Done(product) => Ok(product),
-            Call::Images { path, body } => {
+            Call::Images { path, body, size } => {
                 let answer = self.post_job(path, body, progress).await?;
                 progress.backend_done();
-                blocking(move || images_product(&answer, &name)).await?
+                blocking(move || images_product(&answer, size, &name)).await?
             }
             Call::Upscale { body } => {
                 let answer = self.post_job(EXTRA, body, progress).await?;

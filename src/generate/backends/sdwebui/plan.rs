@@ -10,7 +10,10 @@ use crate::config::samplers::sampler;
 use crate::domain::image_prompts::IMAGE_WEIGHT_DEFAULT;
 use crate::domain::operation::VariationOf;
 use crate::domain::Operation;
+use crate::generate::backends::images::strength::{EXTEND, INPAINT};
+pub use crate::generate::backends::images::strength::{STRONG, SUBTLE};
 use crate::generate::backends::images::{self, size_for};
+use crate::generate::backends::sdcpp::neutralize;
 use crate::generate::ops::{self, Direction};
 use crate::generate::raster::{dimensions, encode_png, RgbaImage};
 use crate::generate::{GenerateError, Job, Product};
@@ -31,13 +34,6 @@ pub(super) const BATCH: usize = 4;
 pub const CHAOS_SUBSEED_MOST: f64 = 0.8;
 /// The upscaler the WebUI ships with (Real-ESRGAN's general model).
 pub(super) const UPSCALER: &str = "R-ESRGAN 4x+";
-/// Denoising strengths of img2img: how much of the parent a variation keeps, and how freely the
-/// new area of a pan or outpaint (started from a continuation of the parent) is redrawn.
-pub const SUBTLE: f64 = 0.45;
-/// The denoising strength of a strong variation (and of a variation of one image of a grid).
-pub const STRONG: f64 = 0.7;
-pub(super) const EXTEND: f64 = 0.9;
-pub(super) const INPAINT: f64 = 0.75;
 /// The WebUI's mask pixels: white where it redraws, black where it keeps.
 const REDRAW: [u8; 4] = [255, 255, 255, 255];
 const KEEP: [u8; 4] = [0, 0, 0, 255];
@@ -46,10 +42,11 @@ const KEEP: [u8; 4] = [0, 0, 0, 255];
 pub(super) enum Call {
     /// Nothing: the product is already made.
     Done(Product),
-    /// txt2img or img2img, answered with images.
+    /// txt2img or img2img, answered with images of `size`.
     Images {
         path: &'static str,
         body: Vec<u8>,
+        size: (u32, u32),
     },
     Upscale {
         body: Vec<u8>,
@@ -75,6 +72,7 @@ pub(super) fn plan(job: &Job, model: Option<&str>) -> Result<Call, GenerateError
                 Call::Images {
                     path: TXT2IMG,
                     body: encode(&generation(job, model, width, height)),
+                    size: (width, height),
                 }
             } else {
                 // Image prompts: img2img from them, as much of them kept as `--iw` asks.
@@ -161,9 +159,10 @@ pub(super) fn generation(job: &Job, model: Option<&str>, width: u32, height: u32
     let settings = &job.extras.settings;
     let parameters = &job.extras.parameters;
     let mut body = json!({
-        "prompt": job.prompt,
+        // stable-diffusion.cpp's server reads settings from tags in a prompt: none from a caller.
+        "prompt": neutralize(&job.prompt),
         // The prompt's `--no` words are in the settings' negative prompt, not the job's text.
-        "negative_prompt": settings.negative_prompt.as_deref().unwrap_or(""),
+        "negative_prompt": neutralize(settings.negative_prompt.as_deref().unwrap_or("")),
         "seed": job.seed,
         "width": width,
         "height": height,
@@ -219,6 +218,7 @@ pub(super) fn img2img(
     Ok(Call::Images {
         path: IMG2IMG,
         body: encode(&body),
+        size: (init.width, init.height),
     })
 }
 
