@@ -6,6 +6,10 @@
 #     target/ and started by scripts/s3-server.sh for the run), and the store conformance
 #     suite against both SQLite and PostgreSQL (a fresh database made by
 #     scripts/test-postgres.sh);
+#     the openai and sdwebui backends against a real stable-diffusion.cpp sd-server
+#     (tests/sd_server.rs, built and given a random-weights checkpoint by scripts/sd-server.sh,
+#     cached outside the clone; these run beside the rest, two at a time, as they wait on a
+#     slow model more than they use the machine);
 #  2. the dashboard in a real headless Chromium with axe-core (scripts/browser-test.sh, npm
 #     packages from tests/browser/package-lock.json; skipped with one line where there is no
 #     chromium, except under CI=true);
@@ -22,8 +26,24 @@ export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"
 # Exports EASEL_TEST_S3_ENDPOINT, which the S3 tests read (under CI=true they fail without it).
 source scripts/s3-server.sh
 source scripts/test-postgres.sh
-trap 'kill "$EASEL_TEST_S3_PID" 2>/dev/null || true; test_postgres_drop' EXIT
+# Exports EASEL_TEST_SD_SERVER and EASEL_TEST_SD_MODEL (under CI=true it fails without them).
+source scripts/sd-server.sh
+trap 'kill "$EASEL_TEST_S3_PID" "${sd_tests_pid:-}" 2>/dev/null || true; test_postgres_drop' EXIT
+
+# Built once; then the real-server tests (ignored in a plain `cargo test`: each runs a model
+# server for minutes) run beside the rest and are waited for at the end of this step.
+cargo test --locked --all-targets --no-run "$@"
+sd_log="$(mktemp)"
+cargo test --locked --test sd_server -- --ignored --test-threads 2 >"$sd_log" 2>&1 &
+sd_tests_pid=$!
 cargo test --locked --all-targets "$@"
+echo "== the backends against a real sd-server (tests/sd_server.rs)"
+sd_status=0
+wait "$sd_tests_pid" || sd_status=$?
+sd_tests_pid=
+cat "$sd_log"
+rm -f "$sd_log"
+[ "$sd_status" -eq 0 ] || exit "$sd_status"
 
 echo "== the dashboard in a real browser"
 bash scripts/browser-test.sh
