@@ -12,6 +12,8 @@ mod backend_mocks;
 mod comfyui_adapter;
 #[path = "backends/comfyui_previews.rs"]
 mod comfyui_previews;
+#[path = "backends/comfyui_transcript.rs"]
+mod comfyui_transcript;
 mod common;
 #[path = "backends/openai_adapter.rs"]
 mod openai_adapter;
