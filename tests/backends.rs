@@ -12,6 +12,8 @@ mod backend_mocks;
 mod comfyui_adapter;
 #[path = "backends/comfyui_previews.rs"]
 mod comfyui_previews;
+#[path = "backends/comfyui_transcript.rs"]
+mod comfyui_transcript;
 mod common;
 #[path = "backends/openai_adapter.rs"]
 mod openai_adapter;
@@ -611,7 +613,6 @@ async fn a_rejected_key_fails_the_task_without_showing_the_key() {
 async fn comfyui_gets_the_job_in_its_graph_and_its_progress_events_move_the_percentage() {
     let mock = Arc::new(ComfyMock {
         delay: Duration::from_millis(2400),
-        steps: 8,
         shade: 40,
         ..ComfyMock::default()
     });
@@ -704,8 +705,12 @@ async fn comfyui_failures_are_sorted_and_a_hung_job_is_taken_off_the_backend() {
         ..ComfyMock::default()
     });
     let url = mock.start().await;
+    // ComfyUI runs one job at a time, so a job can wait behind one easel gave up on (a lost
+    // answer's): two seconds, not one, keep a slow machine from timing out a good job.
     let app = TestApp::spawn_with(|c| {
-        c.backends = vec![comfy("comfy", &url)];
+        let mut backend = comfy("comfy", &url);
+        backend.timeout = Duration::from_secs(2);
+        c.backends = vec![backend];
         c.worker.generation_budget = Duration::from_secs(4);
     })
     .await;
@@ -766,7 +771,7 @@ async fn comfyui_failures_are_sorted_and_a_hung_job_is_taken_off_the_backend() {
     let k = mock.prompts.lock().unwrap().len();
     mock.script.set(Fault::Hang);
     let record = outcome(&app, "imagine", imagine()).await;
-    failed_with(&record, "backend unavailable: ", "timed out after 1s");
+    failed_with(&record, "backend unavailable: ", "timed out after 2s");
     let hung = proposed(k);
     assert!(mock.deletes.lock().unwrap().contains(&hung));
     assert!(

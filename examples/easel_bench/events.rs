@@ -74,16 +74,21 @@ impl Latency {
 async fn mock_backend(dir: &Path) -> anyhow::Result<(Arc<ComfyMock>, std::path::PathBuf)> {
     let mock = Arc::new(ComfyMock {
         delay: JOB,
-        steps: STEPS,
         ..ComfyMock::default()
     });
     let url = mock.start().await;
-    let workflow = concat!(
+    // The mock steps as the graph's sampler says, as ComfyUI does: the fixture with STEPS.
+    let fixture = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/comfyui/txt2img.json"
     );
-    let config = dir.join("easel.toml");
+    let mut graph: Value = serde_json::from_slice(&std::fs::read(fixture)?)?;
+    graph["3"]["inputs"]["steps"] = json!(STEPS);
     std::fs::create_dir_all(dir)?;
+    let workflow = dir.join("txt2img.json");
+    std::fs::write(&workflow, serde_json::to_vec(&graph)?)?;
+    let workflow = workflow.display();
+    let config = dir.join("easel.toml");
     std::fs::write(
         &config,
         format!(

@@ -75,7 +75,11 @@ async fn run_watching(
 /// frames that are no preview come after it, so they would have replaced it).
 fn assert_previews(mock: &ComfyMock, seen: &[Vec<u8>]) {
     let sent = mock.sent_previews.lock().unwrap().clone();
-    assert_eq!(sent.len(), mock.steps as usize, "one preview per step");
+    assert_eq!(
+        sent.len(),
+        STEPS,
+        "one preview per step of the workflow's sampler"
+    );
     assert!(!seen.is_empty(), "previews reach Progress");
     for preview in seen {
         assert!(sent.contains(preview), "only the mock's previews");
@@ -83,13 +87,18 @@ fn assert_previews(mock: &ComfyMock, seen: &[Vec<u8>]) {
     assert_eq!(seen.last(), sent.last(), "the junk frames are ignored");
     let last = image::load_from_memory_with_format(seen.last().unwrap(), image::ImageFormat::Jpeg)
         .expect("a JPEG");
-    assert_eq!((last.width(), last.height()), (8, 8));
+    // ComfyUI fits a preview into 512 x 512 (its `--preview-size`), whatever the image's size.
+    assert_eq!((last.width(), last.height()), (512, 512));
 }
+
+/// The sampler steps of tests/fixtures/comfyui/txt2img.json.
+const STEPS: usize = 20;
 
 #[tokio::test]
 async fn preview_frames_reach_progress_and_other_frames_do_not() {
     let mock = Arc::new(ComfyMock {
         delay: Duration::from_millis(400),
+        junk_frames: true,
         ..ComfyMock::default()
     });
     let url = mock.start().await;
@@ -108,6 +117,7 @@ async fn a_tls_comfyui_gives_progress_and_previews_over_wss_with_its_ca_file() {
     std::fs::write(&ca_file, pem).unwrap();
     let mock = Arc::new(ComfyMock {
         delay: Duration::from_millis(400),
+        junk_frames: true,
         ..ComfyMock::default()
     });
     let url = mock.start_tls(tls).await;

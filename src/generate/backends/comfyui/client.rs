@@ -1,7 +1,7 @@
 //! The ComfyUI protocol: its HTTP endpoints and the WebSocket of progress events, and how their
 //! answers are read.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -283,12 +283,13 @@ impl Client {
         socket: Option<Socket>,
     ) -> Result<Value, GenerateError> {
         let done = Notify::new();
-        let poll = self.poll_history(id, progress, &done);
+        let ended = Mutex::new(None);
+        let poll = self.poll_history(id, progress, &done, &ended);
         tokio::pin!(poll);
         if let Some(socket) = socket {
             tokio::select! {
                 result = &mut poll => return result,
-                () = follow(socket, id, progress, &done) => {
+                () = follow(socket, id, progress, &done, &ended) => {
                     tracing::debug!(backend = %self.name, "the progress socket closed; polling only");
                 }
             }
@@ -298,12 +299,15 @@ impl Client {
 
     /// Poll `/history/{id}` until the entry appears (looking again early when `done` is
     /// signalled); in between, `/queue` tells queued from running. A job missing from both on
-    /// three looks in a row is lost (the server restarted, or someone deleted it).
+    /// three looks in a row is lost (the server restarted, or someone deleted it); one the
+    /// socket saw `ended` (interrupted or failed) ends as that at the first such look, as its
+    /// history entry, which ComfyUI writes a moment after the event, may never come.
     async fn poll_history(
         &self,
         id: &str,
         progress: &Progress,
         done: &Notify,
+        ended: &Mutex<Option<Value>>,
     ) -> Result<Value, GenerateError> {
         let mut missing = 0;
         loop {
@@ -323,6 +327,10 @@ impl Client {
                 }
                 Some(QueueState::Pending) => missing = 0,
                 Some(QueueState::Absent) => {
+                    let seen = ended.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    if let Some(entry) = seen {
+                        return Ok(entry);
+                    }
                     missing += 1;
                     if missing >= 3 {
                         return Err(GenerateError::transient(
@@ -395,12 +403,21 @@ impl Client {
 /// Follow a job's events on the socket until it closes: `progress` for this prompt moves the
 /// percentage from 15 to 75 (its share between queued and fetching the images); `executing` with
 /// no node (done), or the job's success, error or interrupt, wakes the poller to read the history.
+/// An error or interrupt is also kept in `ended`, as the history entry it would have made.
+/// Everything else ComfyUI 0.3.64 sends (`status`, `execution_cached`, the per-node
+/// `progress_state`, `executed`) is passed over.
 ///
 /// Binary preview frames name no prompt: ComfyUI sends them to the client id of the prompt it
 /// runs, and this socket's client id is the job's own, so they are this job's. To be safe beyond
 /// that, they are taken only between the job's first event (`execution_start`, `executing`,
 /// `progress`) and its end.
-async fn follow(mut socket: Socket, id: &str, progress: &Progress, done: &Notify) {
+async fn follow(
+    mut socket: Socket,
+    id: &str,
+    progress: &Progress,
+    done: &Notify,
+    ended: &Mutex<Option<Value>>,
+) {
     let mut running = false;
     while let Some(message) = socket.next().await {
         let text = match message {
@@ -443,9 +460,13 @@ async fn follow(mut socket: Socket, id: &str, progress: &Progress, done: &Notify
             }
             Some("executing") if data["node"].is_null() => done.notify_one(),
             Some("executing") => progress.report(15),
-            Some("execution_success" | "execution_error" | "execution_interrupted") => {
+            Some(kind @ ("execution_error" | "execution_interrupted")) => {
+                let entry = json!({"outputs": {}, "status": {
+                    "status_str": "error", "completed": false, "messages": [[kind, data]]}});
+                *ended.lock().unwrap_or_else(|e| e.into_inner()) = Some(entry);
                 done.notify_one()
             }
+            Some("execution_success") => done.notify_one(),
             _ => {}
         }
     }
@@ -558,10 +579,18 @@ pub(super) fn finished(entry: &Value) -> Result<(), GenerateError> {
             "the workflow failed: {message}"
         )));
     }
-    if event("execution_interrupted").is_some() {
-        return Err(GenerateError::transient(
-            "the job was interrupted on the backend",
-        ));
+    if let Some(data) = event("execution_interrupted") {
+        let data = data.unwrap_or(Value::Null);
+        let at = match (
+            data.get("node_id"),
+            data.get("node_type").and_then(Value::as_str),
+        ) {
+            (Some(Value::String(node)), Some(class)) => format!(" at node {node} ({class})"),
+            _ => String::new(),
+        };
+        return Err(GenerateError::transient(format!(
+            "the job was interrupted on the backend{at}"
+        )));
     }
     if status.get("status_str").and_then(Value::as_str) == Some("error") {
         return Err(GenerateError::Failed(
