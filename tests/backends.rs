@@ -257,6 +257,10 @@ async fn a_configuration_that_cannot_work_stops_easel_naming_the_setting() {
             json!([{"name": "a", "kind": "procedural", "tls_ca_file": "ca.pem"}]),
             "backends.a.tls_ca_file: a procedural backend has no server to trust",
         ),
+        (
+            json!([{"name": "a", "kind": "sdwebui", "url": "http://x", "dialect": "sd-cpp"}]),
+            "backends.a.dialect: is a setting of openai backends",
+        ),
     ];
     for (backends, message) in cases {
         let mut config = common::test_config(dir.path());

@@ -136,8 +136,8 @@ impl SdServer {
 
     fn log_text(&self) -> String {
         let text = std::fs::read_to_string(self.log.path()).unwrap_or_default();
-        let start = text.len().saturating_sub(4000);
-        text[text.floor_char_boundary(start)..].to_string()
+        let tail: Vec<char> = text.chars().rev().take(4000).collect();
+        tail.into_iter().rev().collect()
     }
 }
 
