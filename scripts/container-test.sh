@@ -223,7 +223,17 @@ api_node="${project}_easel-api_1"
 worker_node="${project}_easel-worker_1"
 wait_healthy "$api_node"
 wait_healthy "$worker_node"
-took "compose: up, both nodes healthy"
+# What docker compose's `service_completed_successfully` would wait for: the bucket exists.
+for _ in $(seq 1 120); do
+  [ "$(podman inspect --format '{{.State.Status}}' "${project}_s3-bucket_1")" = exited ] && break
+  sleep 0.5
+done
+[ "$(podman inspect --format '{{.State.ExitCode}}' "${project}_s3-bucket_1")" = 0 ] || {
+  echo "container-test: the bucket was not made:" >&2
+  podman logs "${project}_s3-bucket_1" >&2
+  exit 1
+}
+took "compose: up, both nodes healthy, bucket made"
 
 key="$(podman exec "$api_node" easel keys create --name container-test)"
 record="$(curl -sf "http://127.0.0.1:$api_port/api/v1/imagine" -H "Authorization: $key" \
@@ -241,6 +251,8 @@ record="$(curl -sf "http://127.0.0.1:$api_port/api/v1/imagine" -H "Authorization
 # The api node runs no worker (EASEL_ROLES=api,dispatcher): the worker node finished it.
 check_images "http://127.0.0.1:$api_port" "$record"
 check_images "http://127.0.0.1:$worker_port" "$record"
+podman logs "$api_node" >"$cache/compose-easel-api.log" 2>&1
+podman logs "$worker_node" >"$cache/compose-easel-worker.log" 2>&1
 took "compose: a task across the two nodes"
 
 echo "== container-test: passed (image $((size / 1000000)) MB, binary $((binary_size / 1000000)) MB)"
