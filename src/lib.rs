@@ -11,6 +11,7 @@ pub mod auth;
 pub mod blobs;
 pub mod cli;
 pub mod config;
+pub mod deploy;
 pub mod domain;
 pub mod error;
 pub mod generate;
@@ -24,6 +25,10 @@ pub mod telemetry;
 pub mod web;
 pub mod webhooks;
 pub mod worker;
+
+/// This build's version and the commit it was built from (build.rs: `git rev-parse`, or
+/// `EASEL_COMMIT` where there is no git, as in a container build), as `easel --version` says it.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("EASEL_COMMIT"), ")");
 
 use std::future::Future;
 use std::net::SocketAddr;

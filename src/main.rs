@@ -1,6 +1,7 @@
 //! The `easel` command: `serve` runs the service; `migrate` brings the database's schema up to
-//! date; `keys` and `signing-secret` manage access; `imagine`, `upscale`, `fetch` and `tasks`
-//! are a client of a running server (src/cli.rs).
+//! date; `keys` and `signing-secret` manage access; `backup`, `restore` and `healthcheck` are for
+//! operators (src/deploy/); `imagine`, `upscale`, `fetch` and `tasks` are a client of a running
+//! server (src/cli.rs).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,7 +17,7 @@ use easel::{auth, webhooks, Application, FIRST_ACCOUNT_EMAIL};
 #[derive(Parser)]
 #[command(
     name = "easel",
-    version,
+    version = easel::VERSION,
     about = "A self-hosted image-generation task service"
 )]
 struct Cli {
@@ -54,6 +55,23 @@ enum Command {
     /// Create the database if needed and apply its migrations, then exit. `serve` does the same
     /// at start; this is for operators who migrate before rolling out a new version.
     Migrate,
+    /// Copy the SQLite database and the local images into DIR (new or empty), consistently,
+    /// while easel serves.
+    Backup {
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// Put a backup made by `easel backup` back into an empty data dir.
+    Restore {
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// Exit 0 when the server answers GET /healthz with 200, 1 otherwise (for containers).
+    Healthcheck {
+        /// The server's base URL (default: the `listen` address, a wildcard one on loopback).
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+    },
     /// Manage API keys.
     Keys {
         #[command(subcommand)]
@@ -280,6 +298,38 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("easel: the database is up to date");
             Ok(())
         }
+        Command::Backup { dir } => {
+            let made = easel::deploy::backup::backup(&config, &dir).await?;
+            println!(
+                "easel: backed up {} tasks and {} image files ({} bytes) into {}",
+                made.tasks,
+                made.file_count,
+                made.file_bytes,
+                dir.display()
+            );
+            if !made.local_files {
+                println!("easel: the images are in the bucket; back it up with its own tools");
+            }
+            Ok(())
+        }
+        Command::Restore { dir } => {
+            let restored = easel::deploy::backup::restore(&config, &dir).await?;
+            println!(
+                "easel: restored {} tasks and {} image files from the backup of {} into {}",
+                restored.tasks,
+                restored.file_count,
+                restored.created_at,
+                config.data_dir.display()
+            );
+            Ok(())
+        }
+        Command::Healthcheck { url } => {
+            let url = match url {
+                Some(url) => url,
+                None => easel::deploy::health::local_url(config.server.listen)?,
+            };
+            easel::deploy::health::check(&url).await
+        }
         Command::Keys { command } => keys(config, command).await,
         Command::Accounts { command } => accounts(config, command).await,
         Command::BenchBaseline { .. }
@@ -316,7 +366,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     }
     println!("easel listening on http://{}", app.local_addr());
     tracing::info!(addr = %app.local_addr(), public_url = %app.public_url(), "serving");
-    app.run(shutdown_signal()).await
+    easel::deploy::notify::ready(app.local_addr());
+    app.run(async {
+        shutdown_signal().await;
+        easel::deploy::notify::stopping();
+    })
+    .await
 }
 
 /// The submit benchmark's baseline: same binary, runtime, allocator and profile as `serve`, and a

@@ -220,7 +220,7 @@ impl Blobs {
 }
 
 /// Where storage probes write, beside the task folders; never a task id.
-const PROBE_FOLDER: &str = "storage-probe";
+pub const PROBE_FOLDER: &str = "storage-probe";
 /// Where callers' uploads are kept, beside the task folders; never a task id.
 pub const UPLOAD_FOLDER: &str = "uploads";
 
