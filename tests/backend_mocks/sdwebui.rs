@@ -54,6 +54,9 @@ pub struct WebUi {
     pub current_images: Mutex<std::collections::VecDeque<Option<Value>>>,
     /// Answer 404 at `progress`, as stable-diffusion.cpp's sd-server does.
     pub no_progress: AtomicBool,
+    /// Draw at sides rounded up to a multiple of this (when not 0), whatever was asked, as
+    /// stable-diffusion.cpp does (64 for Stable Diffusion 1.x).
+    pub align: u32,
 }
 
 fn b64(img: &RgbaImage) -> String {
@@ -132,6 +135,11 @@ impl WebUi {
 
     /// The four images of a batch, as `fault` and `extra_images` say.
     fn batch(&self, (w, h): (u32, u32), shade: u8, fault: &Fault) -> Vec<String> {
+        let up = |v: u32| match self.align {
+            0 => v,
+            a => v.div_ceil(a) * a,
+        };
+        let (w, h) = (up(w), up(h));
         let mut out: Vec<String> = (0..4).map(|k| b64(&flat(w, h, shade + k))).collect();
         match fault {
             Fault::BadBase64 => out[2] = "!!not base64!!".into(),

@@ -318,6 +318,35 @@ async fn pan_masks_the_new_strip() {
     }
 }
 
+/// stable-diffusion.cpp draws at sides rounded up to 64 (a 96 x 64 pan comes back 128 x 64):
+/// the images are resized back to the shape asked for.
+#[tokio::test]
+async fn images_drawn_at_another_size_are_resized_to_the_one_asked() {
+    let mock = Arc::new(WebUi {
+        align: 64,
+        ..WebUi::default()
+    });
+    let url = start_webui(mock.clone()).await;
+    let b = SdWebUi::new(
+        &serde_json::from_value(json!({
+            "name": "sdcpp", "kind": "sdwebui", "url": url, "timeout": "5s",
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    let op = Operation::Pan {
+        direction: PanDirection::Right,
+        source: stored(64, 64),
+    };
+    let product = run(&b, &job(op, vec![flat(64, 64, 90)])).await.unwrap();
+    assert_eq!(grid_size(&product), (96, 64));
+    let (_, body) = mock.last();
+    assert_eq!(
+        (body["width"].as_u64(), body["height"].as_u64()),
+        (Some(96), Some(64))
+    );
+}
+
 #[tokio::test]
 async fn outpaint_centres_the_smaller_parent() {
     let (mock, url) = serve().await;
