@@ -415,7 +415,12 @@ async fn lifecycle(kind: Kind) {
         (200, &json!("canceled")),
         "{record}"
     );
-    assert!(asked.elapsed() < Duration::from_secs(5));
+    // The server's job takes half a minute more; the cancel does not wait for it.
+    assert!(
+        asked.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        asked.elapsed()
+    );
     let next = finished(&app, &server, "imagine", json!({ "prompt": "a bridge" })).await;
     four(&app, &next, (SIZE, SIZE)).await;
     assert_eq!(app.fetch(&canceled).await["status"], "canceled");
