@@ -10,7 +10,7 @@
 //! test starts its own server, as some kill and restart it.
 //!
 //! They are `#[ignore]`d in a plain `cargo test`; scripts/test.sh runs them with `--ignored`
-//! beside the rest of the suite (`cargo test --test sd_server -- --ignored` alone).
+//! after the rest of the suite (`cargo test --test sd_server -- --ignored` alone).
 
 mod common;
 
@@ -357,13 +357,13 @@ async fn webhook_said(hooks: &Receiver, record: &Value) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "runs a model server for minutes: scripts/test.sh runs it beside the rest"]
+#[ignore = "runs a model server for minutes: scripts/test.sh runs it after the rest"]
 async fn the_openai_backend_runs_its_operations_on_a_real_sd_server() {
     operations(Kind::OpenAi).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "runs a model server for minutes: scripts/test.sh runs it beside the rest"]
+#[ignore = "runs a model server for minutes: scripts/test.sh runs it after the rest"]
 async fn the_sdwebui_backend_runs_its_operations_on_a_real_sd_server() {
     operations(Kind::WebUi).await;
 }
@@ -447,13 +447,13 @@ async fn lifecycle(kind: Kind) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "runs a model server for minutes: scripts/test.sh runs it beside the rest"]
+#[ignore = "runs a model server for minutes: scripts/test.sh runs it after the rest"]
 async fn the_openai_backend_waits_for_a_late_or_restarted_sd_server_and_cancels() {
     lifecycle(Kind::OpenAi).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "runs a model server for minutes: scripts/test.sh runs it beside the rest"]
+#[ignore = "runs a model server for minutes: scripts/test.sh runs it after the rest"]
 async fn the_sdwebui_backend_waits_for_a_late_or_restarted_sd_server_and_cancels() {
     lifecycle(Kind::WebUi).await;
 }
