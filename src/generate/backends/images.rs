@@ -16,6 +16,26 @@ pub mod strength {
     pub const STRONG: f64 = 0.7;
     pub const EXTEND: f64 = 0.9;
     pub const INPAINT: f64 = 0.75;
+
+    use crate::domain::image_prompts::IMAGE_WEIGHT_DEFAULT;
+    use crate::domain::operation::VariationOf;
+    use crate::generate::Job;
+
+    /// A variation's strength: subtle, or strong (a grid's image varies strongly, as
+    /// Midjourney's V buttons do).
+    pub fn of_variation(of: &VariationOf) -> f64 {
+        match of {
+            VariationOf::Subtle => SUBTLE,
+            VariationOf::Index(_) | VariationOf::Strong => STRONG,
+        }
+    }
+
+    /// How much an img2img from a job's image prompts redraws: as much of them kept as `--iw`
+    /// asks.
+    pub fn of_image_prompts(job: &Job) -> f64 {
+        let iw = job.extras.parameters.iw.unwrap_or(IMAGE_WEIGHT_DEFAULT);
+        crate::generate::ops::image_prompt_denoising(iw)
+    }
 }
 
 /// A `w` x `h` image of one colour.

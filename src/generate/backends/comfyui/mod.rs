@@ -21,11 +21,9 @@ use std::sync::Mutex;
 
 use futures::future::BoxFuture;
 
-use super::images::decode_output;
+use super::images::{decode_output, strength};
 use super::{checkpoint_of, kind_can, BackendConfig, Checkpoints};
-use crate::domain::image_prompts::IMAGE_WEIGHT_DEFAULT;
 use crate::domain::{OpKind, Shape};
-use crate::generate::ops::image_prompt_denoising;
 use crate::generate::raster::RgbaImage;
 use crate::generate::{GenerateError, Generator, Job, Product, Progress};
 use client::{finished, output_files, Client};
@@ -158,13 +156,12 @@ impl ComfyUi {
                     "the imagine workflow has no sampler to start from the image prompt".into(),
                 ));
             };
-            let iw = job.extras.parameters.iw.unwrap_or(IMAGE_WEIGHT_DEFAULT);
             prompted::start_from_image(
                 &mut graph,
                 sampler,
                 image,
                 count,
-                image_prompt_denoising(iw),
+                strength::of_image_prompts(job),
             )?;
         }
 

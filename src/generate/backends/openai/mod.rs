@@ -19,8 +19,6 @@ use std::time::Duration;
 use super::http::transport_error;
 use super::images::{blocking, strength};
 use super::{BackendConfig, Checkpoints};
-use crate::domain::image_prompts::IMAGE_WEIGHT_DEFAULT;
-use crate::domain::operation::VariationOf;
 use crate::domain::{OpKind, Operation};
 use crate::generate::ops::{self, Direction};
 use crate::generate::{GenerateError, Generator, Job, Product, Progress};
@@ -102,8 +100,7 @@ impl OpenAi {
                 let image =
                     blocking(move || ops::image_prompt_canvas(&inputs, size.0, size.1, seed))
                         .await?;
-                let iw = job.extras.parameters.iw.unwrap_or(IMAGE_WEIGHT_DEFAULT);
-                let prompt = client.prompt(job, &job.prompt, Some(ops::image_prompt_denoising(iw)));
+                let prompt = client.prompt(job, &job.prompt, Some(strength::of_image_prompts(job)));
                 client.edits(&image, None, &prompt, size).await?
             }
             Operation::Variations { of, .. } => {
@@ -121,11 +118,7 @@ impl OpenAi {
                     } else {
                         &job.prompt
                     };
-                    let strength = match of {
-                        VariationOf::Subtle => strength::SUBTLE,
-                        VariationOf::Index(_) | VariationOf::Strong => strength::STRONG,
-                    };
-                    let prompt = client.prompt(job, prompt, Some(strength));
+                    let prompt = client.prompt(job, prompt, Some(strength::of_variation(of)));
                     client.edits(&image, None, &prompt, size).await?
                 }
             }

@@ -7,10 +7,8 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 
 use crate::config::samplers::sampler;
-use crate::domain::image_prompts::IMAGE_WEIGHT_DEFAULT;
-use crate::domain::operation::VariationOf;
 use crate::domain::Operation;
-use crate::generate::backends::images::strength::{EXTEND, INPAINT};
+use crate::generate::backends::images::strength::{self, EXTEND, INPAINT};
 pub use crate::generate::backends::images::strength::{STRONG, SUBTLE};
 use crate::generate::backends::images::{self, size_for};
 use crate::generate::backends::sdcpp::neutralize;
@@ -76,17 +74,12 @@ pub(super) fn plan(job: &Job, model: Option<&str>) -> Result<Call, GenerateError
                 }
             } else {
                 // Image prompts: img2img from them, as much of them kept as `--iw` asks.
-                let iw = job.extras.parameters.iw.unwrap_or(IMAGE_WEIGHT_DEFAULT);
                 let init = ops::image_prompt_canvas(&job.inputs, width, height, job.seed);
-                img2img(job, model, &init, None, ops::image_prompt_denoising(iw))?
+                img2img(job, model, &init, None, strength::of_image_prompts(job))?
             }
         }
         Operation::Variations { of, .. } => {
-            // A grid's image varies strongly, as Midjourney's V buttons do.
-            let strength = match of {
-                VariationOf::Subtle => SUBTLE,
-                VariationOf::Index(_) | VariationOf::Strong => STRONG,
-            };
+            let strength = strength::of_variation(of);
             let init = fit8(input(0)?);
             img2img(job, model, &init, None, strength)?
         }
