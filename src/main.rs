@@ -14,6 +14,9 @@ use easel::config::{Config, Overrides};
 use easel::store::{SharedStore, Store};
 use easel::{auth, webhooks, Application, FIRST_ACCOUNT_EMAIL};
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "easel",
