@@ -340,9 +340,11 @@ fn apply(conn: &Connection, jobs: Vec<Job>, submits: &mut SubmitState, sync: &mu
         return;
     }
 
+    // The first group runs straight in the transaction, without a savepoint of its own.
+    let mut first = true;
     if !submit_jobs.is_empty() {
         let (writes, senders): (Vec<InsertTask>, Vec<_>) = submit_jobs.into_iter().unzip();
-        let results = group(conn, &writes, |conn, writes| {
+        let results = group(conn, &writes, std::mem::take(&mut first), |conn, writes| {
             apply_submits(conn, writes, submits)
         });
         replies.extend(
@@ -354,7 +356,7 @@ fn apply(conn: &Connection, jobs: Vec<Job>, submits: &mut SubmitState, sync: &mu
     }
     if !record_jobs.is_empty() {
         let (writes, senders): (Vec<RecordAttempt>, Vec<_>) = record_jobs.into_iter().unzip();
-        let results = group(conn, &writes, apply_records);
+        let results = group(conn, &writes, std::mem::take(&mut first), apply_records);
         replies.extend(
             senders
                 .into_iter()
@@ -413,12 +415,33 @@ fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 
 /// Apply a group of writes of one kind together, in a savepoint; if the group fails as a whole,
 /// each write alone, in a savepoint of its own. One result per write.
+///
+/// The `first` group of a transaction has nothing before it to keep, so it runs without a
+/// savepoint, and a failure rolls back the transaction and begins another: a savepoint makes
+/// SQLite copy every page the group changes into its sub-journal first, which was a sixth of
+/// the writer's time on submits (docs/benchmarks.md, issue 27).
 fn group<W, O>(
     conn: &Connection,
     writes: &[W],
+    first: bool,
     mut apply_all: impl FnMut(&Connection, &[W]) -> rusqlite::Result<Vec<O>>,
 ) -> Vec<StoreResult<O>> {
-    if writes.len() > 1 {
+    if first && !conn.is_autocommit() {
+        match apply_all(conn, writes) {
+            Ok(outputs) => return outputs.into_iter().map(Ok).collect(),
+            Err(e) => {
+                let again = if conn.is_autocommit() {
+                    exec(conn, "BEGIN IMMEDIATE")
+                } else {
+                    exec(conn, "ROLLBACK").and_then(|()| exec(conn, "BEGIN IMMEDIATE"))
+                };
+                if writes.len() == 1 || again.is_err() {
+                    let e = StoreError::from(e);
+                    return writes.iter().map(|_| Err(e.clone())).collect();
+                }
+            }
+        }
+    } else if writes.len() > 1 {
         let together = in_savepoint(conn, |conn| match apply_all(conn, writes) {
             Ok(outputs) => (true, Some(outputs)),
             Err(_) => (false, None),
