@@ -169,6 +169,7 @@ async fn submits_check_the_key_and_the_quota_in_the_transaction_that_inserts(s: 
             Submitted::Queued {
                 task_id,
                 account_id,
+                ..
             } => {
                 assert!(ids.insert(task_id), "an id given twice");
                 assert_eq!(task_id.get_version_num(), 4);

@@ -213,6 +213,7 @@ async fn the_queue_serves_turbo_then_fast_then_relax_first_come_first_served() {
             Submitted::Queued {
                 account_id,
                 task_id,
+                ..
             } => {
                 assert_eq!(account_id, account.id);
                 ids.push(task_id.to_string());

@@ -418,6 +418,7 @@ async fn the_queue_and_the_outbox_can_be_driven_one_step_at_a_time() {
         easel::store::Submitted::Queued {
             account_id,
             task_id,
+            ..
         } => {
             assert_eq!(account_id, account.id);
             task_id

@@ -55,8 +55,13 @@ pub struct Idempotency {
 /// What became of a submit.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Submitted {
-    /// Stored durably, in the queue of the key's account, with this public id.
-    Queued { account_id: String, task_id: Uuid },
+    /// Stored durably, in the queue of the key's account, with this public id (made from `seq`,
+    /// its place in the store's order, which the store's own bookkeeping wants back).
+    Queued {
+        account_id: String,
+        task_id: Uuid,
+        seq: i64,
+    },
     /// Nothing stored: the account has its most tasks queued or running.
     QuotaFull,
     /// Nothing stored: the key is unknown or revoked (or its account disabled).

@@ -127,20 +127,15 @@ fn answer(group: Vec<Job>, outcomes: impl Iterator<Item = StoreResult<Submitted>
     }
 }
 
-/// Store a group of submits in one transaction: a `seq` drawn for each submit first (so each
-/// task's public id is known; a refused submit leaves a gap, which ids do not mind), then the live
-/// keys' accounts locked and their counts read, the quota decided in arrival order, and one
+/// Store a group of submits in one transaction: the live keys' accounts locked and their counts
+/// read, with a `seq` drawn for each submit by the same statement (so each task's public id is
+/// known; a refused submit leaves a gap, which ids do not mind), the quota decided in arrival order, and one
 /// statement that inserts every task let in, moves the counts, records the keys' use at most once
 /// a minute and notifies idle workers on every node. The accounts' rows stay locked from the
 /// `SELECT ... FOR UPDATE` to the commit: two round trips and the commit's flush, no more.
 async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<Submitted>> {
     let now = now_ms();
     let mut conn = pool.acquire().await?;
-    let seqs: Vec<i64> =
-        sqlx::query_scalar("SELECT nextval('task_seq') FROM generate_series(1, $1) ORDER BY 1")
-            .bind(group.len() as i64)
-            .fetch_all(&mut *conn)
-            .await?;
     let hashes: Vec<Vec<u8>> = group
         .iter()
         .map(|j| j.key_hash)
@@ -165,9 +160,15 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
         Option<i64>,
         Vec<Option<i64>>,
         Vec<Option<i64>>,
+        Vec<i64>,
     );
+    // The group's seqs are drawn by the same statement (an InitPlan, evaluated once), which
+    // saves the group a round trip of its own.
     let live: Vec<Live> = sqlx::query_as(
-        "WITH heads AS (
+        "WITH seqs AS MATERIALIZED (
+             SELECT array_agg(n ORDER BY n) AS drawn
+             FROM (SELECT nextval('task_seq') AS n FROM generate_series(1, $3)) s),
+         heads AS (
              SELECT ARRAY(
                  SELECT CASE WHEN m = ANY($2) THEN GREATEST(
                      COALESCE((SELECT turn FROM tasks
@@ -183,7 +184,8 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
                                  AND t.priority = m
                                ORDER BY t.turn DESC LIMIT 1) END
                    FROM generate_series(0, 2) m ORDER BY m),
-             (SELECT at FROM heads)
+             (SELECT at FROM heads),
+             (SELECT drawn FROM seqs)
          FROM api_keys k JOIN accounts a ON a.id = k.account_id
          WHERE k.key_hash = ANY($1) AND k.revoked_at IS NULL AND NOT a.disabled
          ORDER BY a.id
@@ -191,12 +193,18 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
     )
     .bind(&hashes)
     .bind(&modes)
+    .bind(group.len() as i64)
     .fetch_all(&mut *tx)
     .await?;
+    // No live key: nothing is stored, and no seq was drawn (every submit is refused below).
+    let seqs: Vec<i64> = match live.first() {
+        Some(row) => row.6.clone(),
+        None => vec![0; group.len()],
+    };
     let mut quota = Quota::default();
     let mut accounts: HashMap<Vec<u8>, String> = HashMap::new();
     let mut lines: HashMap<(String, i64), i64> = HashMap::new();
-    for (hash, account, active, credits, newest, heads) in live {
+    for (hash, account, active, credits, newest, heads, _) in live {
         quota.set(&account, active, credits);
         for (priority, (newest, head)) in (0..).zip(newest.into_iter().zip(heads)) {
             if let Some(head) = head {
@@ -211,7 +219,8 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
     let mut remembered = Answers::default();
     let mut rows = Rows::default();
     let mut outcomes = Vec::with_capacity(group.len());
-    for (job, seq) in group.iter().zip(seqs) {
+    let task_ids = ids.ids(&seqs);
+    for ((job, seq), task_id) in group.iter().zip(seqs).zip(task_ids) {
         let Some(account) = accounts.get(job.key_hash.as_slice()) else {
             outcomes.push(Submitted::KeyNotLive);
             continue;
@@ -240,11 +249,12 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
         rows.push(seq, account, &job.task, charged, *line);
         *line += 1;
         if let Some(idem) = &job.task.idempotency {
-            remembered.push(account, idem, &ids.id(seq), now);
+            remembered.push(account, idem, &task_id, now);
         }
         outcomes.push(Submitted::Queued {
             account_id: account.to_string(),
-            task_id: ids.id(seq),
+            task_id,
+            seq,
         });
     }
     if rows.seq.is_empty() {

@@ -172,7 +172,11 @@ pub(super) fn apply_submits(
         }
         insert.execute(rusqlite::params_from_iter(values))?;
     }
-    remember_answers(conn, batch, &outcomes, &state.ids, now)?;
+    // The group's seqs run from `last + 1` to `next_seq` with no gap.
+    let seqs: Vec<i64> = (last + 1..=next_seq).collect();
+    let task_ids = state.ids.ids(&seqs);
+    let id_of = |seq: i64| task_ids[(seq - last - 1) as usize];
+    remember_answers(conn, batch, &outcomes, &id_of, now)?;
     // Each charge is one ledger row, and the balances move once per account.
     {
         let mut charge =
@@ -215,7 +219,8 @@ pub(super) fn apply_submits(
         .map(|outcome| match outcome {
             Ok((seq, account, _)) => Submitted::Queued {
                 account_id: account.to_string(),
-                task_id: state.ids.id(seq),
+                task_id: id_of(seq),
+                seq,
             },
             Err(refused) => refused,
         })
@@ -266,7 +271,7 @@ fn remember_answers(
     conn: &Connection,
     batch: &[InsertTask],
     outcomes: &[Result<(i64, &str, i64), Submitted>],
-    ids: &TaskIds,
+    id_of: &dyn Fn(i64) -> uuid::Uuid,
     now: i64,
 ) -> rusqlite::Result<()> {
     type Answer<'a> = (&'a str, &'a Idempotency, String, String, i64);
@@ -277,7 +282,7 @@ fn remember_answers(
             let (Some(idem), Ok((seq, account, _))) = (&w.task.idempotency, outcome) else {
                 return None;
             };
-            let task_id = ids.id(*seq);
+            let task_id = id_of(*seq);
             let expires_at = now.saturating_add(idem.ttl_ms);
             Some((
                 *account,

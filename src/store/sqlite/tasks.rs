@@ -57,14 +57,11 @@ impl TaskQueue for SqliteStore {
             })
             .await?;
         if let Submitted::Queued {
-            account_id,
-            task_id,
+            account_id, seq, ..
         } = &submitted
         {
             self.wakeups.queue.notify_one();
-            if let Some(seq) = self.ids.seq(task_id) {
-                self.wakeups.events.new_tasks(account_id, seq);
-            }
+            self.wakeups.events.new_tasks(account_id, *seq);
         }
         Ok(submitted)
     }

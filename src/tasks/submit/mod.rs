@@ -128,6 +128,7 @@ async fn accept(tasks: &Tasks, key: &PresentedKey, task: &NewTask) -> Result<Ans
         Submitted::Queued {
             account_id,
             task_id,
+            ..
         } => {
             noted::note_task(task_id);
             noted::note_account(&account_id);
