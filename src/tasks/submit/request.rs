@@ -48,8 +48,12 @@ const CODE_MARK: char = '\u{1f}';
 /// `T` from the body, or the first refusal with its field named.
 pub fn fields<T: DeserializeOwned>(body: &Map<String, Value>) -> Result<T, ApiError> {
     // A borrowed map deserializes without copying the body; `T`'s fields copy what they keep.
-    let value = MapRef(body);
-    serde_path_to_error::deserialize(value).map_err(|e| {
+    // Tracking the path costs a submit more than the rest of its parse, and only a refusal
+    // needs it: a body that fails is deserialized again, with the path, to name its field.
+    if let Ok(fields) = T::deserialize(MapRef(body)) {
+        return Ok(fields);
+    }
+    serde_path_to_error::deserialize(MapRef(body)).map_err(|e| {
         let field = e.path().to_string();
         let message = e.into_inner().to_string();
         if let Some(rest) = message.strip_prefix(CODE_MARK) {
