@@ -136,8 +136,8 @@ fn photo_like(w: u32, h: u32, seed: u64) -> easel::generate::raster::RgbaImage {
                 (y * 255 / h.max(1)) as i32,
                 (((x + y) * 255) / (w + h).max(1)) as i32,
             ];
-            for c in 0..3 {
-                img.data[i + c] = (base[c] + noise()).clamp(0, 255) as u8;
+            for (out, value) in img.data[i..i + 3].iter_mut().zip(base) {
+                *out = (value + noise()).clamp(0, 255) as u8;
             }
         }
     }

@@ -207,4 +207,21 @@ mod tests {
         bad[2] = 0x12;
         assert!(strip(&bad).is_err());
     }
+
+    #[test]
+    fn any_cut_or_flipped_byte_is_an_answer_not_a_panic() {
+        let exif = exif(3);
+        let (good, _) = jpeg_with(&[(0xE1, exif.as_slice()), (0xFE, b"c".as_slice())]);
+        for cut in 0..good.len() {
+            assert!(strip(&good[..cut]).is_err(), "cut at {cut}");
+        }
+        for at in 0..good.len() {
+            for bit in [0x01, 0x80] {
+                let mut bad = good.clone();
+                bad[at] ^= bit;
+                let _ = strip(&bad);
+                let _ = header_markers(&bad);
+            }
+        }
+    }
 }

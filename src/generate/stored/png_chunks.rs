@@ -176,4 +176,20 @@ mod tests {
         bad.extend_from_slice(&good[8..]);
         assert!(strip(&bad).is_err());
     }
+
+    #[test]
+    fn any_cut_or_flipped_byte_is_an_answer_not_a_panic() {
+        let (good, _) = png_with(&[chunk(b"tEXt", b"a\0b")], &[chunk(b"zTXt", b"c\0\0d")]);
+        for cut in 0..good.len() {
+            assert!(strip(&good[..cut]).is_err(), "cut at {cut}");
+        }
+        for at in 0..good.len() {
+            for bit in [0x01, 0x80] {
+                let mut bad = good.clone();
+                bad[at] ^= bit;
+                // Most flips fail a CRC or a length; none may panic.
+                let _ = strip(&bad);
+            }
+        }
+    }
 }
