@@ -440,7 +440,9 @@ impl Client {
             let id = record["task_id"].as_str().unwrap_or("task");
             let mut saved = Vec::new();
             for (name, url) in &urls {
-                let path = dir.join(format!("{id}-{name}.png"));
+                // A backend's JPEG is served as `.jpg`: the file keeps its extension.
+                let ext = if url.ends_with(".jpg") { "jpg" } else { "png" };
+                let path = dir.join(format!("{id}-{name}.{ext}"));
                 let bytes = self
                     .http
                     .get(url)

@@ -15,6 +15,8 @@ mod comfyui_previews;
 #[path = "backends/comfyui_transcript.rs"]
 mod comfyui_transcript;
 mod common;
+#[path = "backends/kept_files.rs"]
+mod kept_files;
 #[path = "backends/openai_adapter.rs"]
 mod openai_adapter;
 #[path = "backends/sdwebui_adapter.rs"]

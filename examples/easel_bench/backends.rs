@@ -7,7 +7,10 @@
 //!   concurrency (goal: at least 95%, with one backend and with three of different speeds);
 //! - easel's own time per task on top of the backend's: a task's time from `started_at` (the
 //!   worker took it) to `finished_at` in its record, minus the time the backend spent on its
-//!   job, with one task at a time (goal: under 5 ms median).
+//!   job, with one task at a time, the backend answering PNG or JPEG photo-like pictures
+//!   (goal: under 5 ms median at 1024 px);
+//! - what encoding a 1024 px grid takes: PNG with easel's fast settings, JPEG with the
+//!   jpeg-encoder crate easel uses for the grid of JPEG answers, JPEG with the image crate's.
 //!
 //! The window of the busy share runs from one second after the first job started (easel warm)
 //! to the start of the last job (after which the queue is empty and slots fall idle by design).
@@ -32,7 +35,24 @@ const OVERHEAD_GOAL_MS: f64 = 5.0;
 /// The images' long side, px; and a small size, to tell easel's fixed cost per task (HTTP, the
 /// store, the files' fsyncs) from its image work (decoding, the grid, encoding).
 const IMAGE_SIZE: u32 = 512;
+const LARGE_IMAGE_SIZE: u32 = 1024;
 const SMALL_IMAGE_SIZE: u32 = 64;
+
+/// What the simulated backend answers with.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Answer {
+    Png,
+    Jpeg,
+}
+
+impl Answer {
+    fn name(self) -> &'static str {
+        match self {
+            Answer::Png => "png",
+            Answer::Jpeg => "jpeg",
+        }
+    }
+}
 
 /// One job as the simulated backend saw it.
 struct Span {
@@ -44,6 +64,7 @@ struct Span {
 /// A backend that takes `delay` per job and answers `n` copies of one image of the size asked.
 struct Sim {
     delay: Duration,
+    answer: Answer,
     spans: Mutex<Vec<Span>>,
     /// The base64 PNG per size, made once: the simulated backend's own CPU time stays out of
     /// the figures.
@@ -58,7 +79,7 @@ async fn generations(State(sim): State<Arc<Sim>>, Json(body): Json<Value>) -> Js
         let mut images = sim.images.lock().unwrap();
         images
             .entry(size.clone())
-            .or_insert_with(|| Arc::new(picture(&size)))
+            .or_insert_with(|| Arc::new(picture(&size, sim.answer)))
             .clone()
     };
     let n = body["n"].as_u64().unwrap_or(1) as usize;
@@ -71,30 +92,73 @@ async fn generations(State(sim): State<Arc<Sim>>, Json(body): Json<Value>) -> Js
     Json(json!({"created": 0, "data": data}))
 }
 
-/// A smooth gradient, as base64 PNG: compressible like a picture, not like a flat colour.
-fn picture(size: &str) -> String {
+/// A photo-like picture as base64 PNG or JPEG (quality 90): a gradient with seeded noise, so
+/// that it compresses as a photograph does, not as a flat colour or a clean gradient.
+fn picture(size: &str, answer: Answer) -> String {
     let (w, h) = size
         .split_once('x')
         .and_then(|(w, h)| Some((w.parse::<u32>().ok()?, h.parse::<u32>().ok()?)))
         .unwrap_or((64, 64));
+    let img = photo_like(w, h, 7);
+    let bytes = match answer {
+        Answer::Png => easel::generate::raster::encode_png(&img),
+        Answer::Jpeg => {
+            let rgb: Vec<u8> = img
+                .data
+                .chunks_exact(4)
+                .flat_map(|p| [p[0], p[1], p[2]])
+                .collect();
+            let mut out = Vec::new();
+            image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 90)
+                .encode(&rgb, w, h, image::ExtendedColorType::Rgb8)
+                .expect("a JPEG of a well-formed image");
+            out
+        }
+    };
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// A `w` x `h` gradient with noise of up to +-12 per channel from a xorshift seeded by `seed`.
+fn photo_like(w: u32, h: u32, seed: u64) -> easel::generate::raster::RgbaImage {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut noise = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % 25) as i32 - 12
+    };
     let mut img = easel::generate::raster::RgbaImage::new(w, h);
     for y in 0..h {
         for x in 0..w {
             let i = ((y * w + x) * 4) as usize;
-            img.data[i..i + 4].copy_from_slice(&[
-                (x * 255 / w.max(1)) as u8,
-                (y * 255 / h.max(1)) as u8,
-                ((x + y) % 256) as u8,
-                255,
-            ]);
+            let base = [
+                (x * 255 / w.max(1)) as i32,
+                (y * 255 / h.max(1)) as i32,
+                (((x + y) * 255) / (w + h).max(1)) as i32,
+            ];
+            for (out, value) in img.data[i..i + 3].iter_mut().zip(base) {
+                *out = (value + noise()).clamp(0, 255) as u8;
+            }
         }
     }
-    base64::engine::general_purpose::STANDARD.encode(easel::generate::raster::encode_png(&img))
+    img
 }
 
-async fn start_sim(delay_ms: u64) -> anyhow::Result<(Arc<Sim>, String)> {
+/// Median milliseconds of `runs` runs of `f`.
+fn time_ms(runs: usize, mut f: impl FnMut() -> usize) -> f64 {
+    let mut ms = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let started = Instant::now();
+        std::hint::black_box(f());
+        ms.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    median(&ms)
+}
+
+async fn start_sim(delay_ms: u64, answer: Answer) -> anyhow::Result<(Arc<Sim>, String)> {
     let sim = Arc::new(Sim {
         delay: Duration::from_millis(delay_ms),
+        answer,
         spans: Mutex::default(),
         images: Mutex::default(),
     });
@@ -132,13 +196,14 @@ async fn measure(
     tasks: usize,
     one_at_a_time: bool,
     image_size: u32,
+    answer: Answer,
 ) -> anyhow::Result<Measured> {
     let data = ctx.work.join(format!("backends-{name}"));
     fresh_dir(&data)?;
     let mut sims = Vec::new();
     let mut toml = String::new();
     for (i, (delay, concurrency)) in backends.iter().enumerate() {
-        let (sim, url) = start_sim(*delay).await?;
+        let (sim, url) = start_sim(*delay, answer).await?;
         toml.push_str(&format!(
             "[[backends]]\nname = \"sim-{i}\"\nkind = \"openai\"\nurl = \"{url}\"\n\
              concurrency = {concurrency}\ntimeout = \"60s\"\n\n"
@@ -323,7 +388,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
         ),
     ];
     for (key, label, backends, tasks) in setups {
-        let m = measure(ctx, key, &backends, tasks, false, IMAGE_SIZE).await?;
+        let m = measure(ctx, key, &backends, tasks, false, IMAGE_SIZE, Answer::Png).await?;
         println!(
             "   busy share, {label}: {:.1}% over {:.1} s ({tasks} tasks queued at once, \
              jobs per backend {:?})",
@@ -343,34 +408,47 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
         );
     }
 
-    // (b) easel's own time per task, one task at a time, at two image sizes.
+    // (b) easel's own time per task, one task at a time: the backend answering PNG or JPEG,
+    // at three image sizes.
     let tasks = scale(60);
-    for (size, goal) in [(IMAGE_SIZE, true), (SMALL_IMAGE_SIZE, false)] {
+    let runs = [
+        (LARGE_IMAGE_SIZE, Answer::Png, true),
+        (LARGE_IMAGE_SIZE, Answer::Jpeg, true),
+        (IMAGE_SIZE, Answer::Png, false),
+        (IMAGE_SIZE, Answer::Jpeg, false),
+        (SMALL_IMAGE_SIZE, Answer::Png, false),
+    ];
+    for (size, answer, goal) in runs {
+        let format = answer.name();
         let m = measure(
             ctx,
-            &format!("alone-{size}"),
+            &format!("alone-{size}-{format}"),
             &[(100, 1)],
             tasks,
             true,
             size,
+            answer,
         )
         .await?;
         let (p50, p90) = (median(&m.overhead_ms), percentile(&m.overhead_ms, 0.9));
         let (e50, e90) = (median(&m.end_to_end_ms), percentile(&m.end_to_end_ms, 0.9));
         println!(
             "   easel's time per task on top of the backend's ({tasks} tasks one at a time, \
-             {size} px): taken to finished {p50:.1} ms median, {p90:.1} ms p90; \
-             submitted to finished {e50:.1} ms median, {e90:.1} ms p90"
+             {size} px, {format} answers): taken to finished {p50:.1} ms median, {p90:.1} ms \
+             p90; submitted to finished {e50:.1} ms median, {e90:.1} ms p90"
         );
         details.insert(
-            format!("overhead_{size}"),
-            json!({"tasks": tasks, "image_size": size,
+            format!("overhead_{size}_{format}"),
+            json!({"tasks": tasks, "image_size": size, "answer": format,
                    "taken_to_finished_ms": {"p50": p50, "p90": p90},
                    "submitted_to_finished_ms": {"p50": e50, "p90": e90}}),
         );
         let row = Row::new(
             "backends",
-            format!("easel's time per task beyond the backend's, taken to finished ({size} px), p50 / p90"),
+            format!(
+                "easel's time per task beyond the backend's, taken to finished ({size} px, \
+                 {format} answers), p50 / p90"
+            ),
             "ms",
         )
         .value(&[p50, p90]);
@@ -385,11 +463,59 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
         rows.push(
             Row::new(
                 "backends",
-                format!("the same, submitted to finished ({size} px), p50 / p90"),
+                format!("the same, submitted to finished ({size} px, {format} answers), p50 / p90"),
                 "ms",
             )
             .value(&[e50, e90]),
         );
     }
+
+    // (c) Encoding a 1024 px grid of a photo-like picture, in this process: the choice of the
+    // grid's format for JPEG answers.
+    let grid = photo_like(LARGE_IMAGE_SIZE, LARGE_IMAGE_SIZE, 11);
+    let png = time_ms(10, || easel::generate::raster::encode_png(&grid).len());
+    // What easel writes for the grid of JPEG answers (quality 90, 4:2:0).
+    let fast_jpeg = time_ms(10, || {
+        easel::generate::stored::StoredImage::jpeg(&grid)
+            .expect("a JPEG of a well-formed image")
+            .len()
+    });
+    // The image crate's encoder takes RGB only: the conversion is part of its cost.
+    let image_jpeg = time_ms(10, || {
+        let rgb: Vec<u8> = grid
+            .data
+            .chunks_exact(4)
+            .flat_map(|p| [p[0], p[1], p[2]])
+            .collect();
+        let mut out = Vec::new();
+        image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 90)
+            .encode(
+                &rgb,
+                LARGE_IMAGE_SIZE,
+                LARGE_IMAGE_SIZE,
+                image::ExtendedColorType::Rgb8,
+            )
+            .expect("a JPEG of a well-formed image");
+        out.len()
+    });
+    println!(
+        "   encoding a {LARGE_IMAGE_SIZE} px grid: PNG (fast) {png:.1} ms, JPEG q90 \
+         (jpeg-encoder) {fast_jpeg:.1} ms, JPEG q90 (image) {image_jpeg:.1} ms"
+    );
+    details.insert(
+        "grid_encoding_1024_ms".into(),
+        json!({"png_fast": png, "jpeg_encoder_q90": fast_jpeg, "image_jpeg_q90": image_jpeg}),
+    );
+    rows.push(
+        Row::new(
+            "backends",
+            format!(
+                "encoding a {LARGE_IMAGE_SIZE} px grid: PNG fast / JPEG q90 (jpeg-encoder) / \
+                 JPEG q90 (image)"
+            ),
+            "ms",
+        )
+        .value(&[png, fast_jpeg, image_jpeg]),
+    );
     Ok((rows, Value::Object(details)))
 }

@@ -258,10 +258,11 @@ impl<'a> Layout<'a> {
             [task, token, name] => {
                 let task_id = uuid::Uuid::parse_str(task).ok()?;
                 let token_ok = token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit());
-                // Images, what a failed write of one left, and previews of a running task.
+                // Images (PNG, or a backend's JPEG kept as it came), what a failed write of one
+                // left, and previews of a running task (`preview-N.jpg`).
                 let name_ok = (name.ends_with(".png")
-                    || name.ends_with(".partial")
-                    || (name.starts_with("preview-") && name.ends_with(".jpg")))
+                    || name.ends_with(".jpg")
+                    || name.ends_with(".partial"))
                     && is_valid_key(name);
                 (token_ok && name_ok && task == &task_id.hyphenated().to_string()).then(|| {
                     Layout::Image {
@@ -343,7 +344,10 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert!(Layout::of(&format!("{folder}/0.partial")).is_some());
+        // A backend's JPEG kept as it came, a preview, and a failed write's leftover.
+        for name in ["0.jpg", "grid.jpg", "preview-3.jpg", "0.partial"] {
+            assert!(Layout::of(&format!("{folder}/{name}")).is_some(), "{name}");
+        }
         assert_eq!(Layout::of("storage-probe/0a1b.bin"), Some(Layout::Probe));
         let account = "0190d6c1-2b7e-7c3a-9f00-000000000002";
         assert_eq!(
@@ -367,6 +371,7 @@ mod tests {
             "0190d6c1-2b7e-7c3a-9f00-000000000001/0.png",
             "not-a-uuid/0123456789abcdef0123456789abcdef/0.png",
             "0190d6c1-2b7e-7c3a-9f00-000000000001/0123456789abcdef0123456789abcdef/notes.txt",
+            "0190d6c1-2b7e-7c3a-9f00-000000000001/0123456789abcdef0123456789abcdef/0.webp",
             "0190d6c1-2b7e-7c3a-9f00-000000000001/0123456789abcdef0123456789abcdef/a/0.png",
         ] {
             assert_eq!(Layout::of(foreign), None, "{foreign}");

@@ -11,6 +11,7 @@ use super::ops::{self, Detail, Direction, Strength};
 use super::preview::PreviewImage;
 use super::procedural;
 use super::raster::{dimensions, RgbaImage};
+use super::stored::{Format, StoredImage};
 use crate::domain::image_prompts::IMAGE_WEIGHT_DEFAULT;
 use crate::domain::operation::{AltKind, VariationOf};
 use crate::domain::{OpKind, Operation};
@@ -279,7 +280,10 @@ fn upscale(
     }
     pace.part(1, 1);
     Ok(Product::Single {
-        png,
+        image: StoredImage {
+            bytes: png,
+            format: Format::Png,
+        },
         width: src.width * factor,
         height: src.height * factor,
     })

@@ -7,7 +7,8 @@ use futures::future::BoxFuture;
 
 use super::inputs::Reservation;
 pub use super::progress::Progress;
-use super::raster::{compose_grid, dimensions, encode_png, RgbaImage};
+use super::raster::{compose_grid, dimensions, RgbaImage};
+use super::stored::{Format, StoredImage};
 
 use crate::domain::{AspectRatio, Extras, OpKind, Operation};
 
@@ -76,16 +77,16 @@ impl GenerateError {
 /// What a generation hands to the worker, in the shape of its operation.
 #[derive(Clone, Debug)]
 pub enum Product {
-    /// Four PNG images of `width` x `height` and their 2x2 grid (the same size).
+    /// Four encoded images of `width` x `height` and their 2x2 grid (the same size).
     Grid {
-        images: [Vec<u8>; 4],
-        grid: Vec<u8>,
+        images: [StoredImage; 4],
+        grid: StoredImage,
         width: u32,
         height: u32,
     },
-    /// One PNG image.
+    /// One encoded image.
     Single {
-        png: Vec<u8>,
+        image: StoredImage,
         width: u32,
         height: u32,
     },
@@ -93,25 +94,84 @@ pub enum Product {
     Seed(i64),
 }
 
+/// An image a backend made: the file to store ([`crate::generate::stored`]) and its pixels.
+#[derive(Clone, Debug)]
+pub struct Answered {
+    pub stored: StoredImage,
+    pub pixels: RgbaImage,
+}
+
 impl Product {
-    /// Compose the grid of `images` (all the same size) and encode all five. CPU work: run it
-    /// where the images were made (a blocking thread), not on the async runtime.
+    /// Compose the grid of `images` (all the same size) and encode all five as PNG, side by
+    /// side. CPU work: run it where the images were made (a blocking thread), not on the async
+    /// runtime.
     pub fn grid(images: &[RgbaImage; 4]) -> Product {
-        let grid = encode_png(&compose_grid(images));
+        let (width, height) = (images[0].width, images[0].height);
+        let (grid, images) = std::thread::scope(|scope| {
+            let grid = scope.spawn(move || StoredImage::png(&compose_grid(images)));
+            let encoded = images
+                .each_ref()
+                .map(|image| scope.spawn(move || StoredImage::png(image)));
+            let encoded = encoded.map(|handle| {
+                handle
+                    .join()
+                    .unwrap_or_else(|e| std::panic::resume_unwind(e))
+            });
+            (
+                grid.join().unwrap_or_else(|e| std::panic::resume_unwind(e)),
+                encoded,
+            )
+        });
         Product::Grid {
-            images: images.each_ref().map(encode_png),
+            images,
             grid,
-            width: images[0].width,
-            height: images[0].height,
+            width,
+            height,
         }
     }
 
-    /// One image, encoded.
+    /// One image, encoded as PNG.
     pub fn single(image: &RgbaImage) -> Product {
         Product::Single {
-            png: encode_png(image),
+            image: StoredImage::png(image),
             width: image.width,
             height: image.height,
+        }
+    }
+
+    /// The four images a backend made (all the same size), kept as they were stored, and
+    /// their grid: JPEG when all four are JPEG (no lossless grid of lossy pictures), PNG
+    /// otherwise. The grid is the only image encoded here.
+    pub fn from_answers(answers: [Answered; 4]) -> Product {
+        let (width, height) = (answers[0].pixels.width, answers[0].pixels.height);
+        let jpeg = answers.iter().all(|a| a.stored.format == Format::Jpeg);
+        let mut stored = Vec::with_capacity(4);
+        let pixels = answers.map(|a| {
+            stored.push(a.stored);
+            a.pixels
+        });
+        let images: [StoredImage; 4] = stored.try_into().expect("four answers, four files");
+        let grid = compose_grid(&pixels);
+        drop(pixels);
+        let grid = if jpeg {
+            StoredImage::jpeg(&grid).unwrap_or_else(|_| StoredImage::png(&grid))
+        } else {
+            StoredImage::png(&grid)
+        };
+        Product::Grid {
+            images,
+            grid,
+            width,
+            height,
+        }
+    }
+
+    /// One image a backend made, kept as it was stored.
+    pub fn from_answer(answer: Answered) -> Product {
+        Product::Single {
+            width: answer.pixels.width,
+            height: answer.pixels.height,
+            image: answer.stored,
         }
     }
 }

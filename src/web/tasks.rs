@@ -542,14 +542,14 @@ pub async fn thumbnail(
     let jpeg = match cached {
         Some(jpeg) => jpeg,
         None => {
-            let png = state
+            let file = state
                 .blobs
                 .get(&key)
                 .await
                 .map_err(|e| WebError::Internal(e.into()))?
                 .ok_or(WebError::NotFound)?;
             let width = q.w;
-            let jpeg = tokio::task::spawn_blocking(move || scale(&png, width))
+            let jpeg = tokio::task::spawn_blocking(move || scale(&file, width))
                 .await
                 .map_err(|e| WebError::Internal(e.into()))?
                 .map_err(WebError::Internal)?;
@@ -593,9 +593,13 @@ pub(super) fn is_preview(rest: &str) -> bool {
         && n.is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// A PNG scaled to fit `width` x `width`, as JPEG.
-fn scale(png: &[u8], width: u32) -> anyhow::Result<Bytes> {
-    let img = image::load_from_memory_with_format(png, image::ImageFormat::Png)?;
+/// A stored image (PNG, or a backend's JPEG) scaled to fit `width` x `width`, as JPEG.
+fn scale(file: &[u8], width: u32) -> anyhow::Result<Bytes> {
+    let format = match image::guess_format(file)? {
+        format @ (image::ImageFormat::Png | image::ImageFormat::Jpeg) => format,
+        other => anyhow::bail!("a stored image is {other:?}, not PNG or JPEG"),
+    };
+    let img = image::load_from_memory_with_format(file, format)?;
     let small = img.thumbnail(width, width).to_rgb8();
     let quality = if width == THUMB_WIDTH {
         THUMB_QUALITY
@@ -621,5 +625,26 @@ mod tests {
         assert_eq!(preview_path("0b1c/x/preview-2.jpg"), None);
         assert_eq!(preview_path("0b1c/3fa9/preview-.jpg"), None);
         assert_eq!(preview_path("0b1c/preview-2.jpg"), None);
+        // A backend's JPEG kept as it came is an image of the task, not a preview.
+        assert_eq!(preview_path("0b1c/3fa9/0.jpg"), None);
+    }
+
+    #[test]
+    fn thumbnails_are_made_of_png_and_jpeg_and_nothing_else() {
+        use crate::generate::raster::RgbaImage;
+        use crate::generate::stored::StoredImage;
+        let image = RgbaImage::new(300, 200);
+        let png = StoredImage::png(&image).bytes;
+        let jpeg = StoredImage::jpeg(&image).unwrap().bytes;
+        for file in [png, jpeg] {
+            let thumb = scale(&file, THUMB_WIDTH).unwrap();
+            let small = image::load_from_memory(&thumb).unwrap();
+            assert_eq!((small.width(), small.height()), (THUMB_WIDTH, 64));
+        }
+        let mut gif = Vec::new();
+        image::DynamicImage::new_rgba8(4, 4)
+            .write_to(&mut std::io::Cursor::new(&mut gif), image::ImageFormat::Gif)
+            .unwrap();
+        assert!(scale(&gif, THUMB_WIDTH).is_err());
     }
 }

@@ -369,15 +369,18 @@ impl WorkerContext {
                 width,
                 height,
             } => {
-                let image_keys: Vec<String> = (0..images.len())
-                    .map(|i| format!("{folder}/{i}.png"))
+                // Named by format: a backend's JPEG is stored as it came (`0.jpg`).
+                let image_keys: Vec<String> = images
+                    .iter()
+                    .enumerate()
+                    .map(|(i, image)| format!("{folder}/{i}.{}", image.format.extension()))
                     .collect();
-                let grid_key = format!("{folder}/grid.png");
+                let grid_key = format!("{folder}/grid.{}", grid.format.extension());
                 let files: Vec<(String, Vec<u8>)> = image_keys
                     .iter()
                     .cloned()
-                    .zip(images)
-                    .chain([(grid_key.clone(), grid)])
+                    .zip(images.map(|image| image.bytes))
+                    .chain([(grid_key.clone(), grid.bytes)])
                     .collect();
                 let output = Output::Grid {
                     grid_key,
@@ -387,14 +390,18 @@ impl WorkerContext {
                 };
                 (files, output)
             }
-            Product::Single { png, width, height } => {
-                let image_key = format!("{folder}/0.png");
+            Product::Single {
+                image,
+                width,
+                height,
+            } => {
+                let image_key = format!("{folder}/0.{}", image.format.extension());
                 let output = Output::Single {
                     image_key: image_key.clone(),
                     width,
                     height,
                 };
-                (vec![(image_key, png)], output)
+                (vec![(image_key, image.bytes)], output)
             }
             Product::Text(content) => {
                 return Produced::Done(Outcome::Finished(Output::Text { content }), None)

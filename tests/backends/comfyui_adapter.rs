@@ -115,8 +115,8 @@ async fn imagine_fills_the_graph_and_makes_a_grid() {
             ..
         } => {
             assert_eq!((width, height), (w, h));
-            for png in &images {
-                let image = decode_png(png).unwrap();
+            for stored in &images {
+                let image = decode_png(&stored.bytes).unwrap();
                 assert_eq!((image.width, image.height), (w, h));
             }
         }

@@ -106,8 +106,8 @@ fn grid_size(p: &Product) -> (u32, u32) {
             height,
             ..
         } => {
-            for png in images {
-                let i = decode_png(png).unwrap();
+            for stored in images {
+                let i = decode_png(&stored.bytes).unwrap();
                 assert_eq!((i.width, i.height), (*width, *height));
             }
             (*width, *height)
@@ -253,11 +253,11 @@ async fn extra_images_are_passed_over() {
     };
     // The four of the batch, in order, not the grid before them.
     assert_eq!(
-        pixel(&decode_png(&images[0]).unwrap(), 0, 0),
+        pixel(&decode_png(&images[0].bytes).unwrap(), 0, 0),
         pixel(&flat(1, 1, mock.shade), 0, 0)
     );
     assert_eq!(
-        pixel(&decode_png(&images[3]).unwrap(), 0, 0),
+        pixel(&decode_png(&images[3].bytes).unwrap(), 0, 0),
         pixel(&flat(1, 1, mock.shade + 3), 0, 0)
     );
 }
@@ -406,9 +406,13 @@ async fn upscales() {
         source: stored(40, 24),
     };
     match run(&b, &job(op, vec![p.clone()])).await.unwrap() {
-        Product::Single { png, width, height } => {
+        Product::Single {
+            image,
+            width,
+            height,
+        } => {
             assert_eq!((width, height), (40, 24));
-            assert_eq!(decode_png(&png).unwrap(), p);
+            assert_eq!(decode_png(&image.bytes).unwrap(), p);
         }
         other => panic!("{other:?}"),
     }

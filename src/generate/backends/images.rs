@@ -1,11 +1,13 @@
 //! Image work every backend kind shares: the canvases and masks of the edits that draw around or
-//! over a parent (pan, outpaint, inpaint), reading the images a backend answers with, and running
-//! that CPU work off the async runtime.
+//! over a parent (pan, outpaint, inpaint), reading the images a backend answers with (kept as
+//! sent, less their metadata, and decoded side by side), and running that CPU work off the async
+//! runtime.
 
 use crate::generate::inputs::{decode, InputLimits};
 use crate::generate::ops::{self, Direction};
 use crate::generate::raster::{dimensions, RgbaImage};
-use crate::generate::{GenerateError, Job};
+use crate::generate::stored::{self, Kept, StoredImage};
+use crate::generate::{Answered, GenerateError, Job};
 
 /// Denoising strengths of the Stable Diffusion servers' img2img (how much of the start image is
 /// redrawn), by what the job does: a subtle or strong variation, the new area of a pan or
@@ -109,6 +111,66 @@ pub fn size_for(job: &Job, multiple: u32) -> (u32, u32) {
 pub fn decode_output(bytes: &[u8], what: &str) -> Result<RgbaImage, GenerateError> {
     decode(bytes, &InputLimits::default())
         .map_err(|e| GenerateError::Failed(format!("{what} from the backend: {e}")))
+}
+
+/// An image a backend made, as easel stores it ([`stored::keep`]: a PNG or JPEG less its
+/// metadata, anything else as PNG) and decoded. What is stored is what is decoded, so a file
+/// that would not display is never stored: a malformed one fails the task, never a panic.
+pub fn keep_output(bytes: &[u8], what: &str) -> Result<Answered, GenerateError> {
+    let failed = |e: String| GenerateError::Failed(format!("{what} from the backend: {e}"));
+    match stored::keep(bytes).map_err(failed)? {
+        Kept::File(stored) => {
+            let pixels = decode_output(&stored.bytes, what)?;
+            Ok(Answered { stored, pixels })
+        }
+        Kept::Reencode { orientation } => {
+            let pixels = stored::orient(decode_output(bytes, what)?, orientation);
+            Ok(Answered {
+                stored: StoredImage::png(&pixels),
+                pixels,
+            })
+        }
+    }
+}
+
+/// [`keep_output`] of each file, side by side on threads of their own (decoding is most of a
+/// task's own time), in order; the first failure by position when any fails. Call it from a
+/// blocking thread.
+pub fn keep_outputs(files: &[&[u8]]) -> Result<Vec<Answered>, GenerateError> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = files
+            .iter()
+            .enumerate()
+            .map(|(i, bytes)| scope.spawn(move || keep_output(bytes, &format!("image {}", i + 1))))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
+}
+
+/// `images` resized to `w` x `h` and encoded as PNG, each on a thread of its own: a backend's
+/// images of another size than asked, made the size asked (their files cannot be kept).
+pub fn resize_all(images: Vec<RgbaImage>, (w, h): (u32, u32)) -> Vec<Answered> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = images
+            .into_iter()
+            .map(|image| {
+                scope.spawn(move || {
+                    let pixels = ops::resize(&image, w, h);
+                    Answered {
+                        stored: StoredImage::png(&pixels),
+                        pixels,
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
 }
 
 /// CPU work (resampling, PNG coding) off the async runtime.

@@ -21,11 +21,10 @@ use std::sync::Mutex;
 
 use futures::future::BoxFuture;
 
-use super::images::{decode_output, strength};
+use super::images::{keep_outputs, strength};
 use super::{checkpoint_of, kind_can, BackendConfig, Checkpoints};
 use crate::domain::{OpKind, Shape};
-use crate::generate::raster::RgbaImage;
-use crate::generate::{GenerateError, Generator, Job, Product, Progress};
+use crate::generate::{Answered, GenerateError, Generator, Job, Product, Progress};
 use client::{finished, output_files, Client};
 use inputs::prepare_inputs;
 use workflow::Workflow;
@@ -202,24 +201,24 @@ impl ComfyUi {
         }
         progress.backend_done();
         tokio::task::spawn_blocking(move || {
-            let images = fetched
-                .iter()
-                .enumerate()
-                .map(|(k, bytes)| decode_output(bytes, &format!("image {}", k + 1)))
-                .collect::<Result<Vec<_>, _>>()?;
-            match <[RgbaImage; 4]>::try_from(images) {
+            let files: Vec<&[u8]> = fetched.iter().map(|f| f.as_ref()).collect();
+            let images = keep_outputs(&files)?;
+            match <[Answered; 4]>::try_from(images) {
                 Ok(four) => {
-                    if four
-                        .iter()
-                        .any(|i| (i.width, i.height) != (four[0].width, four[0].height))
-                    {
+                    let size = |a: &Answered| (a.pixels.width, a.pixels.height);
+                    if four.iter().any(|a| size(a) != size(&four[0])) {
                         return Err(GenerateError::Failed(
                             "the workflow's four images differ in size".into(),
                         ));
                     }
-                    Ok(Product::grid(&four))
+                    Ok(Product::from_answers(four))
                 }
-                Err(one) => Ok(Product::single(&one[0])),
+                Err(mut one) => match one.pop() {
+                    Some(image) if one.is_empty() => Ok(Product::from_answer(image)),
+                    _ => Err(GenerateError::Failed(
+                        "the workflow made no image to keep".into(),
+                    )),
+                },
             }
         })
         .await

@@ -13,7 +13,7 @@ use crate::domain::operation::{PanDirection, StoredImage, VariationOf};
 use crate::domain::{AspectRatio, Operation};
 use crate::generate::backends::images::size_for;
 use crate::generate::backends::BackendKind;
-use crate::generate::raster::decode_png;
+use crate::generate::raster::{decode_png, RgbaImage};
 
 fn fixture() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/comfyui/txt2img.json")

@@ -1,10 +1,10 @@
 //! The pixels of an edit: the parent on its canvas, the mask OpenAI's edits read, and the grid of
 //! the answered images.
 
-use crate::generate::backends::images::{self, decode_output};
+use crate::generate::backends::images::{self, keep_outputs};
 use crate::generate::ops::{self, Direction};
 use crate::generate::raster::{self, Filter, RgbaImage};
-use crate::generate::{GenerateError, Product};
+use crate::generate::{Answered, GenerateError, Product};
 
 /// An edit mask's pixel over what is kept: opaque black. OpenAI reads only the alpha (opaque:
 /// kept); stable-diffusion.cpp's server reads the mask as grey, ignoring alpha, and keeps black.
@@ -14,23 +14,26 @@ const KEEP: [u8; 4] = [0, 0, 0, 255];
 /// both.
 const REDRAW: [u8; 4] = [255, 255, 255, 0];
 
-/// The four files decoded, checked to be one size, and their grid.
+/// The four files kept (less their metadata) and decoded, checked to be one size, and their
+/// grid.
 pub(super) fn grid(files: &[Vec<u8>]) -> Result<Product, GenerateError> {
-    let images = files
-        .iter()
-        .enumerate()
-        .map(|(i, bytes)| decode_output(bytes, &format!("image {}", i + 1)))
-        .collect::<Result<Vec<_>, _>>()?;
-    let images: [RgbaImage; 4] = images.try_into().map_err(|v: Vec<RgbaImage>| {
-        GenerateError::Failed(format!("the backend made {} images, not 4", v.len()))
-    })?;
-    let (w, h) = (images[0].width, images[0].height);
-    if images.iter().any(|i| (i.width, i.height) != (w, h)) {
+    if files.len() != 4 {
+        return Err(GenerateError::Failed(format!(
+            "the backend made {} images, not 4",
+            files.len()
+        )));
+    }
+    let files: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
+    let images: [Answered; 4] = keep_outputs(&files)?
+        .try_into()
+        .map_err(|_| GenerateError::Failed("the backend made too few images".into()))?;
+    let size = |a: &Answered| (a.pixels.width, a.pixels.height);
+    if images.iter().any(|a| size(a) != size(&images[0])) {
         return Err(GenerateError::Failed(
             "the backend made images of different sizes".into(),
         ));
     }
-    Ok(Product::grid(&images))
+    Ok(Product::from_answers(images))
 }
 
 /// `parent` resized into the rectangle (`x`, `y`, `w`, `h`) of a transparent canvas of `size`,

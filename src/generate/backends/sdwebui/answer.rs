@@ -8,10 +8,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::plan::BATCH;
-use crate::generate::backends::images::decode_output;
-use crate::generate::ops::resize;
-use crate::generate::raster::RgbaImage;
-use crate::generate::{GenerateError, Product};
+use crate::generate::backends::images::{keep_output, keep_outputs, resize_all};
+use crate::generate::{Answered, GenerateError, Product};
 
 /// Most images of one answer decoded: the four asked for, and room for the extras a WebUI adds
 /// (a grid, an extension's maps) before them.
@@ -78,12 +76,10 @@ pub(super) fn parse<'a, T: Deserialize<'a>>(answer: &'a [u8]) -> Result<T, Gener
         .map_err(|e| GenerateError::Failed(format!("the backend's answer is malformed: {e}")))
 }
 
-/// An image the WebUI sent: base64 (perhaps as a data URL) of an image file.
-pub(super) fn decode_image(text: &str, what: &str) -> Result<RgbaImage, GenerateError> {
-    let bytes = unbase64(text).map_err(|e| {
-        GenerateError::Failed(format!("{what} from the backend is not base64: {e}"))
-    })?;
-    decode_output(&bytes, what)
+/// An image file the WebUI sent: base64, perhaps as a data URL.
+fn file_of(text: &str, what: &str) -> Result<Vec<u8>, GenerateError> {
+    unbase64(text)
+        .map_err(|e| GenerateError::Failed(format!("{what} from the backend is not base64: {e}")))
 }
 
 /// The grid of a txt2img or img2img answer: the first four images of one size, passing over
@@ -111,13 +107,15 @@ pub(super) fn images_product(
             sent.len()
         )));
     }
-    let mut images = sent
+    let files = sent
         .iter()
         .take(MAX_DECODED)
         .enumerate()
-        .map(|(i, text)| decode_image(text, &format!("image {}", i + 1)))
+        .map(|(i, text)| file_of(text, &format!("image {}", i + 1)))
         .collect::<Result<Vec<_>, _>>()?;
-    let size = |i: &RgbaImage| (i.width, i.height);
+    let files: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
+    let mut images = keep_outputs(&files)?;
+    let size = |a: &Answered| (a.pixels.width, a.pixels.height);
     let chosen = images
         .iter()
         .map(size)
@@ -125,7 +123,7 @@ pub(super) fn images_product(
     let Some(chosen) = chosen else {
         let sizes: Vec<String> = images
             .iter()
-            .map(|i| format!("{}x{}", i.width, i.height))
+            .map(|i| format!("{}x{}", i.pixels.width, i.pixels.height))
             .collect();
         return Err(GenerateError::Failed(format!(
             "the backend sent no {BATCH} images of one size ({})",
@@ -141,17 +139,15 @@ pub(super) fn images_product(
             ?asked,
             "the backend drew another size; resized"
         );
-        for image in &mut images {
-            *image = resize(image, asked.0, asked.1);
-        }
+        images = resize_all(images.into_iter().map(|a| a.pixels).collect(), asked);
     }
-    let four: [RgbaImage; BATCH] = images
+    let four: [Answered; BATCH] = images
         .try_into()
         .map_err(|_| GenerateError::Failed("the backend sent too few images".into()))?;
     if let Some(seeds) = answer.info.as_ref().and_then(seeds_of) {
         tracing::debug!(backend, ?seeds, "the backend's seeds");
     }
-    Ok(Product::grid(&four))
+    Ok(Product::from_answers(four))
 }
 
 /// The seeds in an answer's `info` (a JSON document in a string): `all_seeds`, or `seed`.
@@ -174,7 +170,13 @@ pub(super) fn upscale_product(answer: &[u8]) -> Result<Product, GenerateError> {
     }
     let answer: Answer = parse(answer)?;
     match answer.image.filter(|i| !i.is_empty()) {
-        Some(text) => Ok(Product::single(&decode_image(&text, "the upscaled image")?)),
+        Some(text) => {
+            let what = "the upscaled image";
+            Ok(Product::from_answer(keep_output(
+                &file_of(&text, what)?,
+                what,
+            )?))
+        }
         None => Err(GenerateError::Failed(
             "the backend's answer holds no image".into(),
         )),
