@@ -19,12 +19,18 @@ pub use store::{content_type_of, BlobError};
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
 use rand::RngCore;
 
 use crate::config::{self, BlobStoreKind, SqliteSynchronous};
+
+/// How long a finished task's clean-up of its other folders is tried again while the store is
+/// unreachable, and the longest wait between tries.
+const CLEANUP_RETRY_FOR: Duration = Duration::from_secs(600);
+const CLEANUP_RETRY_EVERY_MAX: Duration = Duration::from_secs(5);
 
 /// The configured blob store and the base its URLs are built on. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -174,31 +180,72 @@ impl Blobs {
     }
 
     /// Remove what earlier attempts at `task_id` left behind (a worker that died after writing
-    /// its files and before recording them), keeping the folder `keep` (from `new_folder`), or
-    /// nothing when `keep` is `None`. Best effort, like `remove_folder`.
+    /// its files and before recording them, a preview folder, a folder a failed write could not
+    /// remove), keeping the folder `keep` (from `new_folder`), or nothing when `keep` is `None`.
+    /// Best effort: when the store is unreachable it is tried again in the background, with
+    /// backoff, for up to [`CLEANUP_RETRY_FOR`]; what is still left then goes to the sweep at
+    /// start.
     pub async fn remove_stale_attempts(&self, task_id: &str, keep: Option<&str>) {
-        let keys = match self.list(task_id).await {
-            Ok(keys) => keys,
-            Err(e) => {
-                tracing::warn!(task_id, error = %e, "could not list a task's folders");
-                return;
-            }
+        let e = match self.try_remove_stale_attempts(task_id, keep).await {
+            Ok(()) => return,
+            Err(e) => e,
         };
-        let stale: Vec<String> = keys
+        if !e.is_transient() {
+            tracing::warn!(task_id, error = %e, "could not remove an earlier attempt's files");
+            return;
+        }
+        tracing::warn!(
+            task_id,
+            error = %e,
+            "could not remove an earlier attempt's files yet; trying again in the background"
+        );
+        let (blobs, task_id, keep) = (self.clone(), task_id.to_string(), keep.map(String::from));
+        tokio::spawn(async move {
+            let deadline = tokio::time::Instant::now() + CLEANUP_RETRY_FOR;
+            let mut wait = Duration::from_millis(500);
+            loop {
+                tokio::time::sleep(wait).await;
+                match blobs
+                    .try_remove_stale_attempts(&task_id, keep.as_deref())
+                    .await
+                {
+                    Ok(()) => return,
+                    Err(e) if e.is_transient() && tokio::time::Instant::now() < deadline => {
+                        wait = (wait * 2).min(CLEANUP_RETRY_EVERY_MAX);
+                    }
+                    Err(e) => {
+                        tracing::warn!(
+                            task_id,
+                            error = %e,
+                            "gave up removing an earlier attempt's files; the sweep at start will"
+                        );
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
+    async fn try_remove_stale_attempts(
+        &self,
+        task_id: &str,
+        keep: Option<&str>,
+    ) -> Result<(), BlobError> {
+        let stale: Vec<String> = self
+            .list(task_id)
+            .await?
             .into_iter()
             .filter(|key| keep.is_none_or(|keep| !in_folder(key, keep)))
             .collect();
         if stale.is_empty() {
-            return;
+            return Ok(());
         }
         tracing::info!(
             task_id,
             files = stale.len(),
             "removing an earlier attempt's files"
         );
-        if let Err(e) = self.delete_all(stale).await {
-            tracing::warn!(task_id, error = %e, "could not remove an earlier attempt's files");
-        }
+        self.delete_all(stale).await
     }
 
     async fn try_remove_folder(&self, folder: &str) -> Result<(), BlobError> {
