@@ -16,7 +16,7 @@ pub(super) const TASK_EVENT_CHANNEL: &str = "easel_task_event";
 
 /// A NOTIFY payload holds less than 8000 bytes; a submit's list of accounts that would not fit
 /// is left out (every account's listeners then read what is new).
-pub(super) const NOTE_MAX: usize = 7900;
+const NOTE_MAX: usize = 7900;
 
 /// `{account} {seq}` for each account of a submit, `;`-separated; empty when too long.
 pub(super) fn new_tasks_note<'a>(firsts: impl Iterator<Item = (&'a str, i64)>) -> String {

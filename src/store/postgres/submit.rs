@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::channels::{new_tasks_note, NOTE_MAX};
+use super::channels::new_tasks_note;
 use crate::store::idempotency::{KeyedGroup, StoredAnswer};
 use crate::store::queue::next_turn;
 use crate::store::{
@@ -127,95 +127,13 @@ fn answer(group: Vec<Job>, outcomes: impl Iterator<Item = StoreResult<Submitted>
     }
 }
 
-/// Store a group of submits: by one call when every submit is let in and none has an
-/// idempotency key (the common case), else in a transaction that decides each in turn.
+/// Store a group of submits in one transaction: the live keys' accounts locked and their counts
+/// read, with a `seq` drawn for each submit by the same statement (so each task's public id is
+/// known; a refused submit leaves a gap, which ids do not mind), the quota decided in arrival order, and one
+/// statement that inserts every task let in, moves the counts, records the keys' use at most once
+/// a minute and notifies idle workers on every node. The accounts' rows stay locked from the
+/// `SELECT ... FOR UPDATE` to the commit: two round trips and the commit's flush, no more.
 async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<Submitted>> {
-    if group.iter().all(|job| job.task.idempotency.is_none()) {
-        if let Some(outcomes) = apply_whole(pool, ids, group).await? {
-            return Ok(outcomes);
-        }
-    }
-    apply_deciding(pool, ids, group).await
-}
-
-/// A group stored by one call of `easel_submit_group` (migrations/postgres/0010), which locks
-/// the accounts, checks that every submit is let in and stores them all, committed with the
-/// call: the accounts' rows are locked for one statement and its flush, with no round trip to
-/// easel between. None, with nothing written and no `seq` drawn, when a submit would be refused:
-/// [`apply_deciding`] then answers each.
-async fn apply_whole(
-    pool: &PgPool,
-    ids: &TaskIds,
-    group: &[Job],
-) -> StoreResult<Option<Vec<Submitted>>> {
-    let mut tasks = TaskColumns::default();
-    let mut hashes = Vec::with_capacity(group.len());
-    let mut max_active = Vec::with_capacity(group.len());
-    let mut cost = Vec::with_capacity(group.len());
-    for job in group {
-        tasks.push(&job.task);
-        hashes.push(job.key_hash.to_vec());
-        max_active.push(i64::from(job.max_active));
-        cost.push(job.task.cost);
-    }
-    let queued: Vec<(i64, String)> = sqlx::query_as(
-        "SELECT queued_seq, queued_account FROM easel_submit_group($1, $2, $3, $4, $5, $6, $7, \
-         $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
-    )
-    .bind(&hashes)
-    .bind(&max_active)
-    .bind(&cost)
-    .bind(&tasks.priority)
-    .bind(&tasks.task_type)
-    .bind(&tasks.prompt)
-    .bind(&tasks.aspect_ratio)
-    .bind(&tasks.process_mode)
-    .bind(&tasks.seed)
-    .bind(&tasks.webhook_url)
-    .bind(&tasks.webhook_secret)
-    .bind(&tasks.params)
-    .bind(&tasks.parent_seq)
-    .bind(&tasks.extras)
-    .bind(now_ms())
-    .bind(KEY_TOUCH_EVERY_MS)
-    .bind(NOTE_MAX as i32)
-    .fetch_all(pool)
-    .await?;
-    if queued.is_empty() {
-        return Ok(None);
-    }
-    if queued.len() != group.len() {
-        return Err(StoreError::Other(Arc::new(crate::store::Failure(format!(
-            "easel_submit_group stored {} of a group of {}",
-            queued.len(),
-            group.len()
-        )))));
-    }
-    let seqs: Vec<i64> = queued.iter().map(|(seq, _)| *seq).collect();
-    let outcomes = queued
-        .into_iter()
-        .zip(ids.ids(&seqs))
-        .map(|((seq, account_id), task_id)| Submitted::Queued {
-            account_id,
-            task_id,
-            seq,
-        })
-        .collect();
-    Ok(Some(outcomes))
-}
-
-/// Store a group of submits in one transaction, each decided in turn: the live keys' accounts
-/// locked and their counts read, with a `seq` drawn for each submit by the same statement (so
-/// each task's public id is known; a refused submit leaves a gap, which ids do not mind), the
-/// quota decided in arrival order, and one statement that inserts every task let in, moves the
-/// counts, records the keys' use at most once a minute and notifies idle workers on every node.
-/// The accounts' rows stay locked from the `SELECT ... FOR UPDATE` to the commit: two round trips
-/// and the commit's flush.
-async fn apply_deciding(
-    pool: &PgPool,
-    ids: &TaskIds,
-    group: &[Job],
-) -> StoreResult<Vec<Submitted>> {
     let now = now_ms();
     let mut conn = pool.acquire().await?;
     let hashes: Vec<Vec<u8>> = group
@@ -364,25 +282,25 @@ async fn apply_deciding(
     let done: (i64,) = sqlx::query_as(statement)
         .bind(&rows.seq)
         .bind(&rows.account_id)
-        .bind(&rows.task.task_type)
-        .bind(&rows.task.priority)
-        .bind(&rows.task.prompt)
-        .bind(&rows.task.aspect_ratio)
-        .bind(&rows.task.process_mode)
-        .bind(&rows.task.seed)
+        .bind(&rows.task_type)
+        .bind(&rows.priority)
+        .bind(&rows.prompt)
+        .bind(&rows.aspect_ratio)
+        .bind(&rows.process_mode)
+        .bind(&rows.seed)
         .bind(now)
-        .bind(&rows.task.webhook_url)
-        .bind(&rows.task.webhook_secret)
+        .bind(&rows.webhook_url)
+        .bind(&rows.webhook_secret)
         .bind(&moved)
         .bind(&by)
         .bind(&hashes)
         .bind(KEY_TOUCH_EVERY_MS)
         .bind(new_tasks_note(first_seqs(&rows).into_iter()))
-        .bind(&rows.task.params)
-        .bind(&rows.task.parent_seq)
+        .bind(&rows.params)
+        .bind(&rows.parent_seq)
         .bind(&rows.cost)
         .bind(&spent)
-        .bind(&rows.task.extras)
+        .bind(&rows.extras)
         .bind(&rows.turn)
         .bind_idempotency(&remembered)
         .fetch_one(&mut *tx)
@@ -557,31 +475,11 @@ impl<'q, O> BindIdempotency<'q>
     }
 }
 
-/// The tasks of a group as columns, for one `INSERT ... SELECT FROM UNNEST`: what easel decided
-/// for each (`seq`, account, charge, turn) and the task's own fields.
+/// The tasks of a group as columns, for one `INSERT ... SELECT FROM UNNEST`.
 #[derive(Default)]
 struct Rows {
     seq: Vec<i64>,
     account_id: Vec<String>,
-    /// Credits charged (0 for an unlimited account).
-    cost: Vec<i64>,
-    turn: Vec<i64>,
-    task: TaskColumns,
-}
-
-impl Rows {
-    fn push(&mut self, seq: i64, account: &str, task: &NewTask, charged: i64, turn: i64) {
-        self.seq.push(seq);
-        self.turn.push(turn);
-        self.cost.push(charged);
-        self.account_id.push(account.to_string());
-        self.task.push(task);
-    }
-}
-
-/// A task's own fields, as columns.
-#[derive(Default)]
-struct TaskColumns {
     task_type: Vec<String>,
     priority: Vec<i64>,
     prompt: Vec<String>,
@@ -592,11 +490,18 @@ struct TaskColumns {
     webhook_secret: Vec<Option<String>>,
     params: Vec<Option<String>>,
     parent_seq: Vec<Option<i64>>,
+    /// Credits charged (0 for an unlimited account).
+    cost: Vec<i64>,
     extras: Vec<Option<String>>,
+    turn: Vec<i64>,
 }
 
-impl TaskColumns {
-    fn push(&mut self, task: &NewTask) {
+impl Rows {
+    fn push(&mut self, seq: i64, account: &str, task: &NewTask, charged: i64, turn: i64) {
+        self.seq.push(seq);
+        self.turn.push(turn);
+        self.cost.push(charged);
+        self.account_id.push(account.to_string());
         self.task_type.push(task.task_type().to_string());
         self.params.push(task.operation.to_params());
         self.extras.push(task.extras.to_column());
@@ -621,7 +526,5 @@ mod tests {
         let notify = format!("pg_notify('{QUEUE_CHANNEL}', $16)");
         assert!(SUBMIT.ends_with(&format!(" SELECT 0::bigint, {notify}")));
         assert!(SUBMIT_REMEMBERING.ends_with(&notify));
-        let whole = include_str!("../../../migrations/postgres/0010_submit_group.sql");
-        assert!(whole.contains(&format!("pg_notify('{QUEUE_CHANNEL}',")));
     }
 }
