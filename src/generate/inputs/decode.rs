@@ -240,23 +240,56 @@ fn decode_png(bytes: &[u8], header: &Header) -> Result<RgbaImage, InputError> {
     })
 }
 
-/// 8-bit grey, grey and alpha, RGB or RGBA pixels in `src` as RGBA in `dst`.
+/// 8-bit grey, grey and alpha, RGB or RGBA pixels in `src` as RGBA in `dst`. One loop per
+/// channel count, so that each is compiled for its fixed pixel size.
 fn widen(src: &[u8], channels: usize, dst: &mut [u8]) {
-    for (px, out) in src.chunks_exact(channels).zip(dst.chunks_exact_mut(4)) {
-        let rgba = match *px {
-            [g] => [g, g, g, 255],
-            [g, a] => [g, g, g, a],
-            [r, g, b] => [r, g, b, 255],
-            [r, g, b, a] => [r, g, b, a],
-            _ => unreachable!("chunks of 1 to 4 samples"),
-        };
-        out.copy_from_slice(&rgba);
+    fn each<const C: usize>(src: &[u8], dst: &mut [u8], rgba: impl Fn([u8; C]) -> [u8; 4]) {
+        for (px, out) in src.chunks_exact(C).zip(dst.chunks_exact_mut(4)) {
+            let px: [u8; C] = px.try_into().expect("chunks of C samples");
+            out.copy_from_slice(&rgba(px));
+        }
+    }
+    match channels {
+        1 => each(src, dst, |[g]| [g, g, g, 255]),
+        2 => each(src, dst, |[g, a]| [g, g, g, a]),
+        3 => each(src, dst, |[r, g, b]| [r, g, b, 255]),
+        _ => each(src, dst, |px: [u8; 4]| px),
+    }
+}
+
+/// The first `pixels` pixels of `channels` samples at the front of `data` widened to RGBA in
+/// place. From the back, a stretch at a time: the last pixels' RGBA bytes lie beyond every byte
+/// of theirs and of the pixels before them, so each stretch is widened by [`widen`] from one
+/// part of the buffer into another, and only the first few pixels go one by one.
+fn widen_in_place(data: &mut [u8], pixels: usize, channels: usize) {
+    let mut end = pixels;
+    while end > 0 {
+        // Pixels [start, end) can be widened into [4 * start, 4 * end) without overwriting
+        // [0, channels * end) while 4 * start >= channels * end.
+        let n = end * (4 - channels) / 4;
+        if n == 0 {
+            break;
+        }
+        let start = end - n;
+        let (head, tail) = data.split_at_mut(start * 4);
+        widen(
+            &head[start * channels..end * channels],
+            channels,
+            &mut tail[..n * 4],
+        );
+        end = start;
+    }
+    for i in (0..end).rev() {
+        let mut px = [0u8; 4];
+        px[..channels].copy_from_slice(&data[i * channels..(i + 1) * channels]);
+        let mut out = [0u8; 4];
+        widen(&px[..channels], channels, &mut out);
+        data[i * 4..i * 4 + 4].copy_from_slice(&out);
     }
 }
 
 /// JPEG, WebP and GIF: their decoders give 8-bit pixels of up to four channels, written into
-/// the front of the RGBA buffer and then widened in place from the back (a pixel's RGBA bytes
-/// start at or after its own narrower bytes, so none is overwritten before it is read).
+/// the front of the RGBA buffer and then widened in place ([`widen_in_place`]).
 fn decode_other(
     bytes: &[u8],
     header: &Header,
@@ -294,16 +327,7 @@ fn decode_other(
         .read_image(&mut data[..pixels * channels])
         .map_err(decode_error)?;
     if channels < 4 {
-        for i in (0..pixels).rev() {
-            let mut px = [0u8; 4];
-            px[..channels].copy_from_slice(&data[i * channels..(i + 1) * channels]);
-            let rgba = match channels {
-                1 => [px[0], px[0], px[0], 255],
-                2 => [px[0], px[0], px[0], px[1]],
-                _ => [px[0], px[1], px[2], 255],
-            };
-            data[i * 4..i * 4 + 4].copy_from_slice(&rgba);
-        }
+        widen_in_place(&mut data, pixels, channels);
     }
     Ok(RgbaImage {
         width,
@@ -341,6 +365,25 @@ mod tests {
 
     use super::*;
     use crate::generate::inputs::samples::*;
+
+    /// Widening in place gives what widening into a buffer of its own gives, for every channel
+    /// count, from no pixels to many (the stretches and the first pixels one by one).
+    #[test]
+    fn widening_in_place_matches_widening_apart() {
+        for channels in 1..=3 {
+            for pixels in (0..40).chain([1000, 4097]) {
+                let src: Vec<u8> = (0..pixels * channels)
+                    .map(|i| (i * 7 % 251) as u8)
+                    .collect();
+                let mut apart = vec![0u8; pixels * 4];
+                widen(&src, channels, &mut apart);
+                let mut data = vec![0u8; pixels * 4];
+                data[..src.len()].copy_from_slice(&src);
+                widen_in_place(&mut data, pixels, channels);
+                assert_eq!(data, apart, "{channels} channels, {pixels} pixels");
+            }
+        }
+    }
 
     /// 16-bit samples come out as their high byte, interlaced or not: the pattern exactly.
     #[test]
