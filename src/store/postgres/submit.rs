@@ -1,6 +1,6 @@
 //! Submits, grouped: concurrent submits on one node share a transaction and a multi-row insert,
-//! as on SQLite. A few drainers take turns at the queue, so that one group is collected while
-//! the group before it commits.
+//! as on SQLite. One drainer per node takes groups from the queue: while its group commits,
+//! the submits that arrive wait in the queue and make the next group.
 //!
 //! The quota holds across nodes because each group locks the rows of the accounts it submits
 //! for (`FOR UPDATE`, in id order, so that two groups never wait on each other in a cycle) before
@@ -24,11 +24,11 @@ use crate::store::{
 
 /// Most submits one transaction takes.
 const MAX_GROUP: usize = 256;
-/// Groups in flight at once (each holds a connection while it commits). Two: one collects while
-/// the other commits. Groups for one account commit one after another whatever their number
-/// (they take its row's lock), so more drainers would only cut the waiting submits into more,
-/// smaller groups.
-const DRAINERS: usize = 2;
+/// Groups in flight at once per node. One: groups for one account commit one after another
+/// whatever their number (they take its row's lock), so a second drainer only waited on that
+/// lock and cut the waiting submits into more, smaller groups, each paying for a commit
+/// (docs/benchmarks.md, "PostgreSQL submits: one drainer").
+const DRAINERS: usize = 1;
 /// Submits that may wait for a drainer; past it, callers wait to queue.
 const QUEUE: usize = 4096;
 
