@@ -526,14 +526,11 @@ async fn an_object_store_that_stops_answering_pauses_the_workers_and_every_task_
     let relay = Relay::start(&target).await;
     let dir = tempfile::tempdir().unwrap();
     let mut config = fault_config(dir.path());
-    config.blobs = easel::config::Blobs {
-        store: easel::config::BlobStoreKind::S3,
-        s3_bucket: Some(bucket),
-        s3_endpoint: Some(format!("http://127.0.0.1:{}", relay.port)),
-        s3_path_style: true,
-        s3_region: Some("us-east-1".into()),
-        ..config.blobs
-    };
+    config.blobs = s3_settings(
+        config.blobs,
+        bucket,
+        format!("http://127.0.0.1:{}", relay.port),
+    );
     let app = TestApp::start(dir, config.clone()).await;
     let mut figures = Figures::default();
 
@@ -565,14 +562,7 @@ async fn an_object_store_that_stops_answering_pauses_the_workers_and_every_task_
     })
     .await;
     figures = figures_after;
-    let blobs = Blobs::open(
-        &config.blobs,
-        &config.data_dir,
-        config.database.sqlite_synchronous,
-        "http://127.0.0.1",
-    )
-    .await
-    .unwrap();
+    let blobs = open_blobs(&config).await;
     let future = std::time::SystemTime::now() + Duration::from_secs(3600);
     let in_bucket = || async {
         let keys = blobs.old_keys(future, 100_000).await.unwrap();
@@ -607,22 +597,12 @@ async fn a_finished_tasks_clean_up_that_meets_a_stopped_store_is_done_once_it_an
     let relay = Relay::start(endpoint.trim_start_matches("http://")).await;
     let dir = tempfile::tempdir().unwrap();
     let mut config = fault_config(dir.path());
-    config.blobs = easel::config::Blobs {
-        store: easel::config::BlobStoreKind::S3,
-        s3_bucket: Some(bucket),
-        s3_endpoint: Some(format!("http://127.0.0.1:{}", relay.port)),
-        s3_path_style: true,
-        s3_region: Some("us-east-1".into()),
-        ..config.blobs
-    };
-    let blobs = Blobs::open(
-        &config.blobs,
-        &config.data_dir,
-        config.database.sqlite_synchronous,
-        "http://127.0.0.1",
-    )
-    .await
-    .unwrap();
+    config.blobs = s3_settings(
+        config.blobs,
+        bucket,
+        format!("http://127.0.0.1:{}", relay.port),
+    );
+    let blobs = open_blobs(&config).await;
     let task = uuid::Uuid::new_v4().to_string();
     let (kept, stale) = (Blobs::new_folder(&task), Blobs::new_folder(&task));
     for key in [format!("{kept}/0.png"), format!("{stale}/preview-1.jpg")] {
@@ -691,14 +671,7 @@ async fn the_sweep_removes_only_images_that_no_task_refers_to() {
     let store = easel::store::open(&config.database, &config.data_dir)
         .await
         .unwrap();
-    let blobs = Blobs::open(
-        &config.blobs,
-        &config.data_dir,
-        config.database.sqlite_synchronous,
-        "http://127.0.0.1",
-    )
-    .await
-    .unwrap();
+    let blobs = open_blobs(&config).await;
     let removed = easel::worker::sweep_orphans(&store, &blobs, Duration::from_secs(3600), 1000)
         .await
         .unwrap();
@@ -842,27 +815,41 @@ async fn s3_answering(status: u16, code: &'static str) -> String {
     format!("http://{addr}")
 }
 
-/// Whether a write to an S3 store at `endpoint` fails transiently.
-async fn s3_put_fails_transiently(endpoint: &str) -> bool {
-    common::s3::test_credentials();
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = test_config(dir.path());
-    config.blobs = easel::config::Blobs {
+/// `blobs` set to an S3-compatible store at `endpoint`, bucket `bucket`.
+fn s3_settings(
+    blobs: easel::config::Blobs,
+    bucket: String,
+    endpoint: String,
+) -> easel::config::Blobs {
+    easel::config::Blobs {
         store: easel::config::BlobStoreKind::S3,
-        s3_bucket: Some("images".into()),
-        s3_endpoint: Some(endpoint.to_string()),
+        s3_bucket: Some(bucket),
+        s3_endpoint: Some(endpoint),
         s3_path_style: true,
         s3_region: Some("us-east-1".into()),
-        ..config.blobs
-    };
-    let blobs = Blobs::open(
+        ..blobs
+    }
+}
+
+/// The blob store `config` names, opened beside the application (as easel opens it).
+async fn open_blobs(config: &Config) -> Blobs {
+    Blobs::open(
         &config.blobs,
         &config.data_dir,
         config.database.sqlite_synchronous,
         "http://127.0.0.1",
     )
     .await
-    .unwrap();
+    .unwrap()
+}
+
+/// Whether a write to an S3 store at `endpoint` fails transiently.
+async fn s3_put_fails_transiently(endpoint: &str) -> bool {
+    common::s3::test_credentials();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(dir.path());
+    config.blobs = s3_settings(config.blobs, "images".into(), endpoint.to_string());
+    let blobs = open_blobs(&config).await;
     let key = format!(
         "{}/0.png",
         Blobs::new_folder(&uuid::Uuid::new_v4().to_string())
