@@ -10,7 +10,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use sqlx::PgPool;
-use tokio::sync::{mpsc, oneshot, Mutex};
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -24,11 +24,6 @@ use crate::store::{
 
 /// Most submits one transaction takes.
 const MAX_GROUP: usize = 256;
-/// Groups in flight at once per node. One: groups for one account commit one after another
-/// whatever their number (they take its row's lock), so a second drainer only waited on that
-/// lock and cut the waiting submits into more, smaller groups, each paying for a commit
-/// (docs/benchmarks.md, "PostgreSQL submits: one drainer").
-const DRAINERS: usize = 1;
 /// Submits that may wait for a drainer; past it, callers wait to queue.
 const QUEUE: usize = 4096;
 
@@ -47,11 +42,12 @@ pub(super) struct Submitter {
 impl Submitter {
     pub(super) fn start(pool: PgPool, ids: Arc<TaskIds>) -> Submitter {
         let (queue, jobs) = mpsc::channel(QUEUE);
-        let jobs = Arc::new(Mutex::new(jobs));
         let stop = CancellationToken::new();
-        for _ in 0..DRAINERS {
-            tokio::spawn(drain(pool.clone(), ids.clone(), jobs.clone(), stop.clone()));
-        }
+        // One group in flight per node: groups for one account commit one after another
+        // whatever their number (they take its row's lock), so a second drainer only waited on
+        // that lock and cut the waiting submits into more, smaller groups, each paying for a
+        // commit (docs/benchmarks.md, "PostgreSQL submits: one drainer").
+        tokio::spawn(drain(pool, ids, jobs, stop.clone()));
         Submitter { queue, stop }
     }
 
@@ -82,12 +78,11 @@ impl Submitter {
 async fn drain(
     pool: PgPool,
     ids: Arc<TaskIds>,
-    jobs: Arc<Mutex<mpsc::Receiver<Job>>>,
+    mut jobs: mpsc::Receiver<Job>,
     stop: CancellationToken,
 ) {
     loop {
         let group = {
-            let mut jobs = jobs.lock().await;
             let first = tokio::select! {
                 first = jobs.recv() => first,
                 _ = stop.cancelled() => None,
