@@ -21,9 +21,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use base64::Engine;
+use bytes::Bytes;
 use serde_json::{json, Value};
 
 use crate::proc::{fresh_dir, Server};
@@ -66,30 +69,33 @@ struct Sim {
     delay: Duration,
     answer: Answer,
     spans: Mutex<Vec<Span>>,
-    /// The base64 PNG per size, made once: the simulated backend's own CPU time stays out of
-    /// the figures.
-    images: Mutex<HashMap<String, Arc<String>>>,
+    /// The whole answer per size and count, made once: the simulated backend's own CPU time
+    /// (encoding the picture, base64, writing megabytes of JSON) stays out of the figures.
+    answers: Mutex<HashMap<(String, usize), Bytes>>,
 }
 
-async fn generations(State(sim): State<Arc<Sim>>, Json(body): Json<Value>) -> Json<Value> {
+async fn generations(State(sim): State<Arc<Sim>>, Json(body): Json<Value>) -> Response {
     let start = Instant::now();
     tokio::time::sleep(sim.delay).await;
     let size = body["size"].as_str().unwrap_or("64x64").to_string();
-    let image = {
-        let mut images = sim.images.lock().unwrap();
-        images
-            .entry(size.clone())
-            .or_insert_with(|| Arc::new(picture(&size, sim.answer)))
-            .clone()
-    };
     let n = body["n"].as_u64().unwrap_or(1) as usize;
-    let data: Vec<Value> = (0..n).map(|_| json!({"b64_json": *image})).collect();
+    let answer = sim
+        .answers
+        .lock()
+        .unwrap()
+        .entry((size, n))
+        .or_insert_with_key(|(size, n)| {
+            let image = picture(size, sim.answer);
+            let data: Vec<Value> = (0..*n).map(|_| json!({"b64_json": image})).collect();
+            Bytes::from(serde_json::to_vec(&json!({"created": 0, "data": data})).unwrap())
+        })
+        .clone();
     sim.spans.lock().unwrap().push(Span {
         prompt: body["prompt"].as_str().unwrap_or("").to_string(),
         start,
         end: Instant::now(),
     });
-    Json(json!({"created": 0, "data": data}))
+    ([(header::CONTENT_TYPE, "application/json")], answer).into_response()
 }
 
 /// A photo-like picture as base64 PNG or JPEG (quality 90): a gradient with seeded noise, so
@@ -165,7 +171,7 @@ async fn start_sim(delay_ms: u64, answer: Answer) -> anyhow::Result<(Arc<Sim>, S
         delay: Duration::from_millis(delay_ms),
         answer,
         spans: Mutex::default(),
-        images: Mutex::default(),
+        answers: Mutex::default(),
     });
     let app = Router::new()
         .route("/v1/images/generations", post(generations))
