@@ -53,7 +53,7 @@ pub fn generator_alone(first: usize, count: usize, threads: usize, size: u32) ->
                     let seed = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
                     let images = [0, 1, 2, 3].map(|v| render(prompt, seed, v, width, height));
                     if let Product::Grid { images, grid, .. } = Product::grid(&images) {
-                        bytes += images.iter().map(|i| i.len()).sum::<usize>() + grid.len();
+                        bytes += images.iter().chain(&grid).map(|i| i.len()).sum::<usize>();
                     }
                 }
                 std::hint::black_box(bytes);

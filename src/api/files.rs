@@ -10,6 +10,7 @@ use sha2::{Digest, Sha256};
 use crate::blobs;
 use crate::error::ApiError;
 use crate::http::state::AppState;
+use crate::worker::grids;
 
 /// Keys carry a random token and are written once, so what a client has cached never goes stale.
 const CACHE_CONTROL: &str = "public, max-age=31536000, immutable";
@@ -27,7 +28,9 @@ pub(super) async fn serve(
     if !blobs::is_valid_key(&key) {
         return Err(ApiError::FileNotFound);
     }
-    let bytes = match state.blobs.get(&key).await {
+    // A task's grid may follow it by a moment, or not have been made at all (a node stopped
+    // between the two): made now when its four images are there.
+    let bytes = match grids::get(&state.blobs, &key).await {
         Ok(Some(bytes)) => bytes,
         Ok(None) => return Err(ApiError::FileNotFound),
         Err(e) if e.is_transient() => {

@@ -38,6 +38,9 @@ pub struct Blobs {
     store: Arc<dyn BlobStore>,
     /// `blobs_public_url`, or `{public_url}/files`; without a trailing slash.
     base_url: Arc<str>,
+    /// Whether image URLs are easel's own (`/files`, no `blobs_public_url`), so that a request
+    /// for a key not yet written reaches easel.
+    own_urls: bool,
     /// Whether images can be written now (see [`StorageHealth`]).
     health: StorageHealth,
     /// The key this process's storage probes write (outside the image layout).
@@ -76,6 +79,7 @@ impl Blobs {
         Ok(Blobs {
             store,
             base_url: base_url.into(),
+            own_urls: config.public_url.is_none(),
             health: StorageHealth::new(floor),
             probe_key: format!("{PROBE_FOLDER}/{}.bin", hex::encode(token)).into(),
         })
@@ -107,6 +111,12 @@ impl Blobs {
         format!("{}/{key}", self.base_url)
     }
 
+    /// Whether image URLs are answered by easel (`{public_url}/files/...`) rather than by
+    /// `blobs_public_url`'s server: then a grid may follow its task (`worker::grids`).
+    pub fn urls_are_easels(&self) -> bool {
+        self.own_urls
+    }
+
     /// The key of one of easel's own image URLs (as [`Blobs::url`] makes them), so that it is
     /// read from storage rather than over HTTP; `None` for any other URL.
     pub fn key_of_url(&self, url: &str) -> Option<String> {
@@ -115,9 +125,9 @@ impl Blobs {
     }
 
     /// Store `bytes` at `key`, atomically.
-    pub async fn put(&self, key: &str, bytes: Vec<u8>) -> Result<(), BlobError> {
+    pub async fn put(&self, key: &str, bytes: impl Into<Bytes>) -> Result<(), BlobError> {
         check_key(key)?;
-        self.store.put(key, Bytes::from(bytes)).await
+        self.store.put(key, bytes.into()).await
     }
 
     /// The bytes at `key`; `None` when there are none.

@@ -8,7 +8,7 @@ use futures::future::BoxFuture;
 use super::inputs::Reservation;
 pub use super::progress::Progress;
 use super::raster::{compose_grid, dimensions, RgbaImage};
-use super::stored::{Format, StoredImage};
+use super::stored::StoredImage;
 
 use crate::domain::{AspectRatio, Extras, OpKind, Operation};
 
@@ -77,10 +77,13 @@ impl GenerateError {
 /// What a generation hands to the worker, in the shape of its operation.
 #[derive(Clone, Debug)]
 pub enum Product {
-    /// Four encoded images of `width` x `height` and their 2x2 grid (the same size).
+    /// Four encoded images of `width` x `height` and their 2x2 grid (the same size): made with
+    /// them (the built-in generator, which holds their pixels), or `None` when it is to be made
+    /// from the four files ([`crate::generate::grid`]), after the task is recorded where easel
+    /// serves its images.
     Grid {
         images: [StoredImage; 4],
-        grid: StoredImage,
+        grid: Option<StoredImage>,
         width: u32,
         height: u32,
     },
@@ -94,11 +97,19 @@ pub enum Product {
     Seed(i64),
 }
 
-/// An image a backend made: the file to store ([`crate::generate::stored`]) and its pixels.
+/// An image a backend made: the file to store ([`crate::generate::stored`]) and its size, read
+/// from its header.
 #[derive(Clone, Debug)]
 pub struct Answered {
     pub stored: StoredImage,
-    pub pixels: RgbaImage,
+    pub width: u32,
+    pub height: u32,
+}
+
+impl Answered {
+    pub fn size(&self) -> (u32, u32) {
+        (self.width, self.height)
+    }
 }
 
 impl Product {
@@ -124,7 +135,7 @@ impl Product {
         });
         Product::Grid {
             images,
-            grid,
+            grid: Some(grid),
             width,
             height,
         }
@@ -139,28 +150,13 @@ impl Product {
         }
     }
 
-    /// The four images a backend made (all the same size), kept as they were stored, and
-    /// their grid: JPEG when all four are JPEG (no lossless grid of lossy pictures), PNG
-    /// otherwise. The grid is the only image encoded here.
+    /// The four images a backend made (all the same size), kept as they were stored; their
+    /// grid is made from the files ([`Product::Grid`]).
     pub fn from_answers(answers: [Answered; 4]) -> Product {
-        let (width, height) = (answers[0].pixels.width, answers[0].pixels.height);
-        let jpeg = answers.iter().all(|a| a.stored.format == Format::Jpeg);
-        let mut stored = Vec::with_capacity(4);
-        let pixels = answers.map(|a| {
-            stored.push(a.stored);
-            a.pixels
-        });
-        let images: [StoredImage; 4] = stored.try_into().expect("four answers, four files");
-        let grid = compose_grid(&pixels);
-        drop(pixels);
-        let grid = if jpeg {
-            StoredImage::jpeg(&grid).unwrap_or_else(|_| StoredImage::png(&grid))
-        } else {
-            StoredImage::png(&grid)
-        };
+        let (width, height) = answers[0].size();
         Product::Grid {
-            images,
-            grid,
+            images: answers.map(|a| a.stored),
+            grid: None,
             width,
             height,
         }
@@ -169,8 +165,8 @@ impl Product {
     /// One image a backend made, kept as it was stored.
     pub fn from_answer(answer: Answered) -> Product {
         Product::Single {
-            width: answer.pixels.width,
-            height: answer.pixels.height,
+            width: answer.width,
+            height: answer.height,
             image: answer.stored,
         }
     }

@@ -5,6 +5,7 @@
 
 pub mod backends;
 mod builtin;
+pub mod grid;
 pub mod inputs;
 mod job;
 pub mod ops;

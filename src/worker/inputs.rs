@@ -59,7 +59,7 @@ impl Inputs {
             .chain(prompts)
             .map(|(name, input)| async move {
                 let bytes = match &input {
-                    ImageInput::Stored(image) => match blobs.get(&image.key).await {
+                    ImageInput::Stored(image) => match super::grids::get(blobs, &image.key).await {
                         Ok(Some(bytes)) => bytes,
                         Ok(None) => {
                             return Err(format!("{name}: the image is no longer stored").into())

@@ -15,6 +15,7 @@
 //! is removed, and every worker loop waits on the shared `blobs::StorageHealth` before its next
 //! claim, so the queue waits instead of draining into failures.
 
+pub mod grids;
 mod inputs;
 mod reporter;
 pub mod retention;
@@ -36,9 +37,11 @@ use crate::domain::actions::Offer;
 use crate::domain::operation::FOLLOW_UP_MAX_SIDE;
 use crate::domain::webhook_events::{WebhookEvent, WebhookEvents};
 use crate::domain::{prompt_text, ContentPolicy, Outcome, Output, ProcessMode, TaskStatus};
-use crate::generate::{Generator, Job, Product, Progress};
+use crate::generate::{grid, Generator, Job, Product, Progress};
 use crate::store::{ClaimRules, ClaimedTask, Ending, SharedStore, StoreError, StoreResult};
 use crate::webhooks::progress::{ProgressSender, ProgressTarget};
+use bytes::Bytes;
+use grids::PendingGrid;
 pub use inputs::Inputs;
 use inputs::Refused;
 pub use sweep::{sweep_orphans, SWEEP_LIMIT, SWEEP_MIN_AGE};
@@ -116,8 +119,9 @@ pub enum Ran {
 
 /// What generating and storing a task's images came to.
 enum Produced {
-    /// The task's outcome, and the folder its images were written to.
-    Done(Outcome, Option<String>),
+    /// The task's outcome, the folder its images were written to, and the grid to make once
+    /// the outcome is recorded.
+    Done(Outcome, Option<String>, Option<Box<PendingGrid>>),
     /// The image store failed in a way that may pass; nothing written is left.
     StorageUnavailable(BlobError),
 }
@@ -204,7 +208,9 @@ impl WorkerContext {
                 // (which takes it off the server) and drop whatever it still made.
                 progress.stop();
                 match tokio::time::timeout(STOP_GRACE, generate).await {
-                    Ok(Produced::Done(_, Some(folder))) => self.blobs.remove_folder(&folder).await,
+                    Ok(Produced::Done(_, Some(folder), _)) => {
+                        self.blobs.remove_folder(&folder).await
+                    }
                     Ok(_) => {}
                     Err(_) => tracing::warn!("the stopped generation did not end in time"),
                 }
@@ -218,7 +224,19 @@ impl WorkerContext {
                 }
                 Ok(Ran::LostLease)
             }
-            Some(Produced::Done(outcome, folder)) => self.record(&task, &outcome, folder).await,
+            Some(Produced::Done(outcome, folder, grid)) => {
+                // Held from before the commit, so that a request for the grid that follows it
+                // waits for this worker instead of making it too.
+                let making = match &grid {
+                    Some(grid) => Some(grids::making(&grid.key).await),
+                    None => None,
+                };
+                let ran = self.record(&task, &outcome, folder).await?;
+                if let (Some(grid), Some(making), Ran::Completed) = (grid, making, &ran) {
+                    grids::make_after(&self.blobs, *grid, making).await;
+                }
+                Ok(ran)
+            }
             Some(Produced::StorageUnavailable(e)) => {
                 self.blobs.health().failing(&e);
                 self.blobs.remove_folder(&previews).await;
@@ -311,6 +329,7 @@ impl WorkerContext {
                 return Produced::Done(
                     internal_failure("the task's parameters cannot be read"),
                     None,
+                    None,
                 );
             }
         };
@@ -322,7 +341,7 @@ impl WorkerContext {
             Ok(resolved) => resolved,
             Err(Refused::Task(error)) => {
                 tracing::info!(error, "an input image could not be used");
-                return Produced::Done(Outcome::Failed { error }, None);
+                return Produced::Done(Outcome::Failed { error }, None, None);
             }
             Err(Refused::Storage(e)) => return Produced::StorageUnavailable(e),
         };
@@ -353,6 +372,7 @@ impl WorkerContext {
                         error: e.to_string(),
                     },
                     None,
+                    None,
                 );
             }
         };
@@ -362,6 +382,7 @@ impl WorkerContext {
         drop(permit);
         progress.report(90);
         let folder = Blobs::new_folder(&task.id);
+        let mut pending = None;
         let (files, output) = match product {
             Product::Grid {
                 images,
@@ -375,12 +396,38 @@ impl WorkerContext {
                     .enumerate()
                     .map(|(i, image)| format!("{folder}/{i}.{}", image.format.extension()))
                     .collect();
-                let grid_key = format!("{folder}/grid.{}", grid.format.extension());
-                let files: Vec<(String, Vec<u8>)> = image_keys
+                let format = match &grid {
+                    Some(grid) => grid.format,
+                    None => grid::format_for(images.iter().map(|i| i.format)),
+                };
+                let grid_key = format!("{folder}/grid.{}", format.extension());
+                let images: [Bytes; 4] = images.map(|image| Bytes::from(image.bytes));
+                let grid = match grid {
+                    Some(grid) => Some(Bytes::from(grid.bytes)),
+                    // easel answers a request for it until it is there: the task need not
+                    // wait for it.
+                    None if self.blobs.urls_are_easels() => {
+                        pending = Some(Box::new(PendingGrid {
+                            key: grid_key.clone(),
+                            files: images.clone(),
+                            format,
+                        }));
+                        None
+                    }
+                    None => match grids::compose(images.clone(), format).await {
+                        Ok(grid) => Some(Bytes::from(grid.bytes)),
+                        Err(error) => {
+                            tracing::info!(error, "the backend's images do not decode");
+                            let error = format!("generation failed: the backend's {error}");
+                            return Produced::Done(Outcome::Failed { error }, None, None);
+                        }
+                    },
+                };
+                let files: Vec<(String, Bytes)> = image_keys
                     .iter()
                     .cloned()
-                    .zip(images.map(|image| image.bytes))
-                    .chain([(grid_key.clone(), grid.bytes)])
+                    .zip(images)
+                    .chain(grid.map(|grid| (grid_key.clone(), grid)))
                     .collect();
                 let output = Output::Grid {
                     grid_key,
@@ -401,13 +448,13 @@ impl WorkerContext {
                     width,
                     height,
                 };
-                (vec![(image_key, image.bytes)], output)
+                (vec![(image_key, Bytes::from(image.bytes))], output)
             }
             Product::Text(content) => {
-                return Produced::Done(Outcome::Finished(Output::Text { content }), None)
+                return Produced::Done(Outcome::Finished(Output::Text { content }), None, None)
             }
             Product::Seed(seed) => {
-                return Produced::Done(Outcome::Finished(Output::Seed { seed }), None)
+                return Produced::Done(Outcome::Finished(Output::Seed { seed }), None, None)
             }
         };
         let bytes: u64 = files.iter().map(|(_, png)| png.len() as u64).sum();
@@ -438,10 +485,10 @@ impl WorkerContext {
                 return Produced::StorageUnavailable(e);
             }
             tracing::error!(error = %e, "could not store the images");
-            return Produced::Done(internal_failure("could not store the images"), None);
+            return Produced::Done(internal_failure("could not store the images"), None, None);
         }
         self.blobs.health().wrote(bytes);
-        Produced::Done(Outcome::Finished(output), Some(folder))
+        Produced::Done(Outcome::Finished(output), Some(folder), pending)
     }
 
     async fn record(

@@ -226,3 +226,156 @@ async fn a_backends_jpeg_is_stored_as_jpeg_without_its_exif_and_a_follow_up_read
         .unwrap()
         .ends_with(".jpg"));
 }
+
+/// Where the test app's local store keeps the file of one of its image URLs.
+fn stored_path(app: &TestApp, url: &str, base: &str) -> std::path::PathBuf {
+    let key = url.strip_prefix(base).unwrap_or_else(|| panic!("{url}"));
+    app.dir
+        .path()
+        .join("files")
+        .join(key.trim_start_matches('/'))
+}
+
+/// The mean of each channel over a `w` x `h` rectangle at (`x`, `y`).
+fn mean(img: &image::RgbaImage, (x, y, w, h): (u32, u32, u32, u32)) -> [f64; 3] {
+    let mut sum = [0f64; 3];
+    for py in y..y + h {
+        for px in x..x + w {
+            let p = img.get_pixel(px, py);
+            for c in 0..3 {
+                sum[c] += f64::from(p[c]);
+            }
+        }
+    }
+    sum.map(|s| s / f64::from(w * h))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backends_grid_follows_its_task_and_is_made_when_asked_for_before_it_is_there() {
+    let sent: Vec<Vec<u8>> = (0..4).map(|k| jpeg(&picture(k))).collect();
+    let decoded = |bytes: &[u8]| image::load_from_memory(bytes).unwrap().to_rgba8();
+    let (_files, url) = start(sent.clone()).await;
+    let app = TestApp::spawn_with(|c| c.backends = vec![openai("oa", &url, "k", json!({}))]).await;
+    let record = run(&app, "imagine", json!({"prompt": "a grid that follows"})).await;
+    let grid_url = record["original_image_url"].as_str().unwrap();
+    assert!(grid_url.ends_with("/grid.jpg"), "{grid_url}");
+    let files_base = format!("{}/files", app.base);
+    let path = stored_path(&app, grid_url, &files_base);
+
+    // The worker stores it once the task is recorded.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !path.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the grid was never stored"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let made = std::fs::read(&path).unwrap();
+    let grid = decoded(&made);
+    assert_eq!(grid.dimensions(), (64, 48));
+    // Each quarter is its image, halved: the same colour on average, give or take what two
+    // JPEG encodings lose.
+    for (k, quarter) in [(0, 0), (32, 0), (0, 24), (32, 24)].into_iter().enumerate() {
+        let (q, whole) = (
+            mean(&grid, (quarter.0, quarter.1, 32, 24)),
+            mean(&decoded(&sent[k]), (0, 0, 64, 48)),
+        );
+        for c in 0..3 {
+            assert!(
+                (q[c] - whole[c]).abs() < 6.0,
+                "quarter {k}: {q:?} against {whole:?}"
+            );
+        }
+    }
+
+    // Asked for when it is not there (a node stopped between the task and its grid): made from
+    // the four files, the same bytes, and stored again.
+    std::fs::remove_file(&path).unwrap();
+    let res = app.http.get(grid_url).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["content-type"], "image/jpeg");
+    assert_eq!(res.bytes().await.unwrap().to_vec(), made);
+    assert_eq!(std::fs::read(&path).unwrap(), made);
+
+    // No grid where there are no four images of it: a PNG grid of JPEGs, another folder.
+    let png_grid = grid_url.replace("/grid.jpg", "/grid.png");
+    let (folder, _) = grid_url.rsplit_once('/').unwrap();
+    let (task, _) = folder.rsplit_once('/').unwrap();
+    let elsewhere = format!("{task}/{}/grid.jpg", "0".repeat(32));
+    for missing in [png_grid, elsewhere] {
+        let res = app.http.get(&missing).send().await.unwrap();
+        assert_eq!(res.status(), 404, "{missing}");
+    }
+    assert!(!stored_path(
+        &app,
+        &grid_url.replace("/grid.jpg", "/grid.png"),
+        &files_base
+    )
+    .exists());
+}
+
+/// `png` with its image data garbled and its chunks' CRCs still right: a file whose structure
+/// parses and whose pixels do not decode.
+fn with_garbled_pixels(png: &[u8]) -> Vec<u8> {
+    let mut out = png[..8].to_vec();
+    let mut at = 8;
+    while at < png.len() {
+        let len = u32::from_be_bytes(png[at..at + 4].try_into().unwrap()) as usize;
+        let kind: [u8; 4] = png[at + 4..at + 8].try_into().unwrap();
+        let mut data = png[at + 8..at + 8 + len].to_vec();
+        if &kind == b"IDAT" {
+            // Past zlib's two-byte header: deflate blocks of a reserved type.
+            for b in &mut data[2..] {
+                *b = 0xFF;
+            }
+        }
+        out.extend(chunk(&kind, &data));
+        at += 12 + len;
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_blobs_public_url_the_grid_is_stored_before_the_task_and_a_bad_file_fails_it() {
+    let good: Vec<Vec<u8>> = (0..4).map(|k| encode_png(&picture(k))).collect();
+    let cdn = "https://cdn.example.com/easel";
+    let (_files, url) = start(good).await;
+    let app = TestApp::spawn_with(|c| {
+        c.backends = vec![openai("oa", &url, "k", json!({}))];
+        c.blobs.public_url = Some(cdn.into());
+    })
+    .await;
+    let record = run(&app, "imagine", json!({"prompt": "a grid first"})).await;
+    // Nothing of easel's answers the CDN's misses: the grid is there when the task is.
+    let grid_url = record["original_image_url"].as_str().unwrap();
+    assert!(grid_url.ends_with("/grid.png"), "{grid_url}");
+    assert!(stored_path(&app, grid_url, cdn).exists(), "{grid_url}");
+
+    let mut sent: Vec<Vec<u8>> = (0..4).map(|k| encode_png(&picture(k))).collect();
+    sent[1] = with_garbled_pixels(&sent[1]);
+    assert!(png_chunk_types(&sent[1]).is_some());
+    assert!(image::load_from_memory(&sent[1]).is_err());
+    let (_files, url) = start(sent).await;
+    let app = TestApp::spawn_with(|c| {
+        c.backends = vec![openai("oa", &url, "k", json!({}))];
+        c.blobs.public_url = Some(cdn.into());
+    })
+    .await;
+    let (status, answer) = app
+        .post("/api/v1/imagine", &json!({"prompt": "a bad file"}))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let record = app
+        .wait_final(
+            answer["task_id"].as_str().unwrap(),
+            std::time::Duration::from_secs(60),
+        )
+        .await;
+    assert_eq!(record["status"], "failed", "{record}");
+    let error = record["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("generation failed: the backend's image 2 does not decode"),
+        "{error}"
+    );
+}

@@ -1,9 +1,11 @@
 //! Image work every backend kind shares: the canvases and masks of the edits that draw around or
 //! over a parent (pan, outpaint, inpaint), reading the images a backend answers with (kept as
-//! sent, less their metadata, and decoded side by side), and running that CPU work off the async
+//! sent, less their metadata, checked side by side), and running that CPU work off the async
 //! runtime.
 
-use crate::generate::inputs::{decode, InputLimits};
+use std::borrow::Cow;
+
+use crate::generate::inputs::{decode, probe, InputLimits};
 use crate::generate::ops::{self, Direction};
 use crate::generate::raster::{dimensions, RgbaImage};
 use crate::generate::stored::{self, Kept, StoredImage};
@@ -114,34 +116,58 @@ pub fn decode_output(bytes: &[u8], what: &str) -> Result<RgbaImage, GenerateErro
 }
 
 /// An image a backend made, as easel stores it ([`stored::keep`]: a PNG or JPEG less its
-/// metadata, anything else as PNG) and decoded. What is stored is what is decoded, so a file
-/// that would not display is never stored: a malformed one fails the task, never a panic.
+/// metadata, anything else as PNG), with its size. A kept file's chunks or segments have parsed
+/// and its header is read (its size within the input limits); its pixels are decoded when its
+/// task's grid is made ([`crate::generate::grid`]). A malformed file fails the task, never a
+/// panic.
 pub fn keep_output(bytes: &[u8], what: &str) -> Result<Answered, GenerateError> {
     let failed = |e: String| GenerateError::Failed(format!("{what} from the backend: {e}"));
     match stored::keep(bytes).map_err(failed)? {
         Kept::File(stored) => {
-            let pixels = decode_output(&stored.bytes, what)?;
-            Ok(Answered { stored, pixels })
+            let header =
+                probe(&stored.bytes, &InputLimits::default()).map_err(|e| failed(e.to_string()))?;
+            Ok(Answered {
+                width: header.width,
+                height: header.height,
+                stored,
+            })
         }
         Kept::Reencode { orientation } => {
             let pixels = stored::orient(decode_output(bytes, what)?, orientation);
             Ok(Answered {
                 stored: StoredImage::png(&pixels),
-                pixels,
+                width: pixels.width,
+                height: pixels.height,
             })
         }
     }
 }
 
-/// [`keep_output`] of each file, side by side on threads of their own (decoding is most of a
-/// task's own time), in order; the first failure by position when any fails. Call it from a
-/// blocking thread.
+/// [`keep_output`] of each file, side by side on threads of their own, in order; the first
+/// failure by position when any fails. Call it from a blocking thread.
 pub fn keep_outputs(files: &[&[u8]]) -> Result<Vec<Answered>, GenerateError> {
+    keep_each(files, |file, _| Ok(Cow::Borrowed(*file)))
+}
+
+/// [`keep_output`] of each of `files`, side by side on threads of their own (each reads its
+/// whole file, and one that is not PNG or JPEG is decoded), where `bytes` gives a file's bytes
+/// on its thread (decoding the base64 an answer carries, say); in order, the first failure by
+/// position when any fails. Call it from a blocking thread.
+pub fn keep_each<T: Sync>(
+    files: &[T],
+    bytes: impl for<'a> Fn(&'a T, &str) -> Result<Cow<'a, [u8]>, GenerateError> + Sync,
+) -> Result<Vec<Answered>, GenerateError> {
     std::thread::scope(|scope| {
+        let bytes = &bytes;
         let handles: Vec<_> = files
             .iter()
             .enumerate()
-            .map(|(i, bytes)| scope.spawn(move || keep_output(bytes, &format!("image {}", i + 1))))
+            .map(|(i, file)| {
+                scope.spawn(move || {
+                    let what = format!("image {}", i + 1);
+                    keep_output(&bytes(file, &what)?, &what)
+                })
+            })
             .collect();
         handles
             .into_iter()
@@ -150,19 +176,26 @@ pub fn keep_outputs(files: &[&[u8]]) -> Result<Vec<Answered>, GenerateError> {
     })
 }
 
-/// `images` resized to `w` x `h` and encoded as PNG, each on a thread of its own: a backend's
-/// images of another size than asked, made the size asked (their files cannot be kept).
-pub fn resize_all(images: Vec<RgbaImage>, (w, h): (u32, u32)) -> Vec<Answered> {
+/// `images` decoded, resized to `w` x `h` and encoded as PNG, each on a thread of its own: a
+/// backend's images of another size than asked, made the size asked (their files cannot be
+/// kept). The first failure by position when one does not decode.
+pub fn resize_all(
+    images: Vec<Answered>,
+    (w, h): (u32, u32),
+) -> Result<Vec<Answered>, GenerateError> {
     std::thread::scope(|scope| {
         let handles: Vec<_> = images
             .into_iter()
-            .map(|image| {
+            .enumerate()
+            .map(|(i, image)| {
                 scope.spawn(move || {
-                    let pixels = ops::resize(&image, w, h);
-                    Answered {
+                    let what = format!("image {}", i + 1);
+                    let pixels = ops::resize(&decode_output(&image.stored.bytes, &what)?, w, h);
+                    Ok(Answered {
                         stored: StoredImage::png(&pixels),
-                        pixels,
-                    }
+                        width: pixels.width,
+                        height: pixels.height,
+                    })
                 })
             })
             .collect();

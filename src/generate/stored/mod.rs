@@ -86,7 +86,7 @@ impl StoredImage {
 /// What to do with an image file a backend sent.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Kept {
-    /// The file less its metadata: store it as it is (after checking that it decodes).
+    /// The file less its metadata: store it as it is (its pixels are decoded for the grid).
     File(StoredImage),
     /// Decode it, turn it as `orientation` says, and store it as PNG: a format easel does not
     /// keep (WebP, GIF), or a JPEG whose Exif orientation turns it. Exif goes with the rest of

@@ -205,7 +205,7 @@ impl ComfyUi {
             let images = keep_outputs(&files)?;
             match <[Answered; 4]>::try_from(images) {
                 Ok(four) => {
-                    let size = |a: &Answered| (a.pixels.width, a.pixels.height);
+                    let size = Answered::size;
                     if four.iter().any(|a| size(a) != size(&four[0])) {
                         return Err(GenerateError::Failed(
                             "the workflow's four images differ in size".into(),

@@ -1,7 +1,8 @@
 //! The pixels of an edit: the parent on its canvas, the mask OpenAI's edits read, and the grid of
 //! the answered images.
 
-use crate::generate::backends::images::{self, keep_outputs};
+use super::client::Sent;
+use crate::generate::backends::images::{self, keep_each};
 use crate::generate::ops::{self, Direction};
 use crate::generate::raster::{self, Filter, RgbaImage};
 use crate::generate::{Answered, GenerateError, Product};
@@ -16,18 +17,17 @@ const REDRAW: [u8; 4] = [255, 255, 255, 0];
 
 /// The four files kept (less their metadata) and decoded, checked to be one size, and their
 /// grid.
-pub(super) fn grid(files: &[Vec<u8>]) -> Result<Product, GenerateError> {
+pub(super) fn grid(files: &[Sent]) -> Result<Product, GenerateError> {
     if files.len() != 4 {
         return Err(GenerateError::Failed(format!(
             "the backend made {} images, not 4",
             files.len()
         )));
     }
-    let files: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
-    let images: [Answered; 4] = keep_outputs(&files)?
+    let images: [Answered; 4] = keep_each(files, |file, _| file.bytes())?
         .try_into()
         .map_err(|_| GenerateError::Failed("the backend made too few images".into()))?;
-    let size = |a: &Answered| (a.pixels.width, a.pixels.height);
+    let size = Answered::size;
     if images.iter().any(|a| size(a) != size(&images[0])) {
         return Err(GenerateError::Failed(
             "the backend made images of different sizes".into(),

@@ -1,6 +1,8 @@
 //! The images API's requests and answers: generations, edits and variations, and the images
 //! they answer with (base64, or a URL to fetch).
 
+use std::borrow::Cow;
+
 use base64::Engine as _;
 use futures::future::try_join_all;
 use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
@@ -288,15 +290,12 @@ impl Client {
         status_error(status, headers, &self.scrub(detail))
     }
 
-    /// The file of one answered image: decoded from base64, or fetched from its URL with the
-    /// same client (with the key only when the URL is on the API's own origin).
-    pub(super) async fn image_bytes(&self, answer: Answer) -> Result<Vec<u8>, GenerateError> {
+    /// The file of one answered image: its base64 as it came (decoded where the file is kept,
+    /// off the async runtime and after the backend's slot is given back), or fetched from its
+    /// URL with the same client (with the key only when the URL is on the API's own origin).
+    pub(super) async fn image_file(&self, answer: Answer) -> Result<Sent, GenerateError> {
         match answer {
-            Answer::Base64(b64) => base64::engine::general_purpose::STANDARD
-                .decode(b64.trim())
-                .map_err(|e| {
-                    GenerateError::Failed(format!("the backend's b64_json is not base64: {e}"))
-                }),
+            Answer::Base64(b64) => Ok(Sent::Base64(b64)),
             Answer::Url(url) => {
                 let url = self
                     .base
@@ -322,7 +321,7 @@ impl Client {
                         "fetching an image the backend made",
                     ));
                 }
-                Ok(body)
+                Ok(Sent::Bytes(body))
             }
         }
     }
@@ -332,6 +331,27 @@ impl Client {
 pub(super) enum Answer {
     Base64(String),
     Url(String),
+}
+
+/// One image's file: base64 text, or the bytes fetched from its URL.
+pub(super) enum Sent {
+    Base64(String),
+    Bytes(Vec<u8>),
+}
+
+impl Sent {
+    /// The file's bytes (decoding its base64: CPU work).
+    pub(super) fn bytes(&self) -> Result<Cow<'_, [u8]>, GenerateError> {
+        match self {
+            Sent::Bytes(bytes) => Ok(Cow::Borrowed(bytes)),
+            Sent::Base64(b64) => base64::engine::general_purpose::STANDARD
+                .decode(b64.trim())
+                .map(Cow::Owned)
+                .map_err(|e| {
+                    GenerateError::Failed(format!("the backend's b64_json is not base64: {e}"))
+                }),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -350,7 +370,12 @@ struct ImageItem {
 /// A body, up to [`MAX_ANSWER`] bytes: a connection dropped part-way is transient, a larger
 /// body is the backend's fault.
 async fn read_capped(response: &mut Response) -> Result<Vec<u8>, GenerateError> {
-    let mut body = Vec::new();
+    // Sized once when the length is told: an answer of four images is megabytes.
+    let told = response
+        .content_length()
+        .unwrap_or(0)
+        .min(MAX_ANSWER as u64);
+    let mut body = Vec::with_capacity(told as usize);
     while let Some(chunk) = response.chunk().await.map_err(|e| transport_error(&e))? {
         if body.len() + chunk.len() > MAX_ANSWER {
             return Err(GenerateError::Failed(format!(

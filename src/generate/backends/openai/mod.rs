@@ -186,7 +186,7 @@ impl OpenAi {
             }
         };
         progress.report(80);
-        let files = try_join_all(images.into_iter().map(|a| client.image_bytes(a))).await?;
+        let files = try_join_all(images.into_iter().map(|a| client.image_file(a))).await?;
         progress.report(90);
         progress.backend_done();
         blocking(move || grid(&files)).await?

@@ -8,7 +8,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::plan::BATCH;
-use crate::generate::backends::images::{keep_output, keep_outputs, resize_all};
+use std::borrow::Cow;
+
+use crate::generate::backends::images::{keep_each, keep_output, resize_all};
 use crate::generate::{Answered, GenerateError, Product};
 
 /// Most images of one answer decoded: the four asked for, and room for the extras a WebUI adds
@@ -107,15 +109,10 @@ pub(super) fn images_product(
             sent.len()
         )));
     }
-    let files = sent
-        .iter()
-        .take(MAX_DECODED)
-        .enumerate()
-        .map(|(i, text)| file_of(text, &format!("image {}", i + 1)))
-        .collect::<Result<Vec<_>, _>>()?;
-    let files: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
-    let mut images = keep_outputs(&files)?;
-    let size = |a: &Answered| (a.pixels.width, a.pixels.height);
+    // Each decoded from base64 on its own thread, beside the others.
+    let sent = &sent[..sent.len().min(MAX_DECODED)];
+    let mut images = keep_each(sent, |text, what| file_of(text, what).map(Cow::Owned))?;
+    let size = Answered::size;
     let chosen = images
         .iter()
         .map(size)
@@ -123,7 +120,7 @@ pub(super) fn images_product(
     let Some(chosen) = chosen else {
         let sizes: Vec<String> = images
             .iter()
-            .map(|i| format!("{}x{}", i.pixels.width, i.pixels.height))
+            .map(|i| format!("{}x{}", i.width, i.height))
             .collect();
         return Err(GenerateError::Failed(format!(
             "the backend sent no {BATCH} images of one size ({})",
@@ -139,7 +136,7 @@ pub(super) fn images_product(
             ?asked,
             "the backend drew another size; resized"
         );
-        images = resize_all(images.into_iter().map(|a| a.pixels).collect(), asked);
+        images = resize_all(images, asked)?;
     }
     let four: [Answered; BATCH] = images
         .try_into()
