@@ -151,3 +151,33 @@ async fn fetch_or_make(blobs: &Blobs, key: &str) -> Result<Option<Bytes>, BlobEr
     }
     Ok(Some(grid))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(key: &str) -> bool {
+        MAKING.lock().unwrap().contains_key(key)
+    }
+
+    #[tokio::test]
+    async fn a_keys_lock_is_waited_for_and_gone_once_its_last_holder_is_done() {
+        let key = "lock-test/folder/grid.png";
+        let first = making(key).await;
+        assert!(held(key));
+        let waiter = tokio::spawn(async move {
+            let second = making(key).await;
+            drop(second);
+        });
+        // The second maker waits while the first holds the key.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!waiter.is_finished());
+        drop(first);
+        // The waiter's reference kept the entry; the last holder takes it out.
+        waiter.await.unwrap();
+        assert!(!held(key), "a finished grid's lock is not left behind");
+        // A key made and dropped alone leaves nothing either.
+        drop(making("lock-test/other/grid.jpg").await);
+        assert!(!held("lock-test/other/grid.jpg"));
+    }
+}
