@@ -113,6 +113,7 @@ struct Metrics {
     decode_budget_waits: Counter,
     previews: Counter,
     event_streams: Gauge,
+    grids: Family<OutcomeLabels, Counter>,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -188,6 +189,13 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Server-Sent Events streams open on this node",
         event_streams.clone(),
     );
+    let grids = Family::<OutcomeLabels, Counter>::default();
+    registry.register(
+        "grids",
+        "Grids of model backends' images this node made, by when (after_task, on_request, \
+         before_task) or failed (an image that does not decode)",
+        grids.clone(),
+    );
     Metrics {
         registry,
         http,
@@ -204,6 +212,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         decode_budget_waits,
         previews,
         event_streams,
+        grids,
     }
 });
 
@@ -383,6 +392,15 @@ pub fn store_error(component: &'static str, error: &StoreError) {
 /// Count tasks whose images the retention sweep deleted.
 pub fn retention_removed(tasks: u64) {
     METRICS.retention_removed.inc_by(tasks);
+}
+
+/// Count a grid made from a task's four stored images: `after_task`, `on_request`,
+/// `before_task`, or `failed`.
+pub fn grid_made(outcome: &'static str) {
+    METRICS
+        .grids
+        .get_or_create(&OutcomeLabels { outcome })
+        .inc();
 }
 
 /// Count a task whose input images wait for room in the decode memory budget.

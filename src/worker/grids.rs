@@ -79,12 +79,16 @@ pub(super) async fn compose(files: [Bytes; 4], format: Format) -> Result<StoredI
 /// for.
 pub(super) async fn make_after(blobs: &Blobs, pending: PendingGrid, _making: Making) {
     match compose(pending.files, pending.format).await {
-        Ok(grid) => {
-            if let Err(e) = blobs.put(&pending.key, grid.bytes).await {
-                tracing::warn!(error = %e, "the grid could not be stored; it is made when asked for");
+        Ok(grid) => match blobs.put(&pending.key, grid.bytes).await {
+            Ok(()) => crate::metrics::grid_made("after_task"),
+            Err(e) => {
+                tracing::warn!(error = %e, "the grid could not be stored; it is made when asked for")
             }
+        },
+        Err(e) => {
+            crate::metrics::grid_made("failed");
+            tracing::error!(error = %e, "the task's grid could not be made")
         }
-        Err(e) => tracing::error!(error = %e, "the task's grid could not be made"),
     }
 }
 
@@ -142,10 +146,12 @@ async fn fetch_or_make(blobs: &Blobs, key: &str) -> Result<Option<Bytes>, BlobEr
     let grid = match compose(files, format).await {
         Ok(grid) => Bytes::from(grid.bytes),
         Err(e) => {
+            crate::metrics::grid_made("failed");
             tracing::error!(key, error = %e, "a grid asked for could not be made");
             return Ok(None);
         }
     };
+    crate::metrics::grid_made("on_request");
     if let Err(e) = blobs.put(key, grid.to_vec()).await {
         tracing::warn!(key, error = %e, "a grid made on request could not be stored");
     }

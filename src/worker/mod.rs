@@ -415,8 +415,12 @@ impl WorkerContext {
                         None
                     }
                     None => match grids::compose(images.clone(), format).await {
-                        Ok(grid) => Some(Bytes::from(grid.bytes)),
+                        Ok(grid) => {
+                            crate::metrics::grid_made("before_task");
+                            Some(Bytes::from(grid.bytes))
+                        }
                         Err(error) => {
+                            crate::metrics::grid_made("failed");
                             tracing::info!(error, "the backend's images do not decode");
                             let error = format!("generation failed: the backend's {error}");
                             return Produced::Done(Outcome::Failed { error }, None, None);

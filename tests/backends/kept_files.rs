@@ -255,7 +255,12 @@ async fn a_backends_grid_follows_its_task_and_is_made_when_asked_for_before_it_i
     let sent: Vec<Vec<u8>> = (0..4).map(|k| jpeg(&picture(k))).collect();
     let decoded = |bytes: &[u8]| image::load_from_memory(bytes).unwrap().to_rgba8();
     let (_files, url) = start(sent.clone()).await;
-    let app = TestApp::spawn_with(|c| c.backends = vec![openai("oa", &url, "k", json!({}))]).await;
+    let token = "metrics-token-for-the-grid-test";
+    let app = TestApp::spawn_with(|c| {
+        c.backends = vec![openai("oa", &url, "k", json!({}))];
+        c.server.metrics_token = Some(token.into());
+    })
+    .await;
     let record = run(&app, "imagine", json!({"prompt": "a grid that follows"})).await;
     let grid_url = record["original_image_url"].as_str().unwrap();
     assert!(grid_url.ends_with("/grid.jpg"), "{grid_url}");
@@ -297,6 +302,15 @@ async fn a_backends_grid_follows_its_task_and_is_made_when_asked_for_before_it_i
     assert_eq!(res.headers()["content-type"], "image/jpeg");
     assert_eq!(res.bytes().await.unwrap().to_vec(), made);
     assert_eq!(std::fs::read(&path).unwrap(), made);
+    // Counted for the operators (other tests in this process may add to it, never take away).
+    let on_request = app
+        .metric(token, "easel_grids_total{outcome=\"on_request\"}")
+        .await;
+    assert!(on_request >= 1.0, "{on_request}");
+    let after = app
+        .metric(token, "easel_grids_total{outcome=\"after_task\"}")
+        .await;
+    assert!(after >= 1.0, "{after}");
 
     // No grid where there are no four images of it: a PNG grid of JPEGs, another folder.
     let png_grid = grid_url.replace("/grid.jpg", "/grid.png");
