@@ -927,3 +927,71 @@ async fn a_canceled_task_is_taken_off_its_backend_and_the_slot_goes_to_the_next(
     assert_eq!(next["status"], "finished", "{next}");
     assert_eq!(app.fetch(&id).await["status"], "canceled");
 }
+
+/// An OpenAI-protocol server that answers each job's head at once and the rest of its body
+/// `trickle` later, and notes when each request came.
+async fn start_trickling(
+    trickle: Duration,
+) -> (Arc<std::sync::Mutex<Vec<std::time::Instant>>>, String) {
+    use axum::body::Body;
+    use axum::routing::{get, post};
+    use futures::StreamExt;
+    let arrivals = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = arrivals.clone();
+    let image = backend_mocks::png_b64(&flat(64, 64, 90));
+    let app = axum::Router::new()
+        .route(
+            "/v1/models",
+            get(|| async { axum::Json(json!({"data": []})) }),
+        )
+        .route(
+            "/v1/images/generations",
+            post(move |_body: axum::body::Bytes| {
+                seen.lock().unwrap().push(std::time::Instant::now());
+                let items = vec![json!({ "b64_json": image }); 4];
+                let body = json!({"created": 0, "data": items}).to_string();
+                async move {
+                    let (head, tail) = body.split_at(10);
+                    let (head, tail) = (head.to_string(), tail.to_string());
+                    let rest = futures::stream::once(async move {
+                        tokio::time::sleep(trickle).await;
+                        tail
+                    });
+                    let chunks = futures::stream::once(async move { head })
+                        .chain(rest)
+                        .map(|s| Ok::<_, std::convert::Infallible>(bytes::Bytes::from(s)));
+                    axum::response::Response::builder()
+                        .header("content-type", "application/json")
+                        .body(Body::from_stream(chunks))
+                        .unwrap()
+                }
+            }),
+        );
+    let url = format!("{}/v1", backend_mocks::serve(app).await);
+    (arrivals, url)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backends_slot_goes_to_the_next_job_once_it_answers_not_once_the_answer_is_read() {
+    let trickle = Duration::from_millis(1500);
+    let (arrivals, url) = start_trickling(trickle).await;
+    let app = TestApp::spawn_with(|c| {
+        c.backends = vec![openai("oa", &url, "k", json!({"timeout": "20s"}))];
+    })
+    .await;
+    let first = submit(&app, "imagine", json!({"prompt": "the first"})).await;
+    let second = submit(&app, "imagine", json!({"prompt": "the second"})).await;
+    for id in [&first, &second] {
+        let record = app.wait_final(id, WITHIN).await;
+        assert_eq!(record["status"], "finished", "{record}");
+    }
+    let arrivals = arrivals.lock().unwrap().clone();
+    assert_eq!(arrivals.len(), 2);
+    // Concurrency 1: the second job is sent once the first is answered (its head), while the
+    // first's body is still coming, not after it.
+    let gap = arrivals[1] - arrivals[0];
+    assert!(
+        gap < trickle,
+        "the second job waited {gap:?} for the first's whole answer"
+    );
+}

@@ -130,13 +130,14 @@ impl Client {
         let url = self.endpoint("images/generations");
         if self.family.batches() {
             let request = self.http.post(&url).json(&body(4));
-            return self.images(request, 4).await;
+            return self.images(request, 4, Some(progress)).await;
         }
         let done = std::sync::atomic::AtomicI64::new(0);
         let (done, url, body) = (&done, &url, &body);
         let one = move |_| async move {
             let request = self.http.post(url.as_str()).json(&body(1));
-            let answer = self.images(request, 1).await?;
+            // One image of four: the job is not done when this one is.
+            let answer = self.images(request, 1, None).await?;
             let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
             progress.report(n * 20);
             Ok::<_, GenerateError>(answer)
@@ -156,6 +157,7 @@ impl Client {
         mask: Option<&RgbaImage>,
         prompt: &str,
         (w, h): (u32, u32),
+        progress: &Progress,
     ) -> Result<Vec<Answer>, GenerateError> {
         let (image, mask) = (image.clone(), mask.cloned());
         let (image, mask) =
@@ -176,7 +178,7 @@ impl Client {
             .http
             .post(self.endpoint("images/edits"))
             .multipart(form);
-        self.images(request, 4).await
+        self.images(request, 4, Some(progress)).await
     }
 
     /// `POST /images/variations` (dall-e-2 only): four variations of `image`.
@@ -184,6 +186,7 @@ impl Client {
         &self,
         image: &RgbaImage,
         (w, h): (u32, u32),
+        progress: &Progress,
     ) -> Result<Vec<Answer>, GenerateError> {
         let image = image.clone();
         let png = blocking(move || encode_png(&image)).await?;
@@ -197,7 +200,7 @@ impl Client {
             .http
             .post(self.endpoint("images/variations"))
             .multipart(form);
-        self.images(request, 4).await
+        self.images(request, 4, Some(progress)).await
     }
 
     /// A form that names the model, when one is set.
@@ -208,11 +211,14 @@ impl Client {
         }
     }
 
-    /// Send an images request and read its `data`: `n` images, each base64 or a URL.
+    /// Send an images request and read its `data`: `n` images, each base64 or a URL. With
+    /// `whole_job`, the request is the job's only one: once it is answered with success the
+    /// backend has made the images, and its slot goes to the next job while the answer is read.
     pub(super) async fn images(
         &self,
         request: reqwest::RequestBuilder,
         n: usize,
+        whole_job: Option<&Progress>,
     ) -> Result<Vec<Answer>, GenerateError> {
         let mut response = self
             .with_auth(request)
@@ -220,6 +226,9 @@ impl Client {
             .await
             .map_err(|e| transport_error(&e))?;
         let status = response.status();
+        if let (true, Some(progress)) = (status.is_success(), whole_job) {
+            progress.backend_done();
+        }
         let headers = response.headers().clone();
         let body = read_capped(&mut response).await?;
         if !status.is_success() {

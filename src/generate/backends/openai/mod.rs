@@ -101,7 +101,7 @@ impl OpenAi {
                     blocking(move || ops::image_prompt_canvas(&inputs, size.0, size.1, seed))
                         .await?;
                 let prompt = client.prompt(job, &job.prompt, Some(strength::of_image_prompts(job)));
-                client.edits(&image, None, &prompt, size).await?
+                client.edits(&image, None, &prompt, size, progress).await?
             }
             Operation::Variations { of, .. } => {
                 let parent = parent()?;
@@ -111,7 +111,7 @@ impl OpenAi {
                     .size(parent.width, parent.height, job.image_size);
                 let image = blocking(move || ops::resize(&parent, size.0, size.1)).await?;
                 if client.family == Family::DallE2 {
-                    client.variations(&image, size).await?
+                    client.variations(&image, size, progress).await?
                 } else {
                     let prompt = if job.prompt.is_empty() {
                         "a variation of this image"
@@ -119,7 +119,7 @@ impl OpenAi {
                         &job.prompt
                     };
                     let prompt = client.prompt(job, prompt, Some(strength::of_variation(of)));
-                    client.edits(&image, None, &prompt, size).await?
+                    client.edits(&image, None, &prompt, size, progress).await?
                 }
             }
             Operation::Pan { direction, .. } => {
@@ -129,7 +129,9 @@ impl OpenAi {
                 let size = client.family.size(cw, ch, job.image_size);
                 let (image, mask) = blocking(move || pan_canvas(&parent, direction, size)).await?;
                 let prompt = client.prompt(job, &job.prompt, Some(strength::EXTEND));
-                client.edits(&image, Some(&mask), &prompt, size).await?
+                client
+                    .edits(&image, Some(&mask), &prompt, size, progress)
+                    .await?
             }
             Operation::Outpaint { zoom_ratio, .. } => {
                 let parent = parent()?;
@@ -140,7 +142,9 @@ impl OpenAi {
                 let zoom = *zoom_ratio;
                 let (image, mask) = blocking(move || outpaint_canvas(&parent, zoom, size)).await?;
                 let prompt = client.prompt(job, &job.prompt, Some(strength::EXTEND));
-                client.edits(&image, Some(&mask), &prompt, size).await?
+                client
+                    .edits(&image, Some(&mask), &prompt, size, progress)
+                    .await?
             }
             Operation::Inpaint { .. } => {
                 let parent = parent()?;
@@ -160,7 +164,9 @@ impl OpenAi {
                 })
                 .await?;
                 let prompt = client.prompt(job, &job.prompt, Some(strength::INPAINT));
-                client.edits(&image, Some(&mask), &prompt, size).await?
+                client
+                    .edits(&image, Some(&mask), &prompt, size, progress)
+                    .await?
             }
             // The first image, redrawn toward a blend: one image is what every model's edits
             // take (dall-e-2 takes no more).
@@ -176,7 +182,7 @@ impl OpenAi {
                     format!("{BLEND_PROMPT}: {}", job.prompt)
                 };
                 let prompt = client.prompt(job, &prompt, Some(strength::STRONG));
-                client.edits(&image, None, &prompt, size).await?
+                client.edits(&image, None, &prompt, size, progress).await?
             }
             _ => {
                 return Err(GenerateError::Failed(format!(
