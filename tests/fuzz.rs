@@ -14,6 +14,11 @@ use common::TestApp;
 struct Shared {
     runtime: tokio::runtime::Runtime,
     app: TestApp,
+    /// A client that opens a connection per request: with the pooled one, a request now and then
+    /// went out on a connection the server had just closed (`IncompleteMessage`, twice in four
+    /// full runs on 2026-11-27). Why the server closed it is not found yet; these tests look for
+    /// the answers the server gives, not for that.
+    fresh: reqwest::Client,
 }
 
 fn shared() -> &'static Shared {
@@ -28,7 +33,15 @@ fn shared() -> &'static Shared {
             c.worker.image_size = 64;
             c.limits.max_pending_per_account = 100_000;
         }));
-        Shared { runtime, app }
+        let fresh = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap();
+        Shared {
+            runtime,
+            app,
+            fresh,
+        }
     })
 }
 
@@ -184,7 +197,7 @@ proptest! {
     ) {
         let s = shared();
         let (status, got_ct, text) = s.runtime.block_on(async {
-            let mut req = s.app.http.post(s.app.url(&path)).body(body);
+            let mut req = s.fresh.post(s.app.url(&path)).body(body);
             if let Some(ct) = &ct {
                 req = req.header("Content-Type", ct.as_str());
             }
@@ -197,7 +210,7 @@ proptest! {
     fn any_task_path_gets_a_contract_answer(segment in segment(), key in key()) {
         let s = shared();
         let (status, ct, text) = s.runtime.block_on(async {
-            let req = s.app.http.get(s.app.url(&format!("/api/v1/tasks/{segment}")));
+            let req = s.fresh.get(s.app.url(&format!("/api/v1/tasks/{segment}")));
             send(req, &key).await
         });
         check(status, ct.as_deref(), &text, &key);
@@ -221,13 +234,7 @@ proptest! {
             if answer.starts_with(b"HTTP/1.1 5") {
                 panic!("server error for raw input: {}", String::from_utf8_lossy(&answer));
             }
-            // On a new connection: a pooled one may have been closed by the server's idle timeout
-            // while the cases ran, and reusing it is the client's race, not the server's fault.
-            let fresh = reqwest::Client::builder()
-                .pool_max_idle_per_host(0)
-                .build()
-                .unwrap();
-            let res = fresh.get(s.app.url("/healthz")).send().await.unwrap();
+            let res = s.fresh.get(s.app.url("/healthz")).send().await.unwrap();
             assert_eq!(res.status(), 200);
         });
     }
