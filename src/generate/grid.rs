@@ -31,29 +31,38 @@ pub fn format_of_key(key: &str) -> Option<Format> {
 /// They are decoded side by side, on threads of their own; a file that does not decode is an
 /// error naming it. CPU work: call it from a blocking thread.
 pub fn make(files: [&[u8]; 4], format: Format) -> Result<StoredImage, String> {
-    let decoded: Vec<Result<RgbaImage, String>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = files
-            .iter()
-            .enumerate()
-            .map(|(i, bytes)| {
-                scope.spawn(move || {
-                    decode(bytes, &InputLimits::default())
-                        .map_err(|e| format!("image {} does not decode: {e}", i + 1))
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
+    let decoded = side_by_side(&files, |i, bytes| {
+        decode(bytes, &InputLimits::default())
+            .map_err(|e| format!("image {} does not decode: {e}", i + 1))
     });
     let pixels: Vec<RgbaImage> = decoded.into_iter().collect::<Result<_, _>>()?;
     let pixels: [RgbaImage; 4] = pixels.try_into().expect("four files, four images");
     let grid = compose_grid(&pixels);
     drop(pixels);
-    Ok(match format {
-        Format::Jpeg => StoredImage::jpeg(&grid).unwrap_or_else(|_| StoredImage::png(&grid)),
-        Format::Png => StoredImage::png(&grid),
+    // The key already names the format: a grid that cannot be a JPEG is an error, not a PNG
+    // under a `.jpg` name (four JPEGs of one size always make one).
+    match format {
+        Format::Jpeg => {
+            StoredImage::jpeg(&grid).map_err(|e| format!("images make no JPEG grid: {e}"))
+        }
+        Format::Png => Ok(StoredImage::png(&grid)),
+    }
+}
+
+/// `work` on each of `items` (with its position), each on a scoped thread of its own, the
+/// results in order; a panic in one is resumed here. CPU work: call it from a blocking thread.
+pub fn side_by_side<T: Sync, R: Send>(items: &[T], work: impl Fn(usize, &T) -> R + Sync) -> Vec<R> {
+    std::thread::scope(|scope| {
+        let work = &work;
+        let handles: Vec<_> = items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| scope.spawn(move || work(i, item)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
     })
 }
 

@@ -5,6 +5,7 @@
 
 use std::borrow::Cow;
 
+use crate::generate::grid::side_by_side;
 use crate::generate::inputs::{decode, probe, InputLimits};
 use crate::generate::ops::{self, Direction};
 use crate::generate::raster::{dimensions, RgbaImage};
@@ -157,23 +158,12 @@ pub fn keep_each<T: Sync>(
     files: &[T],
     bytes: impl for<'a> Fn(&'a T, &str) -> Result<Cow<'a, [u8]>, GenerateError> + Sync,
 ) -> Result<Vec<Answered>, GenerateError> {
-    std::thread::scope(|scope| {
-        let bytes = &bytes;
-        let handles: Vec<_> = files
-            .iter()
-            .enumerate()
-            .map(|(i, file)| {
-                scope.spawn(move || {
-                    let what = format!("image {}", i + 1);
-                    keep_output(&bytes(file, &what)?, &what)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
+    side_by_side(files, |i, file| {
+        let what = format!("image {}", i + 1);
+        keep_output(&bytes(file, &what)?, &what)
     })
+    .into_iter()
+    .collect()
 }
 
 /// `images` decoded, resized to `w` x `h` and encoded as PNG, each on a thread of its own: a
@@ -183,27 +173,17 @@ pub fn resize_all(
     images: Vec<Answered>,
     (w, h): (u32, u32),
 ) -> Result<Vec<Answered>, GenerateError> {
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = images
-            .into_iter()
-            .enumerate()
-            .map(|(i, image)| {
-                scope.spawn(move || {
-                    let what = format!("image {}", i + 1);
-                    let pixels = ops::resize(&decode_output(&image.stored.bytes, &what)?, w, h);
-                    Ok(Answered {
-                        stored: StoredImage::png(&pixels),
-                        width: pixels.width,
-                        height: pixels.height,
-                    })
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
+    side_by_side(&images, |i, image| {
+        let what = format!("image {}", i + 1);
+        let pixels = ops::resize(&decode_output(&image.stored.bytes, &what)?, w, h);
+        Ok(Answered {
+            stored: StoredImage::png(&pixels),
+            width: pixels.width,
+            height: pixels.height,
+        })
     })
+    .into_iter()
+    .collect()
 }
 
 /// CPU work (resampling, PNG coding) off the async runtime.
