@@ -110,6 +110,7 @@ async fn huge_heads_and_bodies_are_refused_without_harm() {
     let answer = String::from_utf8_lossy(&buf[..n]);
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     assert!(answer.contains("payload_too_large"), "{answer}");
+    assert!(answer.contains("connection: close"), "{answer}");
 
     // A chunked body that grows past the limit is cut off at the limit.
     let big = reqwest::Body::wrap_stream(futures::stream::iter(
@@ -153,6 +154,68 @@ async fn huge_heads_and_bodies_are_refused_without_harm() {
     // Nothing half-written by any of the refused requests.
     let counts = app.store.task_counts().await.unwrap();
     assert_eq!(counts.iter().map(|(_, n)| n).sum::<i64>(), 1, "{counts:?}");
+}
+
+/// Read one answer (head and a `Content-Length` body) from `s`, leaving the connection open.
+async fn read_answer(s: &mut TcpStream) -> String {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&got).to_string();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length = text[..end]
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .and_then(|n| n.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            if got.len() >= end + 4 + length {
+                return text;
+            }
+        }
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("answered in time")
+            .unwrap();
+        assert!(n > 0, "closed mid-answer: {text}");
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
+#[tokio::test]
+async fn an_answer_given_before_its_body_is_read_says_the_connection_closes() {
+    let app = TestApp::spawn().await;
+    // Refused before the body is read (no key): the rest of the body is on the connection, so
+    // the server closes it, and says so in the answer's head, where a pooling client looks.
+    let mut s = TcpStream::connect(addr(&app)).await.unwrap();
+    s.write_all(
+        b"POST /api/v1/imagine HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"prompt\"",
+    )
+    .await
+    .unwrap();
+    let answer = read_answer(&mut s).await;
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    assert!(answer.contains("connection: close"), "{answer}");
+    assert!(closed_by_server(&mut s, Duration::from_secs(5)).await);
+
+    // A body read whole keeps the connection: its answer says nothing of closing, and the
+    // next request on the same connection is answered.
+    let mut s = TcpStream::connect(addr(&app)).await.unwrap();
+    let body = r#"{"prompt":"kept alive"}"#;
+    let request = format!(
+        "POST /api/v1/imagine HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        app.key,
+        body.len()
+    );
+    s.write_all(request.as_bytes()).await.unwrap();
+    let answer = read_answer(&mut s).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(!answer.contains("connection: close"), "{answer}");
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_answer(&mut s).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(!answer.contains("connection: close"), "{answer}");
 }
 
 fn rss_kib(pid: u32) -> u64 {

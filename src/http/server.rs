@@ -11,7 +11,8 @@
 //!   HTTP/2 pings (ours or the client's) nor a trickle of bytes keep a connection open;
 //! - an answer the client stops reading fails once no byte of it has been taken for
 //!   `idle_timeout`;
-//! - a connection closed before its request was read whole is still read, and what comes
+//! - an HTTP/1 answer given before its request's body was read whole says `Connection: close`
+//!   ([`Unread`]), and the connection closes after it; what the client still sends is read, and
 //!   discarded, for a moment, so that the client gets the answer rather than a reset;
 //! - on shutdown, idle connections close at once and busy ones after their current request.
 
@@ -19,6 +20,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -114,28 +116,26 @@ pub async fn serve<S, B>(
         let _ = stream.set_nodelay(true);
         let (activity, in_progress) = watch::channel(0usize);
         let activity = Arc::new(activity);
-        let service = TowerToHyperService::new(
-            app.clone()
-                .map_request(move |req: hyper::Request<Incoming>| {
-                    let mut req = req.map(Body::new);
-                    // The client's address, for the dashboard's sign-in limits.
-                    req.extensions_mut().insert(ConnectInfo(peer));
-                    req
-                })
-                .map_future(move |answer| {
-                    // Busy from the handler's call until the answer's last byte is out.
-                    let busy = Busy::start(&activity);
-                    async move {
-                        let answered = answer.await;
-                        answered.map(|res| {
-                            res.map(|body| Guarded {
-                                body: Body::new(body),
-                                busy: Some(busy),
-                            })
+        let app = app.clone();
+        let service =
+            TowerToHyperService::new(tower::service_fn(move |req: hyper::Request<Incoming>| {
+                // Busy from the handler's call until the answer's last byte is out.
+                let busy = Busy::start(&activity);
+                let (mut req, unread) = Unread::track(req);
+                // The client's address, for the dashboard's sign-in limits.
+                req.extensions_mut().insert(ConnectInfo(peer));
+                let answer = app.clone().oneshot(req);
+                async move {
+                    let answered = answer.await;
+                    answered.map(|mut res| {
+                        unread.mark(&mut res);
+                        res.map(|body| Guarded {
+                            body: Body::new(body),
+                            busy: Some(busy),
                         })
-                    }
-                }),
-        );
+                    })
+                }
+            }));
         let io = ClientStream::new(stream, limits.idle_timeout);
         let conn = builder
             .serve_connection(TokioIo::new(io), service)
@@ -195,6 +195,70 @@ impl Busy {
 impl Drop for Busy {
     fn drop(&mut self) {
         self.0.send_modify(|n| *n -= 1);
+    }
+}
+
+/// Whether an HTTP/1 request's body was read to its end by the time its answer was ready.
+///
+/// An answer given before its request's body was read (a 401, 413 or 429 refuses without reading
+/// it) leaves the rest of that body on the connection, so hyper closes the connection once the
+/// answer is written, unless the rest has already arrived. Its answer's head was written saying
+/// nothing of that, so a client that pools connections could send its next request on one that
+/// is closing, and see it fail. Such answers say `Connection: close` instead. HTTP/2 ends the
+/// request's stream alone and needs nothing.
+struct Unread(Option<Arc<AtomicBool>>);
+
+impl Unread {
+    fn track(req: hyper::Request<Incoming>) -> (Request<Body>, Unread) {
+        let http1 = req.version() <= axum::http::Version::HTTP_11;
+        if !http1 || req.body().is_end_stream() {
+            return (req.map(Body::new), Unread(None));
+        }
+        let ended = Arc::new(AtomicBool::new(false));
+        let flag = ended.clone();
+        let req = req.map(|body| Body::new(Tracked { body, ended: flag }));
+        (req, Unread(Some(ended)))
+    }
+
+    fn mark<B>(&self, res: &mut Response<B>) {
+        if let Some(ended) = &self.0 {
+            if !ended.load(Ordering::Acquire) {
+                res.headers_mut().insert(
+                    axum::http::header::CONNECTION,
+                    axum::http::HeaderValue::from_static("close"),
+                );
+            }
+        }
+    }
+}
+
+/// A request body that notes when it has been read to its end.
+struct Tracked {
+    body: Incoming,
+    ended: Arc<AtomicBool>,
+}
+
+impl HttpBody for Tracked {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None)) || self.body.is_end_stream() {
+            self.ended.store(true, Ordering::Release);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }
 
