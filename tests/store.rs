@@ -1192,6 +1192,43 @@ async fn tasks_are_listed_newest_first_by_cursor_with_filters_children_and_usage
         .unwrap();
     assert_eq!(page.tasks.len(), 3);
     assert!(page.next_cursor.is_none());
+    // `imagine` is found without an index of its type, the others with one (the store's
+    // migrations make that index partial); a page of each type holds only that type.
+    let account_ref = account.as_str();
+    let count = |filter: TaskFilter| async move {
+        let page = s.list_tasks(account_ref, &filter, None, 100).await.unwrap();
+        page.unwrap().tasks.len()
+    };
+    let imagine = TaskFilter {
+        task_type: Some(OpKind::Imagine),
+        ..Default::default()
+    };
+    assert_eq!(count(imagine.clone()).await, 6);
+    let waiting_shorten = TaskFilter {
+        status: Some(TaskStatus::Pending),
+        task_type: Some(OpKind::Shorten),
+    };
+    assert_eq!(count(waiting_shorten).await, 3);
+    // A canceled task is found by its status, alone or with its type.
+    let last = s
+        .task_for_account(&account, &ids[0])
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(s.cancel_task(last.seq, &canceled(&last.id)).await.unwrap());
+    let canceled_imagine = TaskFilter {
+        status: Some(TaskStatus::Canceled),
+        task_type: Some(OpKind::Imagine),
+    };
+    let canceled_any = TaskFilter {
+        status: Some(TaskStatus::Canceled),
+        ..Default::default()
+    };
+    assert_eq!(
+        (count(canceled_any).await, count(canceled_imagine).await),
+        (1, 1)
+    );
+    assert_eq!(count(imagine).await, 6);
     // Claim one, so a status filter has something to tell apart.
     let claimed = s.claim_task("w", 60_000).await.unwrap().unwrap();
     assert!(s

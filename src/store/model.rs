@@ -413,6 +413,29 @@ pub struct TaskFilter {
     pub task_type: Option<OpKind>,
 }
 
+impl TaskFilter {
+    /// The filter as conditions on `t`, to follow a `WHERE`. Its values are written in rather
+    /// than bound: the indexes that serve a status or a type are partial (a submit writes no
+    /// entry in them), and a plan may use a partial index only when the query's own text implies
+    /// its condition. SQLite's planner proves that only from the condition's very words, so a
+    /// type other than `imagine` repeats `tasks_by_account_type`'s. The values are a fixed set
+    /// of plain words.
+    pub fn conditions(&self) -> String {
+        let mut sql = String::new();
+        if let Some(status) = self.status {
+            sql.push_str(&format!(" AND t.status = '{}'", status.as_str()));
+        }
+        if let Some(kind) = self.task_type {
+            sql.push_str(&format!(" AND t.task_type = '{}'", kind.as_str()));
+            if kind != OpKind::Imagine {
+                sql.push_str(" AND t.task_type <> 'imagine'");
+            }
+        }
+        debug_assert!(!sql.contains("''"), "{sql}");
+        sql
+    }
+}
+
 /// Progress a worker stores with its heartbeat.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredProgress {

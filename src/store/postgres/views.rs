@@ -42,23 +42,11 @@ impl Views for PgStore {
         // filter), read newest first from the cursor, whatever the depth.
         let mut sql =
             format!("SELECT {TASK_COLUMNS} {TASK_JOINS} WHERE t.account_id = $1 AND t.seq < $2");
-        let mut binds: Vec<&str> = Vec::new();
-        if let Some(status) = filter.status {
-            binds.push(status.as_str());
-            sql.push_str(&format!(" AND t.status = ${}", binds.len() + 2));
-        }
-        if let Some(task_type) = filter.task_type {
-            binds.push(task_type.as_str());
-            sql.push_str(&format!(" AND t.task_type = ${}", binds.len() + 2));
-        }
-        sql.push_str(&format!(" ORDER BY t.seq DESC LIMIT ${}", binds.len() + 3));
-        let mut query = sqlx::query_as::<_, TaskRow>(&sql)
+        sql.push_str(&filter.conditions());
+        sql.push_str(" ORDER BY t.seq DESC LIMIT $3");
+        let rows = sqlx::query_as::<_, TaskRow>(&sql)
             .bind(account_id)
-            .bind(before);
-        for value in binds {
-            query = query.bind(value);
-        }
-        let rows = query
+            .bind(before)
             .bind(i64::from(limit) + 1)
             .fetch_all(&self.pool)
             .await?;

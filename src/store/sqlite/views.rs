@@ -48,23 +48,11 @@ impl Views for SqliteStore {
         // filter), read newest first from the cursor, whatever the depth.
         let mut sql =
             format!("SELECT {TASK_COLUMNS} {TASK_JOINS} WHERE t.account_id = ? AND t.seq < ?");
-        let mut binds: Vec<&str> = Vec::new();
-        if let Some(status) = filter.status {
-            sql.push_str(" AND t.status = ?");
-            binds.push(status.as_str());
-        }
-        if let Some(task_type) = filter.task_type {
-            sql.push_str(" AND t.task_type = ?");
-            binds.push(task_type.as_str());
-        }
+        sql.push_str(&filter.conditions());
         sql.push_str(" ORDER BY t.seq DESC LIMIT ?");
-        let mut query = sqlx::query_as::<_, TaskRow>(&sql)
+        let rows = sqlx::query_as::<_, TaskRow>(&sql)
             .bind(account_id)
-            .bind(before);
-        for value in binds {
-            query = query.bind(value);
-        }
-        let rows = query
+            .bind(before)
             .bind(i64::from(limit) + 1)
             .fetch_all(&self.reader)
             .await?;
