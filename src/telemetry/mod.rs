@@ -6,11 +6,9 @@
 //! serve requests. Nothing waits on a timer, so a line is written as soon as that thread gets to
 //! it. Should lines come faster than they can be written, loggers wait (nothing is dropped). At a
 //! crash (SIGKILL) the lines not yet written are lost; a panic's message goes to stderr directly.
-//! With wrk at 64 connections (`sync=full`, five runs of each build in turn), submits went from
-//! 30,107 to 34,819 a second (medians) and easel's CPU per submit from 43.7 to 38.8 µs. The log
-//! thread then rests `WRITE_PAUSE` after each write (see `Paced`): its own CPU per submit went
-//! from 1.8 to 2.2 µs to 0.4 to 0.7 µs (wrk at 64 connections, three runs each, `/proc` per
-//! thread), and a line reaches stderr at most a few milliseconds after it was logged.
+//! The log thread rests `WRITE_PAUSE` after each write (see `Paced`), so a line reaches stderr
+//! at most a few milliseconds after it was logged. What each of these saved on the submit path
+//! is measured in docs/benchmarks.md ("What limits each figure").
 
 pub mod request;
 

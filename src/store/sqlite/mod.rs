@@ -78,10 +78,8 @@ fn to_json(value: &impl serde::Serialize) -> String {
 
 /// How often `run_checkpointer` checkpoints while there are writes. The more often, the less
 /// each checkpoint copies and the shorter the writer's stalls behind it (its fsyncs wait on the
-/// checkpoint's): in `bench/run --only submit` at 64 clients, `sync=full`, p99 was 23 ms with
-/// checkpoints every second, 15 ms every 100 ms, 12 ms every 50 ms, 8.7 to 10.8 ms every 20 ms
-/// (five runs) and 7.7 to 8.6 ms every 10 ms (two runs), while throughput fell from 23,400
-/// submits/s to 19,400 to 19,700.
+/// checkpoint's), for some throughput: submit p99 against the interval is measured in
+/// docs/design.md ("The SQLite store").
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(10);
 /// How often it looks while the database is idle (the last checkpoint found nothing new).
 const CHECKPOINT_IDLE: Duration = Duration::from_millis(500);
