@@ -129,10 +129,7 @@ pub async fn serve<S, B>(
                     let answered = answer.await;
                     answered.map(|mut res| {
                         unread.mark(&mut res);
-                        res.map(|body| Guarded {
-                            body: Body::new(body),
-                            busy: Some(busy),
-                        })
+                        res.map(|body| Watched::new(Body::new(body), move || drop(busy)))
                     })
                 }
             }));
@@ -216,7 +213,11 @@ impl Unread {
         }
         let ended = Arc::new(AtomicBool::new(false));
         let flag = ended.clone();
-        let req = req.map(|body| Body::new(Tracked { body, ended: flag }));
+        let req = req.map(|body| {
+            Body::new(Watched::new(body, move || {
+                flag.store(true, Ordering::Release)
+            }))
+        });
         (req, Unread(Some(ended)))
     }
 
@@ -232,54 +233,38 @@ impl Unread {
     }
 }
 
-/// A request body that notes when it has been read to its end.
-struct Tracked {
-    body: Incoming,
-    ended: Arc<AtomicBool>,
+/// A request's or an answer's body that calls `at_end` once it has been read to its end (or has
+/// failed). Dropped before that, it drops `at_end` uncalled: a request body left unread stays
+/// unread ([`Unread`]), and an answer hyper gave up on still stops counting as in progress
+/// ([`Busy`], held by the answer's `at_end`), so a long download or event stream is not an idle
+/// connection while it lasts.
+struct Watched<B, F> {
+    body: B,
+    at_end: Option<F>,
 }
 
-impl HttpBody for Tracked {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let polled = Pin::new(&mut self.body).poll_frame(cx);
-        if matches!(polled, Poll::Ready(None)) || self.body.is_end_stream() {
-            self.ended.store(true, Ordering::Release);
+impl<B, F> Watched<B, F> {
+    fn new(body: B, at_end: F) -> Self {
+        Watched {
+            body,
+            at_end: Some(at_end),
         }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
     }
 }
 
-/// An answer's body that keeps its request counted as in progress until the body has ended (or
-/// hyper has dropped it), so a long download or event stream is not an idle connection.
-struct Guarded {
-    body: Body,
-    busy: Option<Busy>,
-}
-
-impl HttpBody for Guarded {
-    type Data = Bytes;
-    type Error = axum::Error;
+impl<B: HttpBody + Unpin, F: FnOnce() + Unpin> HttpBody for Watched<B, F> {
+    type Data = B::Data;
+    type Error = B::Error;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
         let polled = Pin::new(&mut self.body).poll_frame(cx);
-        if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
-            self.busy = None;
+        if matches!(polled, Poll::Ready(None | Some(Err(_)))) || self.body.is_end_stream() {
+            if let Some(at_end) = self.at_end.take() {
+                at_end();
+            }
         }
         polled
     }
