@@ -757,6 +757,43 @@ async fn postgres_nodes_share_migrations_ids_wakeups_the_quota_and_revocations()
     }
 }
 
+/// SQLite's plan for an account's listing of one type, its steps joined.
+async fn listing_plan(conn: &mut sqlx::SqliteConnection, task_type: OpKind) -> String {
+    let filter = easel::store::TaskFilter {
+        status: None,
+        task_type: Some(task_type),
+    };
+    let sql = format!(
+        "EXPLAIN QUERY PLAN SELECT t.* FROM tasks t WHERE t.account_id = 'a' AND t.seq < 9{} \
+         ORDER BY t.seq DESC LIMIT 21",
+        filter.conditions()
+    );
+    let rows: Vec<(i64, i64, i64, String)> = sqlx::query_as(&sql).fetch_all(conn).await.unwrap();
+    rows.into_iter().map(|r| r.3).collect::<Vec<_>>().join("; ")
+}
+
+/// SQLite uses a partial index only when the query repeats its condition word for word, which
+/// `TaskFilter::conditions` does for the type index: a listing by a type other than `imagine`
+/// reads `tasks_by_account_type`, an `imagine` one `tasks_by_account`.
+#[tokio::test]
+async fn sqlite_listings_by_type_read_the_partial_type_index() {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("easel.db").display());
+    // Opened for its migrations.
+    let store: SharedStore = Arc::new(SqliteStore::open(&url, false).await.unwrap());
+    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    let blend = listing_plan(&mut conn, OpKind::Blend).await;
+    assert!(
+        blend.contains("USING INDEX tasks_by_account_type "),
+        "{blend}"
+    );
+    let imagine = listing_plan(&mut conn, OpKind::Imagine).await;
+    assert!(!imagine.contains("tasks_by_account_type"), "{imagine}");
+    conn.close().await.unwrap();
+    store.close().await;
+}
+
 #[tokio::test]
 async fn a_database_url_with_an_unknown_scheme_stops_easel_naming_the_setting() {
     let dir = tempfile::tempdir().unwrap();

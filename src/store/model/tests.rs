@@ -57,3 +57,28 @@ fn the_reaper_sends_a_lost_task_s_failure_only_when_its_events_name_it() {
     let completed = r#"{"webhook_events":["completed"]}"#;
     assert!(!worker_lost("t", "imagine", 3, Some(completed)).delivers);
 }
+
+#[test]
+fn a_listings_filter_is_written_in_plain_words_and_repeats_the_type_indexs_condition() {
+    // Written into the query's text, so every value must be a word that needs no quoting.
+    let plain = |w: &str| {
+        w.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+    };
+    for status in TaskStatus::ALL {
+        assert!(plain(status.as_str()), "{status:?}");
+    }
+    for kind in OpKind::ALL {
+        assert!(plain(kind.as_str()), "{kind:?}");
+    }
+    let filter = |status, task_type| TaskFilter { status, task_type }.conditions();
+    assert_eq!(filter(None, None), "");
+    assert_eq!(
+        filter(Some(TaskStatus::Failed), Some(OpKind::Imagine)),
+        " AND t.status = 'failed' AND t.task_type = 'imagine'"
+    );
+    assert_eq!(
+        filter(None, Some(OpKind::Upscale1x)),
+        " AND t.task_type = 'upscale-1x' AND t.task_type <> 'imagine'"
+    );
+}
