@@ -52,6 +52,9 @@ pub enum Fault {
     ExecError(&'static str),
     /// openai: four images, the second two pixels wider than the others.
     MixedSizes,
+    /// openai: the images as usual, with every `/` of the answer written `\/` (as PHP's
+    /// `json_encode` and some other encoders write it), which JSON allows.
+    Escaped,
 }
 
 impl Fault {

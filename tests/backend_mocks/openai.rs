@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::{Multipart, Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -210,7 +210,13 @@ impl OpenAiMock {
                 }
             })
             .collect();
-        Json(json!({"created": 1_700_000_000, "data": data})).into_response()
+        let answer = json!({"created": 1_700_000_000, "data": data});
+        if fault == Fault::Escaped {
+            // Outside its strings the answer has no `/`.
+            let escaped = answer.to_string().replace('/', "\\/");
+            return ([(header::CONTENT_TYPE, "application/json")], escaped).into_response();
+        }
+        Json(answer).into_response()
     }
 }
 

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
 use serde_json::{json, Value};
 
 use crate::backend_mocks::openai::OpenAiMock;
@@ -194,6 +195,27 @@ async fn a_local_model_gets_the_jobs_size_and_base64_without_a_key() {
     assert_eq!(body["size"], "128x64");
     assert_eq!(body["n"], 4);
     assert_eq!(body["response_format"], "b64_json");
+}
+
+/// The base64 of an answer is read where it lies in the body when it needs no unescaping; an
+/// answer whose base64 does (`\/`) gives the same files.
+#[tokio::test]
+async fn escaped_base64_in_an_answer_gives_the_same_images() {
+    let (mock, url) = serve_making(None, None).await;
+    let backend = backend(&url, Some("sd-turbo"), None);
+    let job = job(Operation::Imagine, (1, 1), 96);
+    let files = |product: Product| match product {
+        Product::Grid { images, .. } => images.map(|i| i.bytes),
+        other => panic!("not a grid: {other:?}"),
+    };
+    let plain = files(run(&backend, &job).await.unwrap());
+    mock.script.set(Fault::Escaped);
+    let escaped = files(run(&backend, &job).await.unwrap());
+    assert_eq!(plain, escaped);
+    assert!(plain.iter().all(|f| f.starts_with(b"\x89PNG")));
+    // The answer did carry escapes: these files' base64 has a `/`.
+    let b64 = |f: &Vec<u8>| base64::engine::general_purpose::STANDARD.encode(f);
+    assert!(plain.iter().any(|f| b64(f).contains('/')));
 }
 
 #[tokio::test]

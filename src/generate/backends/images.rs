@@ -121,7 +121,7 @@ pub fn decode_output(bytes: &[u8], what: &str) -> Result<RgbaImage, GenerateErro
 /// and its header is read (its size within the input limits); its pixels are decoded when its
 /// task's grid is made ([`crate::generate::grid`]). A malformed file fails the task, never a
 /// panic.
-pub fn keep_output(bytes: &[u8], what: &str) -> Result<Answered, GenerateError> {
+pub fn keep_output(bytes: Cow<'_, [u8]>, what: &str) -> Result<Answered, GenerateError> {
     let failed = |e: String| GenerateError::Failed(format!("{what} from the backend: {e}"));
     match stored::keep(bytes).map_err(failed)? {
         Kept::File(stored) => {
@@ -133,8 +133,8 @@ pub fn keep_output(bytes: &[u8], what: &str) -> Result<Answered, GenerateError> 
                 stored,
             })
         }
-        Kept::Reencode { orientation } => {
-            let pixels = stored::orient(decode_output(bytes, what)?, orientation);
+        Kept::Reencode { bytes, orientation } => {
+            let pixels = stored::orient(decode_output(&bytes, what)?, orientation);
             Ok(Answered {
                 stored: StoredImage::png(&pixels),
                 width: pixels.width,
@@ -160,7 +160,7 @@ pub fn keep_each<T: Sync>(
 ) -> Result<Vec<Answered>, GenerateError> {
     side_by_side(files, |i, file| {
         let what = format!("image {}", i + 1);
-        keep_output(&bytes(file, &what)?, &what)
+        keep_output(bytes(file, &what)?, &what)
     })
     .into_iter()
     .collect()

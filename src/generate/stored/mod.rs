@@ -6,6 +6,9 @@
 mod jpeg_markers;
 mod png_chunks;
 
+use std::borrow::Cow;
+use std::ops::Range;
+
 use image::metadata::Orientation;
 
 use super::raster::{encode_png, RgbaImage};
@@ -85,30 +88,46 @@ impl StoredImage {
 
 /// What to do with an image file a backend sent.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Kept {
+pub enum Kept<'a> {
     /// The file less its metadata: store it as it is (its pixels are decoded for the grid).
     File(StoredImage),
     /// Decode it, turn it as `orientation` says, and store it as PNG: a format easel does not
     /// keep (WebP, GIF), or a JPEG whose Exif orientation turns it. Exif goes with the rest of
     /// the metadata, so such a JPEG kept as it is would show on its side; turned pixels show as
-    /// the backend meant, in the stored file and in the grid alike.
-    Reencode { orientation: Orientation },
+    /// the backend meant, in the stored file and in the grid alike. `bytes`: the file to decode
+    /// (a JPEG less its metadata, anything else as it came).
+    Reencode {
+        bytes: Cow<'a, [u8]>,
+        orientation: Orientation,
+    },
 }
 
 /// What to store of `bytes`, an image file from a backend. An error when a PNG's chunks or a
 /// JPEG's markers do not parse (cut short, a bad CRC, a length past the end). Cheap next to
-/// decoding, but run it where decoding runs: it copies the whole file.
-pub fn keep(bytes: &[u8]) -> Result<Kept, String> {
+/// decoding, but run it where decoding runs: it reads the whole file, and copies it unless it
+/// is owned (then what is dropped is cut out in place).
+pub fn keep(bytes: Cow<'_, [u8]>) -> Result<Kept<'_>, String> {
     if bytes.starts_with(&png_chunks::SIGNATURE) {
+        let bytes = match bytes {
+            Cow::Borrowed(bytes) => png_chunks::strip(bytes)?,
+            Cow::Owned(bytes) => png_chunks::strip_owned(bytes)?,
+        };
         return Ok(Kept::File(StoredImage {
-            bytes: png_chunks::strip(bytes)?,
+            bytes,
             format: Format::Png,
         }));
     }
     if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
-        return match jpeg_markers::strip(bytes)? {
-            (_, Some(orientation)) if orientation != Orientation::NoTransforms => {
-                Ok(Kept::Reencode { orientation })
+        let stripped = match bytes {
+            Cow::Borrowed(bytes) => jpeg_markers::strip(bytes)?,
+            Cow::Owned(bytes) => jpeg_markers::strip_owned(bytes)?,
+        };
+        return match stripped {
+            (bytes, Some(orientation)) if orientation != Orientation::NoTransforms => {
+                Ok(Kept::Reencode {
+                    bytes: Cow::Owned(bytes),
+                    orientation,
+                })
             }
             (bytes, _) => Ok(Kept::File(StoredImage {
                 bytes,
@@ -117,8 +136,46 @@ pub fn keep(bytes: &[u8]) -> Result<Kept, String> {
         };
     }
     Ok(Kept::Reencode {
+        bytes,
         orientation: Orientation::NoTransforms,
     })
+}
+
+/// The parts of a file to keep, in order, adjacent parts joined.
+#[derive(Default)]
+struct Spans(Vec<Range<usize>>);
+
+impl Spans {
+    fn keep(&mut self, part: Range<usize>) {
+        match self.0.last_mut() {
+            Some(last) if last.end == part.start => last.end = part.end,
+            _ => self.0.push(part),
+        }
+    }
+
+    /// The parts of `bytes`, copied into a file of their own.
+    fn gather(&self, bytes: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.0.iter().map(|p| p.len()).sum());
+        for part in &self.0 {
+            out.extend_from_slice(&bytes[part.clone()]);
+        }
+        out
+    }
+
+    /// The parts of `bytes`, moved down over what is dropped (each part starts at or after where
+    /// it goes, as the parts are in order): no second buffer. A file with nothing to drop is
+    /// returned as it is.
+    fn compact(&self, mut bytes: Vec<u8>) -> Vec<u8> {
+        let mut to = 0;
+        for part in &self.0 {
+            if part.start != to {
+                bytes.copy_within(part.clone(), to);
+            }
+            to += part.len();
+        }
+        bytes.truncate(to);
+        bytes
+    }
 }
 
 /// `image` turned as `orientation` says (the image crate's transforms, on easel's pixels).
@@ -153,7 +210,7 @@ mod tests {
     fn formats_are_told_apart() {
         let png = encode_png(&RgbaImage::new(4, 2));
         assert!(matches!(
-            keep(&png),
+            keep(Cow::Borrowed(&png)),
             Ok(Kept::File(StoredImage {
                 format: Format::Png,
                 ..
@@ -161,13 +218,20 @@ mod tests {
         ));
         let jpeg = StoredImage::jpeg(&RgbaImage::new(4, 2)).unwrap();
         assert!(jpeg.bytes.starts_with(&[0xFF, 0xD8]));
-        assert_eq!(keep(&jpeg.bytes), Ok(Kept::File(jpeg)));
-        let not_kept = Kept::Reencode {
+        assert_eq!(
+            keep(Cow::Borrowed(&jpeg.bytes)),
+            Ok(Kept::File(jpeg.clone()))
+        );
+        assert_eq!(keep(Cow::Owned(jpeg.bytes.clone())), Ok(Kept::File(jpeg)));
+        let webp = b"RIFF\0\0\0\0WEBPVP8 ";
+        let not_kept = |bytes: &'static [u8]| Kept::Reencode {
+            bytes: Cow::Borrowed(bytes),
             orientation: Orientation::NoTransforms,
         };
-        assert_eq!(keep(b"RIFF\0\0\0\0WEBPVP8 ").unwrap(), not_kept);
-        assert_eq!(keep(b"").unwrap(), not_kept);
-        assert!(keep(&png[..png.len() - 1]).is_err());
+        assert_eq!(keep(Cow::Borrowed(webp)).unwrap(), not_kept(webp));
+        assert_eq!(keep(Cow::Borrowed(b"")).unwrap(), not_kept(b""));
+        assert!(keep(Cow::Borrowed(&png[..png.len() - 1])).is_err());
+        assert!(keep(Cow::Owned(png[..png.len() - 1].to_vec())).is_err());
     }
 
     #[test]

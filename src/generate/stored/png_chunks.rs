@@ -1,5 +1,7 @@
 //! A PNG as the backend sent it, less the chunks that do not draw it.
 
+use super::Spans;
+
 /// The eight bytes every PNG starts with.
 pub const SIGNATURE: [u8; 8] = [0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a];
 
@@ -21,11 +23,23 @@ const MAX_CHUNK: u32 = (1 << 31) - 1;
 /// past the end or over PNG's limit, a bad CRC, a first chunk other than IHDR, no IEND. What
 /// follows IEND is not part of the image and is dropped.
 pub fn strip(bytes: &[u8]) -> Result<Vec<u8>, String> {
+    Ok(kept(bytes)?.gather(bytes))
+}
+
+/// [`strip`] of a file easel owns: the chunks dropped by moving the rest down in place, so that
+/// a decoded answer is not copied again.
+pub fn strip_owned(bytes: Vec<u8>) -> Result<Vec<u8>, String> {
+    Ok(kept(&bytes)?.compact(bytes))
+}
+
+/// Where [`strip`]'s chunks lie in `bytes`.
+fn kept(bytes: &[u8]) -> Result<Spans, String> {
     let mut rest = bytes
         .strip_prefix(&SIGNATURE)
         .ok_or("not a PNG (no signature)")?;
-    let mut kept = Vec::with_capacity(bytes.len());
-    kept.extend_from_slice(&SIGNATURE);
+    let mut spans = Spans::default();
+    spans.keep(0..SIGNATURE.len());
+    let mut at = SIGNATURE.len();
     let mut first = true;
     loop {
         if rest.len() < 12 {
@@ -55,14 +69,15 @@ pub fn strip(bytes: &[u8]) -> Result<Vec<u8>, String> {
         }
         first = false;
         if KEPT.contains(&kind) {
-            kept.extend_from_slice(chunk);
+            spans.keep(at..at + end);
         }
         rest = &rest[end..];
+        at += end;
         if kind == b"IEND" {
             break;
         }
     }
-    Ok(kept)
+    Ok(spans)
 }
 
 /// The types of `bytes`' chunks in order, for tests and checks; `None` when they do not parse.
@@ -130,6 +145,7 @@ mod tests {
             ],
         );
         let stripped = strip(&with).unwrap();
+        assert_eq!(strip_owned(with.clone()).unwrap(), stripped);
         let types = chunk_types(&stripped).unwrap();
         assert_eq!(&types[..2], &[*b"IHDR", *b"gAMA"]);
         assert_eq!(types.last(), Some(b"IEND"));
@@ -188,7 +204,8 @@ mod tests {
                 let mut bad = good.clone();
                 bad[at] ^= bit;
                 // Most flips fail a CRC or a length; none may panic.
-                let _ = strip(&bad);
+                // Stripped in place or into a copy, the same answer.
+                assert_eq!(strip(&bad), strip_owned(bad.clone()));
             }
         }
     }

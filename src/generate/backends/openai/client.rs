@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use base64::Engine as _;
+use bytes::Bytes;
 use futures::future::try_join_all;
 use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 use reqwest::multipart::{Form, Part};
@@ -234,6 +234,8 @@ impl Client {
         if !status.is_success() {
             return Err(self.answer_error(status, &headers, &body));
         }
+        // The base64 is read where it lies in the body, not copied into strings of its own.
+        let body = Bytes::from(body);
         let answer: ImagesAnswer = serde_json::from_slice(&body).map_err(|e| {
             GenerateError::Failed(format!(
                 "the backend's answer is not the images JSON ({e}): {}",
@@ -251,7 +253,11 @@ impl Client {
             .into_iter()
             .enumerate()
             .map(|(i, item)| match (item.b64_json, item.url) {
-                (Some(b64), _) => Ok(Answer::Base64(b64)),
+                (Some(b64), _) => Ok(Answer::Base64(match b64 {
+                    Cow::Borrowed(b64) => body.slice_ref(b64.as_bytes()),
+                    // Escaped (`\/`): unescaped into a string of its own.
+                    Cow::Owned(b64) => b64.into(),
+                })),
                 (None, Some(url)) => Ok(Answer::Url(url)),
                 (None, None) => Err(GenerateError::Failed(format!(
                     "image {} of the backend's answer has neither b64_json nor url",
@@ -338,13 +344,14 @@ impl Client {
 
 /// One image of an answer, as the backend gave it.
 pub(super) enum Answer {
-    Base64(String),
+    /// The base64 text, a slice of the answer's body where it needed no unescaping.
+    Base64(Bytes),
     Url(String),
 }
 
 /// One image's file: base64 text, or the bytes fetched from its URL.
 pub(super) enum Sent {
-    Base64(String),
+    Base64(Bytes),
     Bytes(Vec<u8>),
 }
 
@@ -353,8 +360,8 @@ impl Sent {
     pub(super) fn bytes(&self) -> Result<Cow<'_, [u8]>, GenerateError> {
         match self {
             Sent::Bytes(bytes) => Ok(Cow::Borrowed(bytes)),
-            Sent::Base64(b64) => base64::engine::general_purpose::STANDARD
-                .decode(b64.trim())
+            Sent::Base64(b64) => base64_simd::STANDARD
+                .decode_to_vec(b64.trim_ascii())
                 .map(Cow::Owned)
                 .map_err(|e| {
                     GenerateError::Failed(format!("the backend's b64_json is not base64: {e}"))
@@ -364,14 +371,15 @@ impl Sent {
 }
 
 #[derive(Deserialize)]
-struct ImagesAnswer {
-    data: Vec<ImageItem>,
+struct ImagesAnswer<'a> {
+    #[serde(borrow)]
+    data: Vec<ImageItem<'a>>,
 }
 
 #[derive(Deserialize)]
-struct ImageItem {
-    #[serde(default)]
-    b64_json: Option<String>,
+struct ImageItem<'a> {
+    #[serde(default, borrow)]
+    b64_json: Option<Cow<'a, str>>,
     #[serde(default)]
     url: Option<String>,
 }

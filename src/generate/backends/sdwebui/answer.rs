@@ -1,9 +1,5 @@
 //! Reading the WebUI's answers: its progress, the images of a job, an upscale, a caption.
 
-use base64::alphabet;
-use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
-use base64::engine::DecodePaddingMode;
-use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -60,17 +56,14 @@ pub(super) fn preview_bytes(text: &str) -> Option<Vec<u8>> {
     image::guess_format(&bytes).ok().map(|_| bytes)
 }
 
-/// Base64, perhaps as a data URL, with or without padding.
-fn unbase64(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
-    const LENIENT: GeneralPurpose = GeneralPurpose::new(
-        &alphabet::STANDARD,
-        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
-    );
+/// Base64, perhaps as a data URL, with or without padding (the forgiving decoding of the web's
+/// `atob`, which also passes over whitespace).
+fn unbase64(text: &str) -> Result<Vec<u8>, base64_simd::Error> {
     let text = match text.strip_prefix("data:") {
         Some(url) => url.split_once(',').map_or("", |(_, data)| data),
         None => text,
     };
-    LENIENT.decode(text.trim())
+    base64_simd::forgiving_decode_to_vec(text.as_bytes())
 }
 
 pub(super) fn parse<'a, T: Deserialize<'a>>(answer: &'a [u8]) -> Result<T, GenerateError> {
@@ -170,7 +163,7 @@ pub(super) fn upscale_product(answer: &[u8]) -> Result<Product, GenerateError> {
         Some(text) => {
             let what = "the upscaled image";
             Ok(Product::from_answer(keep_output(
-                &file_of(&text, what)?,
+                Cow::Owned(file_of(&text, what)?),
                 what,
             )?))
         }
