@@ -11,6 +11,7 @@ use std::io::Write;
 use std::sync::Once;
 use std::time::Duration;
 
+use bytes::Bytes;
 use easel::blobs::Blobs;
 use easel::config::Config;
 use serde_json::json;
@@ -68,17 +69,26 @@ async fn conformance(blobs: &Blobs) {
     let second = Blobs::new_folder(task);
     assert_ne!(first, second, "folders are unguessable, so never the same");
 
-    // Put and get back, byte for byte; a missing key is None, not an error.
+    // A new folder's files put at once (as a task's are), and got back byte for byte; a missing
+    // key is None, not an error. Only keys directly in the folder are taken.
     let png = b"\x89PNG\r\n\x1a\n not really".to_vec();
+    for stray in [format!("{second}/0.png"), format!("{first}/deeper/0.png")] {
+        let refused = blobs
+            .put_new_folder(&first, vec![(stray, Bytes::from_static(b"x"))])
+            .await
+            .unwrap_err();
+        assert!(!refused.is_transient(), "{refused}");
+    }
     blobs
-        .put(&format!("{first}/0.png"), png.clone())
+        .put_new_folder(
+            &first,
+            vec![
+                (format!("{first}/0.png"), Bytes::from(png.clone())),
+                (format!("{first}/grid.png"), Bytes::from_static(b"grid")),
+            ],
+        )
         .await
         .unwrap();
-    blobs
-        .put(&format!("{first}/grid.png"), b"grid".to_vec())
-        .await
-        .unwrap();
-    blobs.sync_folder(&first).await.unwrap();
     let got = blobs.get(&format!("{first}/0.png")).await.unwrap().unwrap();
     assert_eq!(&got[..], &png[..]);
     assert!(blobs

@@ -6,12 +6,12 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use super::store::{io_error, BlobError, BlobStore};
+use super::store::{io_error, worst, BlobError, BlobStore};
 
 #[derive(Debug)]
 pub(super) struct Local {
     root: PathBuf,
-    /// fsync each file before it is published, and folders on `sync_folder` (on with
+    /// fsync each file before it is published, and a new folder's folders (on with
     /// `sqlite_synchronous = full`).
     durable: bool,
 }
@@ -112,25 +112,52 @@ impl BlobStore for Local {
         .await;
     }
 
-    /// fsync `folder` and each folder above it up to the root: a file's own fsync does not
-    /// persist its name; its directory's does. Nothing to do unless durable.
-    async fn sync_folder(&self, folder: &str) -> Result<(), BlobError> {
-        if !self.durable {
-            return Ok(());
-        }
+    /// Each file written in place (no reader can ask for it before its key is recorded, so no
+    /// temporary file and rename), and, when durable, every fsync at once: each file's, and that
+    /// of `folder` and each folder above it up to the root (a file's own fsync does not persist
+    /// its name; its folder's does). The files are created before any folder's fsync starts,
+    /// so that those find every name in place.
+    async fn put_new_folder(
+        &self,
+        folder: &str,
+        files: Vec<(String, Bytes)>,
+    ) -> Result<(), BlobError> {
         let root = self.root.clone();
         let dir = root.join(folder);
-        blocking(move || {
-            let mut dir = dir.as_path();
-            loop {
-                std::fs::File::open(dir)?.sync_all()?;
-                match dir.parent() {
-                    Some(parent) if dir != root => dir = parent,
-                    _ => return Ok(()),
-                }
+        let paths: Vec<PathBuf> = files.iter().map(|(key, _)| root.join(key)).collect();
+        let created: Vec<std::fs::File> = {
+            let dir = dir.clone();
+            blocking(move || {
+                std::fs::create_dir_all(&dir)?;
+                paths.iter().map(std::fs::File::create).collect()
+            })
+            .await?
+        };
+        let durable = self.durable;
+        let mut work: Vec<futures::future::BoxFuture<'_, Result<(), BlobError>>> = created
+            .into_iter()
+            .zip(files)
+            .map(|(mut file, (_, bytes))| {
+                Box::pin(blocking(move || {
+                    file.write_all(&bytes)?;
+                    if durable {
+                        file.sync_all()?;
+                    }
+                    Ok(())
+                })) as _
+            })
+            .collect();
+        if durable {
+            let mut at = Some(dir.as_path());
+            while let Some(d) = at {
+                let path = d.to_path_buf();
+                work.push(Box::pin(blocking(move || {
+                    std::fs::File::open(path)?.sync_all()
+                })));
+                at = d.parent().filter(|_| d != root);
             }
-        })
-        .await
+        }
+        worst(futures::future::join_all(work).await)
     }
 }
 

@@ -144,11 +144,24 @@ impl Blobs {
         Ok(keys)
     }
 
-    /// Make `folder` and the files put into it durable (local files: fsync the folders, since a
-    /// file's own fsync does not persist its name). Nothing to do on object storage.
-    pub async fn sync_folder(&self, folder: &str) -> Result<(), BlobError> {
+    /// Store `files` (each a key directly in `folder`, and its bytes) in `folder`, a fresh one
+    /// from [`Blobs::new_folder`] whose keys no reader knows yet, durably: on local files with
+    /// `sqlite_synchronous = full` each file and the folders that name them are fsynced, all at
+    /// once. A failure may leave part of it behind: remove the folder then.
+    pub async fn put_new_folder(
+        &self,
+        folder: &str,
+        files: Vec<(String, Bytes)>,
+    ) -> Result<(), BlobError> {
         check_key(folder)?;
-        self.store.sync_folder(folder).await
+        for (key, _) in &files {
+            check_key(key)?;
+            let name = key.strip_prefix(folder).and_then(|k| k.strip_prefix('/'));
+            if name.is_none_or(|name| name.contains('/')) {
+                return Err(BlobError::invalid_key(key));
+            }
+        }
+        self.store.put_new_folder(folder, files).await
     }
 
     /// Keys in easel's layout (a task's image, or a storage probe) last written before

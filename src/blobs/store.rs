@@ -59,13 +59,32 @@ pub(super) trait BlobStore: Send + Sync + std::fmt::Debug {
         before: std::time::SystemTime,
         limit: usize,
     ) -> Result<Vec<String>, BlobError>;
-    /// Make what was put under `folder` durable, where `put` alone does not.
-    async fn sync_folder(&self, _folder: &str) -> Result<(), BlobError> {
-        Ok(())
+    /// Store `files` in `folder`, a folder no reader can know of yet (a task attempt's, before
+    /// its keys are recorded), durably, each file whole by the time this returns. A failure may
+    /// leave some of them behind: the caller removes the folder. Here: each put side by side.
+    async fn put_new_folder(
+        &self,
+        _folder: &str,
+        files: Vec<(String, Bytes)>,
+    ) -> Result<(), BlobError> {
+        let puts = files
+            .into_iter()
+            .map(|(key, bytes)| async move { self.put(&key, bytes).await });
+        worst(futures::future::join_all(puts).await)
     }
     /// Remove `folder` and the folders above it that are left empty, where folders exist
     /// apart from keys (a write that failed can leave one).
     async fn prune(&self, _folder: &str) {}
+}
+
+/// The error to report of several writes' results: a transient one before a permanent one (the
+/// task may still succeed later); `Ok` when none failed.
+pub(super) fn worst(results: Vec<Result<(), BlobError>>) -> Result<(), BlobError> {
+    let failed = results.into_iter().filter_map(Result::err);
+    match failed.reduce(|a, b| if a.is_transient() { a } else { b }) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// How an I/O error should be treated: transient when the disk, the network or the system

@@ -462,28 +462,9 @@ impl WorkerContext {
             }
         };
         let bytes: u64 = files.iter().map(|(_, png)| png.len() as u64).sum();
-        // Written side by side, so that their fsyncs overlap. Every write ends before the
-        // outcome is judged, so that a failure's clean-up finds all that was written.
-        let writes = files
-            .into_iter()
-            .map(|(key, bytes)| async move { self.blobs.put(&key, bytes).await });
-        // Durable only once their folder is synced too (a file's fsync does not persist its name).
-        let stored = async {
-            let results = futures::future::join_all(writes).await;
-            // A transient failure outranks a permanent one: the task may still succeed later.
-            let failed = results.into_iter().filter_map(Result::err).reduce(|a, b| {
-                if a.is_transient() {
-                    a
-                } else {
-                    b
-                }
-            });
-            match failed {
-                Some(e) => Err(e),
-                None => self.blobs.sync_folder(&folder).await,
-            }
-        };
-        if let Err(e) = stored.await {
+        // Every write ends before the outcome is judged, so that a failure's clean-up finds all
+        // that was written.
+        if let Err(e) = self.blobs.put_new_folder(&folder, files).await {
             self.blobs.remove_folder(&folder).await;
             if e.is_transient() {
                 return Produced::StorageUnavailable(e);
