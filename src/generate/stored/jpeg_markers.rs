@@ -2,7 +2,7 @@
 
 use image::metadata::Orientation;
 
-use super::Spans;
+use super::spans::Spans;
 
 /// `bytes` with only the segments a decoder needs, copied byte for byte in their order: SOI,
 /// the tables (DQT, DHT, DAC, DRI, DNL), the frame header (SOFn), every scan (SOS and its

@@ -1,6 +1,6 @@
 //! A PNG as the backend sent it, less the chunks that do not draw it.
 
-use super::Spans;
+use super::spans::Spans;
 
 /// The eight bytes every PNG starts with.
 pub const SIGNATURE: [u8; 8] = [0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a];
