@@ -6,18 +6,15 @@
 //!
 //! The permutation is a balanced Feistel network of 8 rounds on two 61-bit halves with AES-256
 //! as the round function: the construction of FF1 (NIST SP 800-38G), specialised to this one
-//! size. The `fpe` crate's FF1 took 26 µs per id over 122 binary numerals (its general,
-//! big-integer path) and 5.3 µs over 120 bits (its byte path), on the submit path's one writer;
-//! this takes 1.8 µs for an id and back (`a_hundred_thousand_ids_lead_back_to_their_seq` prints
-//! it; release build, 2-core machine). The ids handed out depend on every detail here:
-//! `an_id_never_changes` pins one.
+//! size, written here because the `fpe` crate's general FF1 was several times slower on the
+//! submit path's one writer (docs/benchmarks.md; `a_hundred_thousand_ids_lead_back_to_their_seq`
+//! prints what this takes). The ids handed out depend on every detail here: `an_id_never_changes`
+//! pins one.
 //!
 //! Why not random ids: an index on random ids takes one insert at a random place per task, and
 //! with more tasks than the page cache holds every insert dirties a page of its own, which the
-//! commit writes to the log and the checkpoint writes again. On easel's schema with 200,000
-//! tasks, `synchronous = full`, batches of 64 (Python's `sqlite3`, SQLite 3.40), inserting cost
-//! 38.3 µs per task with a unique index on random v4 text ids and 10.0 µs with no such index;
-//! with 1,000,000 tasks, 44.8 against 12.0 µs.
+//! commit writes to the log and the checkpoint writes again (docs/design.md, "Task ids are made
+//! from `seq`", has the measured cost).
 //!
 //! Tasks stored before this scheme keep the random id they were given, in `tasks.id`; every
 //! lookup tries both (see `TaskKey`).
