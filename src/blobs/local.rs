@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures::future::join_all;
 
 use super::store::{io_error, worst, BlobError, BlobStore};
 
@@ -122,7 +123,7 @@ impl BlobStore for Local {
         folder: &str,
         files: Vec<(String, Bytes)>,
     ) -> Result<(), BlobError> {
-        let root = self.root.clone();
+        let root = &self.root;
         let dir = root.join(folder);
         let paths: Vec<PathBuf> = files.iter().map(|(key, _)| root.join(key)).collect();
         let created: Vec<std::fs::File> = {
@@ -134,30 +135,30 @@ impl BlobStore for Local {
             .await?
         };
         let durable = self.durable;
-        let mut work: Vec<futures::future::BoxFuture<'_, Result<(), BlobError>>> = created
+        let writes = created
             .into_iter()
             .zip(files)
             .map(|(mut file, (_, bytes))| {
-                Box::pin(blocking(move || {
+                blocking(move || {
                     file.write_all(&bytes)?;
                     if durable {
                         file.sync_all()?;
                     }
                     Ok(())
-                })) as _
-            })
-            .collect();
-        if durable {
-            let mut at = Some(dir.as_path());
-            while let Some(d) = at {
-                let path = d.to_path_buf();
-                work.push(Box::pin(blocking(move || {
-                    std::fs::File::open(path)?.sync_all()
-                })));
-                at = d.parent().filter(|_| d != root);
-            }
-        }
-        worst(futures::future::join_all(work).await)
+                })
+            });
+        // `folder` and each folder above it, up to the root.
+        let folders: Vec<PathBuf> = if durable {
+            let up_to_root = dir.ancestors().take_while(|d| d.starts_with(root));
+            up_to_root.map(Path::to_path_buf).collect()
+        } else {
+            Vec::new()
+        };
+        let syncs = folders
+            .into_iter()
+            .map(|d| blocking(move || std::fs::File::open(d)?.sync_all()));
+        let (written, synced) = futures::join!(join_all(writes), join_all(syncs));
+        worst(written.into_iter().chain(synced))
     }
 }
 

@@ -79,7 +79,9 @@ pub(super) trait BlobStore: Send + Sync + std::fmt::Debug {
 
 /// The error to report of several writes' results: a transient one before a permanent one (the
 /// task may still succeed later); `Ok` when none failed.
-pub(super) fn worst(results: Vec<Result<(), BlobError>>) -> Result<(), BlobError> {
+pub(super) fn worst(
+    results: impl IntoIterator<Item = Result<(), BlobError>>,
+) -> Result<(), BlobError> {
     let failed = results.into_iter().filter_map(Result::err);
     match failed.reduce(|a, b| if a.is_transient() { a } else { b }) {
         Some(e) => Err(e),
