@@ -297,6 +297,60 @@ async fn every_request_leaves_one_access_line_with_what_it_learned() {
     assert!(!text.contains(&key), "the key itself is never logged");
 }
 
+/// With JSON logs every line of the log is a JSON object, and the access line carries its fields
+/// as values: the caller's request id as sent, quotes and all; the status and latency as numbers.
+#[tokio::test]
+async fn json_logs_give_the_access_line_as_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("easel.log");
+    let mut easel = Easel::start_with(
+        dir.path(),
+        &[("RUST_LOG", "info"), ("EASEL_LOG_FORMAT", "json")],
+        std::fs::File::create(&log).unwrap().into(),
+    );
+    let key = easel.first_key.clone().unwrap();
+    let request_id = r#"a "quoted" \ id"#;
+    let submit = easel
+        .http
+        .post(format!("{}/api/v1/imagine", easel.base))
+        .header("Authorization", &key)
+        .header("x-request-id", request_id)
+        .json(&json!({"prompt": "a line in the log"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(submit.status(), 200);
+    let task_id = submit.json::<Value>().await.unwrap()["task_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    easel.terminate();
+    easel.child.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let access: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["fields"]["message"] == "request done")
+        .collect();
+    assert_eq!(access.len(), 1, "{text}");
+    let line = access[0];
+    assert_eq!(line["level"], "INFO");
+    assert_eq!(line["target"], "easel::http::access");
+    assert!(line["timestamp"].is_string(), "{line}");
+    let fields = &line["fields"];
+    assert_eq!(fields["method"], "POST");
+    assert_eq!(fields["path"], "/api/v1/imagine");
+    assert_eq!(fields["request_id"], request_id);
+    assert_eq!(fields["task_id"], task_id.as_str());
+    assert!(fields["account"].is_string(), "{line}");
+    assert_eq!(fields["status"], 200);
+    assert!(fields["latency_ms"].as_f64().unwrap() > 0.0, "{line}");
+    assert!(!text.contains(&key), "the key itself is never logged");
+}
+
 /// `easel imagine --wait --json` against `base` with `key`: whether it succeeded, its stdout
 /// (the record) and its stderr (the progress it showed).
 fn imagine_and_wait(dir: &std::path::Path, base: &str, key: &str) -> (bool, Value, String) {

@@ -9,7 +9,7 @@ use axum::http::{Request, Response};
 use futures::future::BoxFuture;
 use tower::{Layer, Service};
 
-use crate::telemetry::request;
+use crate::telemetry::{access, request};
 
 /// The header that carries the request's id (set by `SetRequestIdLayer` when missing).
 const REQUEST_ID: &str = "x-request-id";
@@ -62,16 +62,15 @@ where
             let elapsed = started.elapsed();
             crate::metrics::observe_request(&path, status, elapsed);
             request::with_noted(|n| {
-                tracing::info!(
-                    method = %method,
-                    path = %path,
-                    request_id = n.request_id.as_deref(),
-                    account = n.account.as_deref(),
-                    task_id = n.task_id.map(tracing::field::display),
+                access::log(&access::Line {
+                    method: method.as_str(),
+                    path: &path,
+                    request_id: n.request_id.as_deref(),
+                    account: n.account.as_deref(),
+                    task_id: n.task_id,
                     status,
-                    latency_ms = elapsed.as_secs_f64() * 1000.0,
-                    "request done"
-                );
+                    latency_ms: elapsed.as_secs_f64() * 1000.0,
+                });
             });
             response
         }))

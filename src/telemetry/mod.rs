@@ -10,6 +10,7 @@
 //! at most a few milliseconds after it was logged. What each of these saved on the submit path
 //! is measured in docs/benchmarks.md ("What limits each figure").
 
+pub mod access;
 pub mod request;
 
 use std::io::{IsTerminal, Write};
@@ -66,27 +67,31 @@ pub fn init(format: &str) -> WorkerGuard {
             out: std::io::BufWriter::with_capacity(WRITE_BUFFER, std::io::stderr()),
         });
     let registry = tracing_subscriber::registry().with(filter);
-    let result = if format == "json" {
+    let json = format == "json";
+    // Colour codes only for a terminal, not for a file or a log collector.
+    let ansi = !json && std::io::stderr().is_terminal();
+    let result = if json {
         registry
             .with(
                 tracing_subscriber::fmt::layer()
                     .json()
                     .with_current_span(true)
                     .with_span_list(true)
-                    .with_writer(writer),
+                    .with_writer(writer.clone()),
             )
             .try_init()
     } else {
         registry
             .with(
                 tracing_subscriber::fmt::layer()
-                    // Colour codes only for a terminal, not for a file or a log collector.
-                    .with_ansi(std::io::stderr().is_terminal())
-                    .with_writer(writer),
+                    .with_ansi(ansi)
+                    .with_writer(writer.clone()),
             )
             .try_init()
     };
-    // A second init (in tests) keeps the first subscriber.
-    let _ = result;
+    // A second init (in tests) keeps the first subscriber, and its access lines' writer.
+    if result.is_ok() && !ansi {
+        access::install(writer, json);
+    }
     guard
 }
