@@ -284,11 +284,55 @@ async fn thousands_of_connections_keep_memory_bounded_and_others_served() {
     assert_eq!(cut, 1500);
 }
 
+/// Send one request on `stream` and read its answer; when the answer ended.
+async fn one_request(stream: &mut TcpStream) -> std::time::Instant {
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: easel\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_answer(stream).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    std::time::Instant::now()
+}
+
+/// A connection that never sends a request is closed `header_timeout` after it opened; one that
+/// made a request, `idle_timeout` after its answer ended, counted from that end, or for HTTP/1
+/// `header_timeout` if that is shorter (the next request's head is due within it).
 #[tokio::test]
 async fn silent_connections_are_closed() {
-    let app = TestApp::spawn_with(|c| c.server.header_timeout = Duration::from_millis(500)).await;
+    let app = TestApp::spawn_with(|c| {
+        c.server.header_timeout = Duration::from_millis(500);
+        c.server.idle_timeout = Duration::from_millis(300);
+    })
+    .await;
     let mut silent = TcpStream::connect(addr(&app)).await.unwrap();
     assert!(closed_by_server(&mut silent, Duration::from_secs(5)).await);
+
+    // The request comes late in the first period, so that a clock counted from the connection's
+    // opening would close it early.
+    let mut kept = TcpStream::connect(addr(&app)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let answered = one_request(&mut kept).await;
+    assert!(closed_by_server(&mut kept, Duration::from_secs(10)).await);
+    let open_for = answered.elapsed();
+    assert!(
+        open_for >= Duration::from_millis(280),
+        "closed {open_for:?} after its answer"
+    );
+
+    let app = TestApp::spawn_with(|c| {
+        c.server.header_timeout = Duration::from_millis(500);
+        c.server.idle_timeout = Duration::from_secs(30);
+    })
+    .await;
+    let mut kept = TcpStream::connect(addr(&app)).await.unwrap();
+    let answered = one_request(&mut kept).await;
+    assert!(closed_by_server(&mut kept, Duration::from_secs(10)).await);
+    let open_for = answered.elapsed();
+    assert!(
+        open_for >= Duration::from_millis(480),
+        "closed {open_for:?} after its answer"
+    );
 }
 
 /// A PNG of `side` x `side` with a little detail, so that it is not all one colour.

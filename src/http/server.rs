@@ -7,8 +7,9 @@
 //!   byte is in; before it, and for HTTP/2, the idle clock below), and fit in `MAX_HEADER_BYTES`;
 //! - each request body must arrive whole within `body_timeout` ([`super::body`]);
 //! - a connection with no request in progress is closed: `header_timeout` after it opened,
-//!   `idle_timeout` after its last answer ended. Only requests count as activity, so neither
-//!   HTTP/2 pings (ours or the client's) nor a trickle of bytes keep a connection open;
+//!   `idle_timeout` after its last answer ended (an HTTP/1 one sooner if `header_timeout` is
+//!   shorter: hyper's timer runs for the next request's head). Only requests count as activity,
+//!   so neither HTTP/2 pings (ours or the client's) nor a trickle of bytes keep it open;
 //! - an answer the client stops reading fails once no byte of it has been taken for
 //!   `idle_timeout`;
 //! - an HTTP/1 answer given before its request's body was read whole says `Connection: close`
@@ -20,7 +21,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -38,7 +39,8 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::{BoxError, Service, ServiceExt};
 
@@ -114,8 +116,8 @@ pub async fn serve<S, B>(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let (activity, in_progress) = watch::channel(0usize);
-        let activity = Arc::new(activity);
+        let activity = Arc::new(Activity::new());
+        let watched = activity.clone();
         let app = app.clone();
         let service =
             TowerToHyperService::new(tower::service_fn(move |req: hyper::Request<Incoming>| {
@@ -143,7 +145,7 @@ pub async fn serve<S, B>(
             tokio::select! {
                 // Errors here are the client's (reset, malformed request, header timeout).
                 _ = conn => {}
-                () = idle(in_progress, first, later) => tracing::debug!(%peer, "idle connection closed"),
+                () = idle(&watched, first, later) => tracing::debug!(%peer, "idle connection closed"),
             }
             drop(place);
             drop(permit);
@@ -158,40 +160,70 @@ pub async fn serve<S, B>(
     }
 }
 
+/// Whether a connection has a request in progress, and since when it has had none. Each request
+/// counts itself in and out ([`Busy`]) with atomic operations; the connection's idle timer
+/// ([`idle`]) reads them only when its deadline comes. (Through a `watch` channel, every
+/// request's start and end woke the timer and re-armed its sleep.)
+struct Activity {
+    /// When the connection was accepted.
+    opened: Instant,
+    /// Requests in progress.
+    busy: AtomicUsize,
+    /// When the last request ended, in microseconds after `opened`, plus one; 0 before any has.
+    ended: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            opened: Instant::now(),
+            busy: AtomicUsize::new(0),
+            ended: AtomicU64::new(0),
+        }
+    }
+
+    /// When the connection counts as idle, as things stand: `first` after it opened if no
+    /// request has ended yet, `later` after the last one ended; None while one is in progress.
+    fn idle_at(&self, first: Duration, later: Duration) -> Option<Instant> {
+        if self.busy.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        Some(match self.ended.load(Ordering::Acquire) {
+            0 => self.opened + first,
+            ended => self.opened + Duration::from_micros(ended - 1) + later,
+        })
+    }
+}
+
 /// Resolves once the connection has had no request in progress for `first` (before its first
-/// request) or `later` (after one).
-async fn idle(mut busy: watch::Receiver<usize>, first: Duration, later: Duration) {
-    let mut wait = first;
+/// request) or `later` (after one). It wakes at the deadline as last known, and looks again.
+async fn idle(activity: &Activity, first: Duration, later: Duration) {
     loop {
-        if busy.wait_for(|n| *n == 0).await.is_err() {
-            // The service, and with it the sender, is gone: the connection is ending anyway.
-            return std::future::pending().await;
+        match activity.idle_at(first, later) {
+            Some(at) if at <= Instant::now() => return,
+            Some(at) => tokio::time::sleep_until(at).await,
+            // A request in progress ends no sooner than now; look again `later` from now.
+            None => tokio::time::sleep(later).await,
         }
-        tokio::select! {
-            () = tokio::time::sleep(wait) => {
-                if *busy.borrow() == 0 {
-                    return;
-                }
-            }
-            _ = busy.changed() => {}
-        }
-        wait = later;
     }
 }
 
 /// One request of a connection in progress.
-struct Busy(Arc<watch::Sender<usize>>);
+struct Busy(Arc<Activity>);
 
 impl Busy {
-    fn start(count: &Arc<watch::Sender<usize>>) -> Busy {
-        count.send_modify(|n| *n += 1);
-        Busy(count.clone())
+    fn start(activity: &Arc<Activity>) -> Busy {
+        activity.busy.fetch_add(1, Ordering::AcqRel);
+        Busy(activity.clone())
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.send_modify(|n| *n -= 1);
+        // The end's time first: the timer reads it once it sees no request in progress.
+        let ended = self.0.opened.elapsed().as_micros() as u64 + 1;
+        self.0.ended.fetch_max(ended, Ordering::Release);
+        self.0.busy.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
