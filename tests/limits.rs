@@ -284,15 +284,18 @@ async fn thousands_of_connections_keep_memory_bounded_and_others_served() {
     assert_eq!(cut, 1500);
 }
 
-/// Send one request on `stream` and read its answer; when the answer ended.
-async fn one_request(stream: &mut TcpStream) -> std::time::Instant {
+/// Send one request on `stream`, read its answer, then wait for the server to close the
+/// connection; how long it stayed open after the answer.
+async fn open_after_answer(stream: &mut TcpStream) -> Duration {
     stream
         .write_all(b"GET /healthz HTTP/1.1\r\nhost: easel\r\n\r\n")
         .await
         .unwrap();
     let answer = read_answer(stream).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    std::time::Instant::now()
+    let answered = std::time::Instant::now();
+    assert!(closed_by_server(stream, Duration::from_secs(10)).await);
+    answered.elapsed()
 }
 
 /// A connection that never sends a request is closed `header_timeout` after it opened; one that
@@ -312,9 +315,7 @@ async fn silent_connections_are_closed() {
     // opening would close it early.
     let mut kept = TcpStream::connect(addr(&app)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(250)).await;
-    let answered = one_request(&mut kept).await;
-    assert!(closed_by_server(&mut kept, Duration::from_secs(10)).await);
-    let open_for = answered.elapsed();
+    let open_for = open_after_answer(&mut kept).await;
     assert!(
         open_for >= Duration::from_millis(280),
         "closed {open_for:?} after its answer"
@@ -326,9 +327,7 @@ async fn silent_connections_are_closed() {
     })
     .await;
     let mut kept = TcpStream::connect(addr(&app)).await.unwrap();
-    let answered = one_request(&mut kept).await;
-    assert!(closed_by_server(&mut kept, Duration::from_secs(10)).await);
-    let open_for = answered.elapsed();
+    let open_for = open_after_answer(&mut kept).await;
     assert!(
         open_for >= Duration::from_millis(480),
         "closed {open_for:?} after its answer"
