@@ -757,6 +757,44 @@ async fn postgres_nodes_share_migrations_ids_wakeups_the_quota_and_revocations()
     }
 }
 
+/// The submits' drainer keeps a connection of its own from group to group: when the server ends
+/// it (a restart, a failover, an operator), the next group begins again on a new one instead of
+/// failing its submits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_submits_go_on_after_the_server_ends_their_connection() {
+    use sqlx::Connection;
+    let Some(base) = common::postgres() else {
+        return;
+    };
+    // Every connection of this store, and only this store's, carries the tag.
+    let tag = format!("t{}", uuid::Uuid::new_v4().simple());
+    let url = format!(
+        "{}&application_name={tag}",
+        common::fresh_postgres_url(&base)
+    );
+    let store = open_postgres(&url).await;
+    let (_, key) = account_and_key(&store, "a@example.com").await;
+    queued(&store, &task("fast", None), &key).await;
+    let mut admin = sqlx::PgConnection::connect(&base).await.unwrap();
+    let ended: Vec<(bool,)> = sqlx::query_as(
+        "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
+         WHERE application_name = $1",
+    )
+    .bind(&tag)
+    .fetch_all(&mut admin)
+    .await
+    .unwrap();
+    // The pool's connection that made the account, and the submits' own.
+    assert!(ended.len() >= 2, "{ended:?}");
+    assert!(ended.iter().all(|(done,)| *done), "{ended:?}");
+    for _ in 0..3 {
+        queued(&store, &task("fast", None), &key).await;
+    }
+    assert_eq!(pending(&store).await, 4);
+    admin.close().await.unwrap();
+    store.close().await;
+}
+
 /// SQLite's plan for an account's listing of one type, its steps joined.
 async fn listing_plan(conn: &mut sqlx::SqliteConnection, task_type: OpKind) -> String {
     let filter = easel::store::TaskFilter {

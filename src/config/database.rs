@@ -33,8 +33,9 @@ pub struct Database {
     /// A password in it is never logged.
     #[serde(rename = "database_url")]
     pub url: Option<String>,
-    /// Most connections this node opens to PostgreSQL (unused with SQLite). Every node's pool
-    /// counts against the server's own `max_connections`.
+    /// The size of this node's PostgreSQL pool (unused with SQLite); the node keeps one more
+    /// connection, outside the pool, for its submits. Every node's connections count against
+    /// the server's own `max_connections`.
     #[serde(rename = "database_max_connections")]
     pub max_connections: u32,
     /// SQLite's `synchronous` pragma; also whether local image files are synced.

@@ -84,7 +84,7 @@ impl PgStore {
         let key = task_id_key(&pool).await?;
         let ids = Arc::new(TaskIds::new(&key));
         let wakeups = Arc::new(Wakeups::default());
-        let submits = submit::Submitter::start(pool.clone(), ids.clone());
+        let submits = submit::Submitter::start(&pool, ids.clone(), options.acquire_timeout)?;
         tracing::info!(url = %redact(url), "PostgreSQL store open");
         Ok(PgStore {
             pool,

@@ -8,8 +8,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 
-use sqlx::PgPool;
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{Connection, Executor, PgConnection, PgPool};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -40,15 +42,34 @@ pub(super) struct Submitter {
 }
 
 impl Submitter {
-    pub(super) fn start(pool: PgPool, ids: Arc<TaskIds>) -> Submitter {
+    /// Start the drainer on a thread of its own, with its own connection to the server.
+    pub(super) fn start(
+        pool: &PgPool,
+        ids: Arc<TaskIds>,
+        connect_timeout: Duration,
+    ) -> std::io::Result<Submitter> {
         let (queue, jobs) = mpsc::channel(QUEUE);
         let stop = CancellationToken::new();
+        let held = Held {
+            conn: None,
+            options: pool.connect_options(),
+            connect_timeout,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
         // One group in flight per node: groups for one account commit one after another
         // whatever their number (they take its row's lock), so a second drainer only waited on
         // that lock and cut the waiting submits into more, smaller groups, each paying for a
-        // commit (docs/benchmarks.md, "PostgreSQL submits: one drainer").
-        tokio::spawn(drain(pool, ids, jobs, stop.clone()));
-        Submitter { queue, stop }
+        // commit (docs/benchmarks.md, "PostgreSQL submits: one drainer"). Its thread and
+        // connection are its own because each of a group's round trips used to wait, after
+        // the server had answered, behind the request tasks in the runtime's queue
+        // ("PostgreSQL submits: the drainer's own thread").
+        let drainer = drain(held, ids, jobs, stop.clone());
+        std::thread::Builder::new()
+            .name("easel-pg-submits".into())
+            .spawn(move || runtime.block_on(drainer))?;
+        Ok(Submitter { queue, stop })
     }
 
     pub(super) async fn submit(
@@ -76,7 +97,7 @@ impl Submitter {
 }
 
 async fn drain(
-    pool: PgPool,
+    mut held: Held,
     ids: Arc<TaskIds>,
     mut jobs: mpsc::Receiver<Job>,
     stop: CancellationToken,
@@ -87,7 +108,7 @@ async fn drain(
                 first = jobs.recv() => first,
                 _ = stop.cancelled() => None,
             };
-            let Some(first) = first else { return };
+            let Some(first) = first else { break };
             let mut group = vec![first];
             while group.len() < MAX_GROUP {
                 match jobs.try_recv() {
@@ -97,12 +118,13 @@ async fn drain(
             }
             group
         };
-        match apply(&pool, &ids, &group).await {
+        match held.apply(&ids, &group).await {
             Ok(outcomes) => answer(group, outcomes.into_iter().map(Ok)),
             // A fault in one row must not fail the others: try each alone.
             Err(StoreError::Other(_)) if group.len() > 1 => {
                 for job in group {
-                    let alone = apply(&pool, &ids, std::slice::from_ref(&job))
+                    let alone = held
+                        .apply(&ids, std::slice::from_ref(&job))
                         .await
                         .map(|mut o| o.remove(0));
                     let _ = job.reply.send(alone);
@@ -114,6 +136,63 @@ async fn drain(
             }
         }
     }
+    if let Some(conn) = held.conn.take() {
+        let _ = conn.close().await;
+    }
+}
+
+/// The drainer's connection, kept from one group to the next and opened on the drainer's own
+/// runtime, outside the pool (a pooled connection taken for each group cost a ping when it was
+/// taken and another when it was given back). Each group's `BEGIN` is its check: when that
+/// fails because the connection was lost (the server restarted, or ended it), nothing of the
+/// group was sent, so it begins again on a new connection. After any other failure the
+/// transaction is rolled back, and the connection kept only if that works.
+struct Held {
+    conn: Option<PgConnection>,
+    options: Arc<PgConnectOptions>,
+    connect_timeout: Duration,
+}
+
+impl Held {
+    async fn apply(&mut self, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<Submitted>> {
+        let conn = self.begin().await?;
+        let applied = apply(conn, ids, group).await;
+        if applied.is_err() && conn.execute("ROLLBACK").await.is_err() {
+            self.conn = None;
+        }
+        applied
+    }
+
+    /// The kept connection (or a new one) inside a transaction just begun.
+    async fn begin(&mut self) -> StoreResult<&mut PgConnection> {
+        let kept = self.conn.is_some();
+        match self.connection().await?.execute("BEGIN").await {
+            Ok(_) => {}
+            Err(e) if kept && lost(&e) => {
+                self.conn = None;
+                if let Err(e) = self.connection().await?.execute("BEGIN").await {
+                    self.conn = None;
+                    return Err(e.into());
+                }
+            }
+            Err(e) => {
+                self.conn = None;
+                return Err(e.into());
+            }
+        }
+        Ok(self.conn.as_mut().expect("just used"))
+    }
+
+    async fn connection(&mut self) -> StoreResult<&mut PgConnection> {
+        if self.conn.is_none() {
+            let connect = PgConnection::connect_with(&*self.options);
+            let conn = tokio::time::timeout(self.connect_timeout, connect)
+                .await
+                .map_err(|_| StoreError::unavailable("cannot connect to PostgreSQL in time"))??;
+            self.conn = Some(conn);
+        }
+        Ok(self.conn.as_mut().expect("just opened"))
+    }
 }
 
 fn answer(group: Vec<Job>, outcomes: impl Iterator<Item = StoreResult<Submitted>>) {
@@ -122,15 +201,31 @@ fn answer(group: Vec<Job>, outcomes: impl Iterator<Item = StoreResult<Submitted>
     }
 }
 
-/// Store a group of submits in one transaction: the live keys' accounts locked and their counts
-/// read, with a `seq` drawn for each submit by the same statement (so each task's public id is
-/// known; a refused submit leaves a gap, which ids do not mind), the quota decided in arrival order, and one
-/// statement that inserts every task let in, moves the counts, records the keys' use at most once
-/// a minute and notifies idle workers on every node. The accounts' rows stay locked from the
-/// `SELECT ... FOR UPDATE` to the commit: two round trips and the commit's flush, no more.
-async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<Submitted>> {
+/// Whether `e` says the connection is gone: a socket error, or the server ending the session
+/// (connection exceptions, class `08`; shutdowns and a terminated backend, `57P01` to `57P03`).
+fn lost(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) => true,
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|c| c.starts_with("08") || c.starts_with("57P0")),
+        _ => false,
+    }
+}
+
+/// Store a group of submits in the transaction that [`Held::begin`] began on `conn`: the live
+/// keys' accounts locked and their counts read, with a `seq` drawn for each submit by the same
+/// statement (so each task's public id is known; a refused submit leaves a gap, which ids do not
+/// mind), the quota decided in arrival order, and one statement that inserts every task let in,
+/// moves the counts, records the keys' use at most once a minute and notifies idle workers on
+/// every node. The accounts' rows stay locked from the `SELECT ... FOR UPDATE` to the commit: two
+/// round trips and the commit's flush, no more. On an error the caller rolls back.
+async fn apply(
+    conn: &mut PgConnection,
+    ids: &TaskIds,
+    group: &[Job],
+) -> StoreResult<Vec<Submitted>> {
     let now = now_ms();
-    let mut conn = pool.acquire().await?;
     let hashes: Vec<Vec<u8>> = group
         .iter()
         .map(|j| j.key_hash)
@@ -138,7 +233,6 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
         .into_iter()
         .map(|h| h.to_vec())
         .collect();
-    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
     // With each account, where its next task of each mode stands in line (`store::queue`):
     // its highest waiting turn there (`tasks_account_turns`), and each mode's head, read once;
     // only for the group's modes (`$2`), the others' entries left NULL.
@@ -189,7 +283,7 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
     .bind(&hashes)
     .bind(&modes)
     .bind(group.len() as i64)
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut *conn)
     .await?;
     // No live key: nothing is stored, and no seq was drawn (every submit is refused below).
     let seqs: Vec<i64> = match live.first() {
@@ -209,7 +303,7 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
         accounts.insert(hash, account);
     }
     // Read after the accounts' rows are locked, so an earlier group's committed answer is seen.
-    let answers = stored_answers(&mut tx, group, &accounts).await?;
+    let answers = stored_answers(conn, group, &accounts).await?;
     let mut keyed = KeyedGroup::default();
     let mut remembered = Answers::default();
     let mut rows = Rows::default();
@@ -253,7 +347,7 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
         });
     }
     if rows.seq.is_empty() {
-        tx.rollback().await?;
+        conn.execute("ROLLBACK").await?;
         return Ok(outcomes);
     }
     let (moved, by): (Vec<String>, Vec<i64>) = quota
@@ -298,7 +392,7 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
         .bind(&rows.extras)
         .bind(&rows.turn)
         .bind_idempotency(&remembered)
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut *conn)
         .await?;
     // The primary key is the last guard: an unexpired answer that this group did not see (it
     // cannot be, with the accounts locked) fails the group, whose submits are then tried alone.
@@ -307,7 +401,7 @@ async fn apply(pool: &PgPool, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<S
             "an idempotency key was stored by another transaction".into(),
         ))));
     }
-    tx.commit().await?;
+    conn.execute("COMMIT").await?;
     Ok(outcomes)
 }
 
@@ -385,7 +479,7 @@ const REMEMBER: &str = ",
 /// The stored answers of the group's keyed submits from live keys, by (account, key), read in
 /// one statement. No statement runs for a group without keys.
 async fn stored_answers(
-    tx: &mut sqlx::PgConnection,
+    conn: &mut PgConnection,
     group: &[Job],
     accounts: &HashMap<Vec<u8>, String>,
 ) -> StoreResult<HashMap<(String, String), StoredAnswer>> {
@@ -408,7 +502,7 @@ async fn stored_answers(
     )
     .bind(&wanted_accounts)
     .bind(&wanted_keys)
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut *conn)
     .await?;
     Ok(found
         .into_iter()
