@@ -55,21 +55,20 @@ async fn build_store(data: &Path, n: usize, ids: &Path) -> anyhow::Result<String
     .bind(n as i64)
     .execute(&mut *tx)
     .await?;
-    let base = "http://127.0.0.1:8080/files/";
+    // The images' blob keys, as the worker stores them (the address is built when read).
     sqlx::query(
         "INSERT INTO tasks (seq, account_id, task_type, status, priority, prompt, aspect_ratio,
              process_mode, seed, percentage, attempts, created_at, started_at, finished_at,
-             original_image_url, image_urls)
+             grid_key, image_keys)
          SELECT i, ?1, 'imagine', 'finished', 1, 'a red sunset over the ocean, number ' || i,
                 '1:1', 'fast', abs(random()) % 4294967296, 100, 1, ?2 + i, ?2 + i + 5,
-                ?2 + i + 900, ?3 || id || '/' || tok || '/grid.png',
-                json_array(?3 || id || '/' || tok || '/0.png', ?3 || id || '/' || tok || '/1.png',
-                           ?3 || id || '/' || tok || '/2.png', ?3 || id || '/' || tok || '/3.png')
+                ?2 + i + 900, id || '/' || tok || '/grid.png',
+                json_array(id || '/' || tok || '/0.png', id || '/' || tok || '/1.png',
+                           id || '/' || tok || '/2.png', id || '/' || tok || '/3.png')
          FROM gen ORDER BY i",
     )
     .bind(&account.id)
     .bind(now_ms() - 86_400_000)
-    .bind(base)
     .execute(&mut *tx)
     .await?;
     let sample: Vec<i64> = sqlx::query_scalar("SELECT i FROM gen ORDER BY random() LIMIT ?")
