@@ -66,13 +66,9 @@ pub struct PgStore {
 /// Whether an error at start is worth retrying: the server is unreachable or not ready yet, as
 /// opposed to a wrong password or a missing database, which waiting does not fix.
 fn worth_retrying(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::PoolTimedOut => true,
-        sqlx::Error::Database(db) => db
-            .code()
-            .is_some_and(|c| c.starts_with("08") || c.starts_with("53") || c == "57P03"),
-        _ => false,
-    }
+    submit::connection_lost(e)
+        || matches!(e, sqlx::Error::Tls(_) | sqlx::Error::PoolTimedOut)
+        || submit::sql_state(e).is_some_and(|c| c.starts_with("53"))
 }
 
 impl PgStore {

@@ -168,7 +168,7 @@ impl Held {
         let kept = self.conn.is_some();
         match self.connection().await?.execute("BEGIN").await {
             Ok(_) => {}
-            Err(e) if kept && lost(&e) => {
+            Err(e) if kept && connection_lost(&e) => {
                 self.conn = None;
                 if let Err(e) = self.connection().await?.execute("BEGIN").await {
                     self.conn = None;
@@ -203,13 +203,16 @@ fn answer(group: Vec<Job>, outcomes: impl Iterator<Item = StoreResult<Submitted>
 
 /// Whether `e` says the connection is gone: a socket error, or the server ending the session
 /// (connection exceptions, class `08`; shutdowns and a terminated backend, `57P01` to `57P03`).
-fn lost(e: &sqlx::Error) -> bool {
+pub(super) fn connection_lost(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Io(_))
+        || sql_state(e).is_some_and(|c| c.starts_with("08") || c.starts_with("57P0"))
+}
+
+/// The SQLSTATE the server answered with, if `e` is the server's error.
+pub(super) fn sql_state(e: &sqlx::Error) -> Option<std::borrow::Cow<'_, str>> {
     match e {
-        sqlx::Error::Io(_) => true,
-        sqlx::Error::Database(db) => db
-            .code()
-            .is_some_and(|c| c.starts_with("08") || c.starts_with("57P0")),
-        _ => false,
+        sqlx::Error::Database(db) => db.code(),
+        _ => None,
     }
 }
 
