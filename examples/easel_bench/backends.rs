@@ -8,7 +8,9 @@
 //! - easel's own time per task on top of the backend's: a task's time from `started_at` (the
 //!   worker took it) to `finished_at` in its record, minus the time the backend spent on its
 //!   job, with one task at a time, the backend answering PNG or JPEG photo-like pictures
-//!   (goal: under 5 ms median at 1024 px);
+//!   (goal: under 5 ms median at 1024 px), against the disk alone: this process writing and
+//!   fsyncing the same four files as easel does, right after, on the same disk. At 1024 px also
+//!   with `sqlite_synchronous = normal`, under which easel fsyncs nothing;
 //! - what encoding a 1024 px grid takes: PNG with easel's fast settings, JPEG with the
 //!   jpeg-encoder crate easel uses for the grid of JPEG answers, JPEG with the image crate's.
 //!
@@ -16,6 +18,8 @@
 //! to the start of the last job (after which the queue is empty and slots fall idle by design).
 
 use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -155,6 +159,46 @@ fn photo_like(w: u32, h: u32, seed: u64) -> easel::generate::raster::RgbaImage {
     img
 }
 
+/// The file the simulated backend answers at `size` px, decoded from its base64.
+fn answer_file(size: u32, answer: Answer) -> anyhow::Result<Vec<u8>> {
+    let b64 = picture(&format!("{size}x{size}"), answer);
+    Ok(base64::engine::general_purpose::STANDARD.decode(b64)?)
+}
+
+/// The disk's part of a task, in this process alone: `files` written into a new folder two
+/// levels below `root` (as easel's `files/<task>/<attempt>/`) and made durable as easel makes a
+/// task's files durable, each file's fsync and those of the three folders above them all at
+/// once; `rounds` rounds, each one's time in ms.
+fn disk_alone(root: &Path, files: &[Vec<u8>], rounds: usize) -> anyhow::Result<Vec<f64>> {
+    fresh_dir(root)?;
+    let mut ms = Vec::with_capacity(rounds);
+    for round in 0..rounds {
+        let task = root.join(format!("task-{round}"));
+        let attempt = task.join("attempt");
+        let started = Instant::now();
+        std::fs::create_dir_all(&attempt)?;
+        let created = (0..files.len())
+            .map(|i| std::fs::File::create(attempt.join(i.to_string())))
+            .collect::<Result<Vec<_>, _>>()?;
+        std::thread::scope(|s| {
+            let writes = created.into_iter().zip(files).map(|(mut file, bytes)| {
+                s.spawn(move || {
+                    file.write_all(bytes)?;
+                    file.sync_all()
+                })
+            });
+            let folders = [attempt.as_path(), task.as_path(), root]
+                .map(|dir| s.spawn(move || std::fs::File::open(dir)?.sync_all()));
+            let handles: Vec<_> = writes.chain(folders).collect();
+            handles
+                .into_iter()
+                .try_for_each(|h| h.join().expect("a file write does not panic"))
+        })?;
+        ms.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    Ok(ms)
+}
+
 /// Median milliseconds of `runs` runs of `f`.
 fn time_ms(runs: usize, mut f: impl FnMut() -> usize) -> f64 {
     let mut ms = Vec::with_capacity(runs);
@@ -200,6 +244,7 @@ struct Measured {
 
 /// Run `tasks` imagine tasks through easel in front of backends of `(ms per job, concurrency)`:
 /// all submitted at once (a backlog), or one after another.
+#[allow(clippy::too_many_arguments)]
 async fn measure(
     ctx: &Ctx,
     name: &str,
@@ -208,6 +253,7 @@ async fn measure(
     one_at_a_time: bool,
     image_size: u32,
     answer: Answer,
+    sync: &str,
 ) -> anyhow::Result<Measured> {
     let data = ctx.work.join(format!("backends-{name}"));
     fresh_dir(&data)?;
@@ -231,6 +277,7 @@ async fn measure(
             ("EASEL_LISTEN", "127.0.0.1:0".into()),
             ("EASEL_CONFIG", config.display().to_string()),
             ("EASEL_IMAGE_SIZE", image_size.to_string()),
+            ("EASEL_SQLITE_SYNCHRONOUS", sync.to_string()),
         ],
         &data,
         "easel",
@@ -399,7 +446,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
         ),
     ];
     for (key, label, backends, tasks) in setups {
-        let m = measure(ctx, key, &backends, tasks, false, IMAGE_SIZE, Answer::Png).await?;
+        let (size, png) = (IMAGE_SIZE, Answer::Png);
+        let m = measure(ctx, key, &backends, tasks, false, size, png, "full").await?;
         println!(
             "   busy share, {label}: {:.1}% over {:.1} s ({tasks} tasks queued at once, \
              jobs per backend {:?})",
@@ -420,49 +468,79 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
     }
 
     // (b) easel's own time per task, one task at a time: the backend answering PNG or JPEG,
-    // at three image sizes.
+    // at three image sizes; at 1024 px also with `sqlite_synchronous = normal`, under which
+    // easel fsyncs neither the files nor the commit.
     let tasks = scale(60);
     let runs = [
-        (LARGE_IMAGE_SIZE, Answer::Png, true),
-        (LARGE_IMAGE_SIZE, Answer::Jpeg, true),
-        (IMAGE_SIZE, Answer::Png, false),
-        (IMAGE_SIZE, Answer::Jpeg, false),
-        (SMALL_IMAGE_SIZE, Answer::Png, false),
+        (LARGE_IMAGE_SIZE, Answer::Png, "full", true),
+        (LARGE_IMAGE_SIZE, Answer::Jpeg, "full", true),
+        (LARGE_IMAGE_SIZE, Answer::Png, "normal", false),
+        (LARGE_IMAGE_SIZE, Answer::Jpeg, "normal", false),
+        (IMAGE_SIZE, Answer::Png, "full", false),
+        (IMAGE_SIZE, Answer::Jpeg, "full", false),
+        (SMALL_IMAGE_SIZE, Answer::Png, "full", false),
     ];
-    for (size, answer, goal) in runs {
+    for (size, answer, sync, goal) in runs {
         let format = answer.name();
         let m = measure(
             ctx,
-            &format!("alone-{size}-{format}"),
+            &format!("alone-{size}-{format}-{sync}"),
             &[(100, 1)],
             tasks,
             true,
             size,
             answer,
+            sync,
         )
         .await?;
         let (p50, p90) = (median(&m.overhead_ms), percentile(&m.overhead_ms, 0.9));
         let (e50, e90) = (median(&m.end_to_end_ms), percentile(&m.end_to_end_ms, 0.9));
+        // The disk's part alone, right after, on the same disk: what no code in easel can
+        // take below while the files are fsynced before the task is recorded.
+        let disk = match sync {
+            "full" => {
+                let files = vec![answer_file(size, answer)?; 4];
+                let ms = disk_alone(&ctx.work.join("disk-alone"), &files, tasks)?;
+                Some((median(&ms), percentile(&ms, 0.9)))
+            }
+            _ => None,
+        };
+        let disk_text = match disk {
+            Some((d50, d90)) => format!("; the disk alone {d50:.1} ms median, {d90:.1} ms p90"),
+            None => String::new(),
+        };
         println!(
             "   easel's time per task on top of the backend's ({tasks} tasks one at a time, \
-             {size} px, {format} answers): taken to finished {p50:.1} ms median, {p90:.1} ms \
-             p90; submitted to finished {e50:.1} ms median, {e90:.1} ms p90"
+             {size} px, {format} answers, sync={sync}): taken to finished {p50:.1} ms median, \
+             {p90:.1} ms p90; submitted to finished {e50:.1} ms median, {e90:.1} ms p90\
+             {disk_text}"
         );
         details.insert(
-            format!("overhead_{size}_{format}"),
-            json!({"tasks": tasks, "image_size": size, "answer": format,
+            match sync {
+                "full" => format!("overhead_{size}_{format}"),
+                _ => format!("overhead_{size}_{format}_{sync}"),
+            },
+            json!({"tasks": tasks, "image_size": size, "answer": format, "sqlite_synchronous": sync,
                    "taken_to_finished_ms": {"p50": p50, "p90": p90},
-                   "submitted_to_finished_ms": {"p50": e50, "p90": e90}}),
+                   "submitted_to_finished_ms": {"p50": e50, "p90": e90},
+                   "disk_alone_ms": disk.map(|(p50, p90)| json!({"p50": p50, "p90": p90}))}),
         );
-        let row = Row::new(
-            "backends",
-            format!(
+        let figure = match disk {
+            Some(_) => format!(
                 "easel's time per task beyond the backend's, taken to finished ({size} px, \
+                 {format} answers), p50 / p90 (baseline: the disk alone, the four files \
+                 written and fsynced as easel does)"
+            ),
+            None => format!(
+                "the same with sqlite_synchronous = normal, nothing fsynced ({size} px, \
                  {format} answers), p50 / p90"
             ),
-            "ms",
-        )
-        .value(&[p50, p90]);
+        };
+        let row = Row::new("backends", figure, "ms").value(&[p50, p90]);
+        let row = match disk {
+            Some((d50, d90)) => row.baseline(&[d50, d90]),
+            None => row,
+        };
         rows.push(if goal {
             row.goal(
                 format!("< {OVERHEAD_GOAL_MS:.0} ms median"),
