@@ -795,6 +795,28 @@ async fn postgres_submits_go_on_after_the_server_ends_their_connection() {
     store.close().await;
 }
 
+/// A server with `idle_session_timeout` ends the connection that the submits keep open between
+/// groups (SQLSTATE 57P05); the next submit begins again on a new one.
+#[tokio::test]
+async fn postgres_submits_go_on_after_an_idle_session_timeout() {
+    let Some(base) = common::postgres() else {
+        return;
+    };
+    let url = format!(
+        "{}&options=-c%20idle_session_timeout%3D200",
+        common::fresh_postgres_url(&base)
+    );
+    let store = open_postgres(&url).await;
+    let (_, key) = account_and_key(&store, "a@example.com").await;
+    queued(&store, &task("fast", None), &key).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    for _ in 0..3 {
+        queued(&store, &task("fast", None), &key).await;
+    }
+    assert_eq!(pending(&store).await, 4);
+    store.close().await;
+}
+
 /// SQLite's plan for an account's listing of one type, its steps joined.
 async fn listing_plan(conn: &mut sqlx::SqliteConnection, task_type: OpKind) -> String {
     let filter = easel::store::TaskFilter {

@@ -54,13 +54,21 @@ pub struct Failure(pub String);
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
-/// A PostgreSQL error, sorted by its SQLSTATE: connection exceptions (class 08), insufficient
-/// resources (53), an operator or crash shutdown or a server still starting (57P01 to 57P03),
-/// and a serialization failure or deadlock (40001, 40P01) pass; the rest is a fault.
+/// Whether a PostgreSQL SQLSTATE says the server ended the session, so that a new connection
+/// may succeed: connection exceptions (class 08), an operator or crash shutdown or a server
+/// still starting (57P01 to 57P03), and `idle_session_timeout` (57P05), which can end a
+/// connection that a node keeps open between uses. A dropped database (57P04) is left out:
+/// a new connection would fail as well.
+pub(crate) fn postgres_session_ended(code: &str) -> bool {
+    code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "57P05")
+}
+
+/// A PostgreSQL error, sorted by its SQLSTATE: an ended session (see `postgres_session_ended`),
+/// insufficient resources (53), and a serialization failure or deadlock (40001, 40P01) pass;
+/// the rest is a fault.
 fn postgres_sorted(code: &str, cause: Cause) -> StoreError {
-    let passes = code.starts_with("08")
-        || code.starts_with("53")
-        || matches!(code, "57P01" | "57P02" | "57P03" | "40001" | "40P01");
+    let passes =
+        postgres_session_ended(code) || code.starts_with("53") || matches!(code, "40001" | "40P01");
     if passes {
         StoreError::Unavailable(cause)
     } else {

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::channels::new_tasks_note;
+use crate::store::error::postgres_session_ended;
 use crate::store::idempotency::{KeyedGroup, StoredAnswer};
 use crate::store::queue::next_turn;
 use crate::store::{
@@ -202,10 +203,9 @@ fn answer(group: Vec<Job>, outcomes: impl Iterator<Item = StoreResult<Submitted>
 }
 
 /// Whether `e` says the connection is gone: a socket error, or the server ending the session
-/// (connection exceptions, class `08`; shutdowns and a terminated backend, `57P01` to `57P03`).
+/// (`postgres_session_ended`).
 pub(super) fn connection_lost(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Io(_))
-        || sql_state(e).is_some_and(|c| c.starts_with("08") || c.starts_with("57P0"))
+    matches!(e, sqlx::Error::Io(_)) || sql_state(e).is_some_and(|c| postgres_session_ended(&c))
 }
 
 /// The SQLSTATE the server answered with, if `e` is the server's error.
