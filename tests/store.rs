@@ -766,14 +766,7 @@ async fn postgres_submits_go_on_after_the_server_ends_their_connection() {
     let Some(base) = common::postgres() else {
         return;
     };
-    // Every connection of this store, and only this store's, carries the tag.
-    let tag = format!("t{}", uuid::Uuid::new_v4().simple());
-    let url = format!(
-        "{}&application_name={tag}",
-        common::fresh_postgres_url(&base)
-    );
-    let store = open_postgres(&url).await;
-    let (_, key) = account_and_key(&store, "a@example.com").await;
+    let (store, key, tag) = tagged_postgres_store(&base, "").await;
     queued(&store, &task("fast", None), &key).await;
     let mut admin = sqlx::PgConnection::connect(&base).await.unwrap();
     let ended: Vec<(bool,)> = sqlx::query_as(
@@ -795,21 +788,48 @@ async fn postgres_submits_go_on_after_the_server_ends_their_connection() {
     store.close().await;
 }
 
+/// A PostgreSQL store on a fresh schema whose connections, and only its own, carry a tag as
+/// their `application_name`, with `params` added to its URL; an account's key for it; the tag.
+async fn tagged_postgres_store(base: &str, params: &str) -> (SharedStore, [u8; 32], String) {
+    let tag = format!("t{}", uuid::Uuid::new_v4().simple());
+    let url = format!(
+        "{}&application_name={tag}{params}",
+        common::fresh_postgres_url(base)
+    );
+    let store = open_postgres(&url).await;
+    let (_, key) = account_and_key(&store, "a@example.com").await;
+    (store, key, tag)
+}
+
+/// How many of the server's sessions carry `tag`.
+async fn sessions_tagged(base: &str, tag: &str) -> i64 {
+    use sqlx::Connection;
+    let mut admin = sqlx::PgConnection::connect(base).await.unwrap();
+    let (n,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1")
+            .bind(tag)
+            .fetch_one(&mut admin)
+            .await
+            .unwrap();
+    admin.close().await.unwrap();
+    n
+}
+
 /// A server with `idle_session_timeout` ends the connection that the submits keep open between
-/// groups (SQLSTATE 57P05); the next submit begins again on a new one.
+/// groups (SQLSTATE 57P05, or a closed socket when the drainer next writes); the next submit
+/// begins again on a new one.
 #[tokio::test]
 async fn postgres_submits_go_on_after_an_idle_session_timeout() {
     let Some(base) = common::postgres() else {
         return;
     };
-    let url = format!(
-        "{}&options=-c%20idle_session_timeout%3D200",
-        common::fresh_postgres_url(&base)
-    );
-    let store = open_postgres(&url).await;
-    let (_, key) = account_and_key(&store, "a@example.com").await;
+    let params = "&options=-c%20idle_session_timeout%3D200";
+    let (store, key, tag) = tagged_postgres_store(&base, params).await;
     queued(&store, &task("fast", None), &key).await;
+    assert!(sessions_tagged(&base, &tag).await >= 2);
     tokio::time::sleep(Duration::from_millis(700)).await;
+    // The server ended them all: the pool's and the submits' own.
+    assert_eq!(sessions_tagged(&base, &tag).await, 0);
     for _ in 0..3 {
         queued(&store, &task("fast", None), &key).await;
     }

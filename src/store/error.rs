@@ -99,3 +99,20 @@ impl From<rusqlite::Error> for StoreError {
         by_code(code, Arc::new(e))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::postgres_session_ended;
+
+    #[test]
+    fn an_ended_session_is_class_08_and_the_server_ending_it() {
+        for code in ["08000", "08006", "57P01", "57P02", "57P03", "57P05"] {
+            assert!(postgres_session_ended(code), "{code}");
+        }
+        // A dropped database, a busy server, a deadlock and a constraint: a new connection
+        // would not help, or the session goes on.
+        for code in ["57P04", "53300", "40P01", "23505", "57014"] {
+            assert!(!postgres_session_ended(code), "{code}");
+        }
+    }
+}
