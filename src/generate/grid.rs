@@ -3,6 +3,9 @@
 //! Making it decodes all four, so it is most of a task's own CPU time at model sizes; a task
 //! whose grid follows it is finished as soon as its four files are stored.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
 use super::inputs::{decode, InputLimits};
 use super::raster::{compose_grid, RgbaImage};
 use super::stored::{Format, StoredImage};
@@ -28,7 +31,7 @@ pub fn format_of_key(key: &str) -> Option<Format> {
 }
 
 /// The grid of four stored images (PNG or JPEG files, all the same size), encoded as `format`.
-/// They are decoded side by side, on threads of their own; a file that does not decode is an
+/// They are decoded side by side ([`side_by_side`]); a file that does not decode is an
 /// error naming it. CPU work: call it from a blocking thread.
 pub fn make(files: [&[u8]; 4], format: Format) -> Result<StoredImage, String> {
     let decoded = side_by_side(&files, |i, bytes| {
@@ -49,21 +52,45 @@ pub fn make(files: [&[u8]; 4], format: Format) -> Result<StoredImage, String> {
     }
 }
 
-/// `work` on each of `items` (with its position), each on a scoped thread of its own, the
-/// results in order; a panic in one is resumed here. CPU work: call it from a blocking thread.
+/// `work` on each of `items` (with its position), the results in order; a panic in one is
+/// resumed here. The calling thread works too, beside at most one scoped thread per further CPU
+/// this process may use, each taking the next item left: a thread per item cost more to start
+/// than a small image takes to check, and more threads than CPUs only take turns. CPU work:
+/// call it from a blocking thread.
 pub fn side_by_side<T: Sync, R: Send>(items: &[T], work: impl Fn(usize, &T) -> R + Sync) -> Vec<R> {
+    let threads = cpus().min(items.len());
+    let next = AtomicUsize::new(0);
+    let run = || {
+        let mut done = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(item) = items.get(i) else {
+                return done;
+            };
+            done.push((i, work(i, item)));
+        }
+    };
+    let mut results: Vec<Option<R>> = items.iter().map(|_| None).collect();
     std::thread::scope(|scope| {
-        let work = &work;
-        let handles: Vec<_> = items
-            .iter()
-            .enumerate()
-            .map(|(i, item)| scope.spawn(move || work(i, item)))
-            .collect();
-        handles
+        let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(run)).collect();
+        let mine = run();
+        let theirs = helpers
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
-    })
+            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
+        for (i, result) in mine.into_iter().chain(theirs) {
+            results[i] = Some(result);
+        }
+    });
+    results
+        .into_iter()
+        .map(|r| r.expect("every item is taken by one thread"))
+        .collect()
+}
+
+/// The CPUs this process may use, read once (it reads the cgroup's quota from files).
+fn cpus() -> usize {
+    static CPUS: OnceLock<usize> = OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 #[cfg(test)]
@@ -115,6 +142,31 @@ mod tests {
         )
         .unwrap();
         assert_eq!(jpeg.format, Format::Jpeg);
+    }
+
+    #[test]
+    fn side_by_side_answers_in_order_on_no_more_threads_than_cpus() {
+        let items: Vec<u32> = (0..37).collect();
+        let threads = std::sync::Mutex::new(std::collections::HashSet::new());
+        let out = side_by_side(&items, |i, &v| {
+            threads.lock().unwrap().insert(std::thread::current().id());
+            (i, v * 3)
+        });
+        assert_eq!(
+            out,
+            (0..37).map(|v| (v as usize, v * 3)).collect::<Vec<_>>()
+        );
+        let used = threads.lock().unwrap().len();
+        assert!(
+            (1..=cpus()).contains(&used),
+            "{used} threads, {} CPUs",
+            cpus()
+        );
+        assert!(side_by_side(&[] as &[u32], |_, &v| v).is_empty());
+        let panicked = std::panic::catch_unwind(|| {
+            side_by_side(&items, |i, _| assert!(i != 30, "item 30"));
+        });
+        assert!(panicked.is_err());
     }
 
     #[test]

@@ -144,13 +144,13 @@ pub fn keep_output(bytes: Cow<'_, [u8]>, what: &str) -> Result<Answered, Generat
     }
 }
 
-/// [`keep_output`] of each file, side by side on threads of their own, in order; the first
+/// [`keep_output`] of each file, side by side ([`side_by_side`]), in order; the first
 /// failure by position when any fails. Call it from a blocking thread.
 pub fn keep_outputs(files: &[&[u8]]) -> Result<Vec<Answered>, GenerateError> {
     keep_each(files, |file, _| Ok(Cow::Borrowed(*file)))
 }
 
-/// [`keep_output`] of each of `files`, side by side on threads of their own (each reads its
+/// [`keep_output`] of each of `files`, side by side ([`side_by_side`]; each reads its
 /// whole file, and one that is not PNG or JPEG is decoded), where `bytes` gives a file's bytes
 /// on its thread (decoding the base64 an answer carries, say); in order, the first failure by
 /// position when any fails. Call it from a blocking thread.
@@ -166,7 +166,7 @@ pub fn keep_each<T: Sync>(
     .collect()
 }
 
-/// `images` decoded, resized to `w` x `h` and encoded as PNG, each on a thread of its own: a
+/// `images` decoded, resized to `w` x `h` and encoded as PNG, side by side: a
 /// backend's images of another size than asked, made the size asked (their files cannot be
 /// kept). The first failure by position when one does not decode.
 pub fn resize_all(
