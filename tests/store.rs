@@ -409,8 +409,8 @@ async fn the_outbox_row_is_written_with_the_final_state_and_its_attempts_are_fen
         next_attempt_at: Some(now - 1),
         first_failed_at: Some(now),
     };
-    assert!(s.record_attempt(&d.id, d.attempts, &failure).await.unwrap());
-    assert!(!s.record_attempt(&d.id, d.attempts, &failure).await.unwrap());
+    assert!(s.record_attempt(d, &failure).await.unwrap());
+    assert!(!s.record_attempt(d, &failure).await.unwrap());
     assert!(s.next_delivery_due().await.unwrap().is_some());
     let row = s.task_for_account(&account, &id).await.unwrap().unwrap();
     let hook = row.webhook.unwrap();
@@ -431,7 +431,7 @@ async fn the_outbox_row_is_written_with_the_final_state_and_its_attempts_are_fen
         next_attempt_at: None,
         ..failure.clone()
     };
-    assert!(s.record_attempt(&retry[0].id, 1, &delivered).await.unwrap());
+    assert!(s.record_attempt(&retry[0], &delivered).await.unwrap());
     let attempts = s.delivery_attempts(&account, &id).await.unwrap().unwrap();
     let codes: Vec<_> = attempts.iter().map(|a| a.status_code).collect();
     assert_eq!(codes, [Some(503), Some(200)]);
@@ -459,11 +459,24 @@ async fn the_outbox_row_is_written_with_the_final_state_and_its_attempts_are_fen
     );
     let again = s.claim_due_deliveries(10, 60_000).await.unwrap();
     assert_eq!(again[0].attempts, 0, "a fresh schedule");
+    // A redelivery while that attempt is in flight: the attempt's record, fenced by a claim
+    // made before it, does not take the fresh schedule's place (its attempt count is 0 again).
+    assert_eq!(
+        s.redeliver(&account, &id).await.unwrap(),
+        Redelivery::Queued
+    );
+    assert!(!s.record_attempt(&again[0], &delivered).await.unwrap());
+    let again = s.claim_due_deliveries(10, 60_000).await.unwrap();
+    assert_eq!(
+        (again.len(), again[0].attempts),
+        (1, 0),
+        "still due after the redelivery"
+    );
     let last = AttemptRecord {
         next_attempt_at: None,
         ..failure
     };
-    assert!(s.record_attempt(&again[0].id, 0, &last).await.unwrap());
+    assert!(s.record_attempt(&again[0], &last).await.unwrap());
     let hook = s
         .task_for_account(&account, &id)
         .await
@@ -1466,20 +1479,12 @@ async fn operators_see_the_queue_by_status_and_mode_and_failing_destinations(s: 
         first_failed_at: Some(now),
     };
     assert!(s
-        .record_attempt(
-            &due[0].id,
-            due[0].attempts,
-            &fail(Some(502), None, Some(now))
-        )
+        .record_attempt(&due[0], &fail(Some(502), None, Some(now)))
         .await
         .unwrap());
     let due = s.claim_due_deliveries(10, 60_000).await.unwrap();
     assert!(s
-        .record_attempt(
-            &due[0].id,
-            due[0].attempts,
-            &fail(None, Some("timed out"), None)
-        )
+        .record_attempt(&due[0], &fail(None, Some("timed out"), None))
         .await
         .unwrap());
     let failing = s.failing_destinations(now - 60_000).await.unwrap();

@@ -550,16 +550,12 @@ async fn a_stale_dispatcher_records_nothing_and_one_attempt_wins_a_race() {
     let second = store.claim_due_deliveries(10, 60_000).await.unwrap();
     assert_eq!((first.len(), second.len()), (1, 1));
     assert_eq!(first[0].id, second[0].id);
-    let delivery = &second[0].id;
     assert!(store
-        .record_attempt(delivery, second[0].attempts, &failed(500))
+        .record_attempt(&second[0], &failed(500))
         .await
         .unwrap());
     assert!(
-        !store
-            .record_attempt(delivery, first[0].attempts, &failed(501))
-            .await
-            .unwrap(),
+        !store.record_attempt(&first[0], &failed(501)).await.unwrap(),
         "the stale dispatcher's record is fenced off"
     );
 
@@ -568,8 +564,8 @@ async fn a_stale_dispatcher_records_nothing_and_one_attempt_wins_a_race() {
     assert_eq!(again.len(), 1);
     let (r502, r503) = (failed(502), failed(503));
     let (a, b) = tokio::join!(
-        store.record_attempt(delivery, again[0].attempts, &r502),
-        store.record_attempt(delivery, again[0].attempts, &r503),
+        store.record_attempt(&again[0], &r502),
+        store.record_attempt(&again[0], &r503),
     );
     assert!(
         a.unwrap() ^ b.unwrap(),
@@ -614,9 +610,7 @@ async fn an_attempt_record_that_fails_part_way_is_undone_whole_and_the_writer_go
         next_attempt_at: None,
         first_failed_at: None,
     };
-    let failed = store
-        .record_attempt(&due[0].id, due[0].attempts, &delivered)
-        .await;
+    let failed = store.record_attempt(&due[0], &delivered).await;
     assert!(failed.is_err(), "the record cannot be written: {failed:?}");
     let attempts = || async {
         store
@@ -644,10 +638,7 @@ async fn an_attempt_record_that_fails_part_way_is_undone_whole_and_the_writer_go
         .await
         .unwrap();
     other.close().await.unwrap();
-    assert!(store
-        .record_attempt(&due[0].id, due[0].attempts, &delivered)
-        .await
-        .unwrap());
+    assert!(store.record_attempt(&due[0], &delivered).await.unwrap());
     let recorded = attempts().await;
     assert_eq!(recorded.len(), 1);
     assert_eq!(recorded[0].status_code, Some(200));
@@ -785,8 +776,11 @@ async fn records_sharing_a_batch_each_land_on_their_own_delivery() {
     let records: Vec<AttemptRecord> = (0..7).map(|i| record(500 + i)).collect();
     let recorded =
         futures::future::join_all(due.iter().zip(&records).enumerate().map(|(i, (d, r))| {
-            let attempts = if i == 6 { d.attempts + 1 } else { d.attempts };
-            store.record_attempt(&d.id, attempts, r)
+            let mut claim = d.clone();
+            if i == 6 {
+                claim.attempts += 1;
+            }
+            async move { store.record_attempt(&claim, r).await }
         }))
         .await;
     let recorded: Vec<bool> = recorded.into_iter().map(Result::unwrap).collect();

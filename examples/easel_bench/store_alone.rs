@@ -132,7 +132,7 @@ pub async fn deliveries(
                     next_attempt_at: None,
                     first_failed_at: None,
                 };
-                let done = store.record_attempt(&d.id, d.attempts, &record).await;
+                let done = store.record_attempt(&d, &record).await;
                 drop(one);
                 done
             });

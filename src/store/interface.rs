@@ -141,12 +141,12 @@ pub trait Outbox: Send + Sync {
         lease_ms: i64,
     ) -> StoreResult<Vec<DueDelivery>>;
 
-    /// Record an attempt and the delivery's next state, fenced by the attempt count seen at
-    /// claim. False when a newer claim has moved the delivery on.
+    /// Record an attempt and the delivery's next state, fenced by `claim`: its attempt count and
+    /// its lease. False when the delivery has moved on since (claimed again, recorded, or
+    /// queued afresh by a redelivery, which leaves the attempt count as a claim found it).
     async fn record_attempt(
         &self,
-        delivery_id: &str,
-        claimed_attempts: i64,
+        claim: &DueDelivery,
         record: &AttemptRecord,
     ) -> StoreResult<bool>;
 

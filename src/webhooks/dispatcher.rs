@@ -215,7 +215,7 @@ impl Dispatcher {
         let mut wait = Duration::from_millis(50);
         let mut logged = false;
         loop {
-            match self.store.record_attempt(&d.id, d.attempts, record).await {
+            match self.store.record_attempt(d, record).await {
                 Err(e) if now_ms() + (wait.as_millis() as i64) + MARGIN_MS < d.lease_until => {
                     if !logged {
                         tracing::warn!(task_id = d.task_id, delivery = d.id, error = %e,

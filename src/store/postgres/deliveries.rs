@@ -84,8 +84,7 @@ impl Outbox for PgStore {
 
     async fn record_attempt(
         &self,
-        delivery_id: &str,
-        claimed_attempts: i64,
+        claim: &DueDelivery,
         record: &AttemptRecord,
     ) -> StoreResult<bool> {
         // The fenced move of the delivery and the attempt's row, in one statement: the row goes
@@ -95,7 +94,7 @@ impl Outbox for PgStore {
                  UPDATE webhook_deliveries SET status = $1, attempts = attempts + 1,
                      next_attempt_at = $2, first_failed_at = $3, lease_until = NULL,
                      last_status_code = $4, last_error = $5, updated_at = $6
-                 WHERE id = $7 AND attempts = $8 AND status = 'pending'
+                 WHERE id = $7 AND attempts = $8 AND lease_until = $11 AND status = 'pending'
                  RETURNING id)
              INSERT INTO webhook_attempts (delivery_id, attempted_at, duration_ms, status_code,
                  error, next_attempt_at)
@@ -108,10 +107,11 @@ impl Outbox for PgStore {
         .bind(record.status_code.map(i64::from))
         .bind(&record.error)
         .bind(now_ms())
-        .bind(delivery_id)
-        .bind(claimed_attempts)
+        .bind(&claim.id)
+        .bind(claim.attempts)
         .bind(record.attempted_at)
         .bind(record.duration_ms)
+        .bind(claim.lease_until)
         .fetch_optional(&self.pool)
         .await?;
         Ok(written.is_some())

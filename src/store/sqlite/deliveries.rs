@@ -74,14 +74,14 @@ impl Outbox for SqliteStore {
 
     async fn record_attempt(
         &self,
-        delivery_id: &str,
-        claimed_attempts: i64,
+        claim: &DueDelivery,
         record: &AttemptRecord,
     ) -> StoreResult<bool> {
         self.writer
             .record(RecordAttempt {
-                delivery_id: delivery_id.to_string(),
-                claimed_attempts,
+                delivery_id: claim.id.clone(),
+                claimed_attempts: claim.attempts,
+                claimed_lease: claim.lease_until,
                 record: record.clone(),
             })
             .await

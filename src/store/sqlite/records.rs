@@ -8,12 +8,15 @@ use crate::store::{chunks, now_ms, AttemptRecord};
 pub(super) struct RecordAttempt {
     pub(super) delivery_id: String,
     pub(super) claimed_attempts: i64,
+    /// The claim's lease: a redelivery since, which sets the attempt count back to where the
+    /// claim found it, clears the lease.
+    pub(super) claimed_lease: i64,
     pub(super) record: AttemptRecord,
 }
 
 /// Record a group of attempts, inside the writer's transaction. Each moves its delivery to its
-/// next state if the delivery still has the attempt count seen at claim (a stale dispatcher
-/// changes nothing), one after another: so should a group hold two records for one delivery,
+/// next state if the delivery still has the attempt count and the lease seen at claim (a stale
+/// dispatcher changes nothing), one after another: so should a group hold two records for one delivery,
 /// the first is recorded and the second finds the count moved on. Then the attempt rows of the
 /// records that passed go in together, in chunks (an `INSERT` writes the AUTOINCREMENT counter
 /// once per statement). True for each record that was written.
@@ -26,7 +29,7 @@ pub(super) fn apply_records(
         "UPDATE webhook_deliveries SET status = ?1, attempts = attempts + 1,
              next_attempt_at = ?2, first_failed_at = ?3, lease_until = NULL,
              last_status_code = ?4, last_error = ?5, updated_at = ?6
-         WHERE id = ?7 AND attempts = ?8 AND status = 'pending'",
+         WHERE id = ?7 AND attempts = ?8 AND lease_until = ?9 AND status = 'pending'",
     )?;
     let written: Vec<bool> = batch
         .iter()
@@ -41,6 +44,7 @@ pub(super) fn apply_records(
                 now,
                 w.delivery_id,
                 w.claimed_attempts,
+                w.claimed_lease,
             ])?;
             Ok(changed == 1)
         })

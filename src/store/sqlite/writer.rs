@@ -512,6 +512,7 @@ mod tests {
         let write = RecordAttempt {
             delivery_id: "msg_1".into(),
             claimed_attempts: 0,
+            claimed_lease: 0,
             record: crate::store::AttemptRecord {
                 attempted_at: 0,
                 duration_ms: 1,
