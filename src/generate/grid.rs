@@ -70,21 +70,20 @@ pub fn side_by_side<T: Sync, R: Send>(items: &[T], work: impl Fn(usize, &T) -> R
             done.push((i, work(i, item)));
         }
     };
-    let mut results: Vec<Option<R>> = items.iter().map(|_| None).collect();
-    std::thread::scope(|scope| {
+    let mut done: Vec<(usize, R)> = std::thread::scope(|scope| {
         let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(run)).collect();
-        let mine = run();
-        let theirs = helpers
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
-        for (i, result) in mine.into_iter().chain(theirs) {
-            results[i] = Some(result);
+        let mut done = run();
+        for helper in helpers {
+            done.extend(
+                helper
+                    .join()
+                    .unwrap_or_else(|e| std::panic::resume_unwind(e)),
+            );
         }
+        done
     });
-    results
-        .into_iter()
-        .map(|r| r.expect("every item is taken by one thread"))
-        .collect()
+    done.sort_unstable_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, result)| result).collect()
 }
 
 /// The CPUs this process may use, read once (it reads the cgroup's quota from files).
