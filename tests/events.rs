@@ -377,17 +377,23 @@ async fn a_waiting_task_has_its_place_in_line_which_moves_as_the_line_does() {
 
 #[tokio::test]
 async fn a_task_claimed_while_the_backend_is_busy_waits_in_line_not_processing() {
-    // One generation at a time: the worker's second loop claims the next task, which waits for
-    // the backend and is `starting`, at the head of the line, until the first one ends.
-    let app = slow_node(3.0).await;
+    // One generation at a time: once the first task holds it, the worker's second loop claims
+    // the next task, which waits for the backend and is `starting`, at the head of the line,
+    // until the first one ends. The second is sent only then: sent together, either may be the
+    // first to take the generation slot (the one claimed first need not get there first).
+    let app = slow_node(4.0).await;
     let first = app.imagine(json!({"prompt": "first"})).await;
+    wait_for(Duration::from_secs(10), || async {
+        let (_, a) = app.get(&format!("/api/v1/tasks/{first}")).await;
+        (a["status"] == "processing").then_some(())
+    })
+    .await
+    .expect("the first task generating");
     let second = app.imagine(json!({"prompt": "second"})).await;
     let running = wait_for(Duration::from_secs(10), || async {
-        let (_, a) = app.get(&format!("/api/v1/tasks/{first}")).await;
         let (_, b) = app.get(&format!("/api/v1/tasks/{second}")).await;
         // The place in line is at most a second old: wait for the one read after the claim.
-        (a["status"] == "processing" && b["status"] == "starting" && b["queue_position"] == 0)
-            .then_some(b)
+        (b["status"] == "starting" && b["queue_position"] == 0).then_some(b)
     })
     .await
     .expect("the second task claimed and waiting, first in line");
