@@ -17,9 +17,9 @@ pub(super) struct RecordAttempt {
 /// Record a group of attempts, inside the writer's transaction. Each moves its delivery to its
 /// next state if the delivery still has the attempt count and the lease seen at claim (a stale
 /// dispatcher changes nothing), one after another: so should a group hold two records for one
-/// delivery, the first is recorded and the second finds the count moved on. Then the attempt rows of the
-/// records that passed go in together, in chunks (an `INSERT` writes the AUTOINCREMENT counter
-/// once per statement). True for each record that was written.
+/// delivery, the first is recorded and the second finds the count moved on. Then the attempt
+/// rows of the records that passed go in together, in chunks (an `INSERT` writes the
+/// AUTOINCREMENT counter once per statement). True for each record that was written.
 pub(super) fn apply_records(
     conn: &Connection,
     batch: &[RecordAttempt],
