@@ -15,7 +15,7 @@ use base64::Engine;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-use crate::error::ApiError;
+use crate::refusal::ApiError;
 use crate::store::{now_ms, Account, KeyOwner, LiveKey, SharedStore, Store, KEY_TOUCH_EVERY_MS};
 use crate::telemetry::request;
 

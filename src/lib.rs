@@ -6,23 +6,22 @@
 //! [`Application::run`] runs the roles until shutdown.
 
 pub mod accounts;
-pub mod api;
 pub mod auth;
 pub mod blobs;
 pub mod cli;
 pub mod config;
 pub mod deploy;
 pub mod domain;
-pub mod error;
 pub mod generate;
 pub mod http;
+pub mod images;
 pub mod metrics;
 pub mod net;
 pub mod ratelimit;
+pub mod refusal;
 pub mod store;
 pub mod tasks;
 pub mod telemetry;
-pub mod web;
 pub mod webhooks;
 pub mod worker;
 
@@ -40,9 +39,9 @@ use tokio_util::sync::CancellationToken;
 use crate::blobs::Blobs;
 use crate::config::{Config, Role};
 use crate::domain::ContentPolicy;
-use crate::generate::inputs::{DecodeBudget, ImageFetcher, InputLimits};
 use crate::generate::Generator;
 use crate::http::state::{AppState, Shared};
+use crate::images::inputs::{DecodeBudget, ImageFetcher, InputLimits};
 use crate::net::DestinationPolicy;
 use crate::store::{SharedStore, Store};
 use crate::webhooks::client::WebhookClient;
@@ -70,6 +69,7 @@ pub struct Application {
 impl Application {
     pub async fn build(config: Config) -> anyhow::Result<Application> {
         config.validate()?;
+        metrics::set_route_templates(http::api::routes::ROUTES.iter().map(|(_, path)| *path));
         std::fs::create_dir_all(&config.data_dir)?;
         let store = store::open(&config.database, &config.data_dir).await?;
         let first_key = bootstrap_first_account(store.as_ref()).await?;
@@ -161,7 +161,7 @@ impl Application {
                 content_policy: content_policy.clone(),
                 shutdown: CancellationToken::new(),
                 idempotency: Default::default(),
-                line: tasks::line::QueueLine::new(
+                line: tasks::queue_position::QueueLine::new(
                     store.clone(),
                     store::ClaimRules::of(&config.limits),
                 ),

@@ -485,10 +485,7 @@ async fn keys(config: Config, command: KeysCommand) -> anyhow::Result<()> {
             );
         }
         KeysCommand::List => {
-            let fmt = |t: Option<i64>| {
-                t.map(easel::tasks::record::rfc3339)
-                    .unwrap_or_else(|| "-".into())
-            };
+            let fmt = |t: Option<i64>| t.map(easel::domain::rfc3339).unwrap_or_else(|| "-".into());
             println!(
                 "{:<36}  {:<24}  {:<16}  {:<12}  {:<24}  {:<24}  REVOKED",
                 "ID", "ACCOUNT", "NAME", "PREFIX", "CREATED", "LAST USED"
@@ -599,7 +596,7 @@ async fn accounts(config: Config, command: AccountsCommand) -> anyhow::Result<()
                         .map(|c| c.to_string())
                         .unwrap_or_else(|| "unlimited".into()),
                     a.total_images,
-                    easel::tasks::record::rfc3339(a.created_at)
+                    easel::domain::rfc3339(a.created_at)
                 );
             }
         }

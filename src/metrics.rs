@@ -21,7 +21,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::store::{PlanLoad, QueueRow, StoreError};
+use crate::store::{PlanLoad, QueueRow};
 
 /// The media type of the exposition `prometheus-client` writes (OpenMetrics text, which
 /// Prometheus scrapes natively).
@@ -254,18 +254,31 @@ fn status_index(status: u16) -> usize {
     })
 }
 
+/// The API's route templates, handed over once by whoever builds the router
+/// (`set_route_templates`), so that this module needs nothing of the HTTP layer above it.
+static ROUTE_TEMPLATES: OnceLock<Vec<&'static str>> = OnceLock::new();
+
+/// Hand over the API's route templates (`/api/v1/tasks/{task_id}`), before the first request is
+/// counted; a node without the API never does, and counts every request under its own path's
+/// fixed labels. Later calls change nothing: the series are made for the first list.
+pub fn set_route_templates(templates: impl IntoIterator<Item = &'static str>) {
+    let _ = ROUTE_TEMPLATES.set(templates.into_iter().collect());
+}
+
 /// Every route label: the API's route templates, then the image files, `/metrics`, and `other`
 /// for paths no route matches (so that scanners cannot make new series).
 fn route_labels() -> &'static [&'static str] {
-    static LABELS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
-        let mut labels: Vec<&'static str> =
-            crate::api::routes::ROUTES.iter().map(|(_, p)| *p).collect();
-        labels.sort_unstable();
-        labels.dedup();
-        labels.extend(["/files/{key}", "/metrics", "other"]);
-        labels
-    });
+    static LABELS: LazyLock<Vec<&'static str>> =
+        LazyLock::new(|| labels_of(ROUTE_TEMPLATES.get_or_init(Vec::new)));
     &LABELS
+}
+
+fn labels_of(templates: &[&'static str]) -> Vec<&'static str> {
+    let mut labels = templates.to_vec();
+    labels.sort_unstable();
+    labels.dedup();
+    labels.extend(["/files/{key}", "/metrics", "other"]);
+    labels
 }
 
 /// Whether `path` matches `template`, whose `{...}` segments match any one non-empty segment.
@@ -291,7 +304,10 @@ fn matches(template: &str, path: &str) -> bool {
 
 /// The index of the route label for `path`.
 fn route_index(path: &str) -> usize {
-    let labels = route_labels();
+    index_in(route_labels(), path)
+}
+
+fn index_in(labels: &[&str], path: &str) -> usize {
     let last = labels.len() - 1;
     if path.starts_with("/files/") {
         return last - 2;
@@ -303,11 +319,6 @@ fn route_index(path: &str) -> usize {
         .iter()
         .position(|t| matches(t, path))
         .unwrap_or(last)
-}
-
-/// The route label `path` is counted under (for tests and docs).
-pub fn route_label(path: &str) -> &'static str {
-    route_labels()[route_index(path)]
 }
 
 /// Count one answered request (called by the access log layer).
@@ -378,11 +389,7 @@ pub fn webhook_progress(outcome: &'static str) {
 }
 
 /// Count a failed store call made by `component` (`api`, `worker` or `dispatcher`).
-pub fn store_error(component: &'static str, error: &StoreError) {
-    let kind = match error {
-        StoreError::Unavailable(_) => "unavailable",
-        StoreError::Other(_) => "other",
-    };
+pub fn store_error(component: &'static str, kind: &'static str) {
     METRICS
         .store_errors
         .get_or_create(&StoreErrorLabels { component, kind })
@@ -521,21 +528,27 @@ mod tests {
 
     #[test]
     fn paths_map_to_a_bounded_set_of_route_templates() {
-        assert_eq!(route_label("/api/v1/imagine"), "/api/v1/imagine");
+        let labels = labels_of(&[
+            "/api/v1/imagine",
+            "/api/v1/tasks/{task_id}",
+            "/api/v1/tasks/{task_id}/redeliver",
+        ]);
+        let label = |path: &str| labels[index_in(&labels, path)];
+        assert_eq!(label("/api/v1/imagine"), "/api/v1/imagine");
         let id = uuid::Uuid::new_v4();
         assert_eq!(
-            route_label(&format!("/api/v1/tasks/{id}")),
+            label(&format!("/api/v1/tasks/{id}")),
             "/api/v1/tasks/{task_id}"
         );
         assert_eq!(
-            route_label(&format!("/api/v1/tasks/{id}/redeliver")),
+            label(&format!("/api/v1/tasks/{id}/redeliver")),
             "/api/v1/tasks/{task_id}/redeliver"
         );
-        assert_eq!(route_label("/files/a/b/c.png"), "/files/{key}");
-        assert_eq!(route_label("/metrics"), "/metrics");
-        assert_eq!(route_label("/wp-admin/login.php"), "other");
-        assert_eq!(route_label("/api/v1/tasks/"), "other");
-        assert_eq!(route_label("/api/v1/tasks/x/y/z"), "other");
+        assert_eq!(label("/files/a/b/c.png"), "/files/{key}");
+        assert_eq!(label("/metrics"), "/metrics");
+        assert_eq!(label("/wp-admin/login.php"), "other");
+        assert_eq!(label("/api/v1/tasks/"), "other");
+        assert_eq!(label("/api/v1/tasks/x/y/z"), "other");
     }
 
     #[test]

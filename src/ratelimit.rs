@@ -22,6 +22,7 @@ use governor::state::keyed::DashMapStateStore;
 use governor::{Quota, RateLimiter};
 
 use crate::config::PlanRate;
+use crate::refusal::{RateRefusal as Refusal, RateScope as Scope};
 use crate::store::{Store, StoreResult};
 
 /// How long a key's account and plan are remembered.
@@ -75,32 +76,6 @@ pub struct RateLimits {
     plans: HashMap<String, PlanLimiters>,
     owners: Mutex<HashMap<[u8; 32], (Instant, String, String)>>,
     checks: AtomicU64,
-}
-
-/// Which limit refused a request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Scope {
-    Key,
-    Account,
-}
-
-impl Scope {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::Key => "key",
-            Scope::Account => "account",
-        }
-    }
-}
-
-/// A refusal: what the 429 answer says.
-#[derive(Clone, Debug)]
-pub struct Refusal {
-    pub scope: Scope,
-    pub burst: u32,
-    pub window_secs: u64,
-    /// Whole seconds until one more request is allowed (at least 1).
-    pub retry_after_secs: u64,
 }
 
 impl RateLimits {
@@ -189,26 +164,6 @@ impl RateLimits {
             .lock()
             .expect("not poisoned")
             .retain(|_, (at, _, _)| at.elapsed() < OWNER_TTL);
-    }
-}
-
-impl Refusal {
-    /// The 429 answer's headers: `Retry-After`, and the `RateLimit-Policy` and `RateLimit`
-    /// fields of draft-ietf-httpapi-ratelimit-headers-10 (structured-field lists of named
-    /// policies: `q` the quota of requests per `w` seconds; `r` remaining, `t` seconds to reset).
-    pub fn headers(&self) -> [(&'static str, String); 3] {
-        let name = self.scope.as_str();
-        [
-            ("retry-after", self.retry_after_secs.to_string()),
-            (
-                "ratelimit-policy",
-                format!("\"{name}\";q={};w={}", self.burst, self.window_secs),
-            ),
-            (
-                "ratelimit",
-                format!("\"{name}\";r=0;t={}", self.retry_after_secs),
-            ),
-        ]
     }
 }
 

@@ -518,7 +518,7 @@ async fn every_documented_route_is_served_and_unknown_ones_are_not() {
     assert_eq!(status, 200);
     assert_eq!(doc["openapi"], "3.0.3");
     let id = uuid::Uuid::new_v4().to_string();
-    for (method, path) in easel::api::routes::ROUTES {
+    for (method, path) in easel::http::api::routes::ROUTES {
         assert!(
             doc["paths"][*path][*method].is_object(),
             "{method} {path} is documented"

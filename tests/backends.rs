@@ -35,7 +35,7 @@ use backend_mocks::sdwebui::{start_webui, WebUi};
 use backend_mocks::Fault;
 use common::TestApp;
 use easel::generate::backends::{BackendConfig, BackendKind};
-use easel::generate::raster::{decode_png, RgbaImage};
+use easel::images::{decode_png, RgbaImage};
 
 const WITHIN: Duration = Duration::from_secs(60);
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::binary::Easel;
 use common::{split, TestApp};
-use easel::generate::raster::{encode_png, RgbaImage};
+use easel::images::{encode_png, RgbaImage};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -357,7 +357,7 @@ async fn decode_waits(app: &TestApp, token: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn input_images_share_the_decode_budget_and_a_set_over_it_fails() {
     use easel::config::DecodeMemoryBudget;
-    use easel::generate::inputs::{probe, InputLimits};
+    use easel::images::inputs::{probe, InputLimits};
 
     let png = input_png(500);
     let header = probe(&png, &InputLimits::default()).unwrap();

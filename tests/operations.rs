@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use common::receiver::{Behaviour, Receiver};
 use common::TestApp;
 use easel::generate::ops;
-use easel::generate::raster::{decode_png, dimensions, encode_png, RgbaImage};
+use easel::images::{decode_png, dimensions, encode_png, RgbaImage};
 
 const WITHIN: Duration = Duration::from_secs(60);
 

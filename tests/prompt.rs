@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use common::TestApp;
-use easel::generate::raster::{decode_png, RgbaImage};
+use easel::images::{decode_png, RgbaImage};
 
 const WITHIN: Duration = Duration::from_secs(60);
 

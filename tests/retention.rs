@@ -17,7 +17,7 @@ use sqlx::Row;
 
 use common::{wait_for, TestApp};
 use easel::config::Config;
-use easel::generate::raster::{encode_png, RgbaImage};
+use easel::images::{encode_png, RgbaImage};
 
 const WITHIN: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(3600);

@@ -27,7 +27,7 @@ use common::TestApp;
 use easel::config::models::ModelDefaults;
 use easel::config::ModelConfig;
 use easel::generate::backends::BackendConfig;
-use easel::generate::raster::{decode_png, encode_png, RgbaImage};
+use easel::images::{decode_png, encode_png, RgbaImage};
 
 /// Steps of the task that is still running when it is canceled or its server killed.
 const SLOW_STEPS: u32 = 8;

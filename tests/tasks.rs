@@ -85,7 +85,7 @@ async fn a_task_runs_to_finished_with_four_images_and_a_grid() {
             "{cache}"
         );
         let bytes = res.bytes().await.unwrap();
-        let image = easel::generate::raster::decode_png(&bytes).unwrap();
+        let image = easel::images::decode_png(&bytes).unwrap();
         assert_eq!((image.width, image.height), (128, 64), "{url}");
         bodies.push(bytes);
     }

@@ -111,7 +111,7 @@ fn picture(size: &str, answer: Answer) -> String {
         .unwrap_or((64, 64));
     let img = photo_like(w, h, 7);
     let bytes = match answer {
-        Answer::Png => easel::generate::raster::encode_png(&img),
+        Answer::Png => easel::images::encode_png(&img),
         Answer::Jpeg => image_crate_jpeg(&img),
     };
     base64::engine::general_purpose::STANDARD.encode(bytes)
@@ -120,7 +120,7 @@ fn picture(size: &str, answer: Answer) -> String {
 /// `img` as a quality 90 JPEG by the image crate's encoder, which takes RGB only (the conversion
 /// is part of its cost): what the simulated backend answers, and the grid encoder easel did not
 /// choose.
-fn image_crate_jpeg(img: &easel::generate::raster::RgbaImage) -> Vec<u8> {
+fn image_crate_jpeg(img: &easel::images::RgbaImage) -> Vec<u8> {
     let rgb: Vec<u8> = img
         .data
         .chunks_exact(4)
@@ -134,7 +134,7 @@ fn image_crate_jpeg(img: &easel::generate::raster::RgbaImage) -> Vec<u8> {
 }
 
 /// A `w` x `h` gradient with noise of up to +-12 per channel from a xorshift seeded by `seed`.
-fn photo_like(w: u32, h: u32, seed: u64) -> easel::generate::raster::RgbaImage {
+fn photo_like(w: u32, h: u32, seed: u64) -> easel::images::RgbaImage {
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut noise = move || {
         state ^= state << 13;
@@ -142,7 +142,7 @@ fn photo_like(w: u32, h: u32, seed: u64) -> easel::generate::raster::RgbaImage {
         state ^= state << 17;
         (state % 25) as i32 - 12
     };
-    let mut img = easel::generate::raster::RgbaImage::new(w, h);
+    let mut img = easel::images::RgbaImage::new(w, h);
     for y in 0..h {
         for x in 0..w {
             let i = ((y * w + x) * 4) as usize;
@@ -562,10 +562,10 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
     // (c) Encoding a 1024 px grid of a photo-like picture, in this process: the choice of the
     // grid's format for JPEG answers.
     let grid = photo_like(LARGE_IMAGE_SIZE, LARGE_IMAGE_SIZE, 11);
-    let png = time_ms(10, || easel::generate::raster::encode_png(&grid).len());
+    let png = time_ms(10, || easel::images::encode_png(&grid).len());
     // What easel writes for the grid of JPEG answers (quality 90, 4:2:0).
     let fast_jpeg = time_ms(10, || {
-        easel::generate::stored::StoredImage::jpeg(&grid)
+        easel::images::stored::StoredImage::jpeg(&grid)
             .expect("a JPEG of a well-formed image")
             .len()
     });

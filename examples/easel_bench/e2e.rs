@@ -10,8 +10,8 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 
 use easel::generate::procedural::render;
-use easel::generate::raster::dimensions;
 use easel::generate::Product;
+use easel::images::dimensions;
 
 use crate::proc::{cpu_secs, fresh_dir, Server};
 use crate::report::{count, Row};

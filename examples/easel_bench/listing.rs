@@ -249,7 +249,7 @@ async fn measure(ctx: &Ctx, db: Db) -> anyhow::Result<(Vec<Row>, Value)> {
 
 /// Requests per case left out of the figures.
 const WARMUP: usize = 10;
-/// Tasks on one dashboard tasks page (`easel::web::tasks::PAGE_SIZE`).
+/// Tasks on one dashboard tasks page (`easel::http::web::tasks::PAGE_SIZE`).
 const PAGE_TASKS: usize = 24;
 
 /// `latency_ms` of every `GET /api/v1/tasks` and `GET /tasks` in the server's JSON access log,

@@ -139,7 +139,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
         .await?;
     let mask = {
         let (w, h) = (1024u32, 1024u32);
-        let mut m = easel::generate::raster::RgbaImage::new(w, h);
+        let mut m = easel::images::RgbaImage::new(w, h);
         for y in h / 4..3 * h / 4 {
             for x in w / 4..3 * w / 4 {
                 let i = ((y * w + x) * 4) as usize;
@@ -149,8 +149,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
         use base64::Engine;
         format!(
             "data:image/png;base64,{}",
-            base64::engine::general_purpose::STANDARD
-                .encode(easel::generate::raster::encode_png(&m))
+            base64::engine::general_purpose::STANDARD.encode(easel::images::encode_png(&m))
         )
     };
 

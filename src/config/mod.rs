@@ -41,7 +41,7 @@ pub use limits::{
 pub use models::{Catalogue, Model, ModelConfig};
 pub use retention::{Retention, RETENTION_MIN};
 pub use server::{LogFormat, Role, Server};
-pub use values::duration;
+pub use values::{duration, redact};
 pub use webhooks::Webhooks;
 pub use worker::Worker;
 
@@ -240,7 +240,7 @@ fn closest<'a>(key: &str, known: &'a BTreeSet<String>) -> Option<&'a str> {
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut shown = self.clone();
-        shown.database.url = shown.database.url.as_deref().map(crate::net::redact);
+        shown.database.url = shown.database.url.as_deref().map(crate::config::redact);
         shown.server.metrics_token = shown.server.metrics_token.map(|_| "***".into());
         match serde_json::to_string(&shown) {
             Ok(json) => write!(f, "Config {json}"),

@@ -230,3 +230,28 @@ pub fn check_http_url(name: &str, url: Option<&str>) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// `url` with any password replaced by `***`, for logs and errors.
+pub fn redact(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_in_urls_never_reach_logs() {
+        assert_eq!(
+            redact("postgres://easel:hunter2@db:5432/easel"),
+            "postgres://easel:***@db:5432/easel"
+        );
+        assert_eq!(redact("postgres://db/easel"), "postgres://db/easel");
+    }
+}

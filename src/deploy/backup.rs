@@ -66,7 +66,7 @@ pub async fn backup(config: &Config, dir: &Path) -> anyhow::Result<Manifest> {
     let manifest = Manifest {
         format: FORMAT,
         easel: crate::VERSION.to_string(),
-        created_at: crate::tasks::record::rfc3339(chrono::Utc::now().timestamp_millis()),
+        created_at: crate::domain::rfc3339(chrono::Utc::now().timestamp_millis()),
         tasks,
         local_files,
         file_count,

@@ -12,6 +12,7 @@ mod policy;
 mod result;
 pub mod settings;
 mod task;
+pub mod time;
 pub mod webhook_events;
 pub mod wire;
 
@@ -23,4 +24,5 @@ pub use policy::ContentPolicy;
 pub use result::{Outcome, PayloadHead};
 pub use settings::Settings;
 pub use task::{AspectRatio, ProcessMode, Prompt, TaskStatus};
+pub use time::rfc3339;
 pub use webhook_events::{WebhookEvent, WebhookEvents};

@@ -262,7 +262,7 @@ mod tests {
 
     fn schema(name: &str) -> Value {
         let doc: Value =
-            serde_json::from_str(include_str!("../api/openapi.json")).expect("valid JSON");
+            serde_json::from_str(include_str!("../http/api/openapi.json")).expect("valid JSON");
         doc["components"]["schemas"][name].clone()
     }
 

@@ -8,13 +8,13 @@ use futures::future::BoxFuture;
 
 use super::job::{GenerateError, Generator, Job, Product, Progress};
 use super::ops::{self, Detail, Direction, Strength};
-use super::preview::PreviewImage;
 use super::procedural;
-use super::raster::{dimensions, RgbaImage};
-use super::stored::{Format, StoredImage};
 use crate::domain::image_prompts::IMAGE_WEIGHT_DEFAULT;
 use crate::domain::operation::{AltKind, VariationOf};
 use crate::domain::{OpKind, Operation};
+use crate::images::preview::PreviewImage;
+use crate::images::stored::{Format, StoredImage};
+use crate::images::{dimensions, RgbaImage};
 
 /// The built-in generator: abstract pictures drawn from the prompt's words (see [`procedural`]).
 #[derive(Clone, Debug)]

@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use super::inputs::Reservation;
 pub use super::progress::Progress;
-use super::raster::{compose_grid, dimensions, RgbaImage};
-use super::stored::StoredImage;
+use crate::images::inputs::Reservation;
+use crate::images::stored::StoredImage;
+use crate::images::{compose_grid, dimensions, RgbaImage};
 
 use crate::domain::{AspectRatio, Extras, OpKind, Operation};
 
@@ -79,7 +79,7 @@ impl GenerateError {
 pub enum Product {
     /// Four encoded images of `width` x `height` and their 2x2 grid (the same size): made with
     /// them (the built-in generator, which holds their pixels), or `None` when it is to be made
-    /// from the four files ([`crate::generate::grid`]), after the task is recorded where easel
+    /// from the four files ([`crate::images::grid`]), after the task is recorded where easel
     /// serves its images.
     Grid {
         images: [StoredImage; 4],
@@ -97,7 +97,7 @@ pub enum Product {
     Seed(i64),
 }
 
-/// An image a backend made: the file to store ([`crate::generate::stored`]) and its size, read
+/// An image a backend made: the file to store ([`crate::images::stored`]) and its size, read
 /// from its header.
 #[derive(Clone, Debug)]
 pub struct Answered {

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::preview::PreviewImage;
+use crate::images::preview::PreviewImage;
 
 /// A backend's slot while a job holds it. The pool's own type is erased here so that the job's
 /// types need not know the pool: all the holder does with it is drop it, which frees the slot.

@@ -18,7 +18,7 @@ use super::access::AccessLogLayer;
 use super::body::{self, BodyLimits};
 use super::state::AppState;
 use crate::config::Role;
-use crate::error::ApiError;
+use crate::refusal::ApiError;
 
 /// The service that serves every request of the main listener.
 ///
@@ -57,8 +57,8 @@ pub fn app(
 /// The routes, the image files and the fallbacks, without the layers of `app`.
 fn router(state: AppState) -> Router {
     let mut health = Router::new()
-        .route("/healthz", get(crate::api::health::alive))
-        .route("/readyz", get(crate::api::health::ready));
+        .route("/healthz", get(crate::http::api::health::alive))
+        .route("/readyz", get(crate::http::api::health::ready));
     if state.config.server.metrics_token.is_some() {
         // Without a token the path is not routed at all (404, like any unknown path).
         health = health.route("/metrics", get(super::metrics::guarded));
@@ -70,9 +70,9 @@ fn router(state: AppState) -> Router {
             .with_state(state);
     }
     health
-        .merge(crate::api::routes())
+        .merge(crate::http::api::routes())
         .merge(
-            crate::web::routes().route_layer(axum::middleware::from_fn_with_state(
+            crate::http::web::routes().route_layer(axum::middleware::from_fn_with_state(
                 state.clone(),
                 dashboard_host,
             )),

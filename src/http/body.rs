@@ -54,7 +54,7 @@ pub enum BodyError {
 }
 
 /// How the API answers a body it could not read.
-impl From<BodyError> for crate::error::ApiError {
+impl From<BodyError> for crate::refusal::ApiError {
     fn from(e: BodyError) -> Self {
         match e {
             BodyError::TooLarge { limit } => Self::PayloadTooLarge { limit },

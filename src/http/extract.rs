@@ -10,7 +10,7 @@ use uuid::Uuid;
 use super::body;
 use super::state::AppState;
 use crate::auth::{self, Caller, PresentedKey};
-use crate::error::ApiError;
+use crate::refusal::ApiError;
 use crate::tasks::body::JsonObject;
 use crate::telemetry::request;
 

@@ -9,7 +9,7 @@ use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::state::AppState;
-use crate::error::ApiError;
+use crate::refusal::ApiError;
 use crate::tasks::idempotency::{check_key, Held};
 
 /// The request header.

@@ -7,8 +7,8 @@ use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
 use super::state::AppState;
-use crate::error::ApiError;
 use crate::metrics::{self, BackendGauges};
+use crate::refusal::ApiError;
 
 async fn exposition(state: &AppState) -> Response {
     let queue = match state.store.queue_by_status_and_mode().await {

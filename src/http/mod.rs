@@ -1,15 +1,18 @@
-//! The HTTP boundary: shared state, extractors (the caller's key, the JSON body, the task id),
-//! the one place refusals become responses, the access log, `/metrics`, and the app that puts
-//! the API's and the dashboard's routers side by side. Nothing below this layer knows HTTP.
+//! The HTTP boundary, as one tree: the JSON API (`api`) and the dashboard (`web`) as children of
+//! the module that builds the router (`app`), beside what they share: state, extractors (the
+//! caller's key, the JSON body, the task id), the one place refusals become responses, the access
+//! log and `/metrics`. Nothing below this layer knows HTTP.
 
 pub mod access;
+pub mod api;
 pub mod app;
 pub mod body;
-pub mod error;
 pub mod extract;
 pub mod hosts;
 pub mod idempotency;
 pub mod metrics;
 pub mod prefer;
+pub mod refusal_response;
 pub mod server;
 pub mod state;
+pub mod web;

@@ -4,7 +4,7 @@
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::config::WAIT_MAX_SECS;
-use crate::error::ApiError;
+use crate::refusal::ApiError;
 
 /// The header that says which preference was applied.
 pub const PREFERENCE_APPLIED: HeaderName = HeaderName::from_static("preference-applied");

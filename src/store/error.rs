@@ -21,6 +21,25 @@ impl StoreError {
     pub(crate) fn unavailable(what: &str) -> StoreError {
         StoreError::Unavailable(Arc::new(Failure(what.to_string())))
     }
+
+    /// The kind as the metrics label it (`easel_store_errors_total{kind}`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::Unavailable(_) => "unavailable",
+            StoreError::Other(_) => "other",
+        }
+    }
+}
+
+/// A request's store failure, as the contract's refusal: the HTTP boundary answers it (503 or
+/// 500), and logs and counts it there.
+impl From<StoreError> for crate::refusal::ApiError {
+    fn from(e: StoreError) -> Self {
+        crate::refusal::ApiError::Store {
+            unavailable: matches!(e, StoreError::Unavailable(_)),
+            cause: e.into(),
+        }
+    }
 }
 
 impl From<sqlx::Error> for StoreError {

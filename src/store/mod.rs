@@ -46,6 +46,6 @@ pub use uploads::{upload_day, Upload, UploadAdmitted};
 pub(crate) use uploads::{upload_of, UploadRow, UPLOAD_COLUMNS};
 
 /// URLs in logs and errors lose their password; the rule lives with the other URL handling.
-pub use crate::net::redact;
+pub use crate::config::redact;
 pub use open::{migrate, open};
 pub use queue::{AccountLoad, ClaimRules, PlanLoad, Waiting};

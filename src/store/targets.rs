@@ -19,7 +19,7 @@ impl std::fmt::Debug for WebhookTarget {
     // Never print the secrets.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WebhookTarget")
-            .field("url", &crate::net::redact(&self.url))
+            .field("url", &crate::config::redact(&self.url))
             .field("has_webhook_secret", &self.webhook_secret.is_some())
             .finish_non_exhaustive()
     }

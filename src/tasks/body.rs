@@ -4,7 +4,7 @@
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::error::ApiError;
+use crate::refusal::ApiError;
 
 /// A JSON object body.
 pub struct JsonObject(pub Map<String, Value>);

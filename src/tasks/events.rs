@@ -18,12 +18,12 @@ use std::time::Duration;
 use futures::Stream;
 use serde_json::json;
 
-use super::line::{waiting_for_at, waits};
+use super::queue_position::{waiting_for_at, waits};
 pub use super::streams::{StreamSlot, Streams};
 use super::Tasks;
 use crate::domain::wire::WaitingFor;
 use crate::domain::{OpKind, TaskStatus};
-use crate::error::ApiError;
+use crate::refusal::ApiError;
 use crate::store::{Happened, Heard, Listener, StoreResult, Task, TaskEvent, LIST_LIMIT_MAX};
 
 /// A waiting task's place in line as said: its position, and whether its account was at its

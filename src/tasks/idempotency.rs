@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::OpKind;
-use crate::error::ApiError;
+use crate::refusal::ApiError;
 use crate::store::{now_ms, Store};
 
 /// Most characters of an `Idempotency-Key`.

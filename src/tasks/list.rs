@@ -3,7 +3,7 @@
 use uuid::Uuid;
 
 use crate::domain::{OpKind, TaskStatus};
-use crate::error::ApiError;
+use crate::refusal::ApiError;
 use crate::store::{TaskFilter, LIST_LIMIT_MAX};
 
 /// Tasks on a page of `GET /api/v1/tasks` when `limit` is not given.

@@ -6,8 +6,8 @@ pub mod body;
 pub mod cancel;
 pub mod events;
 pub mod idempotency;
-pub mod line;
 pub mod list;
+pub mod queue_position;
 pub mod record;
 pub mod streams;
 pub mod submit;
@@ -24,11 +24,11 @@ use crate::blobs::Blobs;
 use crate::config::Config;
 use crate::domain::actions::Offer;
 use crate::domain::ContentPolicy;
-use crate::error::ApiError;
-use crate::generate::inputs::{DecodeBudget, ImageFetcher};
 use crate::generate::pool::Pool;
 use crate::generate::Generator;
+use crate::images::inputs::{DecodeBudget, ImageFetcher};
 use crate::net::DestinationPolicy;
+use crate::refusal::ApiError;
 use crate::store::{SharedStore, Task};
 use crate::telemetry::request;
 
@@ -52,7 +52,7 @@ pub struct Tasks {
     /// The submits with an `Idempotency-Key` in flight on this node.
     pub idempotency: Arc<idempotency::InFlight>,
     /// Where waiting tasks stand in line.
-    pub line: line::QueueLine,
+    pub line: queue_position::QueueLine,
     /// The event streams open on this node, under their limits.
     pub streams: Arc<streams::Streams>,
 }
@@ -83,7 +83,7 @@ impl Tasks {
         &self,
         tasks: &[T],
     ) -> Vec<crate::domain::wire::Record> {
-        let positions = if tasks.iter().any(|t| line::waits(t.borrow())) {
+        let positions = if tasks.iter().any(|t| queue_position::waits(t.borrow())) {
             Some(self.line.positions().await)
         } else {
             None
@@ -93,9 +93,9 @@ impl Tasks {
             .map(|task| {
                 let task = task.borrow();
                 let mut record = self.record_now(task);
-                if let Some(line) = positions.as_ref().filter(|_| line::waits(task)) {
+                if let Some(line) = positions.as_ref().filter(|_| queue_position::waits(task)) {
                     record.queue_position = line.get(&task.seq).copied();
-                    record.waiting_for = Some(line::waiting_for(task, line));
+                    record.waiting_for = Some(queue_position::waiting_for(task, line));
                 }
                 record
             })

@@ -3,15 +3,9 @@
 use std::time::Duration;
 
 use crate::blobs::Blobs;
+use crate::domain::rfc3339;
 use crate::domain::wire::{Record, WebhookState};
 use crate::store::Task;
-
-/// Unix milliseconds as RFC 3339 UTC with millisecond precision.
-pub fn rfc3339(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .unwrap_or_default()
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
 
 /// The record of `task`, with its images' URLs made by `blobs`: the fields every task has, its
 /// parent and the parameters the caller gave, then its result in the fields of its shape.

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::config::limits::Limits;
-use crate::error::ApiError;
+use crate::refusal::ApiError;
 
 /// The streams open on this node, by account, under `max_streams_per_account` and
 /// `max_streams`.

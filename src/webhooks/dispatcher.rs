@@ -145,7 +145,7 @@ impl Dispatcher {
         let recorded = match self.write_record(d, &record).await {
             Ok(recorded) => recorded,
             Err(e) => {
-                crate::metrics::store_error("dispatcher", &e);
+                crate::metrics::store_error("dispatcher", e.kind());
                 // The lease runs out and the delivery is attempted again: at least once.
                 tracing::error!(task_id = d.task_id, delivery = d.id, attempt, error = %e,
                     "could not record the webhook attempt; it is sent again once its lease runs out");
@@ -301,7 +301,7 @@ impl Dispatcher {
                         };
                     }
                     Err(e) => {
-                        crate::metrics::store_error("dispatcher", &e);
+                        crate::metrics::store_error("dispatcher", e.kind());
                         tracing::error!(error = %e, "dispatcher could not reach the store");
                         next_due = Some((now_ms() + poll_ms(&self.config), Instant::now()));
                     }

@@ -6,8 +6,8 @@ use base64::Engine;
 use crate::blobs::{BlobError, Blobs};
 use crate::domain::operation::ImageInput;
 use crate::domain::{Extras, Operation};
-use crate::generate::inputs::{DecodeBudget, ImageFetcher, InputLimits, Reservation};
-use crate::generate::raster::RgbaImage;
+use crate::images::inputs::{DecodeBudget, ImageFetcher, InputLimits, Reservation};
+use crate::images::RgbaImage;
 
 /// Callers' input images: the client that fetches them, the limits on each, and the node's
 /// memory budget for decoding them.
@@ -59,7 +59,7 @@ impl Inputs {
             .chain(prompts)
             .map(|(name, input)| async move {
                 let bytes = match &input {
-                    ImageInput::Stored(image) => match super::grids::get(blobs, &image.key).await {
+                    ImageInput::Stored(image) => match crate::images::grid::follow::get(blobs, &image.key).await {
                         Ok(Some(bytes)) => bytes,
                         Ok(None) => {
                             return Err(format!("{name}: the image is no longer stored").into())

@@ -15,7 +15,6 @@
 //! is removed, and every worker loop waits on the shared `blobs::StorageHealth` before its next
 //! claim, so the queue waits instead of draining into failures.
 
-pub mod grids;
 mod inputs;
 mod reporter;
 pub mod retention;
@@ -37,11 +36,12 @@ use crate::domain::actions::Offer;
 use crate::domain::operation::FOLLOW_UP_MAX_SIDE;
 use crate::domain::webhook_events::{WebhookEvent, WebhookEvents};
 use crate::domain::{prompt_text, ContentPolicy, Outcome, Output, ProcessMode, TaskStatus};
-use crate::generate::{grid, Generator, Job, Product, Progress};
+use crate::generate::{Generator, Job, Product, Progress};
+use crate::images::grid;
+use crate::images::grid::follow::{self as grids, PendingGrid};
 use crate::store::{ClaimRules, ClaimedTask, Ending, SharedStore, StoreError, StoreResult};
 use crate::webhooks::progress::{ProgressSender, ProgressTarget};
 use bytes::Bytes;
-use grids::PendingGrid;
 pub use inputs::Inputs;
 use inputs::Refused;
 pub use sweep::{sweep_orphans, SWEEP_LIMIT, SWEEP_MIN_AGE};
@@ -608,7 +608,7 @@ async fn worker_loop(
             Ok(Ran::Idle) => true,
             Ok(_) => false,
             Err(e) => {
-                crate::metrics::store_error("worker", &e);
+                crate::metrics::store_error("worker", e.kind());
                 tracing::error!(error = %e, "worker could not reach the store");
                 true
             }
@@ -660,7 +660,7 @@ async fn reaper_loop(ctx: WorkerContext, shutdown: CancellationToken) {
                 }
             }
             Err(e) => {
-                crate::metrics::store_error("worker", &e);
+                crate::metrics::store_error("worker", e.kind());
                 tracing::error!(error = %e, "lease reaper could not reach the store")
             }
         }

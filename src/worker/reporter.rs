@@ -11,7 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::blobs::Blobs;
 use crate::config::Config;
-use crate::generate::{preview, Progress};
+use crate::generate::Progress;
+use crate::images::preview;
 use crate::store::SharedStore;
 use crate::store::{Happened, Heard, StoredProgress, TaskEvent};
 use crate::webhooks::progress::ProgressSender;
@@ -109,7 +110,7 @@ impl Reporter {
                             return;
                         }
                         Err(e) => {
-                            crate::metrics::store_error("worker", &e);
+                            crate::metrics::store_error("worker", e.kind());
                             tracing::warn!(error = %e, "could not mark the task processing");
                         }
                     }
@@ -206,7 +207,7 @@ impl Reporter {
     /// one is stored; the key of the preview to show.
     async fn write_preview(
         &self,
-        image: crate::generate::PreviewImage,
+        image: crate::images::PreviewImage,
         told: &mut Told,
     ) -> Option<String> {
         let max_px = self.config.worker.preview_max_px;
@@ -274,7 +275,7 @@ impl Reporter {
                 false
             }
             Err(e) => {
-                crate::metrics::store_error("worker", &e);
+                crate::metrics::store_error("worker", e.kind());
                 tracing::warn!(error = %e, "heartbeat failed; retrying");
                 true
             }

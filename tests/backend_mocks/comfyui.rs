@@ -32,7 +32,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::{broadcast, Notify};
 
 use super::{common_answer, dropped, flat, Fault, Script};
-use easel::generate::raster::{decode_png, encode_png, RgbaImage};
+use easel::images::{decode_png, encode_png, RgbaImage};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Phase {

@@ -20,7 +20,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 
-use easel::generate::raster::{encode_png, RgbaImage};
+use easel::images::{encode_png, RgbaImage};
 
 /// How a mock answers one job.
 #[derive(Clone, Debug, PartialEq)]

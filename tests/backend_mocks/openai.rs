@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 
 use super::{b64, common_answer, dropped, flat, parse_size, png_b64, Fault, Script};
-use easel::generate::raster::{decode_png, encode_png, RgbaImage};
+use easel::images::{decode_png, encode_png, RgbaImage};
 
 /// One images request, as the mock received it.
 #[derive(Clone, Debug)]

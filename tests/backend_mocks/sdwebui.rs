@@ -16,7 +16,7 @@ use base64::Engine;
 use serde_json::{json, Value};
 
 use super::{common_answer, flat, png_b64, Fault, Script};
-use easel::generate::raster::{decode_png, RgbaImage};
+use easel::images::{decode_png, RgbaImage};
 
 /// A Stable Diffusion WebUI as far as easel uses it: txt2img, img2img, extra-single-image,
 /// interrogate, progress, interrupt and the model list. Its images are flat colours: `shade`

@@ -12,10 +12,10 @@ use crate::backend_mocks::Fault;
 use easel::domain::operation::{ImageInput, PanDirection, StoredImage, VariationOf};
 use easel::domain::{AspectRatio, OpKind, Operation, Settings};
 use easel::generate::backends::comfyui::ComfyUi;
-use easel::generate::backends::images::size_for;
+use easel::generate::backends::edits::size_for;
 use easel::generate::backends::BackendConfig;
-use easel::generate::raster::{decode_png, RgbaImage};
 use easel::generate::{GenerateError, Generator, Job, Product, Progress};
+use easel::images::{decode_png, RgbaImage};
 
 fn fixture() -> String {
     format!(

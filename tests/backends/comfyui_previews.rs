@@ -12,8 +12,8 @@ use crate::backend_mocks::{self_signed, Fault};
 use easel::domain::{AspectRatio, Operation};
 use easel::generate::backends::comfyui::ComfyUi;
 use easel::generate::backends::BackendConfig;
-use easel::generate::preview::PreviewImage;
 use easel::generate::{GenerateError, Generator, Job, Product, Progress};
+use easel::images::preview::PreviewImage;
 
 fn config(url: &str, ca_file: Option<&std::path::Path>) -> BackendConfig {
     let workflow = format!(

@@ -27,9 +27,9 @@ use crate::backend_mocks::{flat, serve};
 use easel::domain::{AspectRatio, Operation};
 use easel::generate::backends::comfyui::ComfyUi;
 use easel::generate::backends::BackendConfig;
-use easel::generate::preview::PreviewImage;
-use easel::generate::raster::encode_png;
 use easel::generate::{GenerateError, Generator, Job, Product, Progress};
+use easel::images::encode_png;
+use easel::images::preview::PreviewImage;
 
 /// The recorded seconds between messages, scaled: the 11 s job replays in about half a second.
 const PACE: f64 = 0.05;

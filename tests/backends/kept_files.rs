@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 use crate::backend_mocks::{b64, serve};
 use crate::common::TestApp;
 use crate::{openai, run};
-use easel::generate::raster::{encode_png, RgbaImage};
-use easel::generate::stored::{jpeg_header_markers, png_chunk_types};
+use easel::images::stored::{jpeg_header_markers, png_chunk_types};
+use easel::images::{encode_png, RgbaImage};
 
 /// Four files answered in turn, and how many requests came to each endpoint.
 struct Files {

@@ -16,8 +16,8 @@ use easel::domain::operation::{Dimension, ImageInput, PanDirection, StoredImage,
 use easel::domain::{AspectRatio, OpKind, Operation};
 use easel::generate::backends::openai::{OpenAi, BLEND_PROMPT};
 use easel::generate::backends::BackendConfig;
-use easel::generate::raster::RgbaImage;
 use easel::generate::{GenerateError, Generator, Job, Product, Progress};
+use easel::images::RgbaImage;
 
 /// The key the tests give the adapter; a server may echo it.
 const KEY: &str = "sk-secret-123";

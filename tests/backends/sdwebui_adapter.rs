@@ -16,9 +16,9 @@ use easel::generate::backends::sdwebui::{
     SdWebUi, CHAOS_SUBSEED_MOST, EXTRA, IMG2IMG, INTERROGATE, STRONG, SUBTLE, TXT2IMG,
 };
 use easel::generate::backends::BackendConfig;
-use easel::generate::preview::PreviewImage;
-use easel::generate::raster::{decode_png, RgbaImage};
 use easel::generate::{GenerateError, Generator, Job, Product, Progress};
+use easel::images::preview::PreviewImage;
+use easel::images::{decode_png, RgbaImage};
 
 const PASSWORD: &str = "s3cret-pw";
 
@@ -581,7 +581,7 @@ async fn serve_slow(delay_ms: u64) -> (Arc<WebUi>, String) {
 #[tokio::test]
 async fn the_live_preview_reaches_progress_and_null_absent_or_garbage_is_none() {
     let (mock, url) = serve_slow(1000).await;
-    let png = |shade| easel::generate::raster::encode_png(&flat(8, 8, shade));
+    let png = |shade| easel::images::encode_png(&flat(8, 8, shade));
     let (first, second) = (png(10), png(200));
     let b64 = |bytes: &[u8]| Value::from(crate::backend_mocks::b64(bytes));
     // The second preview, then only answers that are no preview: had any been taken, it

@@ -1,14 +1,16 @@
 //! Model backends: the servers people run their image models on, driven over HTTP. Each kind is
 //! an adapter implementing [`Generator`](super::Generator); the pool (`generate::pool`) spreads
 //! tasks over the configured ones. Their `[[backends]]` settings live in `config::backends`;
-//! `http` sorts HTTP answers and failures into the errors a task understands, and
-//! `images` holds the image work the kinds share. Each kind keeps its protocol client apart from
+//! `http` sorts HTTP answers and failures into the errors a task understands;
+//! `edits` (canvases and masks) and `answers` (the images a backend answers with) hold the
+//! image work the kinds share. Each kind keeps its protocol client apart from
 //! its image and workflow work, and none of them reaches back up here but for the settings.
 
+pub mod answers;
 mod build;
 pub mod comfyui;
+pub mod edits;
 pub mod http;
-pub mod images;
 pub mod openai;
 pub mod sdcpp;
 pub mod sdwebui;

@@ -4,7 +4,7 @@
 //! distances are measured in coordinates bent by low-frequency noise, so the regions have
 //! organic borders. Each input thus shows its colours and part of its composition.
 
-use crate::generate::raster::RgbaImage;
+use crate::images::RgbaImage;
 
 use super::{fractal_noise, hash, resize, to_u8, usable, Rng};
 

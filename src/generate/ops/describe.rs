@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::generate::raster::RgbaImage;
+use crate::images::RgbaImage;
 
 use super::{luma, resize, usable};
 

@@ -7,7 +7,7 @@
 
 use std::borrow::Cow;
 
-use crate::generate::raster::RgbaImage;
+use crate::images::RgbaImage;
 
 use super::{fractal_noise, hash, resize, sample_bilinear, smoothstep, to_u8, usable, Direction};
 

@@ -2,7 +2,7 @@
 //! edge are blended from the parent toward the fill so the seam is soft; nothing outside the
 //! mask changes.
 
-use crate::generate::raster::RgbaImage;
+use crate::images::RgbaImage;
 
 use super::usable;
 
@@ -17,7 +17,7 @@ pub fn mask_redraws(px: [u8; 4]) -> bool {
 }
 
 /// Whether a mask PNG marks any pixel to redraw, read a row at a time: a request's mask is
-/// checked without holding its whole image (as 8-bit, as [`crate::generate::raster::decode_png`]
+/// checked without holding its whole image (as 8-bit, as [`crate::images::decode_png`]
 /// reads it).
 pub fn png_marks_any(bytes: &[u8]) -> Result<bool, String> {
     let mut decoder = png::Decoder::new(std::io::Cursor::new(bytes));

@@ -27,7 +27,7 @@ pub use shorten::{important_words, shorten};
 pub use upscale::upscale_png;
 pub use variation::variation;
 
-use crate::generate::raster::RgbaImage;
+use crate::images::RgbaImage;
 
 /// How far a variation departs from its parent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

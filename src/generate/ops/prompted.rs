@@ -1,7 +1,7 @@
 //! Image prompts on the procedural generator: the scene the text draws, with the image prompts
 //! (blended together when there are several) laid over it at the weight `--iw` gives them.
 
-use crate::generate::raster::RgbaImage;
+use crate::images::RgbaImage;
 
 use super::blend;
 

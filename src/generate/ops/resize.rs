@@ -1,9 +1,9 @@
 //! Resizing for the operations: [`resize`] is the `image` crate's Catmull-Rom (through
-//! [`raster::resize`], premultiplied by alpha). [`Resampler`] is the same cubic family computed
+//! [`images::resize`](crate::images::resize), premultiplied by alpha). [`Resampler`] is the same cubic family computed
 //! one output row at a time, which the upscaler needs to stream an enlargement into its PNG
 //! without holding the whole result; nothing else uses it.
 
-use crate::generate::raster::{self, Filter, RgbaImage};
+use crate::images::{self, Filter, RgbaImage};
 
 use super::usable;
 
@@ -162,7 +162,7 @@ pub fn resize(src: &RgbaImage, w: u32, h: u32) -> RgbaImage {
     if (src.width, src.height) == (w, h) {
         return src.clone();
     }
-    raster::resize(src, w, h, Filter::CatmullRom)
+    images::resize(src, w, h, Filter::CatmullRom)
 }
 
 #[cfg(test)]

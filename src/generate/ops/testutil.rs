@@ -1,7 +1,7 @@
 //! Helpers shared by the ops' unit tests.
 
 use crate::generate::procedural;
-use crate::generate::raster::RgbaImage;
+use crate::images::RgbaImage;
 
 /// A realistic picture from the procedural generator.
 pub(super) fn scene(w: u32, h: u32) -> RgbaImage {

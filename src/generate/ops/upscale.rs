@@ -6,7 +6,7 @@
 
 use std::io::Write;
 
-use crate::generate::raster::RgbaImage;
+use crate::images::RgbaImage;
 
 use super::resize::Resampler;
 use super::{hash, luma, to_u8, unit, usable, value_noise, Detail};
@@ -168,7 +168,7 @@ mod tests {
     use super::super::resize;
     use super::super::testutil::{mean_abs_diff, scene, solid};
     use super::*;
-    use crate::generate::raster::decode_png;
+    use crate::images::decode_png;
 
     #[test]
     fn sizes_decode_and_colour_type() {

@@ -2,7 +2,7 @@
 //! and bend a little) with gentle, slowly varying brightness and hue shifts on top, so the scene
 //! and palette stay while details change. Each k draws its own fields.
 
-use crate::generate::raster::RgbaImage;
+use crate::images::RgbaImage;
 
 use super::{fractal_noise, hash, sample_bilinear, to_u8, usable, Strength};
 

@@ -6,7 +6,7 @@ use super::palette::Palette;
 use super::rng::Rng;
 use super::theme::Theme;
 use super::vocab::FAMILIES;
-use crate::generate::raster::RgbaImage;
+use crate::images::RgbaImage;
 
 /// How the prompt's parameters shape its pictures.
 #[derive(Clone, Debug, Default, PartialEq)]

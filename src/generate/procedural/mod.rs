@@ -25,7 +25,7 @@ mod tests;
 
 use tiny_skia::Pixmap;
 
-use crate::generate::raster::RgbaImage;
+use crate::images::RgbaImage;
 
 use art::Art;
 use color::Rgb;

@@ -7,7 +7,7 @@ use super::super::body::{task_id, JsonObject};
 use super::super::Tasks;
 use crate::auth::PresentedKey;
 use crate::domain::OpKind;
-use crate::error::ApiError;
+use crate::refusal::ApiError;
 
 /// An alias route, by the path after `/api/v1/`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -17,9 +17,9 @@ use super::request::{
 use crate::domain::image_prompts::{split_image_prompts, IMAGE_PROMPTS_MAX};
 use crate::domain::operation::{AltKind, Dimension, PanDirection};
 use crate::domain::{AspectRatio, Extras, OpKind, Parameters, ProcessMode, Prompt, Shape};
-use crate::error::ApiError;
 use crate::generate::ops::png_marks_any;
 use crate::net::validate_webhook_url;
+use crate::refusal::ApiError;
 
 /// Most characters of a `webhook_secret`.
 pub const WEBHOOK_SECRET_MAX_CHARS: usize = 256;

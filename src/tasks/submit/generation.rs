@@ -8,7 +8,7 @@ use crate::auth::{look_up, PresentedKey};
 use crate::config::models::NEGATIVE_PROMPT_MAX_CHARS;
 use crate::config::Model;
 use crate::domain::{OpKind, Parameters, Settings, Shape};
-use crate::error::ApiError;
+use crate::refusal::ApiError;
 use crate::store::Task;
 
 /// What the request asked for, each field's type checked; empty strings count as absent, as

@@ -10,7 +10,7 @@ use super::super::upload::{check_image, check_owned, keep_upload, upload_account
 use super::super::Tasks;
 use super::draft::Draft;
 use crate::auth::{look_up, PresentedKey};
-use crate::error::ApiError;
+use crate::refusal::ApiError;
 use crate::store::Upload;
 
 impl Draft {

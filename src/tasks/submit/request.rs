@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use crate::domain::operation::{AltKind, Dimension, PanDirection};
 use crate::domain::{AspectRatio, Metadata, ProcessMode, WebhookEvents};
-use crate::error::ApiError;
+use crate::refusal::ApiError;
 
 /// A field's refusal before its name is known: the contract's code and the rule broken.
 #[derive(Debug)]

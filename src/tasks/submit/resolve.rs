@@ -12,8 +12,8 @@ use crate::auth::PresentedKey;
 use crate::domain::image_prompts::ImagePrompt;
 use crate::domain::operation::{ImageInput, StoredImage, VariationOf};
 use crate::domain::{AspectRatio, OpKind, Operation, Parameters, Shape};
-use crate::error::ApiError;
 use crate::generate::ops::important_words;
+use crate::refusal::ApiError;
 use crate::store::{NewTask, Task};
 
 impl Draft {

@@ -7,8 +7,8 @@ use bytes::Bytes;
 use image::ImageFormat;
 
 use super::super::Tasks;
-use crate::error::ApiError;
-use crate::generate::inputs::{check_whole, probe};
+use crate::images::inputs::{check_whole, probe};
+use crate::refusal::ApiError;
 
 /// What the checked bytes are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,7 +39,7 @@ pub async fn check_image(tasks: &Tasks, field: &str, bytes: Bytes) -> Result<Che
         tokio::task::spawn_blocking(move || {
             let header = probe(&bytes, &limits)?;
             check_whole(&bytes, header.format)?;
-            Ok::<_, crate::generate::inputs::InputError>(header)
+            Ok::<_, crate::images::inputs::InputError>(header)
         })
         .await
         .map_err(|e| ApiError::Internal(anyhow::anyhow!("image check: {e}")))?

@@ -4,7 +4,7 @@
 
 use base64::Engine;
 
-use crate::error::ApiError;
+use crate::refusal::ApiError;
 
 /// Whether `raw` is a `data:` URL (of any kind): such a value is never fetched.
 pub fn is_data_url(raw: &str) -> bool {

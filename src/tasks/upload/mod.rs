@@ -11,9 +11,9 @@ use rand::RngCore;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::record::rfc3339;
 use super::Tasks;
-use crate::error::ApiError;
+use crate::domain::rfc3339;
+use crate::refusal::ApiError;
 use crate::store::{now_ms, upload_day, Upload, UploadAdmitted};
 
 pub use check::{check_image, Checked};

@@ -20,8 +20,8 @@ use super::workflow::{node_order, Graph, Workflow};
 use crate::generate::backends::http::{excerpt, http_client, status_error, transport_error};
 use crate::generate::backends::tls::Trust;
 use crate::generate::backends::BackendConfig;
-use crate::generate::preview::{PreviewImage, PREVIEW_MAX_BYTES};
 use crate::generate::{GenerateError, Progress};
+use crate::images::preview::{PreviewImage, PREVIEW_MAX_BYTES};
 
 pub(super) type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;

@@ -1,10 +1,10 @@
 //! The images a ComfyUI job uploads: the parent on its canvas, with the area to redraw as a mask.
 
 use crate::domain::Operation;
-use crate::generate::backends::images;
+use crate::generate::backends::edits;
 use crate::generate::ops::{self, Direction};
-use crate::generate::raster::{dimensions, encode_png, RgbaImage};
 use crate::generate::{GenerateError, Job};
+use crate::images::{dimensions, encode_png, RgbaImage};
 
 /// The files a job uploads: its input images (pan and outpaint: the parent on its larger
 /// canvas; inpaint: the parent), with the area to redraw transparent, and that area as a mask.
@@ -49,10 +49,10 @@ pub(super) fn prepare_inputs(job: &Job) -> Result<Prepared, GenerateError> {
     };
     // `placed` on a `w` x `h` grey canvas at (x, y), to be drawn around.
     let around = |placed: &RgbaImage, (w, h): (u32, u32), (x, y): (u32, u32)| {
-        let mut canvas = images::filled(w, h, GREY);
-        images::paste(&mut canvas, placed, x, y);
+        let mut canvas = edits::filled(w, h, GREY);
+        edits::paste(&mut canvas, placed, x, y);
         let kept = (x, y, placed.width, placed.height);
-        with_mask(canvas, images::rect_mask((w, h), kept, KEEP, REDRAW))
+        with_mask(canvas, edits::rect_mask((w, h), kept, KEEP, REDRAW))
     };
     let prepared = match &job.operation {
         Operation::Inpaint { .. } => {
@@ -68,13 +68,13 @@ pub(super) fn prepare_inputs(job: &Job) -> Result<Prepared, GenerateError> {
                     "the mask does not have the image's size".into(),
                 ));
             }
-            with_mask(parent.clone(), images::recolour_mask(mask, KEEP, REDRAW))
+            with_mask(parent.clone(), edits::recolour_mask(mask, KEEP, REDRAW))
         }
         Operation::Pan { direction, .. } => {
             let parent = parent()?;
             let dir = Direction::from(*direction);
             let size = ops::pan_size(parent.width, parent.height, dir);
-            let at = images::pan_offset((parent.width, parent.height), size, dir);
+            let at = edits::pan_offset((parent.width, parent.height), size, dir);
             around(parent, size, at)
         }
         Operation::Outpaint { zoom_ratio, .. } => {
@@ -87,7 +87,7 @@ pub(super) fn prepare_inputs(job: &Job) -> Result<Prepared, GenerateError> {
         }
         // Image prompts: one image at the new image's size, which the graph encodes.
         Operation::Imagine | Operation::Reroll if !job.inputs.is_empty() => {
-            let (w, h) = images::size_for(job, 8);
+            let (w, h) = edits::size_for(job, 8);
             Prepared {
                 size: Some((w, h)),
                 images: vec![encode_png(&ops::image_prompt_canvas(

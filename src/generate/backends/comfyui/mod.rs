@@ -21,7 +21,8 @@ use std::sync::Mutex;
 
 use futures::future::BoxFuture;
 
-use super::images::{keep_outputs, strength};
+use super::answers::keep_outputs;
+use super::edits::strength;
 use super::{checkpoint_of, kind_can, BackendConfig, Checkpoints};
 use crate::domain::{OpKind, Shape};
 use crate::generate::{Answered, GenerateError, Generator, Job, Product, Progress};

@@ -11,9 +11,9 @@ use super::inputs::{prepare_inputs, KEEP, REDRAW};
 use super::*;
 use crate::domain::operation::{PanDirection, StoredImage, VariationOf};
 use crate::domain::{AspectRatio, Operation};
-use crate::generate::backends::images::size_for;
+use crate::generate::backends::edits::size_for;
 use crate::generate::backends::BackendKind;
-use crate::generate::raster::{decode_png, RgbaImage};
+use crate::images::{decode_png, RgbaImage};
 
 fn fixture() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/comfyui/txt2img.json")

@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 use super::inputs::Prepared;
 use crate::config::samplers;
 use crate::domain::{OpKind, Operation, Shape};
-use crate::generate::backends::images::size_for;
+use crate::generate::backends::edits::size_for;
 use crate::generate::{GenerateError, Job};
 
 /// Class types of the nodes easel finds on its own.

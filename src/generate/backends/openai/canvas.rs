@@ -2,10 +2,11 @@
 //! the answered images.
 
 use super::client::Sent;
-use crate::generate::backends::images::{self, keep_each};
+use crate::generate::backends::answers::keep_each;
+use crate::generate::backends::edits;
 use crate::generate::ops::{self, Direction};
-use crate::generate::raster::{self, Filter, RgbaImage};
 use crate::generate::{Answered, GenerateError, Product};
+use crate::images::{self, Filter, RgbaImage};
 
 /// An edit mask's pixel over what is kept: opaque black. OpenAI reads only the alpha (opaque:
 /// kept); stable-diffusion.cpp's server reads the mask as grey, ignoring alpha, and keeps black.
@@ -43,9 +44,9 @@ fn place_on_canvas(
     (x, y, w, h): (u32, u32, u32, u32),
     (tw, th): (u32, u32),
 ) -> (RgbaImage, RgbaImage) {
-    let mut canvas = images::filled(tw, th, [0, 0, 0, 0]);
-    images::paste(&mut canvas, &ops::resize(parent, w, h), x, y);
-    let mask = images::rect_mask((tw, th), (x, y, w, h), KEEP, REDRAW);
+    let mut canvas = edits::filled(tw, th, [0, 0, 0, 0]);
+    edits::paste(&mut canvas, &ops::resize(parent, w, h), x, y);
+    let mask = edits::rect_mask((tw, th), (x, y, w, h), KEEP, REDRAW);
     (canvas, mask)
 }
 
@@ -57,7 +58,7 @@ pub(super) fn pan_canvas(
 ) -> (RgbaImage, RgbaImage) {
     let (pw, ph) = (parent.width.max(1), parent.height.max(1));
     let (cw, ch) = ops::pan_size(pw, ph, direction);
-    let (x, y) = images::pan_offset((pw, ph), (cw, ch), direction);
+    let (x, y) = edits::pan_offset((pw, ph), (cw, ch), direction);
     let scale = |v: u32, to: u32, of: u32| {
         ((u64::from(v) * u64::from(to) + u64::from(of) / 2) / u64::from(of.max(1))) as u32
     };
@@ -85,10 +86,10 @@ pub(super) fn outpaint_canvas(
 pub(super) fn edit_mask(mask: &RgbaImage, w: u32, h: u32) -> RgbaImage {
     let well_formed = mask.data.len() == mask.width as usize * mask.height as usize * 4;
     if !well_formed || mask.width == 0 || mask.height == 0 || w == 0 || h == 0 {
-        return images::filled(w, h, REDRAW);
+        return edits::filled(w, h, REDRAW);
     }
-    raster::resize(
-        &images::recolour_mask(mask, KEEP, REDRAW),
+    images::resize(
+        &edits::recolour_mask(mask, KEEP, REDRAW),
         w,
         h,
         Filter::Nearest,

@@ -13,13 +13,14 @@ use serde_json::{json, Value};
 
 use super::family::Family;
 use crate::config::backends::Dialect;
+use crate::generate::backends::answers::blocking;
+use crate::generate::backends::edits::size_for;
 use crate::generate::backends::http::{excerpt, http_client, status_error, transport_error};
-use crate::generate::backends::images::{blocking, size_for};
 use crate::generate::backends::sdcpp;
 use crate::generate::backends::tls::Trust;
 use crate::generate::backends::BackendConfig;
-use crate::generate::raster::{encode_png, RgbaImage};
 use crate::generate::{GenerateError, Job, Progress};
+use crate::images::{encode_png, RgbaImage};
 
 /// Largest answer read from the backend (JSON with base64 images, or one image file).
 const MAX_ANSWER: usize = 64 * 1024 * 1024;

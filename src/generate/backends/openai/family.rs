@@ -1,6 +1,6 @@
 //! What each model accepts: its sizes, `n` and `response_format`.
 
-use crate::generate::raster::dimensions;
+use crate::images::dimensions;
 
 /// What a model accepts, by its name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -16,8 +16,9 @@ mod tests;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use super::answers::blocking;
+use super::edits::strength;
 use super::http::transport_error;
-use super::images::{blocking, strength};
 use super::{BackendConfig, Checkpoints};
 use crate::domain::{OpKind, Operation};
 use crate::generate::ops::{self, Direction};

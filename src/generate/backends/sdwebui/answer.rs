@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::plan::BATCH;
 use std::borrow::Cow;
 
-use crate::generate::backends::images::{keep_each, keep_output, resize_all};
+use crate::generate::backends::answers::{keep_each, keep_output, resize_all};
 use crate::generate::{Answered, GenerateError, Product};
 
 /// Most images of one answer decoded: the four asked for, and room for the extras a WebUI adds

@@ -18,13 +18,13 @@ use reqwest::header::{HeaderMap, CONTENT_TYPE};
 use reqwest::{Method, RequestBuilder, StatusCode};
 use serde_json::Value;
 
+use super::answers::blocking;
 use super::http::{http_client, status_error, transport_error};
-use super::images::blocking;
 use super::tls::Trust;
 use super::{checkpoint_of, BackendConfig, Checkpoints};
 use crate::domain::OpKind;
-use crate::generate::preview::{PreviewImage, PREVIEW_MAX_BYTES};
 use crate::generate::{GenerateError, Generator, Job, Product, Progress};
+use crate::images::preview::{PreviewImage, PREVIEW_MAX_BYTES};
 use answer::{current_image, preview_bytes};
 use answer::{describe_product, images_product, progress_percent, upscale_product};
 use plan::{plan, Call};

@@ -8,13 +8,13 @@ use serde_json::{json, Value};
 
 use crate::config::samplers::sampler;
 use crate::domain::Operation;
-use crate::generate::backends::images::strength::{self, EXTEND, INPAINT};
-pub use crate::generate::backends::images::strength::{STRONG, SUBTLE};
-use crate::generate::backends::images::{self, size_for};
+use crate::generate::backends::edits::strength::{self, EXTEND, INPAINT};
+pub use crate::generate::backends::edits::strength::{STRONG, SUBTLE};
+use crate::generate::backends::edits::{self, size_for};
 use crate::generate::backends::sdcpp::neutralize;
 use crate::generate::ops::{self, Direction};
-use crate::generate::raster::{dimensions, encode_png, RgbaImage};
 use crate::generate::{GenerateError, Job, Product};
+use crate::images::{dimensions, encode_png, RgbaImage};
 
 /// The WebUI's path for new pictures.
 pub const TXT2IMG: &str = "/sdapi/v1/txt2img";
@@ -90,8 +90,8 @@ pub(super) fn plan(job: &Job, model: Option<&str>) -> Result<Call, GenerateError
             let canvas = ops::pan(parent, direction, None, job.seed, 0);
             let (pw, ph) = (parent.width, parent.height);
             let size = (canvas.width, canvas.height);
-            let (x, y) = images::pan_offset((pw, ph), size, direction);
-            let mask = images::rect_mask(size, (x, y, pw, ph), KEEP, REDRAW);
+            let (x, y) = edits::pan_offset((pw, ph), size, direction);
+            let mask = edits::rect_mask(size, (x, y, pw, ph), KEEP, REDRAW);
             img2img(job, model, &fit8(&canvas), Some(&fit8_mask(&mask)), EXTEND)?
         }
         Operation::Outpaint { zoom_ratio, .. } => {
@@ -101,7 +101,7 @@ pub(super) fn plan(job: &Job, model: Option<&str>) -> Result<Call, GenerateError
             let canvas = ops::outpaint(parent, w, h, *zoom_ratio, None, job.seed, 0);
             let (x, y, sw, sh) =
                 ops::outpaint_placement(parent.width, parent.height, w, h, *zoom_ratio);
-            let mask = images::rect_mask((w, h), (x, y, sw, sh), KEEP, REDRAW);
+            let mask = edits::rect_mask((w, h), (x, y, sw, sh), KEEP, REDRAW);
             img2img(job, model, &fit8(&canvas), Some(&fit8_mask(&mask)), EXTEND)?
         }
         Operation::Inpaint { .. } => {
@@ -269,5 +269,5 @@ pub(super) fn fit8_mask(mask: &RgbaImage) -> RgbaImage {
 
 /// The WebUI's mask: white where easel's mask redraws, black elsewhere.
 pub(super) fn binary_mask(mask: &RgbaImage) -> RgbaImage {
-    images::recolour_mask(mask, KEEP, REDRAW)
+    edits::recolour_mask(mask, KEEP, REDRAW)
 }

@@ -72,7 +72,7 @@ fn progress_answers() {
 #[test]
 fn progress_previews() {
     use base64::Engine as _;
-    let png = crate::generate::raster::encode_png(&crate::generate::raster::RgbaImage::new(4, 4));
+    let png = crate::images::encode_png(&crate::images::RgbaImage::new(4, 4));
     let b64 = base64::engine::general_purpose::STANDARD.encode(&png);
     let image = |v: Value| current_image(v.to_string().as_bytes());
     let text = image(json!({"progress": 0.5, "current_image": b64})).unwrap();
