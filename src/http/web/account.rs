@@ -4,6 +4,8 @@
 use askama::Template;
 use axum::extract::State;
 use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
 
 use super::auth::Empty;
 use super::error_page::{render, WebError};
@@ -11,6 +13,14 @@ use super::page::{when, Layout};
 use super::session::{Posted, SignedIn};
 use crate::http::state::AppState;
 use crate::store::{now_ms, DayUsage};
+
+/// The routes of these pages, beside their handlers.
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/account", get(page))
+        .route("/account/secret", post(reveal_secret))
+        .route("/account/secret/rotate", post(rotate_secret))
+}
 
 /// Days of use the page shows.
 pub const USAGE_DAYS: u32 = 30;

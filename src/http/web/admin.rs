@@ -5,6 +5,8 @@
 use askama::Template;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::Router;
 use serde::Deserialize;
 
 use super::error_page::{render, WebError};
@@ -13,6 +15,13 @@ use super::session::{Admin, Posted};
 use crate::generate::pool::BackendHealth;
 use crate::http::state::AppState;
 use crate::store::{now_ms, ClaimRules, QueueRow};
+
+/// The routes of these pages, beside their handlers.
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/admin", get(page))
+        .route("/admin/accounts/{account_id}", post(update_account))
+}
 
 /// How far back failing destinations are looked for.
 pub const FAILING_SINCE_MS: i64 = 24 * 60 * 60 * 1000;

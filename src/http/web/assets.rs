@@ -2,12 +2,20 @@
 //! `/assets/{name}.{hash}.{ext}`: the content hash in the name lets browsers keep them for a
 //! year, and a new build's assets get new names.
 
+use crate::http::state::AppState;
+use axum::routing::get;
+use axum::Router;
 use std::sync::LazyLock;
 
 use axum::extract::Path;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
+
+/// The routes of these pages, beside their handlers.
+pub(super) fn routes() -> Router<AppState> {
+    Router::new().route("/assets/{file}", get(serve))
+}
 
 const CACHE_CONTROL: &str = "public, max-age=31536000, immutable";
 

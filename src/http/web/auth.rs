@@ -4,6 +4,8 @@ use askama::Template;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::Router;
 use axum_extra::extract::cookie::CookieJar;
 use serde::Deserialize;
 
@@ -14,6 +16,14 @@ use crate::accounts;
 use crate::accounts::throttle::{self, Attempt, Gate, KNOWN_BROWSER_COOKIE};
 use crate::http::state::AppState;
 use crate::store::{now_ms, NewAccount};
+
+/// The routes of these pages, beside their handlers.
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/signin", get(sign_in_page).post(sign_in))
+        .route("/signup", get(sign_up_page).post(sign_up))
+        .route("/signout", post(sign_out))
+}
 
 /// The one message of every failed sign-in: it never says whether the email has an account.
 const WRONG: &str = "That email and password do not match an account that can sign in.";

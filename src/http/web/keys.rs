@@ -4,12 +4,21 @@ use askama::Template;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::Router;
 use serde::Deserialize;
 
 use super::error_page::{render, render_status, WebError};
 use super::page::{when, Layout};
 use super::session::{Posted, SignedIn};
 use crate::http::state::AppState;
+
+/// The routes of these pages, beside their handlers.
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/keys", get(page).post(create))
+        .route("/keys/{key_id}/revoke", post(revoke))
+}
 
 pub struct KeyView {
     id: String,

@@ -8,16 +8,27 @@
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
 use futures::{Stream, StreamExt};
 
 use super::error_page::WebError;
 use super::session::SignedIn;
-use super::tasks::{is_preview, own_task, preview_path};
+use super::task_page::own_task;
+use super::thumbnails::{is_preview, preview_path};
 use crate::blobs::Blobs;
 use crate::http::api::events::{last_event_id, sse};
 use crate::http::state::AppState;
 use crate::refusal::ApiError;
 use crate::tasks::events::{account_stream, open_slot, task_stream, Said, StreamFilter};
+
+/// The routes of these pages, beside their handlers.
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/tasks/events", get(account_events))
+        .route("/tasks/{task_id}/events", get(task_events))
+        .route("/tasks/{task_id}/preview/{folder}/{name}", get(preview))
+}
 
 /// `GET /tasks/{task_id}/events`: the task's stream, as `GET /api/v1/tasks/{id}/events` says
 /// it, with the preview's address on this site.

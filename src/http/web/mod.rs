@@ -13,11 +13,13 @@ mod live;
 pub mod page;
 mod playground;
 pub mod session;
-mod tasks;
+mod task_list;
+mod task_page;
+mod thumbnails;
 
 use axum::extract::State;
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::Router;
 use axum_extra::extract::cookie::CookieJar;
 
@@ -25,41 +27,21 @@ use crate::http::state::AppState;
 use error_page::WebError;
 use session::SignedIn;
 
-/// The dashboard's routes, for the router of a node with the api role.
+/// The dashboard's routes, for the router of a node with the api role: each page's own, beside
+/// its handlers.
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/", get(home))
-        .route("/assets/{file}", get(assets::serve))
-        .route("/signin", get(auth::sign_in_page).post(auth::sign_in))
-        .route("/signup", get(auth::sign_up_page).post(auth::sign_up))
-        .route("/signout", post(auth::sign_out))
-        .route("/tasks", get(tasks::list))
-        .route("/tasks/{task_id}", get(tasks::page))
-        .route("/tasks/events", get(live::account_events))
-        .route("/tasks/{task_id}/events", get(live::task_events))
-        .route(
-            "/tasks/{task_id}/preview/{folder}/{name}",
-            get(live::preview),
-        )
-        .route("/tasks/{task_id}/progress", get(tasks::progress))
-        .route("/tasks/{task_id}/image/{n}", get(tasks::thumbnail))
-        .route("/tasks/{task_id}/redeliver", post(tasks::redeliver))
-        .route("/tasks/{task_id}/cancel", post(tasks::cancel))
-        .route("/keys", get(keys::page).post(keys::create))
-        .route("/keys/{key_id}/revoke", post(keys::revoke))
-        .route(
-            "/playground",
-            get(playground::page).post(playground::submit),
-        )
-        .route(
-            "/playground/upload",
-            axum::routing::post(playground::upload),
-        )
-        .route("/account", get(account::page))
-        .route("/account/secret", post(account::reveal_secret))
-        .route("/account/secret/rotate", post(account::rotate_secret))
-        .route("/admin", get(admin::page))
-        .route("/admin/accounts/{account_id}", post(admin::update_account))
+        .merge(assets::routes())
+        .merge(auth::routes())
+        .merge(task_list::routes())
+        .merge(task_page::routes())
+        .merge(thumbnails::routes())
+        .merge(live::routes())
+        .merge(keys::routes())
+        .merge(playground::routes())
+        .merge(account::routes())
+        .merge(admin::routes())
 }
 
 /// `GET /`: the account's tasks when signed in, the sign-in page otherwise.
@@ -67,10 +49,10 @@ async fn home(
     State(state): State<AppState>,
     user: Result<SignedIn, WebError>,
     jar: CookieJar,
-    query: axum::extract::Query<tasks::ListQuery>,
+    query: axum::extract::Query<task_list::ListQuery>,
 ) -> Result<Response, WebError> {
     match user {
-        Ok(user) => tasks::list_page(&state, user, query.0).await,
+        Ok(user) => task_list::list_page(&state, user, query.0).await,
         Err(WebError::SignIn { .. }) => Ok(auth::sign_in_form(&state, jar, None, "", "/")),
         Err(e) => Err(e),
     }

@@ -5,13 +5,15 @@
 use askama::Template;
 use axum::extract::{FromRequest, Request, State};
 use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::error_page::{render, WebError};
 use super::page::Layout;
 use super::session::{Posted, SignedIn, Uploaded};
-use super::tasks::Progress;
+use super::task_page::Progress;
 use crate::auth::{hash_key, well_formed, PresentedKey};
 use crate::domain::rfc3339;
 use crate::domain::OpKind;
@@ -19,6 +21,13 @@ use crate::http::state::AppState;
 use crate::refusal::ApiError;
 use crate::tasks::body::JsonObject;
 use crate::tasks::{submit, upload};
+
+/// The routes of these pages, beside their handlers.
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/playground", get(page).post(submit))
+        .route("/playground/upload", post(upload))
+}
 
 #[derive(Template)]
 #[template(path = "playground.html")]
