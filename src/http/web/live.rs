@@ -14,7 +14,6 @@ use futures::{Stream, StreamExt};
 
 use super::error_page::WebError;
 use super::session::SignedIn;
-use super::task_page::own_task;
 use super::thumbnails::{is_preview, preview_path};
 use crate::blobs::Blobs;
 use crate::http::api::events::{last_event_id, sse};
@@ -38,7 +37,7 @@ pub async fn task_events(
     Path(raw): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, WebError> {
-    let task = own_task(&state, &user, &raw).await?;
+    let task = user.own_task(&state, &raw).await?;
     let stream = match open_slot(&state.tasks, &user.account.id) {
         Ok(slot) => {
             let last = last_event_id(&headers);
@@ -113,7 +112,7 @@ pub async fn preview(
     if !is_preview(&rest) {
         return Err(WebError::NotFound);
     }
-    let task = own_task(&state, &user, &raw).await?;
+    let task = user.own_task(&state, &raw).await?;
     let jpeg = state
         .blobs
         .get(&format!("{}/{rest}", task.id))

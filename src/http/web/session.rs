@@ -26,7 +26,7 @@ use super::error_page::WebError;
 use super::page::NavUser;
 use crate::http::body::read_body;
 use crate::http::state::AppState;
-use crate::store::{now_ms, Account};
+use crate::store::{now_ms, Account, Task};
 
 pub const SESSION_COOKIE: &str = "easel_session";
 pub const FORM_COOKIE: &str = "easel_form";
@@ -114,6 +114,23 @@ pub struct SignedIn {
     pub csrf: String,
     /// The hash of the session's token, to end it.
     pub session: [u8; 32],
+}
+
+impl SignedIn {
+    /// The account's task, or 404 whether it does not exist or is someone else's.
+    pub async fn own_task(&self, state: &AppState, raw: &str) -> Result<Task, WebError> {
+        let id = task_id(raw)?;
+        state
+            .store
+            .task_for_account(&self.account.id, &id)
+            .await?
+            .ok_or(WebError::NotFound)
+    }
+}
+
+/// A task id from a page's path: one that is not a UUID is simply not there.
+pub fn task_id(raw: &str) -> Result<uuid::Uuid, WebError> {
+    raw.parse().map_err(|_| WebError::NotFound)
 }
 
 impl From<&SignedIn> for NavUser {

@@ -7,11 +7,10 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde::Deserialize;
-use uuid::Uuid;
 
 use super::error_page::{render, WebError};
 use super::page::{when, Layout};
-use super::session::{Posted, SignedIn};
+use super::session::{task_id, Posted, SignedIn};
 use super::task_list::{prompt_or_type, TaskCard};
 use super::thumbnails::{preview_path, PREVIEW_WIDTH};
 use crate::domain::{Output, TaskStatus};
@@ -154,24 +153,6 @@ struct TaskPage {
     notice: Option<String>,
 }
 
-fn task_id(raw: &str) -> Result<Uuid, WebError> {
-    raw.parse().map_err(|_| WebError::NotFound)
-}
-
-/// The account's task, or 404 whether it does not exist or is someone else's.
-pub(super) async fn own_task(
-    state: &AppState,
-    user: &SignedIn,
-    raw: &str,
-) -> Result<Task, WebError> {
-    let id = task_id(raw)?;
-    state
-        .store
-        .task_for_account(&user.account.id, &id)
-        .await?
-        .ok_or(WebError::NotFound)
-}
-
 #[derive(Deserialize, Default)]
 pub struct PageQuery {
     #[serde(default)]
@@ -187,7 +168,7 @@ pub async fn page(
     Path(raw): Path<String>,
     Query(q): Query<PageQuery>,
 ) -> Result<Response, WebError> {
-    let task = own_task(&state, &user, &raw).await?;
+    let task = user.own_task(&state, &raw).await?;
     let id = task_id(&raw)?;
     let children = state
         .store
@@ -320,7 +301,7 @@ pub async fn progress(
     user: SignedIn,
     Path(raw): Path<String>,
 ) -> Result<Response, WebError> {
-    let task = own_task(&state, &user, &raw).await?;
+    let task = user.own_task(&state, &raw).await?;
     render(&Progress::load(&state, &task).await)
 }
 

@@ -13,7 +13,6 @@ use serde::Deserialize;
 
 use super::error_page::WebError;
 use super::session::SignedIn;
-use super::task_page::own_task;
 use crate::domain::Output;
 use crate::http::state::AppState;
 
@@ -53,7 +52,7 @@ pub async fn thumbnail(
     if ![THUMB_WIDTH, PREVIEW_WIDTH].contains(&q.w) {
         return Err(WebError::NotFound);
     }
-    let task = own_task(&state, &user, &raw).await?;
+    let task = user.own_task(&state, &raw).await?;
     let key = match (task.output.as_ref().filter(|_| !task.data_removed()), n) {
         (Some(Output::Grid { grid_key, .. }), 0) => grid_key.clone(),
         (Some(Output::Grid { image_keys, .. }), n) => {
