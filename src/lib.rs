@@ -185,6 +185,7 @@ impl Application {
             .map_err(|e| anyhow::anyhow!("progress webhook client: {e}"))?,
             config.webhooks.progress_concurrency,
         );
+        let room = Arc::new(worker::Room::default());
         let worker = WorkerContext {
             store: store.clone(),
             blobs,
@@ -196,7 +197,11 @@ impl Application {
             },
             policy: content_policy,
             config: config.clone(),
-            generating: Arc::new(tokio::sync::Semaphore::new(config.worker.workers.max(1))),
+            generating: Arc::new(worker::Permits::new(
+                config.worker.workers.max(1),
+                room.clone(),
+            )),
+            room,
             progress_hooks: progress.clone(),
             claims: worker::Claims::new(&config),
             owner: format!(

@@ -187,6 +187,12 @@ pub trait Generator: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Product, GenerateError>>;
     /// Whether the backend answers now (a cheap request, such as listing its models); `Err`
     /// says why not. The pool calls it to take a failing backend out and to bring it back.
+    /// How many more jobs could start on a backend now, where the generator knows (the pool);
+    /// `None` where it does not.
+    fn free_slots(&self) -> Option<usize> {
+        None
+    }
+
     fn probe(&self) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async { Ok(()) })
     }

@@ -1,26 +1,34 @@
 //! The pool: every configured backend behind one [`Generator`]. A job goes to a healthy backend
 //! that runs its operation, the least loaded first (jobs in flight over its `concurrency`), and
-//! never more jobs at once than a backend's `concurrency`. A transient failure is tried again,
+//! never more jobs at once than a backend's `concurrency`. Jobs that find no free slot wait in a
+//! line ordered by their place (when their task was claimed, which is the fair order of turns):
+//! a freed slot goes to the first in line that can run on it, never to whichever waiter wakes
+//! first ([`line`]). A transient failure is tried again,
 //! with backoff, on this or another backend, until the pool's time budget for the job runs out.
 //! A backend that fails `DOWN_AFTER` times in a row is taken out; a probe brings it back.
 //! Because easel keeps every image itself, a follow-up runs on any capable backend, not only on
 //! the one that made its parent. A task made on a model (`[[models]]`, or a backend's own) goes
 //! only to the backends that serve that model.
 
+mod line;
+mod member;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
+
+use line::{Granted, Line};
+pub use member::{BackendHealth, DOWN_AFTER};
+use member::{Health, Member};
 
 use super::job::{GenerateError, Generator, Job, Product, Progress};
 use crate::config::Catalogue;
 use crate::domain::OpKind;
 
-/// Consecutive transient failures that take a backend out until a probe succeeds.
-pub const DOWN_AFTER: u32 = 3;
 /// How often a backend that is out is probed.
 const PROBE_DOWN_EVERY: Duration = Duration::from_secs(5);
 /// How often a backend that is in is probed (so one that died idle is found before a job is
@@ -30,109 +38,30 @@ const PROBE_UP_EVERY: Duration = Duration::from_secs(30);
 const BACKOFF_FIRST: Duration = Duration::from_millis(250);
 const BACKOFF_MOST: Duration = Duration::from_secs(10);
 
-/// One backend in the pool.
-struct Member {
-    generator: Arc<dyn Generator>,
-    concurrency: usize,
-    slots: Arc<Semaphore>,
-    in_flight: AtomicUsize,
-    health: Mutex<Health>,
-    /// The models it serves; `None` (a pool built without a catalogue): every model.
-    models: Option<Vec<String>>,
-}
-
-#[derive(Clone, Debug, Default)]
-struct Health {
-    down: bool,
-    failures: u32,
-    last_error: Option<String>,
-    /// Not before this (a `Retry-After` the backend asked for).
-    resting_until: Option<Instant>,
-}
-
-/// A backend's state, as `/readyz` and the logs show it.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct BackendHealth {
-    pub name: String,
-    pub up: bool,
-    pub in_flight: usize,
-    pub concurrency: usize,
-    /// The models it serves.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub models: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_error: Option<String>,
-}
-
-impl Member {
-    fn load(&self) -> f64 {
-        self.in_flight.load(Ordering::Relaxed) as f64 / self.concurrency as f64
-    }
-
-    /// Whether it is to run `kind` on `model` (a task without a model runs anywhere).
-    fn runs(&self, kind: OpKind, model: Option<&str>) -> bool {
-        self.generator.supports(kind)
-            && match (model, &self.models) {
-                (Some(model), Some(served)) => served.iter().any(|m| m == model),
-                _ => true,
-            }
-    }
-
-    fn available(&self, now: Instant) -> bool {
-        let health = self.health.lock().expect("not poisoned");
-        !health.down && health.resting_until.is_none_or(|t| t <= now)
-    }
-
-    fn succeeded(&self) {
-        let mut health = self.health.lock().expect("not poisoned");
-        if health.down {
-            tracing::info!(backend = self.generator.name(), "backend is back");
-        }
-        *health = Health::default();
-    }
-
-    /// Note a transient failure; whether the backend is now out.
-    fn failed(&self, error: &str, retry_after: Option<Duration>) -> bool {
-        let mut health = self.health.lock().expect("not poisoned");
-        health.failures += 1;
-        health.last_error = Some(error.to_string());
-        health.resting_until = retry_after.map(|d| Instant::now() + d);
-        if health.failures >= DOWN_AFTER && !health.down {
-            health.down = true;
-            tracing::warn!(
-                backend = self.generator.name(),
-                error,
-                "backend taken out after {DOWN_AFTER} failures in a row; probing it"
-            );
-        }
-        health.down
-    }
-}
-
 /// A job's place on a backend: its concurrency permit and its count in flight, given back when
 /// dropped (by the adapter's `Progress::backend_done`, or when the job ends).
 pub struct Slot {
     member: Arc<Member>,
     permit: Option<OwnedSemaphorePermit>,
-    changed: Arc<Notify>,
+    line: Arc<Line>,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        // The permit first: a job woken by the signal must find the slot free.
+        // The permit first: the line hands the freed slot to the first job waiting for it.
         drop(self.permit.take());
         self.member.in_flight.fetch_sub(1, Ordering::Relaxed);
-        self.changed.notify_waiters();
+        self.line.dispatch();
     }
 }
 
 /// Every backend, as one generator.
 pub struct Pool {
-    members: Vec<Arc<Member>>,
+    members: Arc<[Arc<Member>]>,
     /// How long one job may keep trying, over every backend, before it fails.
     budget: Duration,
-    /// Signalled when a slot frees up or a backend comes back.
-    changed: Arc<Notify>,
+    /// The jobs waiting for a slot, in the order of their places.
+    line: Arc<Line>,
     /// The models, and which backends serve each.
     catalogue: Arc<Catalogue>,
 }
@@ -140,7 +69,7 @@ pub struct Pool {
 impl Pool {
     /// A pool of `backends`, each with its concurrency; `budget` bounds the retries of one job.
     pub fn new(backends: Vec<(Arc<dyn Generator>, usize)>, budget: Duration) -> Pool {
-        let members = backends
+        let members: Arc<[Arc<Member>]> = backends
             .into_iter()
             .map(|(generator, concurrency)| {
                 let concurrency = concurrency.max(1);
@@ -155,23 +84,46 @@ impl Pool {
             })
             .collect();
         Pool {
+            line: Arc::new(Line::new(members.clone())),
             members,
             budget,
-            changed: Arc::new(Notify::new()),
             catalogue: Arc::new(Catalogue::default()),
         }
     }
 
     /// The pool with each backend serving the models `catalogue` gives it (by its name).
-    pub fn with_catalogue(mut self, catalogue: Catalogue) -> Pool {
-        for member in &mut self.members {
-            let served = catalogue.served_by(member.generator.name());
-            Arc::get_mut(member)
-                .expect("members are not shared before the pool is")
-                .models = Some(served);
+    pub fn with_catalogue(self, catalogue: Catalogue) -> Pool {
+        let members: Arc<[Arc<Member>]> = self
+            .members
+            .iter()
+            .map(|member| {
+                Arc::new(Member {
+                    generator: member.generator.clone(),
+                    concurrency: member.concurrency,
+                    slots: member.slots.clone(),
+                    in_flight: AtomicUsize::new(0),
+                    health: Mutex::new(Health::default()),
+                    models: Some(catalogue.served_by(member.generator.name())),
+                })
+            })
+            .collect();
+        Pool {
+            line: Arc::new(Line::new(members.clone())),
+            members,
+            budget: self.budget,
+            catalogue: Arc::new(catalogue),
         }
-        self.catalogue = Arc::new(catalogue);
-        self
+    }
+
+    /// The free slots of the backends that are in now: how many more jobs could start at once
+    /// (the workers claim no further ahead than this).
+    pub fn free_slots(&self) -> usize {
+        let now = Instant::now();
+        self.members
+            .iter()
+            .filter(|m| m.available(now))
+            .map(|m| m.slots.available_permits())
+            .sum()
     }
 
     /// The models callers may pick.
@@ -234,7 +186,7 @@ impl Pool {
             if probe_up {
                 last_up_probe = Instant::now();
             }
-            for member in &self.members {
+            for member in self.members.iter() {
                 let down = member.health.lock().expect("not poisoned").down;
                 if !(down || probe_up) {
                     continue;
@@ -242,7 +194,7 @@ impl Pool {
                 match member.generator.probe().await {
                     Ok(()) if down => {
                         member.succeeded();
-                        self.changed.notify_waiters();
+                        self.line.dispatch();
                     }
                     Ok(()) => {}
                     Err(e) if !down => {
@@ -292,26 +244,6 @@ impl Pool {
         }
     }
 
-    /// The least loaded backend that runs `kind` on `model`, is in and has a free slot, with its
-    /// slot.
-    fn pick(
-        &self,
-        kind: OpKind,
-        model: Option<&str>,
-    ) -> Option<(Arc<Member>, OwnedSemaphorePermit)> {
-        let now = Instant::now();
-        let mut candidates: Vec<&Arc<Member>> = self
-            .members
-            .iter()
-            .filter(|m| m.runs(kind, model) && m.available(now))
-            .collect();
-        candidates.sort_by(|a, b| a.load().total_cmp(&b.load()));
-        candidates.into_iter().find_map(|m| {
-            let permit = m.slots.clone().try_acquire_owned().ok()?;
-            Some((m.clone(), permit))
-        })
-    }
-
     async fn run_job(&self, job: &Job, progress: &Progress) -> Result<Product, GenerateError> {
         let kind = job.operation.kind();
         let model = job.extras.settings.model.as_deref();
@@ -327,32 +259,27 @@ impl Pool {
         let mut tries: u32 = 0;
         let mut last: Option<GenerateError> = None;
         loop {
-            // Registered before looking, so that a slot freed meanwhile is not missed.
-            let changed = self.changed.notified();
-            let Some((member, permit)) = self.pick(kind, model) else {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Err(last.unwrap_or_else(|| {
-                        GenerateError::transient(format!(
-                            "no backend that runs {kind} was free within {}{}",
-                            crate::net::failure::format_duration(self.budget),
-                            self.why_out(kind, model)
-                        ))
-                    }));
-                }
-                // A backend resting after a Retry-After comes back without a signal: look again
-                // at least every second.
-                tokio::select! {
-                    _ = tokio::time::timeout(left.min(Duration::from_secs(1)), changed) => {}
-                    _ = progress.stopped() => return Err(GenerateError::Canceled),
-                }
-                continue;
-            };
+            // A job tried again comes back to the line at its place, after its backoff (a slot
+            // freed meanwhile goes to the next in line rather than stay idle).
+            let Granted { member, permit } =
+                match self.line.wait(kind, model, progress, deadline).await {
+                    Ok(Some(granted)) => granted,
+                    Ok(None) => {
+                        return Err(last.unwrap_or_else(|| {
+                            GenerateError::transient(format!(
+                                "no backend that runs {kind} was free within {}{}",
+                                crate::net::failure::format_duration(self.budget),
+                                self.why_out(kind, model)
+                            ))
+                        }))
+                    }
+                    Err(stopped) => return Err(stopped),
+                };
             member.in_flight.fetch_add(1, Ordering::Relaxed);
             let (on_backend, held) = progress.holding(Slot {
                 member: member.clone(),
                 permit: Some(permit),
-                changed: self.changed.clone(),
+                line: self.line.clone(),
             });
             let started = Instant::now();
             let result = member.generator.run(job, &on_backend).await;
@@ -388,6 +315,7 @@ impl Pool {
                         "backend failed; trying again"
                     );
                     member.failed(&message, retry_after);
+                    progress.retrying(tries, &message);
                     let wait = BACKOFF_FIRST
                         .saturating_mul(1 << (tries - 1).min(6))
                         .min(BACKOFF_MOST);
@@ -425,6 +353,10 @@ impl Generator for Pool {
 
     fn supports(&self, kind: OpKind) -> bool {
         self.members.iter().any(|m| m.generator.supports(kind))
+    }
+
+    fn free_slots(&self) -> Option<usize> {
+        Some(Pool::free_slots(self))
     }
 
     fn run<'a>(

@@ -1,10 +1,12 @@
-//! How a running generation talks to the worker that runs it: how far it is (0..=100), the
-//! latest preview of its image, the moment a backend took it, and the signal to stop. The
-//! generator writes, the worker's reporter reads: a change wakes the reporter at once, which
-//! passes it on to the task's subscribers and, at most once a second, to the store.
+//! How a running generation talks to the worker that runs it: its place in the node's line for a
+//! backend, how far it is (0..=100), the latest preview of its image, the moment a backend took
+//! it, a backend that failed and is being tried again, and the signal to stop. The generator
+//! writes, the worker's reporter reads: a change wakes the reporter at once, which passes it on
+//! to the task's subscribers and, at most once a second, to the store.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -18,7 +20,7 @@ pub(crate) type Held = Arc<Mutex<Option<Box<dyn Send>>>>;
 /// Progress of one generation, written by the generator and read by the worker; and, while the
 /// pool runs the job on a backend, that backend's slot, which the generator gives back as soon
 /// as the backend has answered ([`Progress::backend_done`]).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Progress {
     shared: Arc<Shared>,
     /// What the job holds on its backend (the pool's slot), released by `backend_done`.
@@ -28,8 +30,17 @@ pub struct Progress {
     stop: CancellationToken,
 }
 
-#[derive(Default)]
 struct Shared {
+    /// Where the job stands in the node's line for a backend slot: when its task was claimed
+    /// (the claims' order is the fair order of turns). The pool hands a freed slot to the job
+    /// that has stood longest among those that can use it.
+    place: Instant,
+    /// Dropped once a backend has taken the job (or with the progress): what the worker holds
+    /// for a claimed task until then (its room among the claims).
+    until_started: Mutex<Option<Box<dyn Send>>>,
+    /// The backend attempt that failed last and is being tried again, with its error; cleared
+    /// when a backend takes the job again.
+    retrying: Mutex<Option<Retrying>>,
     percent: AtomicI64,
     /// The latest preview not yet taken by the reporter; a newer one replaces it.
     preview: Mutex<Option<PreviewImage>>,
@@ -39,6 +50,20 @@ struct Shared {
     started: CancellationToken,
 }
 
+/// A job whose backend failed in a way that may pass, waiting to be tried again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Retrying {
+    /// The attempt that failed: 1 for the first.
+    pub attempt: u32,
+    pub error: String,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress::in_line_since(Instant::now())
+    }
+}
+
 impl std::fmt::Debug for Progress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("Progress").field(&self.get()).finish()
@@ -46,6 +71,58 @@ impl std::fmt::Debug for Progress {
 }
 
 impl Progress {
+    /// The progress of a job whose task took its place in line at `place` (when it was claimed).
+    pub fn in_line_since(place: Instant) -> Progress {
+        Progress {
+            shared: Arc::new(Shared {
+                place,
+                until_started: Mutex::new(None),
+                retrying: Mutex::new(None),
+                percent: AtomicI64::new(0),
+                preview: Mutex::new(None),
+                changed: Notify::new(),
+                started: CancellationToken::new(),
+            }),
+            slot: None,
+            stop: CancellationToken::new(),
+        }
+    }
+
+    /// Where the job stands in line: when its task was claimed.
+    pub fn place(&self) -> Instant {
+        self.shared.place
+    }
+
+    /// Keep `held` until a backend takes the job (or the progress is dropped).
+    pub fn hold_until_started(&self, held: impl Send + 'static) {
+        *self
+            .shared
+            .until_started
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(Box::new(held));
+    }
+
+    /// The backend attempt `attempt` failed with `error` and the job waits to be tried again.
+    pub fn retrying(&self, attempt: u32, error: &str) {
+        *self.lock_retrying() = Some(Retrying {
+            attempt,
+            error: error.to_string(),
+        });
+        self.shared.changed.notify_one();
+    }
+
+    /// The failed attempt the job waits to retry, if it does.
+    pub fn retry_state(&self) -> Option<Retrying> {
+        self.lock_retrying().clone()
+    }
+
+    fn lock_retrying(&self) -> std::sync::MutexGuard<'_, Option<Retrying>> {
+        self.shared
+            .retrying
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The generation is `percent` done. Progress never goes back: a lower value is ignored.
     pub fn report(&self, percent: i64) {
         let percent = percent.clamp(0, 100);
@@ -86,9 +163,20 @@ impl Progress {
         self.shared.started.cancelled().await
     }
 
-    /// A backend took the job: the task is `processing` from the caller's point of view.
+    /// A backend took the job: the task is `processing` from the caller's point of view, and no
+    /// longer waits for a retry.
     pub fn start(&self) {
         self.shared.started.cancel();
+        let held = self
+            .shared
+            .until_started
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        drop(held);
+        if self.lock_retrying().take().is_some() {
+            self.shared.changed.notify_one();
+        }
     }
 
     pub fn is_started(&self) -> bool {

@@ -18,6 +18,7 @@
 mod inputs;
 mod reporter;
 pub mod retention;
+pub mod room;
 mod run;
 mod sweep;
 
@@ -25,7 +26,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -36,6 +36,8 @@ use crate::domain::{ContentPolicy, ProcessMode};
 use crate::generate::Generator;
 use crate::store::{ClaimRules, SharedStore, StoreResult};
 pub use inputs::Inputs;
+use room::Seat;
+pub use room::{Permits, Room};
 pub use sweep::{sweep_orphans, SWEEP_LIMIT, SWEEP_MIN_AGE};
 
 /// Everything a worker needs. Cheap to clone.
@@ -48,8 +50,10 @@ pub struct WorkerContext {
     pub config: Arc<Config>,
     /// Identifies this process in leases (diagnostics only).
     pub owner: String,
-    /// One permit per task that may generate at once (`workers`).
-    pub generating: Arc<Semaphore>,
+    /// One permit per task that may generate at once (`workers`), handed out in line.
+    pub generating: Arc<Permits>,
+    /// This node's claimed tasks that no backend has taken yet: how far ahead it claims.
+    pub room: Arc<Room>,
     /// Where callers' input images come from.
     pub inputs: Inputs,
     /// Progress deliveries of the tasks that ask for them (`webhook_events`).
@@ -117,6 +121,22 @@ impl WorkerContext {
     /// Claim the next task, if any, and run it to the end. `hard_stop` interrupts a running task
     /// and gives it back to the queue (used when a graceful shutdown runs out of time).
     pub async fn run_one_task(&self, hard_stop: &CancellationToken) -> StoreResult<Ran> {
+        self.run_seated(None, hard_stop).await
+    }
+
+    /// How many more tasks could start generating now: free backend slots and free permits.
+    fn free_now(&self) -> usize {
+        let slots = self.generator.free_slots().unwrap_or(usize::MAX);
+        slots.min(self.generating.free())
+    }
+
+    /// [`WorkerContext::run_one_task`] holding `seat` (the claim's room) until a backend takes
+    /// the task or it ends.
+    async fn run_seated(
+        &self,
+        seat: Option<Seat>,
+        hard_stop: &CancellationToken,
+    ) -> StoreResult<Ran> {
         let rules = self.claims.next();
         let Some(task) = self
             .store
@@ -126,7 +146,9 @@ impl WorkerContext {
             return Ok(Ran::Idle);
         };
         let span = tracing::info_span!("task", task_id = %task.id, attempt = task.attempts);
-        self.run_claimed(task, hard_stop).instrument(span).await
+        self.run_claimed(task, seat, hard_stop)
+            .instrument(span)
+            .await
     }
 }
 
@@ -184,7 +206,12 @@ async fn worker_loop(
         {
             break;
         }
-        let idle = match ctx.run_one_task(&hard_stop).await {
+        // No claim until it could start soon (see `room`): the queue keeps the rest in order.
+        let free = || ctx.free_now();
+        let Some(seat) = ctx.room.seat(free, &shutdown).await else {
+            break;
+        };
+        let idle = match ctx.run_seated(Some(seat), &hard_stop).await {
             Ok(Ran::Idle) => true,
             Ok(_) => false,
             Err(e) => {

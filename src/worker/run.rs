@@ -3,13 +3,14 @@
 //! outcome fenced by its attempt (then the grid that follows it).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::inputs::Refused;
+use super::room::Seat;
 use super::{reporter, Ran, WorkerContext, STOP_GRACE};
 use crate::blobs::{BlobError, Blobs};
 use crate::domain::actions::Offer;
@@ -35,9 +36,16 @@ impl WorkerContext {
     pub(super) async fn run_claimed(
         &self,
         task: ClaimedTask,
+        seat: Option<Seat>,
         hard_stop: &CancellationToken,
     ) -> StoreResult<Ran> {
         tracing::info!("task claimed");
+        // Its place in line for a permit and a backend slot: now, as claims come in the fair
+        // order of turns.
+        let progress = Progress::in_line_since(Instant::now());
+        if let Some(seat) = seat {
+            progress.hold_until_started(seat);
+        }
         if let Some(term) = self.policy.violation(&task.prompt) {
             let outcome = Outcome::Failed {
                 error: format!(
@@ -48,7 +56,6 @@ impl WorkerContext {
         }
         // The task stays `starting` (waiting, with its place in line) until a backend takes
         // it: the reporter then marks it `processing`.
-        let progress = Progress::default();
         let lost = CancellationToken::new();
         let previews = Blobs::new_folder(&task.id);
         let hooks = self.progress_sender(&task).await.map(Arc::new);
@@ -243,12 +250,7 @@ impl WorkerContext {
             reservation: reservation.map(Arc::new),
             extras: task.extras.clone(),
         };
-        let permit = self
-            .generating
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("the semaphore is never closed");
+        let permit = self.generating.acquire(progress.place()).await;
         let product = match self.generator.run(&job, progress).await {
             Ok(product) => product,
             Err(e) => {

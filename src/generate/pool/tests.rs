@@ -22,10 +22,16 @@ struct Fake {
     after_running: AtomicUsize,
     /// Whether a job started on the backend while another was still in its `after` time.
     overlapped: AtomicBool,
+    /// The prompts of the jobs it took, in the order it took them.
+    took: std::sync::Mutex<Vec<String>>,
 }
 
 impl Fake {
     fn new(name: &str, delay_ms: u64) -> Arc<Fake> {
+        Fake::running(name, delay_ms, vec![OpKind::Imagine, OpKind::Shorten])
+    }
+
+    fn running(name: &str, delay_ms: u64, kinds: Vec<OpKind>) -> Arc<Fake> {
         Arc::new(Fake {
             name: name.into(),
             delay: Duration::from_millis(delay_ms),
@@ -34,10 +40,11 @@ impl Fake {
             jobs: AtomicUsize::new(0),
             running: AtomicUsize::new(0),
             most: AtomicUsize::new(0),
-            kinds: vec![OpKind::Imagine, OpKind::Shorten],
+            kinds,
             after: Duration::ZERO,
             after_running: AtomicUsize::new(0),
             overlapped: AtomicBool::new(false),
+            took: Default::default(),
         })
     }
 }
@@ -51,10 +58,11 @@ impl Generator for Fake {
     }
     fn run<'a>(
         &'a self,
-        _job: &'a Job,
+        job: &'a Job,
         progress: &'a Progress,
     ) -> BoxFuture<'a, Result<Product, GenerateError>> {
         Box::pin(async move {
+            self.took.lock().unwrap().push(job.prompt.clone());
             let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
             self.most.fetch_max(now, Ordering::SeqCst);
             if self.after_running.load(Ordering::SeqCst) > 0 {
@@ -280,10 +288,7 @@ async fn a_stopped_job_ends_at_once_as_canceled_and_gives_its_slot_back() {
         tokio::spawn(async move { pool.run(&job(Operation::Imagine), &progress).await })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(
-        pool.pick(OpKind::Imagine, None).is_none(),
-        "the slot is taken"
-    );
+    assert_eq!(pool.free_slots(), 0, "the slot is taken");
     progress.stop();
     let stopped = tokio::time::timeout(Duration::from_secs(10), running)
         .await
@@ -293,8 +298,106 @@ async fn a_stopped_job_ends_at_once_as_canceled_and_gives_its_slot_back() {
         matches!(stopped, Err(GenerateError::Canceled)),
         "{stopped:?}"
     );
+    assert_eq!(pool.free_slots(), 1, "the slot is free again");
+}
+
+/// Run a job named `prompt` placed in line at `place`.
+fn spawn_placed(
+    pool: &Arc<Pool>,
+    prompt: &str,
+    place: std::time::Instant,
+) -> tokio::task::JoinHandle<Result<Product, GenerateError>> {
+    let pool = pool.clone();
+    let mut job = job(Operation::Imagine);
+    job.prompt = prompt.into();
+    tokio::spawn(async move { pool.run(&job, &Progress::in_line_since(place)).await })
+}
+
+#[tokio::test]
+async fn a_freed_slot_goes_to_the_first_place_in_line_not_the_first_to_ask() {
+    let one = Fake::new("one", 30);
+    let pool = pool(&[(&one, 1)]);
+    let base = std::time::Instant::now();
+    let first = spawn_placed(&pool, "0", base);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    // They ask in this order, but were placed 1 to 6.
+    let mut waiting = Vec::new();
+    for n in [3u64, 1, 5, 2, 6, 4] {
+        waiting.push(spawn_placed(
+            &pool,
+            &n.to_string(),
+            base + Duration::from_millis(n),
+        ));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    first.await.unwrap().unwrap();
+    for w in waiting {
+        w.await.unwrap().unwrap();
+    }
+    assert_eq!(
+        *one.took.lock().unwrap(),
+        ["0", "1", "2", "3", "4", "5", "6"]
+    );
+    assert_eq!(pool.free_slots(), 1);
+}
+
+#[tokio::test]
+async fn a_waiter_no_free_slot_suits_does_not_hold_back_one_behind_it() {
+    let busy = Fake::new("busy", 200);
+    // `busy` runs imagine and shorten, `free` only shorten: an imagine waiting for `busy`
+    // must not stop a shorten placed after it from taking `free`.
+    let free = Fake::running("free", 10, vec![OpKind::Shorten]);
+    let pool = pool(&[(&busy, 1), (&free, 1)]);
+    let base = std::time::Instant::now();
+    let holding = spawn_placed(&pool, "holding", base);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let waiting = spawn_placed(&pool, "waiting", base + Duration::from_millis(1));
+    let shorten = {
+        let pool = pool.clone();
+        let mut job = job(Operation::Shorten);
+        job.prompt = "behind".into();
+        let progress = Progress::in_line_since(base + Duration::from_millis(2));
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            pool.run(&job, &progress).await.unwrap();
+            started.elapsed()
+        })
+    };
+    let took = shorten.await.unwrap();
     assert!(
-        pool.pick(OpKind::Imagine, None).is_some(),
-        "the slot is free again"
+        took < Duration::from_millis(150),
+        "the shorten ran at once on its free backend, took {took:?}"
+    );
+    holding.await.unwrap().unwrap();
+    waiting.await.unwrap().unwrap();
+    assert_eq!(*busy.took.lock().unwrap(), ["holding", "waiting"]);
+}
+
+#[tokio::test]
+async fn a_job_tried_again_says_it_is_retrying_until_a_backend_takes_it_again() {
+    let flaky = Fake::new("flaky", 20);
+    flaky.broken.store(true, Ordering::SeqCst);
+    let pool = pool(&[(&flaky, 1)]);
+    let progress = Progress::in_line_since(std::time::Instant::now());
+    let run = {
+        let (pool, progress) = (pool.clone(), progress.clone());
+        tokio::spawn(async move { pool.run(&job(Operation::Imagine), &progress).await })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while progress.retry_state().is_none() {
+        assert!(std::time::Instant::now() < deadline, "no retry reported");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let retrying = progress.retry_state().unwrap();
+    assert_eq!(retrying.attempt, 1);
+    assert!(
+        retrying.error.contains("connection refused"),
+        "{retrying:?}"
+    );
+    flaky.broken.store(false, Ordering::SeqCst);
+    run.await.unwrap().unwrap();
+    assert!(
+        progress.retry_state().is_none(),
+        "cleared once a backend took it again"
     );
 }

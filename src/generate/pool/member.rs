@@ -1,0 +1,93 @@
+//! One backend in the pool: its generator, its slots, the jobs it has in flight, and whether it
+//! is in (with its last error and any rest a `Retry-After` asked for).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Semaphore;
+
+use crate::domain::OpKind;
+use crate::generate::Generator;
+
+/// Consecutive transient failures that take a backend out until a probe succeeds.
+pub const DOWN_AFTER: u32 = 3;
+
+/// One backend in the pool.
+pub(super) struct Member {
+    pub generator: Arc<dyn Generator>,
+    pub concurrency: usize,
+    pub slots: Arc<Semaphore>,
+    pub in_flight: AtomicUsize,
+    pub health: Mutex<Health>,
+    /// The models it serves; `None` (a pool built without a catalogue): every model.
+    pub models: Option<Vec<String>>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub(super) struct Health {
+    pub down: bool,
+    pub failures: u32,
+    pub last_error: Option<String>,
+    /// Not before this (a `Retry-After` the backend asked for).
+    pub resting_until: Option<Instant>,
+}
+
+/// A backend's state, as `/readyz` and the logs show it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct BackendHealth {
+    pub name: String,
+    pub up: bool,
+    pub in_flight: usize,
+    pub concurrency: usize,
+    /// The models it serves.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+impl Member {
+    pub fn load(&self) -> f64 {
+        self.in_flight.load(Ordering::Relaxed) as f64 / self.concurrency as f64
+    }
+
+    /// Whether it is to run `kind` on `model` (a task without a model runs anywhere).
+    pub fn runs(&self, kind: OpKind, model: Option<&str>) -> bool {
+        self.generator.supports(kind)
+            && match (model, &self.models) {
+                (Some(model), Some(served)) => served.iter().any(|m| m == model),
+                _ => true,
+            }
+    }
+
+    pub fn available(&self, now: Instant) -> bool {
+        let health = self.health.lock().expect("not poisoned");
+        !health.down && health.resting_until.is_none_or(|t| t <= now)
+    }
+
+    pub fn succeeded(&self) {
+        let mut health = self.health.lock().expect("not poisoned");
+        if health.down {
+            tracing::info!(backend = self.generator.name(), "backend is back");
+        }
+        *health = Health::default();
+    }
+
+    /// Note a transient failure; whether the backend is now out.
+    pub fn failed(&self, error: &str, retry_after: Option<Duration>) -> bool {
+        let mut health = self.health.lock().expect("not poisoned");
+        health.failures += 1;
+        health.last_error = Some(error.to_string());
+        health.resting_until = retry_after.map(|d| Instant::now() + d);
+        if health.failures >= DOWN_AFTER && !health.down {
+            health.down = true;
+            tracing::warn!(
+                backend = self.generator.name(),
+                error,
+                "backend taken out after {DOWN_AFTER} failures in a row; probing it"
+            );
+        }
+        health.down
+    }
+}
