@@ -80,6 +80,7 @@ impl Pool {
                     in_flight: AtomicUsize::new(0),
                     health: Mutex::new(Health::default()),
                     models: None,
+                    bookkeeping: false,
                 })
             })
             .collect();
@@ -104,6 +105,7 @@ impl Pool {
                     in_flight: AtomicUsize::new(0),
                     health: Mutex::new(Health::default()),
                     models: Some(catalogue.served_by(member.generator.name())),
+                    bookkeeping: member.bookkeeping,
                 })
             })
             .collect();
@@ -115,13 +117,48 @@ impl Pool {
         }
     }
 
+    /// The pool with a built-in member that makes `upscale-1x` (a crop: the parent's stored
+    /// image, as it is) for every model none of whose backends makes it, so that U1..U4 work on
+    /// a model served only by, say, ComfyUI. A model with a backend that makes `upscale-1x`
+    /// keeps it there: the operator routed it. Its slots are not counted as free ones: a crop
+    /// is never what the line waits for.
+    pub fn with_crop(self, crop: Arc<dyn Generator>, concurrency: usize) -> Pool {
+        let catalogue = self.catalogue.clone();
+        let lacking: Vec<String> = catalogue
+            .models
+            .iter()
+            .filter(|m| !self.supports_on(OpKind::Upscale1x, Some(&m.name)))
+            .map(|m| m.name.clone())
+            .collect();
+        if lacking.is_empty() && self.supports(OpKind::Upscale1x) {
+            return self;
+        }
+        let mut members: Vec<Arc<Member>> = self.members.iter().cloned().collect();
+        members.push(Arc::new(Member {
+            generator: crop,
+            concurrency: concurrency.max(1),
+            slots: Arc::new(Semaphore::new(concurrency.max(1))),
+            in_flight: AtomicUsize::new(0),
+            health: Mutex::new(Health::default()),
+            models: Some(lacking),
+            bookkeeping: true,
+        }));
+        let members: Arc<[Arc<Member>]> = members.into();
+        Pool {
+            line: Arc::new(Line::new(members.clone())),
+            members,
+            budget: self.budget,
+            catalogue,
+        }
+    }
+
     /// The free slots of the backends that are in now: how many more jobs could start at once
     /// (the workers claim no further ahead than this).
     pub fn free_slots(&self) -> usize {
         let now = Instant::now();
         self.members
             .iter()
-            .filter(|m| m.available(now))
+            .filter(|m| !m.bookkeeping && m.available(now))
             .map(|m| m.slots.available_permits())
             .sum()
     }
@@ -140,17 +177,19 @@ impl Pool {
     pub fn model_up(&self, model: &str) -> bool {
         let now = Instant::now();
         self.members.iter().any(|m| {
-            m.models
-                .as_ref()
-                .is_none_or(|served| served.iter().any(|s| s == model))
+            !m.bookkeeping
+                && m.models
+                    .as_ref()
+                    .is_none_or(|served| served.iter().any(|s| s == model))
                 && m.available(now)
         })
     }
 
-    /// Each backend's state.
+    /// Each backend's state (the built-in bookkeeping member is no backend).
     pub fn health(&self) -> Vec<BackendHealth> {
         self.members
             .iter()
+            .filter(|m| !m.bookkeeping)
             .map(|m| {
                 let health = m.health.lock().expect("not poisoned").clone();
                 BackendHealth {

@@ -210,7 +210,13 @@ impl Reporter {
         image: crate::images::PreviewImage,
         told: &mut Told,
     ) -> Option<String> {
-        let max_px = self.config.worker.preview_max_px;
+        // Never larger than the task's images: a backend may draw its previews at its own
+        // size (ComfyUI's at 512 px) when the image it makes is smaller.
+        let max_px = self
+            .config
+            .worker
+            .preview_max_px
+            .min(self.config.worker.image_size);
         if max_px == 0 {
             return None;
         }

@@ -53,5 +53,14 @@ pub fn build(config: &Config) -> anyhow::Result<Pool> {
         };
         members.push((generator, backend.concurrency));
     }
-    Ok(Pool::new(members, config.worker.generation_budget).with_catalogue(catalogue))
+    // `upscale-1x` is a crop of the parent's stored image: it needs no model, so a model whose
+    // backends do not make it gets the built-in one.
+    let crop = Procedural {
+        name: "builtin-crop".into(),
+        min_duration: std::time::Duration::ZERO,
+        only: Some(vec![crate::domain::OpKind::Upscale1x]),
+    };
+    Ok(Pool::new(members, config.worker.generation_budget)
+        .with_catalogue(catalogue)
+        .with_crop(Arc::new(crop), config.worker.workers.max(1)))
 }

@@ -22,6 +22,9 @@ pub(super) struct Member {
     pub health: Mutex<Health>,
     /// The models it serves; `None` (a pool built without a catalogue): every model.
     pub models: Option<Vec<String>>,
+    /// A built-in member for bookkeeping work (the crop of `upscale-1x`), not a backend: its
+    /// slots are not counted among the free ones that claims wait for.
+    pub bookkeeping: bool,
 }
 
 #[derive(Clone, Debug, Default)]

@@ -401,3 +401,48 @@ async fn a_job_tried_again_says_it_is_retrying_until_a_backend_takes_it_again() 
         "cleared once a backend took it again"
     );
 }
+
+#[tokio::test]
+async fn upscale_1x_is_a_crop_on_a_model_whose_backends_do_not_make_it() {
+    let comfy = Fake::running("comfy", 1, vec![OpKind::Imagine]);
+    let routed = Fake::running("routed", 1, vec![OpKind::Imagine, OpKind::Upscale1x]);
+    let backends: Vec<crate::config::BackendConfig> = serde_json::from_value(
+        serde_json::json!([{"name": "comfy", "kind": "procedural"}, {"name": "routed", "kind": "procedural"}]),
+    )
+    .unwrap();
+    let models: Vec<crate::config::ModelConfig> = serde_json::from_value(serde_json::json!([
+        {"name": "only-comfy", "backends": ["comfy"]},
+        {"name": "has-its-own", "backends": ["routed"]},
+    ]))
+    .unwrap();
+    let catalogue = Catalogue::build(&models, &backends).unwrap();
+    let members = vec![
+        (comfy.clone() as Arc<dyn Generator>, 1),
+        (routed.clone() as Arc<dyn Generator>, 1),
+    ];
+    let crop = Fake::running("crop", 1, vec![OpKind::Upscale1x]);
+    let pool = Pool::new(members, Duration::from_secs(5))
+        .with_catalogue(catalogue)
+        .with_crop(crop.clone(), 2);
+    assert!(pool.supports_on(OpKind::Upscale1x, Some("only-comfy")));
+    assert!(!pool.supports_on(OpKind::Variations, Some("only-comfy")));
+    // The crop is no backend: not listed, and its slots are not free ones.
+    assert_eq!(pool.health().len(), 2);
+    assert_eq!(pool.free_slots(), 2);
+    let source = crate::domain::operation::StoredImage {
+        key: "t/f/0.png".into(),
+        width: 8,
+        height: 8,
+    };
+    for (model, backend) in [("only-comfy", "crop"), ("has-its-own", "routed")] {
+        let mut job = job(Operation::Upscale1x {
+            index: 1,
+            source: source.clone(),
+        });
+        job.extras.settings.model = Some(model.into());
+        match pool.run(&job, &Progress::default()).await {
+            Ok(Product::Text(names)) => assert_eq!(names[0], backend, "{model}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
