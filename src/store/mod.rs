@@ -8,8 +8,9 @@
 //! after its claim is fenced (by the task's attempt number or the delivery's attempt count), so a
 //! stale owner cannot overwrite newer state; a task's webhook delivery is queued in the
 //! transaction that writes its final state (the outbox). The rules that can be stated without SQL
-//! live once beside the values they are about ([`quota`], [`task`], [`outbox`]); the SQL lives
-//! in each implementation.
+//! live once beside the values they are about ([`quota`], [`task`], [`outbox`]). The SQL both
+//! databases run alike is written once ([`sql`]), and so are the parts of the interface made only
+//! of it; each implementation holds what its database does its own way.
 
 mod account;
 mod chunks;
@@ -24,6 +25,7 @@ pub mod postgres;
 pub mod queue;
 mod quota;
 mod rows;
+mod sql;
 pub mod sqlite;
 mod targets;
 mod task;
