@@ -15,11 +15,12 @@
 //!   once it is back.
 
 mod channels;
+mod claims;
 mod deliveries;
-mod queue;
+mod endings;
 mod shared;
 mod submit;
-mod tasks;
+mod task_queue;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -8,7 +8,7 @@ use rusqlite::{params, OptionalExtension};
 use uuid::Uuid;
 
 use super::records::RecordAttempt;
-use super::tasks::by_id;
+use super::task_queue::by_id;
 use super::SqliteStore;
 use crate::store::ids::TaskKey;
 use crate::store::rows::decode;

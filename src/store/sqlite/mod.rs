@@ -5,13 +5,15 @@
 //! queue commits as one transaction (group commit); reads use a separate pool and never wait
 //! for writers. A checkpointer copies the WAL back beside the writer (`run_background`).
 
+mod claims;
 mod deliveries;
+mod endings;
 mod ledger;
-mod queue;
 mod records;
 mod shared;
 mod submit;
-mod tasks;
+mod task_queue;
+mod versions;
 mod writer;
 
 use std::str::FromStr;

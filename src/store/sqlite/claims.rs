@@ -2,7 +2,7 @@
 
 use rusqlite::{Connection, OptionalExtension, ToSql};
 
-use super::tasks::{peek_version, take_version};
+use super::versions::{peek_version, take_version};
 use super::SqliteStore;
 use crate::domain::TaskStatus;
 use crate::store::queue::ClaimRules;
