@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use uuid::Uuid;
 
-use super::model::{Idempotency, Submitted};
+use super::task::{Idempotency, Submitted};
 
 /// A first answer as a store's lookup finds it.
 #[derive(Clone, Debug)]

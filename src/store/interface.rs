@@ -8,12 +8,17 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::account::{Account, ApiKeyInfo, KeyOwner, KeyRow, LedgerRow, LiveKey, NewAccount};
 use super::error::{Failure, StoreError, StoreResult};
 use super::events::TaskEvent;
 use super::events::TaskEvents;
-use super::model::*;
+use super::outbox::{AttemptRecord, AttemptRow, DueDelivery, FailingDestination, Redelivery};
 use super::queue::{AccountLoad, ClaimRules, PlanLoad, Waiting};
 use super::targets::WebhookTargets;
+use super::task::{
+    ClaimedTask, DayUsage, Ending, ExpiredTask, NewTask, QueueRow, StoredProgress, Submitted, Task,
+    TaskFilter, TaskPage,
+};
 use super::uploads::{Upload, UploadAdmitted};
 
 /// The queue: submit, read, claim with a lease, heartbeat, end fenced by attempt.
@@ -299,7 +304,8 @@ pub trait Accounts: Send + Sync {
 pub trait Views: Send + Sync {
     /// One page of the account's tasks, newest first, that pass `filter`: those older than the
     /// task `cursor` (a public id from an earlier page's `next_cursor`), at most `limit`
-    /// (1..=[`LIST_LIMIT_MAX`]). None when the cursor is not one of the account's tasks.
+    /// (1..=[`LIST_LIMIT_MAX`](super::LIST_LIMIT_MAX)). None when the cursor is not one of the
+    /// account's tasks.
     async fn list_tasks(
         &self,
         account_id: &str,
@@ -308,7 +314,8 @@ pub trait Views: Send + Sync {
         limit: u32,
     ) -> StoreResult<Option<TaskPage>>;
     /// The account's tasks at version `from` or later, lowest version first, at most `limit`
-    /// (1..=[`LIST_LIMIT_MAX`]): what changed since a stream's `Last-Event-ID`.
+    /// (1..=[`LIST_LIMIT_MAX`](super::LIST_LIMIT_MAX)): what changed since a stream's
+    /// `Last-Event-ID`.
     async fn account_changes(
         &self,
         account_id: &str,
@@ -334,7 +341,8 @@ pub trait Views: Send + Sync {
     /// The tasks queued and running, by the accounts' plan.
     async fn load_by_plan(&self) -> StoreResult<Vec<PlanLoad>>;
     /// Webhook destinations (by host) whose attempts at or after `since` failed, most failures
-    /// first; only the latest [`FAILING_SCAN_MAX`] attempts are looked at.
+    /// first; only the latest [`FAILING_SCAN_MAX`](super::FAILING_SCAN_MAX) attempts are looked
+    /// at.
     async fn failing_destinations(&self, since: i64) -> StoreResult<Vec<FailingDestination>>;
 }
 
@@ -434,3 +442,8 @@ impl Wakeups {
 
 /// The handle every role shares.
 pub type SharedStore = Arc<dyn Store>;
+
+/// Current time as Unix milliseconds, the unit of every stored time.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}

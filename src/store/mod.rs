@@ -8,23 +8,32 @@
 //! after its claim is fenced (by the task's attempt number or the delivery's attempt count), so a
 //! stale owner cannot overwrite newer state; a task's webhook delivery is queued in the
 //! transaction that writes its final state (the outbox). The rules that can be stated without SQL
-//! live in [`model`], once; the SQL lives in each implementation.
+//! live once beside the values they are about ([`quota`], [`task`], [`outbox`]). The SQL both
+//! databases run alike is written once ([`sql`]), and so are the parts of the interface made only
+//! of it; each implementation holds what its database does its own way.
 
+mod account;
 mod chunks;
 mod error;
 mod events;
 mod idempotency;
 mod ids;
 mod interface;
-mod model;
 mod open;
+mod outbox;
 pub mod postgres;
 pub mod queue;
+mod quota;
 mod rows;
+mod sql;
 pub mod sqlite;
 mod targets;
+mod task;
 mod uploads;
 
+pub use account::{
+    Account, ApiKeyInfo, KeyOwner, KeyRow, LedgerRow, LiveKey, NewAccount, KEY_TOUCH_EVERY_MS,
+};
 pub(crate) use chunks::chunks;
 pub use error::{Cause, Failure, StoreError, StoreResult};
 pub use events::{Happened, Heard, Listener, TaskEvent, TaskEvents};
@@ -32,16 +41,18 @@ pub use idempotency::accepted_body;
 pub(crate) use ids::fresh_id_key;
 pub use ids::TaskIds;
 pub use interface::{
-    Accounts, Outbox, Retention, SharedStore, Store, TaskQueue, Uploads, Views, Wakeups,
+    now_ms, Accounts, Outbox, Retention, SharedStore, Store, TaskQueue, Uploads, Views, Wakeups,
 };
-pub use model::{
-    now_ms, Account, ApiKeyInfo, AttemptRecord, AttemptRow, ClaimedTask, DayUsage, DueDelivery,
-    Ending, ExpiredTask, FailingDestination, Idempotency, KeyOwner, KeyRow, LedgerRow, LiveKey,
-    NewAccount, NewTask, Outcome, QueueRow, Redelivery, StoredProgress, Submitted, Task,
-    TaskFilter, TaskPage, WebhookState, FAILING_SCAN_MAX, KEY_TOUCH_EVERY_MS, LIST_LIMIT_MAX,
+pub use outbox::{
+    AttemptRecord, AttemptRow, DueDelivery, FailingDestination, Redelivery, FAILING_SCAN_MAX,
 };
-pub(crate) use model::{usage_since, worker_lost, Fence, Quota, Refused, RUNNING};
+pub(crate) use quota::{Quota, Refused};
 pub use targets::{WebhookTarget, WebhookTargets};
+pub(crate) use task::{usage_since, worker_lost, Fence, RUNNING};
+pub use task::{
+    ClaimedTask, DayUsage, Ending, ExpiredTask, Idempotency, NewTask, Outcome, QueueRow,
+    StoredProgress, Submitted, Task, TaskFilter, TaskPage, WebhookState, LIST_LIMIT_MAX,
+};
 pub use uploads::{upload_day, Upload, UploadAdmitted};
 pub(crate) use uploads::{upload_of, UploadRow, UPLOAD_COLUMNS};
 

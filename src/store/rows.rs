@@ -6,12 +6,43 @@ use std::sync::Arc;
 
 use sqlx::{ColumnIndex, Database, Decode, FromRow, Row, Type};
 
+use super::sql::{sql, Sql};
 use super::{
     Account, ClaimedTask, FailingDestination, Failure, KeyOwner, LiveKey, StoreError, StoreResult,
     Task, TaskIds, WebhookState,
 };
 use crate::domain::output::OutputColumns;
 use crate::domain::{Extras, OpKind, Operation, Output, TaskStatus, WebhookEvent, WebhookEvents};
+
+/// A task's id from before ids were made from `seq`: SQLite keeps those of the tasks stored
+/// before its migration 0004; PostgreSQL has none.
+const LEGACY_ID: Sql = Sql::each("t.id", "NULL::text");
+const PARENT_LEGACY_ID: Sql = Sql::each("p.id", "NULL::text");
+/// The parent task, for its legacy id (SQLite only).
+const PARENT: Sql = Sql::each(" LEFT JOIN tasks p ON p.seq = t.parent_seq", "");
+/// A task's image keys as JSON text: SQLite keeps them so, PostgreSQL as an array.
+pub(crate) const IMAGE_KEYS: Sql = Sql::each("t.image_keys", "array_to_json(t.image_keys)::text");
+
+/// The columns of a task (`t`) and its delivery (`d`), named and typed as [`TaskRow`] decodes
+/// them.
+pub(crate) const TASK_COLUMNS: Sql = sql!(
+    "t.seq, ",
+    LEGACY_ID,
+    " AS legacy_id, t.task_type, t.params, t.parent_seq, ",
+    PARENT_LEGACY_ID,
+    " AS parent_legacy_id, t.status, t.percentage, t.prompt, t.aspect_ratio, t.process_mode,
+     t.seed, t.attempts, t.created_at, t.started_at, t.finished_at, t.grid_key, ",
+    IMAGE_KEYS,
+    " AS image_keys, t.result, t.error, t.webhook_url, t.extras, d.status AS wh_status,
+     d.attempts AS wh_attempts, d.last_status_code AS wh_last_status_code,
+     d.last_error AS wh_last_error, d.next_attempt_at AS wh_next_attempt_at, t.data_removed_at,
+     t.event_seq, t.preview_key"
+);
+/// What [`TASK_COLUMNS`] reads beside `tasks t`: its delivery, and on SQLite its parent.
+pub(crate) const TASK_JOINS: Sql = sql!(
+    " LEFT JOIN webhook_deliveries d ON d.task_seq = t.seq",
+    PARENT
+);
 
 /// A task's row, with its delivery's, as the reads select it.
 #[derive(FromRow)]

@@ -3,8 +3,10 @@
 
 use std::sync::Arc;
 
+use sqlx::{Postgres, Transaction};
+
 use crate::domain::TaskStatus;
-use crate::store::{Happened, TaskEvent};
+use crate::store::{Happened, StoreResult, TaskEvent};
 
 /// The channel a commit that queues a task notifies. A submit's payload names its accounts and
 /// the lowest `seq` it gave each ([`new_tasks_note`]); other payloads are empty.
@@ -50,6 +52,15 @@ pub(super) fn changed_note_sql(status: TaskStatus) -> String {
         "pg_notify('{TASK_EVENT_CHANNEL}', concat_ws(' ', 'c', seq, event_seq, '{}', account_id))",
         status.as_str()
     )
+}
+
+/// Notify `channel` when the transaction commits.
+pub(super) async fn notify(tx: &mut Transaction<'_, Postgres>, channel: &str) -> StoreResult<()> {
+    sqlx::query("SELECT pg_notify($1, '')")
+        .bind(channel)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
 }
 
 /// A progress event's note.

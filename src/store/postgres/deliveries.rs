@@ -3,10 +3,10 @@
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use super::channels::OUTBOX_CHANNEL;
-use super::tasks::notify;
+use super::channels::{notify, OUTBOX_CHANNEL};
 use super::PgStore;
 use crate::store::rows::decode;
+use crate::store::sql::queue_outbox;
 use crate::store::{
     now_ms, AttemptRecord, AttemptRow, DueDelivery, Outbox, Redelivery, StoreResult,
 };
@@ -134,14 +134,7 @@ impl Outbox for PgStore {
     }
 
     async fn next_delivery_due(&self) -> StoreResult<Option<i64>> {
-        Ok(sqlx::query_scalar(
-            "SELECT next_attempt_at FROM webhook_deliveries
-             WHERE status = 'pending' AND (lease_until IS NULL OR lease_until <= $1)
-             ORDER BY next_attempt_at LIMIT 1",
-        )
-        .bind(now_ms())
-        .fetch_optional(&self.pool)
-        .await?)
+        queue_outbox::next_delivery_due(self).await
     }
 
     async fn delivery_attempts(
@@ -149,26 +142,7 @@ impl Outbox for PgStore {
         account_id: &str,
         task_id: &Uuid,
     ) -> StoreResult<Option<Vec<AttemptRow>>> {
-        let seq = self.ids.seq(task_id).unwrap_or(0);
-        let owned: Option<i64> =
-            sqlx::query_scalar("SELECT seq FROM tasks WHERE seq = $1 AND account_id = $2")
-                .bind(seq)
-                .bind(account_id)
-                .fetch_optional(&self.pool)
-                .await?;
-        if owned.is_none() {
-            return Ok(None);
-        }
-        Ok(Some(
-            sqlx::query_as(
-                "SELECT a.attempted_at, a.duration_ms, a.status_code, a.error, a.next_attempt_at
-                 FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id
-                 WHERE d.task_seq = $1 ORDER BY a.id",
-            )
-            .bind(seq)
-            .fetch_all(&self.pool)
-            .await?,
-        ))
+        queue_outbox::delivery_attempts(self, account_id, task_id).await
     }
 
     async fn redeliver(&self, account_id: &str, task_id: &Uuid) -> StoreResult<Redelivery> {

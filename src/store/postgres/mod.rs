@@ -14,26 +14,22 @@
 //!   acquire timeout (the API answers 503 with `Retry-After`) and the pool reconnects by itself
 //!   once it is back.
 
-mod accounts;
 mod channels;
+mod claims;
 mod deliveries;
-mod queue;
-mod retention;
+mod endings;
+mod shared;
 mod submit;
-mod targets;
-mod tasks;
-mod uploads;
-mod views;
+mod task_queue;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use sqlx::ConnectOptions;
 use tokio_util::sync::CancellationToken;
 
-use super::{fresh_id_key, redact, Store, StoreResult, TaskIds, Wakeups};
+use super::{fresh_id_key, redact, TaskIds, Wakeups};
 use crate::config::Database;
 use channels::{read_event, read_new_tasks, OUTBOX_CHANNEL, QUEUE_CHANNEL, TASK_EVENT_CHANNEL};
 
@@ -233,33 +229,4 @@ async fn task_id_key(pool: &PgPool) -> anyhow::Result<[u8; 32]> {
         .await?;
     key.try_into()
         .map_err(|_| anyhow::anyhow!("the stored task id key is not 32 bytes"))
-}
-
-#[async_trait]
-impl Store for PgStore {
-    fn kind(&self) -> &'static str {
-        "postgres"
-    }
-
-    fn task_id(&self, seq: i64) -> uuid::Uuid {
-        self.ids.id(seq)
-    }
-
-    fn wakeups(&self) -> &Wakeups {
-        &self.wakeups
-    }
-
-    async fn ping(&self) -> StoreResult<()> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
-    }
-
-    async fn run_background(&self, stop: CancellationToken) {
-        self.listen(stop).await
-    }
-
-    async fn close(&self) {
-        self.submits.close().await;
-        self.pool.close().await;
-    }
 }

@@ -1,15 +1,18 @@
+//! The webhook outbox on SQLite ([`Outbox`]): claims take due deliveries by rowid in one
+//! statement on the writer's thread, and attempt records go to the writer in groups.
+
 use std::collections::HashMap;
 
 use async_trait::async_trait;
 use rusqlite::{params, OptionalExtension};
 use uuid::Uuid;
 
-use super::super::ids::TaskKey;
 use super::records::RecordAttempt;
-use super::tasks::by_id;
-use super::writer::Durability;
+use super::task_queue::by_id;
 use super::SqliteStore;
+use crate::store::ids::TaskKey;
 use crate::store::rows::decode;
+use crate::store::sql::{queue_outbox, Durability};
 use crate::store::{
     now_ms, AttemptRecord, AttemptRow, DueDelivery, Outbox, Redelivery, StoreResult,
 };
@@ -108,14 +111,7 @@ impl Outbox for SqliteStore {
     }
 
     async fn next_delivery_due(&self) -> StoreResult<Option<i64>> {
-        Ok(sqlx::query_scalar(
-            "SELECT next_attempt_at FROM webhook_deliveries
-             WHERE status = 'pending' AND (lease_until IS NULL OR lease_until <= ?)
-             ORDER BY next_attempt_at LIMIT 1",
-        )
-        .bind(now_ms())
-        .fetch_optional(&self.reader)
-        .await?)
+        queue_outbox::next_delivery_due(self).await
     }
 
     async fn delivery_attempts(
@@ -123,29 +119,7 @@ impl Outbox for SqliteStore {
         account_id: &str,
         task_id: &Uuid,
     ) -> StoreResult<Option<Vec<AttemptRow>>> {
-        let TaskKey { seq, legacy } = self.ids.key(task_id);
-        let owned: Option<i64> = sqlx::query_scalar(&format!(
-            "SELECT t.seq FROM tasks t WHERE {} AND t.account_id = ?3",
-            by_id(1, 2)
-        ))
-        .bind(seq)
-        .bind(legacy)
-        .bind(account_id)
-        .fetch_optional(&self.reader)
-        .await?;
-        let Some(seq) = owned else {
-            return Ok(None);
-        };
-        Ok(Some(
-            sqlx::query_as(
-                "SELECT a.attempted_at, a.duration_ms, a.status_code, a.error, a.next_attempt_at
-                 FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id
-                 WHERE d.task_seq = ? ORDER BY a.id",
-            )
-            .bind(seq)
-            .fetch_all(&self.reader)
-            .await?,
-        ))
+        queue_outbox::delivery_attempts(self, account_id, task_id).await
     }
 
     async fn redeliver(&self, account_id: &str, task_id: &Uuid) -> StoreResult<Redelivery> {

@@ -1,5 +1,5 @@
-//! The credit ledger's one statement, shared by accounts (signup, admin changes), submits
-//! (charges) and ended tasks (refunds).
+//! The credit ledger's one statement on the writer's connection, shared by submits (charges) and
+//! ended tasks (refunds).
 
 use rusqlite::{params, Connection};
 

@@ -5,24 +5,21 @@
 //! queue commits as one transaction (group commit); reads use a separate pool and never wait
 //! for writers. A checkpointer copies the WAL back beside the writer (`run_background`).
 
-mod accounts;
+mod claims;
 mod deliveries;
+mod endings;
 mod ledger;
-mod queue;
 mod records;
-mod retention;
+mod shared;
 mod submit;
-mod targets;
-mod tasks;
-mod uploads;
-mod views;
+mod task_queue;
+mod versions;
 mod writer;
 
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteSynchronous,
@@ -31,11 +28,8 @@ use sqlx::Connection;
 use tokio_util::sync::CancellationToken;
 
 use super::queue::Heads;
-use super::{fresh_id_key, Store, StoreResult, TaskIds, Wakeups};
+use super::{fresh_id_key, TaskIds, Wakeups};
 
-/// The writer has stopped: the store is closing.
-/// The key that task ids are made with, created on first use. It must never change: every id
-/// handed out so far is made with it.
 /// Where each mode's head stands when the store opens: the highest turn of its tasks started
 /// and not ended, or its lowest waiting turn if higher (a restart forgets the claims of tasks
 /// since ended, which only lets a newcomer's turn be lower than the last claimed, never behind a
@@ -57,6 +51,8 @@ async fn queue_heads(conn: &mut SqliteConnection) -> anyhow::Result<[i64; 3]> {
     Ok(at)
 }
 
+/// The key that task ids are made with, created on first use. It must never change: every id
+/// handed out so far is made with it.
 async fn task_id_key(conn: &mut SqliteConnection) -> anyhow::Result<[u8; 32]> {
     sqlx::query(
         "INSERT INTO settings (name, value) VALUES ('task_id_key', ?) ON CONFLICT DO NOTHING",
@@ -69,11 +65,6 @@ async fn task_id_key(conn: &mut SqliteConnection) -> anyhow::Result<[u8; 32]> {
         .await?;
     key.try_into()
         .map_err(|_| anyhow::anyhow!("the stored task id key is not 32 bytes"))
-}
-
-/// A list as one JSON text, for `json_each`: how a list reaches SQLite as one bound value.
-fn to_json(value: &impl serde::Serialize) -> String {
-    serde_json::to_string(value).expect("lists of ids serialize")
 }
 
 /// How often `run_checkpointer` checkpoints while there are writes. The more often, the less
@@ -238,35 +229,5 @@ impl SqliteStore {
             .await?;
         setup.close().await?;
         Ok(())
-    }
-}
-
-#[async_trait]
-impl Store for SqliteStore {
-    fn kind(&self) -> &'static str {
-        "sqlite"
-    }
-
-    fn task_id(&self, seq: i64) -> uuid::Uuid {
-        self.ids.id(seq)
-    }
-
-    fn wakeups(&self) -> &Wakeups {
-        &self.wakeups
-    }
-
-    async fn ping(&self) -> StoreResult<()> {
-        sqlx::query("SELECT 1").execute(&self.reader).await?;
-        Ok(())
-    }
-
-    async fn run_background(&self, stop: CancellationToken) {
-        self.run_checkpointer(stop).await
-    }
-
-    /// Close the readers, then the writer once it has applied what was queued.
-    async fn close(&self) {
-        self.reader.close().await;
-        self.writer.close().await;
     }
 }

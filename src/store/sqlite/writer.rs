@@ -39,6 +39,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::records::{apply_records, RecordAttempt};
 use super::submit::{apply_submits, InsertTask, SubmitState};
+use crate::store::sql::Durability;
 use crate::store::{Failure, StoreError, StoreResult, Submitted};
 
 /// Most jobs applied in one transaction.
@@ -59,16 +60,6 @@ const STATEMENT_CACHE: usize = 64;
 /// if the commit failed).
 type Call = Box<dyn FnOnce(&Connection) -> (bool, Answer) + Send>;
 type Answer = Box<dyn FnOnce(Option<&StoreError>) + Send>;
-
-/// Whether a write must be fsynced before its caller hears of it (with `synchronous = full`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Durability {
-    /// Fsynced when it commits: a client was told of it, or later steps act on it.
-    Synced,
-    /// Committed, and fsynced with the next write that is (or the next checkpoint): a write that a
-    /// power loss can only make easel do again (claims, attempt records, heartbeats).
-    Committed,
-}
 
 enum Job {
     Submit(InsertTask, oneshot::Sender<StoreResult<Submitted>>),

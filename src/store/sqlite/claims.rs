@@ -2,12 +2,12 @@
 
 use rusqlite::{Connection, OptionalExtension, ToSql};
 
-use super::tasks::{peek_version, take_version};
-use super::writer::Durability;
+use super::versions::{peek_version, take_version};
 use super::SqliteStore;
 use crate::domain::TaskStatus;
-use crate::store::queue::{ClaimRules, Waiting};
+use crate::store::queue::ClaimRules;
 use crate::store::rows::ClaimedRow;
+use crate::store::sql::Durability;
 use crate::store::{now_ms, ClaimedTask, StoreResult, TaskIds};
 
 /// The claim's statement: the first pending task in `(priority, turn, seq)` order (of one mode
@@ -95,45 +95,6 @@ impl SqliteStore {
         };
         self.changed(row.seq, &row.account_id, version, TaskStatus::Starting);
         row.into_claimed().map(Some)
-    }
-
-    pub(super) async fn waiting(
-        &self,
-        limit: u32,
-        rules: &ClaimRules,
-    ) -> StoreResult<Vec<Waiting>> {
-        // Partial indexes only: `tasks_leases` (running tasks: the `IN` lets the planner use
-        // it), read once for the accounts' running counts and once for those waiting for a
-        // backend, and `tasks_queue`, read in order; each queued task's account by its key.
-        let rows: Vec<(i64, bool, bool)> = sqlx::query_as(
-            "WITH running AS (
-                 SELECT account_id, COUNT(*) AS n FROM tasks
-                 WHERE status IN ('starting', 'processing') GROUP BY account_id)
-             SELECT seq, 1, 0 FROM (SELECT seq FROM tasks
-                                   WHERE status IN ('starting', 'processing')
-                                     AND status = 'starting'
-                                   ORDER BY priority, turn, seq)
-             UNION ALL
-             SELECT seq, 0, held FROM (
-                 SELECT t.seq,
-                        COALESCE((SELECT n FROM running WHERE running.account_id = t.account_id),
-                                 0)
-                        >= COALESCE((SELECT value FROM json_each(?2)
-                                     WHERE key = (SELECT a.plan FROM accounts a
-                                                  WHERE a.id = t.account_id)), ?3) AS held
-                 FROM tasks t WHERE t.status = 'pending'
-                 ORDER BY t.priority, t.turn, t.seq LIMIT ?1)
-             LIMIT ?1",
-        )
-        .bind(i64::from(limit))
-        .bind(&**rules.plan_limits_json())
-        .bind(rules.default_limit())
-        .fetch_all(&self.reader)
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(seq, claimed, held)| Waiting { seq, claimed, held })
-            .collect())
     }
 }
 

@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 use super::channels::changed_note_sql;
 use super::PgStore;
 use crate::domain::TaskStatus;
-use crate::store::queue::{ClaimRules, Waiting};
+use crate::store::queue::ClaimRules;
 use crate::store::rows::ClaimedRow;
 use crate::store::{now_ms, ClaimedTask, StoreResult};
 
@@ -204,36 +204,5 @@ impl PgStore {
             tx.rollback().await?;
         }
         Ok(None)
-    }
-
-    pub(super) async fn waiting(
-        &self,
-        limit: u32,
-        rules: &ClaimRules,
-    ) -> StoreResult<Vec<Waiting>> {
-        let rows: Vec<(i64, bool, bool)> = sqlx::query_as(
-            "WITH running AS (
-                 SELECT account_id, COUNT(*) AS n FROM tasks
-                 WHERE status IN ('starting', 'processing') GROUP BY account_id)
-             (SELECT seq, true, false FROM tasks
-              WHERE status IN ('starting', 'processing') AND status = 'starting'
-              ORDER BY priority, turn, seq)
-             UNION ALL
-             (SELECT t.seq, false,
-                     COALESCE((SELECT n FROM running WHERE running.account_id = t.account_id), 0)
-                     >= COALESCE(($2::jsonb ->> a.plan)::bigint, $3)
-              FROM tasks t JOIN accounts a ON a.id = t.account_id
-              WHERE t.status = 'pending' ORDER BY t.priority, t.turn, t.seq LIMIT $1)
-             LIMIT $1",
-        )
-        .bind(i64::from(limit))
-        .bind(&**rules.plan_limits_json())
-        .bind(rules.default_limit())
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(seq, claimed, held)| Waiting { seq, claimed, held })
-            .collect())
     }
 }

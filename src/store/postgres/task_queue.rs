@@ -1,32 +1,20 @@
-//! The queue on PostgreSQL.
+//! The queue on PostgreSQL ([`TaskQueue`]): submits go to the node's group commit, reads find
+//! tasks by the `seq` their public id decrypts to, and every change after a claim is one statement
+//! fenced by the claim's attempt that also sends the note other nodes' listeners hear.
 
 use async_trait::async_trait;
-use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
-use super::channels::{
-    changed_note_sql, event_note, OUTBOX_CHANNEL, QUEUE_CHANNEL, TASK_EVENT_CHANNEL,
-};
+use super::channels::{changed_note_sql, event_note, notify, QUEUE_CHANNEL, TASK_EVENT_CHANNEL};
+use super::endings::complete_in_tx;
 use super::PgStore;
 use crate::domain::TaskStatus;
-use crate::store::rows::{key_and_tasks, TaskRow};
+use crate::store::rows::{key_and_tasks, TaskRow, TASK_COLUMNS, TASK_JOINS};
+use crate::store::sql::queue_outbox;
 use crate::store::{
-    now_ms, worker_lost, ClaimRules, ClaimedTask, Ending, Fence, Happened, LiveKey, NewTask,
-    StoreResult, StoredProgress, Submitted, Task, TaskEvent, TaskQueue, Waiting, RUNNING,
+    now_ms, worker_lost, ClaimRules, ClaimedTask, Ending, Fence, LiveKey, NewTask, StoreResult,
+    StoredProgress, Submitted, Task, TaskEvent, TaskQueue, Waiting, RUNNING,
 };
-
-/// The columns of a task and its delivery, named and typed as `TaskRow` decodes them (the
-/// image keys as JSON text, as SQLite keeps them). PostgreSQL has no tasks from before ids came
-/// from `seq`, so no legacy id.
-pub(super) const TASK_COLUMNS: &str =
-    "t.seq, NULL::text AS legacy_id, t.task_type, t.params, t.parent_seq,
-    NULL::text AS parent_legacy_id, t.status, t.percentage,
-    t.prompt, t.aspect_ratio, t.process_mode, t.seed, t.attempts, t.created_at, t.started_at,
-    t.finished_at, t.grid_key, array_to_json(t.image_keys)::text AS image_keys, t.result, t.error,
-    t.webhook_url, t.extras, d.status AS wh_status, d.attempts AS wh_attempts,
-    d.last_status_code AS wh_last_status_code, d.last_error AS wh_last_error,
-    d.next_attempt_at AS wh_next_attempt_at, t.data_removed_at, t.event_seq,
-    t.preview_key";
 
 /// The presented key (when live), then the tasks asked for (`$2`, an array of `seq`s) that are
 /// its account's, each with its delivery.
@@ -72,11 +60,11 @@ impl TaskQueue for PgStore {
     ) -> StoreResult<Option<(LiveKey, Vec<Task>)>> {
         let seqs: Vec<i64> = ids.iter().map(|id| self.seq_of(id)).collect();
         let rows = sqlx::query(&format!(
-            "{KEY_THEN_TASKS} {TASK_COLUMNS} FROM api_keys k
-             LEFT JOIN tasks t ON t.seq = ANY($2) AND t.account_id = k.account_id
-             LEFT JOIN webhook_deliveries d ON d.task_seq = t.seq
+            "{KEY_THEN_TASKS} {} FROM api_keys k
+             LEFT JOIN tasks t ON t.seq = ANY($2) AND t.account_id = k.account_id {}
              WHERE k.key_hash = $1 AND k.revoked_at IS NULL
-               AND NOT (SELECT disabled FROM accounts WHERE id = k.account_id)"
+               AND NOT (SELECT disabled FROM accounts WHERE id = k.account_id)",
+            TASK_COLUMNS.postgres, TASK_JOINS.postgres
         ))
         .bind(key_hash.as_slice())
         .bind(&seqs)
@@ -91,8 +79,8 @@ impl TaskQueue for PgStore {
         task_id: &Uuid,
     ) -> StoreResult<Option<Task>> {
         let row: Option<TaskRow> = sqlx::query_as(&format!(
-            "SELECT {TASK_COLUMNS} FROM tasks t LEFT JOIN webhook_deliveries d ON d.task_seq = t.seq
-             WHERE t.seq = $1 AND t.account_id = $2"
+            "SELECT {} FROM tasks t {} WHERE t.seq = $1 AND t.account_id = $2",
+            TASK_COLUMNS.postgres, TASK_JOINS.postgres
         ))
         .bind(self.seq_of(task_id))
         .bind(account_id)
@@ -104,8 +92,8 @@ impl TaskQueue for PgStore {
     async fn tasks_by_id(&self, ids: &[Uuid]) -> StoreResult<Vec<Task>> {
         let seqs: Vec<i64> = ids.iter().map(|id| self.seq_of(id)).collect();
         let rows: Vec<TaskRow> = sqlx::query_as(&format!(
-            "SELECT {TASK_COLUMNS} FROM tasks t LEFT JOIN webhook_deliveries d ON d.task_seq = t.seq
-             WHERE t.seq = ANY($1)"
+            "SELECT {} FROM tasks t {} WHERE t.seq = ANY($1)",
+            TASK_COLUMNS.postgres, TASK_JOINS.postgres
         ))
         .bind(&seqs)
         .fetch_all(&self.pool)
@@ -207,7 +195,7 @@ impl TaskQueue for PgStore {
     }
 
     async fn queue_order(&self, limit: u32, rules: &ClaimRules) -> StoreResult<Vec<Waiting>> {
-        self.waiting(limit, rules).await
+        queue_outbox::queue_order(self, limit, rules).await
     }
 
     async fn complete_task(&self, seq: i64, attempt: i64, ending: &Ending) -> StoreResult<bool> {
@@ -291,143 +279,10 @@ impl TaskQueue for PgStore {
     }
 
     async fn task_counts(&self) -> StoreResult<Vec<(String, i64)>> {
-        Ok(
-            sqlx::query_as("SELECT status, COUNT(*) FROM tasks GROUP BY status ORDER BY status")
-                .fetch_all(&self.pool)
-                .await?,
-        )
+        queue_outbox::task_counts(self).await
     }
 
     async fn delete_expired_idempotency_keys(&self, now: i64, limit: i64) -> StoreResult<u64> {
-        Ok(sqlx::query(
-            "DELETE FROM idempotency_keys WHERE (account_id, idempotency_key) IN (
-                 SELECT account_id, idempotency_key FROM idempotency_keys
-                 WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2)",
-        )
-        .bind(now)
-        .bind(limit)
-        .execute(&self.pool)
-        .await?
-        .rows_affected())
+        queue_outbox::forget_idempotency_keys(self, now, limit).await
     }
-}
-
-impl PgStore {
-    /// Write the final state of the task at `seq` if `fence` holds, with its webhook, in one
-    /// transaction; whether it was written. Every node's watchers of the task hear of it through
-    /// the listener.
-    async fn end_task(&self, seq: i64, fence: Fence, ending: &Ending) -> StoreResult<bool> {
-        let mut tx = self.pool.begin().await?;
-        let id = self.ids.id(seq).to_string();
-        let written = complete_in_tx(&mut tx, &id, seq, fence, ending).await?;
-        tx.commit().await?;
-        if written == Some(true) {
-            self.wakeups.outbox.notify_one();
-        }
-        Ok(written.is_some())
-    }
-}
-
-/// Notify `channel` when the transaction commits.
-pub(super) async fn notify(tx: &mut Transaction<'_, Postgres>, channel: &str) -> StoreResult<()> {
-    sqlx::query("SELECT pg_notify($1, '')")
-        .bind(channel)
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
-}
-
-/// Write the final state of task `seq` if `fence` still holds, and queue its webhook in the same
-/// transaction; every node's watchers of the task are told when it commits. None (and nothing
-/// written) when the fence does not hold (the claim is no longer ours, or the task has ended),
-/// else whether a delivery was queued.
-async fn complete_in_tx(
-    tx: &mut Transaction<'_, Postgres>,
-    task_id: &str,
-    seq: i64,
-    fence: Fence,
-    ending: &Ending,
-) -> StoreResult<Option<bool>> {
-    let now = now_ms();
-    let (status, output, error) = ending.columns();
-    let percentage = ending.percentage();
-    // The old secret is read under the row's lock, then cleared: it moves to the delivery (claims
-    // read it from there) and no second copy stays.
-    type Ended = (String, Option<String>, Option<String>, i64, i64);
-    let ended: Option<Ended> = sqlx::query_as(&format!(
-        "UPDATE tasks t SET status = $1, percentage = COALESCE($2, t.percentage), finished_at = $3, grid_key = $4,
-             image_keys = $5, result = $9, error = $6, lease_owner = NULL, lease_expires_at = NULL,
-             webhook_secret = NULL, event_seq = nextval('task_seq'), preview_key = NULL
-         FROM (SELECT seq, webhook_secret FROM tasks WHERE seq = $7 FOR UPDATE) old
-         WHERE t.seq = old.seq AND {}
-         RETURNING t.account_id, t.webhook_url, old.webhook_secret, t.cost, t.event_seq",
-        fence.condition("t.attempts", "t.status", "$8::bigint")
-    ))
-    .bind(status.as_str())
-    .bind(percentage)
-    .bind(now)
-    .bind(&output.grid_key)
-    .bind(&output.image_keys)
-    .bind(error)
-    .bind(seq)
-    .bind(fence.attempt())
-    .bind(&output.result)
-    .fetch_optional(&mut **tx)
-    .await?;
-    let Some((account_id, webhook_url, webhook_secret, cost, version)) = ended else {
-        return Ok(None);
-    };
-    let ended = TaskEvent {
-        seq,
-        account_id: account_id.as_str().into(),
-        version,
-        what: Happened::Changed { status },
-    };
-    sqlx::query("SELECT pg_notify($1, $2)")
-        .bind(TASK_EVENT_CHANNEL)
-        .bind(event_note(&ended))
-        .execute(&mut **tx)
-        .await?;
-    // A failed or canceled task gives its credits back, in the transaction that records its end
-    // (an account made unlimited since has no balance to give them to).
-    let refund = if ending.refunds() { cost } else { 0 };
-    let refunded: Option<i64> = sqlx::query_scalar(
-        "UPDATE accounts SET active_tasks = active_tasks - 1, total_images = total_images + $1,
-             credits = credits + $3
-         WHERE id = $2 RETURNING credits",
-    )
-    .bind(ending.images())
-    .bind(&account_id)
-    .bind(refund)
-    .fetch_one(&mut **tx)
-    .await?;
-    if refund > 0 && refunded.is_some() {
-        super::accounts::ledger(tx, &account_id, Some(seq), refund, "refund", now).await?;
-    }
-    // An ending the caller left out of `webhook_events` queues nothing.
-    let Some(url) = webhook_url.filter(|_| ending.delivers) else {
-        return Ok(Some(false));
-    };
-    sqlx::query(
-        "INSERT INTO webhook_deliveries (id, task_seq, task_id, account_id, url,
-             status, next_attempt_at, created_at, updated_at, webhook_secret)
-         VALUES ($1, $2, $3, $4, $5, 'pending', $6, $6, $6, $7)",
-    )
-    // Time-ordered, like `seq`, to keep the outbox's index appending.
-    .bind(format!("msg_{}", Uuid::now_v7().simple()))
-    .bind(seq)
-    .bind(task_id)
-    .bind(&account_id)
-    .bind(&url)
-    .bind(now)
-    .bind(&webhook_secret)
-    .execute(&mut **tx)
-    .await?;
-    sqlx::query("INSERT INTO webhook_payloads (task_seq, payload) VALUES ($1, $2)")
-        .bind(seq)
-        .bind(&ending.payload)
-        .execute(&mut **tx)
-        .await?;
-    notify(tx, OUTBOX_CHANNEL).await?;
-    Ok(Some(true))
 }

@@ -1,34 +1,28 @@
+//! The queue on SQLite ([`TaskQueue`]): submits go to the writer's group commit, reads find tasks
+//! by public id (or by the random id of a task stored before ids came from `seq`), and every
+//! change after a claim is a write on the writer's thread, fenced by the claim's attempt.
+
 use async_trait::async_trait;
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, OptionalExtension};
 use uuid::Uuid;
 
-use super::super::ids::TaskKey;
-use super::ledger::ledger;
+use super::endings::complete_in_tx;
 use super::submit::InsertTask;
-use super::writer::Durability;
-use super::{to_json, SqliteStore};
+use super::versions::{next_version, peek_version, take_version};
+use super::SqliteStore;
 use crate::domain::TaskStatus;
-use crate::store::rows::{key_and_tasks, TaskRow};
+use crate::store::ids::TaskKey;
+use crate::store::rows::{key_and_tasks, TaskRow, TASK_COLUMNS, TASK_JOINS};
+use crate::store::sql::{json, queue_outbox, Durability};
 use crate::store::{
     now_ms, worker_lost, ClaimRules, ClaimedTask, Ending, Fence, Happened, LiveKey, NewTask,
-    StoreResult, StoredProgress, Submitted, Task, TaskEvent, TaskIds, TaskQueue, Waiting, RUNNING,
+    StoreResult, StoredProgress, Submitted, Task, TaskEvent, TaskQueue, Waiting, RUNNING,
 };
-
-pub(super) const TASK_COLUMNS: &str =
-    "t.seq, t.id AS legacy_id, t.task_type, t.params, t.parent_seq, p.id AS parent_legacy_id,
-    t.status, t.percentage, t.prompt, t.aspect_ratio,
-    t.process_mode, t.seed, t.attempts, t.created_at, t.started_at, t.finished_at,
-    t.grid_key, t.image_keys, t.result, t.error, t.webhook_url, t.extras,
-    d.status AS wh_status, d.attempts AS wh_attempts, d.last_status_code AS wh_last_status_code,
-    d.last_error AS wh_last_error, d.next_attempt_at AS wh_next_attempt_at,
-    t.data_removed_at, t.event_seq, t.preview_key";
 
 /// The presented key's row (when live), then the tasks asked for, each with its delivery.
 const KEY_THEN_TASKS: &str = "SELECT k.id AS key_id, k.account_id AS key_account_id,
         k.last_used_at AS key_last_used_at,";
-const KEY_JOINS: &str = "LEFT JOIN webhook_deliveries d ON d.task_seq = t.seq
-     LEFT JOIN tasks p ON p.seq = t.parent_seq
-     WHERE k.key_hash = ?1 AND k.revoked_at IS NULL
+const KEY_LIVE: &str = "WHERE k.key_hash = ?1 AND k.revoked_at IS NULL
        AND (SELECT disabled FROM accounts WHERE id = k.account_id) = 0";
 
 /// The task whose public id is given as parameters `?{seq}` (what it decrypts to, see
@@ -73,9 +67,11 @@ impl TaskQueue for SqliteStore {
     ) -> StoreResult<Option<(LiveKey, Option<Task>)>> {
         let TaskKey { seq, legacy } = self.ids.key(task_id);
         let rows = sqlx::query(&format!(
-            "{KEY_THEN_TASKS} {TASK_COLUMNS} FROM api_keys k
-             LEFT JOIN tasks t ON {} AND t.account_id = k.account_id {KEY_JOINS}",
-            by_id(2, 3)
+            "{KEY_THEN_TASKS} {} FROM api_keys k
+             LEFT JOIN tasks t ON {} AND t.account_id = k.account_id {} {KEY_LIVE}",
+            TASK_COLUMNS.sqlite,
+            by_id(2, 3),
+            TASK_JOINS.sqlite
         ))
         .bind(key_hash.as_slice())
         .bind(seq)
@@ -94,14 +90,15 @@ impl TaskQueue for SqliteStore {
         let seqs: Vec<i64> = keys.iter().filter_map(|k| k.seq).collect();
         let legacy: Vec<&str> = keys.iter().map(|k| k.legacy.as_str()).collect();
         let rows = sqlx::query(&format!(
-            "{KEY_THEN_TASKS} {TASK_COLUMNS} FROM api_keys k
+            "{KEY_THEN_TASKS} {} FROM api_keys k
              LEFT JOIN tasks t ON ((t.seq IN (SELECT value FROM json_each(?2)) AND t.id IS NULL)
                                    OR t.id IN (SELECT value FROM json_each(?3)))
-                              AND t.account_id = k.account_id {KEY_JOINS}"
+                              AND t.account_id = k.account_id {} {KEY_LIVE}",
+            TASK_COLUMNS.sqlite, TASK_JOINS.sqlite
         ))
         .bind(key_hash.as_slice())
-        .bind(to_json(&seqs))
-        .bind(to_json(&legacy))
+        .bind(json(&seqs))
+        .bind(json(&legacy))
         .fetch_all(&self.reader)
         .await?;
         key_and_tasks(&rows, &self.ids)
@@ -114,9 +111,9 @@ impl TaskQueue for SqliteStore {
     ) -> StoreResult<Option<Task>> {
         let TaskKey { seq, legacy } = self.ids.key(task_id);
         let row: Option<TaskRow> = sqlx::query_as(&format!(
-            "SELECT {TASK_COLUMNS} FROM tasks t LEFT JOIN webhook_deliveries d ON d.task_seq = t.seq
-             LEFT JOIN tasks p ON p.seq = t.parent_seq
-             WHERE {} AND t.account_id = ?3",
+            "SELECT {} FROM tasks t {} WHERE {} AND t.account_id = ?3",
+            TASK_COLUMNS.sqlite,
+            TASK_JOINS.sqlite,
             by_id(1, 2)
         ))
         .bind(seq)
@@ -132,13 +129,13 @@ impl TaskQueue for SqliteStore {
         let seqs: Vec<i64> = keys.iter().filter_map(|k| k.seq).collect();
         let legacy: Vec<&str> = keys.iter().map(|k| k.legacy.as_str()).collect();
         let rows: Vec<TaskRow> = sqlx::query_as(&format!(
-            "SELECT {TASK_COLUMNS} FROM tasks t LEFT JOIN webhook_deliveries d ON d.task_seq = t.seq
-             LEFT JOIN tasks p ON p.seq = t.parent_seq
+            "SELECT {} FROM tasks t {}
              WHERE (t.seq IN (SELECT value FROM json_each(?1)) AND t.id IS NULL)
-                OR t.id IN (SELECT value FROM json_each(?2))"
+                OR t.id IN (SELECT value FROM json_each(?2))",
+            TASK_COLUMNS.sqlite, TASK_JOINS.sqlite
         ))
-        .bind(to_json(&seqs))
-        .bind(to_json(&legacy))
+        .bind(json(&seqs))
+        .bind(json(&legacy))
         .fetch_all(&self.reader)
         .await?;
         rows.into_iter()
@@ -372,199 +369,14 @@ impl TaskQueue for SqliteStore {
     }
 
     async fn queue_order(&self, limit: u32, rules: &ClaimRules) -> StoreResult<Vec<Waiting>> {
-        self.waiting(limit, rules).await
+        queue_outbox::queue_order(self, limit, rules).await
     }
 
     async fn task_counts(&self) -> StoreResult<Vec<(String, i64)>> {
-        Ok(
-            sqlx::query_as("SELECT status, COUNT(*) FROM tasks GROUP BY status ORDER BY status")
-                .fetch_all(&self.reader)
-                .await?,
-        )
+        queue_outbox::task_counts(self).await
     }
 
     async fn delete_expired_idempotency_keys(&self, now: i64, limit: i64) -> StoreResult<u64> {
-        self.writer
-            .call(Durability::Committed, move |conn| {
-                let n = conn
-                    .prepare_cached(
-                        "DELETE FROM idempotency_keys WHERE (account_id, idempotency_key) IN (
-                             SELECT account_id, idempotency_key FROM idempotency_keys
-                             WHERE expires_at <= ?1 ORDER BY expires_at LIMIT ?2)",
-                    )?
-                    .execute(params![now, limit])?;
-                Ok(n as u64)
-            })
-            .await
+        queue_outbox::forget_idempotency_keys(self, now, limit).await
     }
-}
-
-impl SqliteStore {
-    /// After the task at `seq` was ended (`Some`) or not: wake the dispatcher when a delivery
-    /// was queued, and tell the task's listeners. Whether it was ended.
-    fn after_end(&self, seq: i64, ended: Option<Ended>) -> bool {
-        let Some(ended) = ended else {
-            return false;
-        };
-        if ended.queued {
-            self.wakeups.outbox.notify_one();
-        }
-        self.changed(seq, &ended.account_id, ended.version, ended.status);
-        true
-    }
-
-    /// The stored state of the task at `seq` changed (committed): tell its listeners.
-    pub(super) fn changed(&self, seq: i64, account_id: &str, version: i64, status: TaskStatus) {
-        self.wakeups.events.publish(TaskEvent {
-            seq,
-            account_id: account_id.into(),
-            version,
-            what: Happened::Changed { status },
-        });
-    }
-}
-
-/// A task's end as written: what its listeners are told, and whether a delivery was queued.
-struct Ended {
-    queued: bool,
-    account_id: String,
-    version: i64,
-    status: TaskStatus,
-}
-
-/// The next version of a task's stored state, from the counter `seq`s come from, so that a
-/// version is higher than every `seq` and version given before it (see `store::events`). Inside
-/// the writer's transaction.
-pub(super) fn next_version(conn: &Connection) -> rusqlite::Result<i64> {
-    let version = peek_version(conn)?;
-    take_version(conn, version)?;
-    Ok(version)
-}
-
-/// The version the next change would take, read only: a write that may change nothing (a claim
-/// of an empty queue, a sweep of leases that finds none) takes it only if it changed a row, so
-/// that idle polling writes nothing.
-pub(super) fn peek_version(conn: &Connection) -> rusqlite::Result<i64> {
-    conn.prepare_cached(
-        "SELECT max(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'tasks'), 0),
-                    COALESCE((SELECT max(seq) FROM tasks), 0)) + 1",
-    )?
-    .query_row([], |r| r.get(0))
-}
-
-/// Record that `version` (from [`peek_version`]) was taken.
-pub(super) fn take_version(conn: &Connection, version: i64) -> rusqlite::Result<()> {
-    let moved = conn
-        .prepare_cached("UPDATE sqlite_sequence SET seq = ?1 WHERE name = 'tasks'")?
-        .execute([version])?;
-    if moved == 0 {
-        // No task was ever stored: the counter starts here.
-        conn.prepare_cached("INSERT INTO sqlite_sequence (name, seq) VALUES ('tasks', ?1)")?
-            .execute([version])?;
-    }
-    Ok(())
-}
-
-/// Write the final state of task `seq` if `fence` still holds, and queue its webhook in the same
-/// transaction. None (and nothing written) when it does not (the claim is no longer ours, or the
-/// task has ended), else whether a delivery was queued.
-fn complete_in_tx(
-    conn: &Connection,
-    ids: &TaskIds,
-    seq: i64,
-    fence: Fence,
-    ending: &Ending,
-) -> StoreResult<Option<Ended>> {
-    let now = now_ms();
-    let version = next_version(conn)?;
-    let (status, output, error) = ending.columns();
-    let keys = output
-        .image_keys
-        .map(|keys| serde_json::to_string(&keys).expect("keys serialize"));
-    let percentage = ending.percentage();
-    type Row = (String, Option<String>, Option<String>, Option<String>, i64);
-    let ended: Option<Row> = conn
-        .prepare_cached(&format!(
-            "UPDATE tasks SET status = ?, percentage = COALESCE(?, percentage), finished_at = ?, grid_key = ?,
-                 image_keys = ?, result = ?, error = ?, lease_owner = NULL, lease_expires_at = NULL,
-                 event_seq = ?, preview_key = NULL
-             WHERE seq = ? AND {}
-             RETURNING account_id, webhook_url, webhook_secret, id, cost",
-            fence.condition("attempts", "status", "?")
-        ))?
-        .query_row(
-            params![
-                status.as_str(),
-                percentage,
-                now,
-                output.grid_key,
-                keys,
-                output.result,
-                error,
-                version,
-                seq,
-                fence.attempt()
-            ],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
-        )
-        .optional()?;
-    let Some((account_id, webhook_url, webhook_secret, legacy_id, cost)) = ended else {
-        return Ok(None);
-    };
-    let mut ended = Ended {
-        queued: false,
-        account_id: account_id.clone(),
-        version,
-        status,
-    };
-    if ending.refunds() && cost > 0 {
-        // A failed or canceled task gives its credits back, in the transaction that records its
-        // end (an account made unlimited since has no balance to give them to).
-        let refunded = conn
-            .prepare_cached(
-                "UPDATE accounts SET credits = credits + ? WHERE id = ? AND credits IS NOT NULL",
-            )?
-            .execute(params![cost, account_id])?;
-        if refunded == 1 {
-            ledger(conn, &account_id, Some(seq), cost, "refund", now)?;
-        }
-    }
-    let images = ending.images();
-    if images > 0 {
-        conn.prepare_cached("UPDATE accounts SET total_images = total_images + ? WHERE id = ?")?
-            .execute(params![images, account_id])?;
-    }
-    if webhook_secret.is_some() {
-        // Read above for the delivery, if there is one: no copy stays with the task, as none
-        // does on PostgreSQL, whether or not the ending is delivered.
-        conn.prepare_cached("UPDATE tasks SET webhook_secret = NULL WHERE seq = ?")?
-            .execute(params![seq])?;
-    }
-    // An ending the caller left out of `webhook_events` queues nothing.
-    let Some(url) = webhook_url.filter(|_| ending.delivers) else {
-        return Ok(Some(ended));
-    };
-    let task_id = ids.of_row(seq, legacy_id.as_deref());
-    conn.prepare_cached(
-        "INSERT INTO webhook_deliveries (id, task_seq, task_id, account_id, url,
-             status, next_attempt_at, created_at, updated_at, webhook_secret)
-         VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
-    )?
-    .execute(params![
-        // Time-ordered, like `seq`, to keep the outbox's index appending.
-        format!("msg_{}", Uuid::now_v7().simple()),
-        seq,
-        task_id,
-        account_id,
-        url,
-        now,
-        now,
-        now,
-        webhook_secret,
-    ])?;
-    // Apart from the delivery's row, which every attempt writes again (migration 0006).
-    conn.prepare_cached("INSERT INTO webhook_payloads (task_seq, payload) VALUES (?, ?)")?
-        .execute(params![seq, ending.payload])?;
-    ended.queued = true;
-    Ok(Some(ended))
 }

@@ -1,0 +1,149 @@
+//! How a task ends on PostgreSQL (its worker's result, a cancel, or the reaper's failure): the
+//! final state written if the claim still holds, the account's counts and credits moved and the
+//! webhook queued, in one transaction whose notes tell every node's listeners when it commits.
+
+use sqlx::{Postgres, Transaction};
+use uuid::Uuid;
+
+use super::channels::{event_note, notify, OUTBOX_CHANNEL, TASK_EVENT_CHANNEL};
+use super::PgStore;
+use crate::store::{now_ms, Ending, Fence, Happened, StoreResult, TaskEvent};
+
+impl PgStore {
+    /// Write the final state of the task at `seq` if `fence` holds, with its webhook, in one
+    /// transaction; whether it was written. Every node's watchers of the task hear of it through
+    /// the listener.
+    pub(super) async fn end_task(
+        &self,
+        seq: i64,
+        fence: Fence,
+        ending: &Ending,
+    ) -> StoreResult<bool> {
+        let mut tx = self.pool.begin().await?;
+        let id = self.ids.id(seq).to_string();
+        let written = complete_in_tx(&mut tx, &id, seq, fence, ending).await?;
+        tx.commit().await?;
+        if written == Some(true) {
+            self.wakeups.outbox.notify_one();
+        }
+        Ok(written.is_some())
+    }
+}
+
+/// Write the final state of task `seq` if `fence` still holds, and queue its webhook in the same
+/// transaction; every node's watchers of the task are told when it commits. None (and nothing
+/// written) when the fence does not hold (the claim is no longer ours, or the task has ended),
+/// else whether a delivery was queued.
+pub(super) async fn complete_in_tx(
+    tx: &mut Transaction<'_, Postgres>,
+    task_id: &str,
+    seq: i64,
+    fence: Fence,
+    ending: &Ending,
+) -> StoreResult<Option<bool>> {
+    let now = now_ms();
+    let (status, output, error) = ending.columns();
+    let percentage = ending.percentage();
+    // The old secret is read under the row's lock, then cleared: it moves to the delivery (claims
+    // read it from there) and no second copy stays.
+    type Ended = (String, Option<String>, Option<String>, i64, i64);
+    let ended: Option<Ended> = sqlx::query_as(&format!(
+        "UPDATE tasks t SET status = $1, percentage = COALESCE($2, t.percentage), finished_at = $3, grid_key = $4,
+             image_keys = $5, result = $9, error = $6, lease_owner = NULL, lease_expires_at = NULL,
+             webhook_secret = NULL, event_seq = nextval('task_seq'), preview_key = NULL
+         FROM (SELECT seq, webhook_secret FROM tasks WHERE seq = $7 FOR UPDATE) old
+         WHERE t.seq = old.seq AND {}
+         RETURNING t.account_id, t.webhook_url, old.webhook_secret, t.cost, t.event_seq",
+        fence.condition("t.attempts", "t.status", "$8::bigint")
+    ))
+    .bind(status.as_str())
+    .bind(percentage)
+    .bind(now)
+    .bind(&output.grid_key)
+    .bind(&output.image_keys)
+    .bind(error)
+    .bind(seq)
+    .bind(fence.attempt())
+    .bind(&output.result)
+    .fetch_optional(&mut **tx)
+    .await?;
+    let Some((account_id, webhook_url, webhook_secret, cost, version)) = ended else {
+        return Ok(None);
+    };
+    let ended = TaskEvent {
+        seq,
+        account_id: account_id.as_str().into(),
+        version,
+        what: Happened::Changed { status },
+    };
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(TASK_EVENT_CHANNEL)
+        .bind(event_note(&ended))
+        .execute(&mut **tx)
+        .await?;
+    // A failed or canceled task gives its credits back, in the transaction that records its end
+    // (an account made unlimited since has no balance to give them to).
+    let refund = if ending.refunds() { cost } else { 0 };
+    let refunded: Option<i64> = sqlx::query_scalar(
+        "UPDATE accounts SET active_tasks = active_tasks - 1, total_images = total_images + $1,
+             credits = credits + $3
+         WHERE id = $2 RETURNING credits",
+    )
+    .bind(ending.images())
+    .bind(&account_id)
+    .bind(refund)
+    .fetch_one(&mut **tx)
+    .await?;
+    if refund > 0 && refunded.is_some() {
+        ledger(tx, &account_id, Some(seq), refund, "refund", now).await?;
+    }
+    // An ending the caller left out of `webhook_events` queues nothing.
+    let Some(url) = webhook_url.filter(|_| ending.delivers) else {
+        return Ok(Some(false));
+    };
+    sqlx::query(
+        "INSERT INTO webhook_deliveries (id, task_seq, task_id, account_id, url,
+             status, next_attempt_at, created_at, updated_at, webhook_secret)
+         VALUES ($1, $2, $3, $4, $5, 'pending', $6, $6, $6, $7)",
+    )
+    // Time-ordered, like `seq`, to keep the outbox's index appending.
+    .bind(format!("msg_{}", Uuid::now_v7().simple()))
+    .bind(seq)
+    .bind(task_id)
+    .bind(&account_id)
+    .bind(&url)
+    .bind(now)
+    .bind(&webhook_secret)
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query("INSERT INTO webhook_payloads (task_seq, payload) VALUES ($1, $2)")
+        .bind(seq)
+        .bind(&ending.payload)
+        .execute(&mut **tx)
+        .await?;
+    notify(tx, OUTBOX_CHANNEL).await?;
+    Ok(Some(true))
+}
+
+/// Write one ledger row (a refund: a submit's charges are written by its group's statement).
+async fn ledger(
+    tx: &mut Transaction<'_, Postgres>,
+    account_id: &str,
+    task_seq: Option<i64>,
+    delta: i64,
+    reason: &str,
+    at: i64,
+) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO credit_ledger (account_id, task_seq, delta, reason, created_at)
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(account_id)
+    .bind(task_seq)
+    .bind(delta)
+    .bind(reason)
+    .bind(at)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,130 @@
+//! Retention ([`Retention`]), callers' uploads ([`Uploads`]) and running tasks' webhook
+//! targets ([`WebhookTargets`]), once for both stores.
+
+use async_trait::async_trait;
+
+use super::{sql, Durability, Sql, SqlStore, Write};
+use crate::store::rows::IMAGE_KEYS;
+use crate::store::{
+    upload_of, ExpiredTask, Retention, StoreResult, Upload, UploadAdmitted, UploadRow, Uploads,
+    WebhookTarget, WebhookTargets, UPLOAD_COLUMNS,
+};
+
+/// Read from the `tasks_expiring` index.
+const EXPIRED: Sql = sql!(
+    "SELECT t.seq, t.finished_at, t.grid_key, ",
+    IMAGE_KEYS,
+    " FROM tasks t
+     WHERE t.finished_at IS NOT NULL AND t.finished_at <= $1 AND t.data_removed_at IS NULL
+     ORDER BY t.finished_at, t.seq LIMIT $2"
+);
+/// The mask of an inpaint is the caller's image; an empty one keeps the parameters readable.
+/// The tasks come as a list (JSON text on SQLite, an array on PostgreSQL).
+const MARK_REMOVED: Sql = sql!(
+    sqlite: "UPDATE tasks SET data_removed_at = $1,
+                 params = CASE WHEN task_type = 'inpaint' AND params IS NOT NULL
+                               THEN json_set(params, '$.mask', '') ELSE params END
+             WHERE seq IN (SELECT value FROM json_each($2)) AND data_removed_at IS NULL",
+    postgres: "UPDATE tasks SET data_removed_at = $1,
+                   params = CASE WHEN task_type = 'inpaint' AND params IS NOT NULL
+                                 THEN jsonb_set(params::jsonb, '{mask}', '\"\"')::text
+                                 ELSE params END
+               WHERE seq = ANY($2) AND data_removed_at IS NULL",
+);
+
+const UPLOAD: Sql = Sql::both(UPLOAD_COLUMNS);
+const UPLOAD_BY_KEY: Sql = sql!("SELECT ", UPLOAD, " FROM uploads WHERE blob_key = $1");
+const EXPIRED_UPLOADS: Sql = sql!(
+    "SELECT ",
+    UPLOAD,
+    " FROM uploads WHERE expires_at <= $1 ORDER BY expires_at, id LIMIT $2"
+);
+const DELETE_UPLOADS: Sql = sql!(
+    sqlite: "DELETE FROM uploads WHERE id IN (SELECT value FROM json_each($1))",
+    postgres: "DELETE FROM uploads WHERE id = ANY($1)",
+);
+/// The daily counts no limit reads any more.
+const FORGET_DAYS: Sql = sql!("DELETE FROM upload_days WHERE day < $1");
+
+const RUNNING: Sql = Sql::both(crate::store::RUNNING);
+const TARGET: Sql = sql!(
+    "SELECT t.webhook_url, t.webhook_secret, a.signing_secret
+     FROM tasks t JOIN accounts a ON a.id = t.account_id
+     WHERE t.seq = $1 AND t.webhook_url IS NOT NULL AND t.status IN ",
+    RUNNING
+);
+
+#[async_trait]
+impl<S: SqlStore> Retention for S {
+    async fn expired_tasks(
+        &self,
+        finished_before: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<ExpiredTask>> {
+        let args = [finished_before.into(), i64::from(limit).into()];
+        let rows: Vec<(i64, i64, Option<String>, Option<String>)> =
+            self.reader().all(&EXPIRED, &args).await?;
+        Ok(rows
+            .into_iter()
+            .map(|(seq, at, grid, images)| ExpiredTask::new(seq, at, grid, images.as_deref()))
+            .collect())
+    }
+
+    async fn mark_data_removed(&self, seqs: &[i64], at: i64) -> StoreResult<u64> {
+        if seqs.is_empty() {
+            return Ok(0);
+        }
+        let args = [at.into(), seqs.into()];
+        self.execute(Durability::Synced, &MARK_REMOVED, &args).await
+    }
+}
+
+#[async_trait]
+impl<S: SqlStore> Uploads for S {
+    async fn insert_upload(
+        &self,
+        upload: &Upload,
+        max_bytes_per_day: u64,
+    ) -> StoreResult<UploadAdmitted> {
+        let max = i64::try_from(max_bytes_per_day).unwrap_or(i64::MAX);
+        self.admit_upload(upload, max).await
+    }
+
+    async fn upload_by_key(&self, key: &str) -> StoreResult<Option<Upload>> {
+        let row: Option<UploadRow> = self
+            .reader()
+            .optional(&UPLOAD_BY_KEY, &[key.into()])
+            .await?;
+        Ok(row.map(upload_of))
+    }
+
+    async fn expired_uploads(&self, now: i64, limit: u32) -> StoreResult<Vec<Upload>> {
+        let args = [now.into(), i64::from(limit).into()];
+        let rows: Vec<UploadRow> = self.reader().all(&EXPIRED_UPLOADS, &args).await?;
+        Ok(rows.into_iter().map(upload_of).collect())
+    }
+
+    async fn delete_uploads(&self, ids: &[String], day: i64) -> StoreResult<u64> {
+        let (uploads, days) = ([ids.into()], [day.into()]);
+        let writes = [
+            Write::new(&DELETE_UPLOADS, &uploads),
+            Write::new(&FORGET_DAYS, &days),
+        ];
+        Ok(self.write(Durability::Synced, &writes).await?[0])
+    }
+}
+
+#[async_trait]
+impl<S: SqlStore> WebhookTargets for S {
+    async fn webhook_target(&self, seq: i64) -> StoreResult<Option<WebhookTarget>> {
+        let row: Option<(String, Option<String>, String)> =
+            self.reader().optional(&TARGET, &[seq.into()]).await?;
+        Ok(
+            row.map(|(url, webhook_secret, signing_secret)| WebhookTarget {
+                url,
+                webhook_secret,
+                signing_secret,
+            }),
+        )
+    }
+}

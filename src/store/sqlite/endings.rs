@@ -1,0 +1,149 @@
+//! How a task ends on SQLite (its worker's result, a cancel, or the reaper's failure): the final
+//! state written if the claim still holds, the credits given back and the webhook queued, in one
+//! of the writer's transactions; then its listeners told once that has committed.
+
+use rusqlite::{params, Connection, OptionalExtension};
+use uuid::Uuid;
+
+use super::ledger::ledger;
+use super::versions::next_version;
+use super::SqliteStore;
+use crate::domain::TaskStatus;
+use crate::store::{now_ms, Ending, Fence, Happened, StoreResult, TaskEvent, TaskIds};
+
+impl SqliteStore {
+    /// After the task at `seq` was ended (`Some`) or not: wake the dispatcher when a delivery
+    /// was queued, and tell the task's listeners. Whether it was ended.
+    pub(super) fn after_end(&self, seq: i64, ended: Option<Ended>) -> bool {
+        let Some(ended) = ended else {
+            return false;
+        };
+        if ended.queued {
+            self.wakeups.outbox.notify_one();
+        }
+        self.changed(seq, &ended.account_id, ended.version, ended.status);
+        true
+    }
+
+    /// The stored state of the task at `seq` changed (committed): tell its listeners.
+    pub(super) fn changed(&self, seq: i64, account_id: &str, version: i64, status: TaskStatus) {
+        self.wakeups.events.publish(TaskEvent {
+            seq,
+            account_id: account_id.into(),
+            version,
+            what: Happened::Changed { status },
+        });
+    }
+}
+
+/// A task's end as written: what its listeners are told, and whether a delivery was queued.
+pub(super) struct Ended {
+    pub(super) queued: bool,
+    account_id: String,
+    version: i64,
+    status: TaskStatus,
+}
+
+/// Write the final state of task `seq` if `fence` still holds, and queue its webhook in the same
+/// transaction. None (and nothing written) when it does not (the claim is no longer ours, or the
+/// task has ended), else whether a delivery was queued.
+pub(super) fn complete_in_tx(
+    conn: &Connection,
+    ids: &TaskIds,
+    seq: i64,
+    fence: Fence,
+    ending: &Ending,
+) -> StoreResult<Option<Ended>> {
+    let now = now_ms();
+    let version = next_version(conn)?;
+    let (status, output, error) = ending.columns();
+    let keys = output
+        .image_keys
+        .map(|keys| serde_json::to_string(&keys).expect("keys serialize"));
+    let percentage = ending.percentage();
+    type Row = (String, Option<String>, Option<String>, Option<String>, i64);
+    let ended: Option<Row> = conn
+        .prepare_cached(&format!(
+            "UPDATE tasks SET status = ?, percentage = COALESCE(?, percentage), finished_at = ?, grid_key = ?,
+                 image_keys = ?, result = ?, error = ?, lease_owner = NULL, lease_expires_at = NULL,
+                 event_seq = ?, preview_key = NULL
+             WHERE seq = ? AND {}
+             RETURNING account_id, webhook_url, webhook_secret, id, cost",
+            fence.condition("attempts", "status", "?")
+        ))?
+        .query_row(
+            params![
+                status.as_str(),
+                percentage,
+                now,
+                output.grid_key,
+                keys,
+                output.result,
+                error,
+                version,
+                seq,
+                fence.attempt()
+            ],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )
+        .optional()?;
+    let Some((account_id, webhook_url, webhook_secret, legacy_id, cost)) = ended else {
+        return Ok(None);
+    };
+    let mut ended = Ended {
+        queued: false,
+        account_id: account_id.clone(),
+        version,
+        status,
+    };
+    if ending.refunds() && cost > 0 {
+        // A failed or canceled task gives its credits back, in the transaction that records its
+        // end (an account made unlimited since has no balance to give them to).
+        let refunded = conn
+            .prepare_cached(
+                "UPDATE accounts SET credits = credits + ? WHERE id = ? AND credits IS NOT NULL",
+            )?
+            .execute(params![cost, account_id])?;
+        if refunded == 1 {
+            ledger(conn, &account_id, Some(seq), cost, "refund", now)?;
+        }
+    }
+    let images = ending.images();
+    if images > 0 {
+        conn.prepare_cached("UPDATE accounts SET total_images = total_images + ? WHERE id = ?")?
+            .execute(params![images, account_id])?;
+    }
+    if webhook_secret.is_some() {
+        // Read above for the delivery, if there is one: no copy stays with the task, as none
+        // does on PostgreSQL, whether or not the ending is delivered.
+        conn.prepare_cached("UPDATE tasks SET webhook_secret = NULL WHERE seq = ?")?
+            .execute(params![seq])?;
+    }
+    // An ending the caller left out of `webhook_events` queues nothing.
+    let Some(url) = webhook_url.filter(|_| ending.delivers) else {
+        return Ok(Some(ended));
+    };
+    let task_id = ids.of_row(seq, legacy_id.as_deref());
+    conn.prepare_cached(
+        "INSERT INTO webhook_deliveries (id, task_seq, task_id, account_id, url,
+             status, next_attempt_at, created_at, updated_at, webhook_secret)
+         VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
+    )?
+    .execute(params![
+        // Time-ordered, like `seq`, to keep the outbox's index appending.
+        format!("msg_{}", Uuid::now_v7().simple()),
+        seq,
+        task_id,
+        account_id,
+        url,
+        now,
+        now,
+        now,
+        webhook_secret,
+    ])?;
+    // Apart from the delivery's row, which every attempt writes again (migration 0006).
+    conn.prepare_cached("INSERT INTO webhook_payloads (task_seq, payload) VALUES (?, ?)")?
+        .execute(params![seq, ending.payload])?;
+    ended.queued = true;
+    Ok(Some(ended))
+}
