@@ -69,7 +69,7 @@ pub struct Application {
 impl Application {
     pub async fn build(config: Config) -> anyhow::Result<Application> {
         config.validate()?;
-        metrics::set_route_templates(http::api::routes::ROUTES.iter().map(|(_, path)| *path));
+        metrics::set_route_templates(http::api::route_templates());
         std::fs::create_dir_all(&config.data_dir)?;
         let store = store::open(&config.database, &config.data_dir).await?;
         let first_key = bootstrap_first_account(store.as_ref()).await?;

@@ -8,7 +8,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::wire::{IndexField, OperationFields};
 use super::AspectRatio;
 
 /// Longest side of an image that the operations working on a parent's pixels accept (and of
@@ -381,69 +380,6 @@ impl Operation {
             },
             Some(json) => serde_json::from_str(json)
                 .map_err(|e| format!("parameters of a `{task_type}` task: {e}")),
-        }
-    }
-
-    /// The parameters the caller gave, as the record and the webhook show them: never what was
-    /// resolved from them (blob keys) nor the mask. Input images keep their names with an
-    /// `input_` prefix (`input_image_url`, `input_image_urls`), apart from a result's
-    /// `image_url` and `image_urls`.
-    pub fn public_fields(&self) -> OperationFields {
-        let none = OperationFields::default();
-        match self {
-            Operation::Imagine
-            | Operation::Reroll
-            | Operation::Shorten
-            | Operation::Seed
-            | Operation::Inpaint { .. } => none,
-            Operation::Upscale1x { index, .. } => OperationFields {
-                index: Some(IndexField::Image(*index)),
-                ..none
-            },
-            Operation::UpscaleAlt { kind, .. } => OperationFields {
-                kind: Some(kind.as_str().to_string()),
-                ..none
-            },
-            Operation::UpscaleHighres {
-                factor,
-                index,
-                image_url,
-                ..
-            } => OperationFields {
-                kind: Some(format!("{factor}x")),
-                index: index.map(IndexField::Image),
-                input_image_url: image_url.clone(),
-                ..none
-            },
-            Operation::Variations { of, .. } => OperationFields {
-                index: Some(match of {
-                    VariationOf::Index(i) => IndexField::Image(*i),
-                    VariationOf::Strong => IndexField::Strength("strong"),
-                    VariationOf::Subtle => IndexField::Strength("subtle"),
-                }),
-                ..none
-            },
-            Operation::Pan { direction, .. } => OperationFields {
-                direction: Some(direction.as_str()),
-                ..none
-            },
-            Operation::Outpaint { zoom_ratio, .. } => OperationFields {
-                zoom_ratio: Some(*zoom_ratio),
-                ..none
-            },
-            Operation::Blend {
-                dimension,
-                input_image_urls,
-                ..
-            } => OperationFields {
-                dimension: Some(dimension.as_str()),
-                input_image_urls: Some(input_image_urls.clone()),
-                ..none
-            },
-            Operation::Describe { image_url, .. } => OperationFields {
-                input_image_url: Some(image_url.clone()),
-                ..none
-            },
         }
     }
 }

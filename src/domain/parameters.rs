@@ -3,48 +3,72 @@
 //! kind can (see docs/api.md, "Prompt parameters").
 
 use serde::{Deserialize, Serialize};
+use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
+use utoipa::ToSchema;
 
 use super::task::AspectRatio;
 
 /// The parameters a prompt gave, each `None` (or false) when absent. Field names are the
 /// parameters' long names, as the record shows them.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Parameters {
     /// `--ar`/`--aspect W:H`, as `W:H`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, pattern = "^[0-9]{1,5}:[0-9]{1,5}$")]
     pub aspect: Option<String>,
     /// `--no WORDS`: what must not be drawn (the negative prompt where a kind has one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub no: Option<String>,
+    /// `--seed N` (`--sameseed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = u64, maximum = 4294967295u64)]
     pub seed: Option<u32>,
     /// `--chaos`/`--c`, 0..=100: how far apart the four images are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, maximum = 100)]
     pub chaos: Option<u32>,
     /// `--stylize`/`--s`, 0..=1000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, maximum = 1000)]
     pub stylize: Option<u32>,
     /// `--quality`/`--q`: 0.25, 0.5, 1 or 2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = quality)]
     pub quality: Option<f64>,
     /// `--weird`/`--w`, 0..=3000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, maximum = 3000)]
     pub weird: Option<u32>,
     /// `--tile`: the image repeats seamlessly.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tile: bool,
     /// `--style raw`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, pattern = "^raw$")]
     pub style: Option<String>,
     /// `--v N`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub version: Option<String>,
     /// `--niji N`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, pattern = "^[456]$")]
     pub niji: Option<String>,
     /// `--iw 0..3`: the weight of the image prompts against the text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, minimum = 0, maximum = 3)]
     pub iw: Option<f64>,
+}
+
+/// `quality`'s schema, one of [`QUALITIES`]. `schema_with` leaves the field's doc comment out,
+/// so the description is said here.
+fn quality() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::Number)
+        .enum_values(Some(QUALITIES.iter().copied()))
+        .description(Some("`--quality`/`--q`: 0.25, 0.5, 1 or 2."))
+        .build()
 }
 
 impl Parameters {

@@ -1,18 +1,30 @@
 //! The JSON that callers receive about a task: its record (fetch, listings, waits, cancel) and
 //! its webhook body. Both are built from the same field types declared here, so that they cannot
-//! say a field two ways, and a test holds the record to the OpenAPI document's `Task` schema.
+//! say a field two ways; the record's OpenAPI schema (`Task`) is derived from these types, and a
+//! test holds the record's fields to it.
 
 use serde::Serialize;
+use strum::VariantArray;
+use utoipa::openapi::schema::Schema;
+use utoipa::openapi::RefOr;
+use utoipa::{PartialSchema, ToSchema};
 
-use super::{Metadata, Parameters, Settings, WebhookEvents};
+use super::operation::{AltKind, Dimension, OpKind, Operation, PanDirection, VariationOf};
+use super::schema::{index_or, one_of};
+use super::task::{ProcessMode, TaskStatus};
+use super::{Metadata, Parameters, Settings, WebhookEvent, WebhookEvents};
 
 /// One follow-up a finished task offers (see `domain::actions`), ready to send as
 /// `POST /api/v1/{operation}` with `body`.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
 pub struct Action {
+    /// The follow-up's name: POST /api/v1/{operation}.
     pub operation: &'static str,
-    /// As Midjourney labels its button.
+    /// Midjourney's button label (U1..U4, V1..V4, the reroll arrows, Vary (Strong), Zoom Out 2x,
+    /// pan arrows, ...).
     pub label: &'static str,
+    /// The body to send as is.
+    #[schema(value_type = Object)]
     pub body: serde_json::Value,
 }
 
@@ -24,48 +36,172 @@ pub enum IndexField {
     Strength(&'static str),
 }
 
+impl PartialSchema for IndexField {
+    fn schema() -> RefOr<Schema> {
+        index_or(
+            ["strong", "subtle"],
+            "An image of a grid, 1 to 4; or the strength of variations of an upscale.",
+        )
+    }
+}
+
+impl ToSchema for IndexField {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "TaskIndex".into()
+    }
+}
+
+/// upscale-alt's kind or upscale-highres's factor: the record's `type`.
+pub struct KindField;
+
+impl PartialSchema for KindField {
+    fn schema() -> RefOr<Schema> {
+        let factors = ["2x", "4x"];
+        let alts = AltKind::VARIANTS.iter().map(|k| k.as_str());
+        let mut kinds = one_of(alts.chain(factors));
+        kinds.description = Some("upscale-alt: its type; upscale-highres: its factor.".into());
+        kinds.into()
+    }
+}
+
+impl ToSchema for KindField {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "TaskKind".into()
+    }
+}
+
 /// The parameters the caller gave an operation, as its record and webhook show them.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, ToSchema)]
 pub struct OperationFields {
+    /// upscale-1x, upscale-highres, variations: as given.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = IndexField)]
     pub index: Option<IndexField>,
     /// upscale-alt's kind or upscale-highres's factor (`"2x"`).
     #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = KindField)]
     pub kind: Option<String>,
+    /// pan.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = PanDirection)]
     pub direction: Option<&'static str>,
+    /// outpaint.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, minimum = 1, maximum = 2)]
     pub zoom_ratio: Option<f64>,
+    /// blend.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Dimension)]
     pub dimension: Option<&'static str>,
+    /// blend: its image_urls.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, min_items = 2, max_items = 5)]
     pub input_image_urls: Option<Vec<String>>,
+    /// describe, and upscale-highres given an image_url: that URL.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub input_image_url: Option<String>,
-    /// Imagine's image prompts (the URLs at the start of its prompt).
+    /// imagine (and a reroll of it): its image prompts, the URLs at the start of its prompt, in
+    /// order (a data: URL given inline shows as the easel URL it was kept at).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, min_items = 1, max_items = 5)]
     pub image_prompts: Option<Vec<String>>,
 }
 
+impl Operation {
+    /// The parameters the caller gave, as the record and the webhook show them: never what was
+    /// resolved from them (blob keys) nor the mask. Input images keep their names with an
+    /// `input_` prefix (`input_image_url`, `input_image_urls`), apart from a result's
+    /// `image_url` and `image_urls`.
+    pub fn public_fields(&self) -> OperationFields {
+        let none = OperationFields::default();
+        match self {
+            Operation::Imagine
+            | Operation::Reroll
+            | Operation::Shorten
+            | Operation::Seed
+            | Operation::Inpaint { .. } => none,
+            Operation::Upscale1x { index, .. } => OperationFields {
+                index: Some(IndexField::Image(*index)),
+                ..none
+            },
+            Operation::UpscaleAlt { kind, .. } => OperationFields {
+                kind: Some(kind.as_str().to_string()),
+                ..none
+            },
+            Operation::UpscaleHighres {
+                factor,
+                index,
+                image_url,
+                ..
+            } => OperationFields {
+                kind: Some(format!("{factor}x")),
+                index: index.map(IndexField::Image),
+                input_image_url: image_url.clone(),
+                ..none
+            },
+            Operation::Variations { of, .. } => OperationFields {
+                index: Some(match of {
+                    VariationOf::Index(i) => IndexField::Image(*i),
+                    VariationOf::Strong => IndexField::Strength("strong"),
+                    VariationOf::Subtle => IndexField::Strength("subtle"),
+                }),
+                ..none
+            },
+            Operation::Pan { direction, .. } => OperationFields {
+                direction: Some(direction.as_str()),
+                ..none
+            },
+            Operation::Outpaint { zoom_ratio, .. } => OperationFields {
+                zoom_ratio: Some(*zoom_ratio),
+                ..none
+            },
+            Operation::Blend {
+                dimension,
+                input_image_urls,
+                ..
+            } => OperationFields {
+                dimension: Some(dimension.as_str()),
+                input_image_urls: Some(input_image_urls.clone()),
+                ..none
+            },
+            Operation::Describe { image_url, .. } => OperationFields {
+                input_image_url: Some(image_url.clone()),
+                ..none
+            },
+        }
+    }
+}
+
 /// A finished task's result, in the fields of its shape.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, ToSchema)]
 pub struct ResultFields {
-    /// A grid's 2x2 image.
+    /// Finished grid tasks: the 2x2 grid.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, format = "uri")]
     pub original_image_url: Option<String>,
-    /// A grid's four images.
+    /// Finished grid tasks: the four images.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Vec<Url>, min_items = 4, max_items = 4)]
     pub image_urls: Option<Vec<String>>,
-    /// A single image (upscales).
+    /// Finished single-image tasks (upscales, faceswap).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, format = "uri")]
     pub image_url: Option<String>,
-    /// A text result (describe, shorten).
+    /// Finished describe and shorten tasks.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub content: Option<Vec<String>>,
-    /// A seed task's answer.
+    /// A seed task's answer (in a webhook body; the record's own `seed` says it).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub seed: Option<i64>,
 }
+
+/// A URL easel serves, in a list of them.
+#[derive(ToSchema)]
+#[schema(value_type = String, format = "uri")]
+pub struct Url(pub String);
 
 /// A webhook delivery's body. Finished: `task_id, task_type, status, percentage`, then
 /// `parent_task_id` and the operation's own fields where it has them, then the result. Failed:
@@ -94,21 +230,40 @@ pub struct Payload<'a> {
 }
 
 /// Where a task's webhook delivery stands, in its record.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
 pub struct WebhookState {
     pub url: String,
+    /// `skipped`: the task ended with an event not in its `webhook_events`, so nothing is sent.
+    #[schema(value_type = DeliveryStatus)]
     pub status: String,
+    #[schema(minimum = 0)]
     pub attempts: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub last_status_code: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub last_error: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, format = DateTime)]
     pub next_attempt_at: Option<String>,
 }
 
-/// What a waiting task waits for (`waiting_for` in its record).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+/// Where a webhook delivery stands: the values of [`WebhookState::status`], as the stores write
+/// them (`store::model`) and `tasks::record` adds `skipped`.
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+pub enum DeliveryStatus {
+    Pending,
+    Delivered,
+    Undeliverable,
+    Skipped,
+}
+
+/// What a pending or starting task waits for (`waiting_for` in its record): its turn in the
+/// queue, its account's running tasks (the account has `max_running_per_account` running), or a
+/// free backend (a worker took it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WaitingFor {
     /// Its turn: the tasks ahead of it in the queue.
@@ -122,61 +277,96 @@ pub enum WaitingFor {
 /// A task's record. Times are RFC 3339 UTC with milliseconds; `expires_at` is null until the
 /// task has ended (or when retention keeps tasks forever); the other optional fields are left
 /// out when they have no value.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
+#[schema(as = Task)]
 pub struct Record {
+    #[schema(value_type = uuid::Uuid)]
     pub task_id: String,
+    #[schema(value_type = OpKind)]
     pub task_type: &'static str,
+    #[schema(value_type = TaskStatus)]
     pub status: &'static str,
+    /// 0 to 100.
+    #[schema(pattern = "^[0-9]{1,3}$")]
     pub percentage: String,
-    /// How many tasks will start before it, while it waits (`pending` or `starting`); absent
-    /// when it is further back than easel counts.
+    /// pending and starting tasks: how many tasks a backend takes before this one (0: next), at
+    /// most a second old; absent beyond 100,000 (further back than easel counts).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub queue_position: Option<u32>,
-    /// What a waiting task waits for: its turn in the queue, its account's running tasks (the
-    /// account has as many running as its plan allows), or a backend (claimed by a worker).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub waiting_for: Option<WaitingFor>,
-    /// A small image of the work so far, while it is `processing` and its backend gives one.
+    /// processing tasks whose backend gives previews: a small JPEG of the work so far, removed
+    /// when the task ends.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, format = "uri")]
     pub preview_image_url: Option<String>,
-    /// The prompt's text, without its parameters.
+    /// As submitted (trimmed) without its Midjourney parameters, else the parent's; an empty
+    /// string for blend and describe.
     pub prompt: String,
-    /// The prompt's Midjourney parameters (or its parent's, for a follow-up that reuses them).
+    /// The prompt's Midjourney parameters (`--ar 16:9 --no trees ...`) as parsed, by long name;
+    /// a follow-up that reuses its parent's prompt has its parent's (all but `seed`). Absent when
+    /// the prompt had none. `aspect_ratio` and `seed` are the values used (a body field wins over
+    /// the parameter).
     #[serde(skip_serializing_if = "Parameters::is_empty")]
     pub parameters: Parameters,
+    /// As submitted, else the parent's; blend: its dimension's ratio; otherwise 1:1.
     pub aspect_ratio: String,
+    /// As submitted; fast for describe, shorten and seed.
+    #[schema(value_type = ProcessMode)]
     pub process_mode: &'static str,
+    /// The task's seed; for a seed task, its parent's.
     pub seed: i64,
+    #[schema(format = DateTime)]
     pub created_at: String,
+    /// When retention removes the task's images: `retention` after the task became final. null
+    /// when retention is forever or the task is not final yet.
+    #[schema(required = true, format = DateTime)]
     pub expires_at: Option<String>,
+    /// Whether retention has removed the task's images; once true the image URLs
+    /// (original_image_url, image_urls, image_url) are left out, and text results stay.
     pub data_removed: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, format = DateTime)]
     pub started_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, format = DateTime)]
     pub finished_at: Option<String>,
+    /// Follow-up tasks: the parent (seed: the task_id given).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = uuid::Uuid)]
     pub parent_task_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub error: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub webhook: Option<WebhookState>,
-    /// The deliveries the caller asked for, when not the default (every final event).
+    /// The submit's `webhook_events`, when not the default (every final event).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Vec<WebhookEvent>)]
     pub webhook_events: Option<WebhookEvents>,
     #[serde(flatten)]
+    #[schema(inline)]
     pub operation: OperationFields,
-    /// The record's own `seed` already says a seed task's answer, so `result.seed` stays empty.
+    // The record's own `seed` already says a seed task's answer, so `result.seed` stays empty.
     #[serde(flatten)]
+    #[schema(inline)]
     pub result: ResultFields,
-    /// The follow-ups it offers now: a finished image task's, while its images are kept.
+    /// The follow-ups that may be made on this task now, each ready to send; only on a finished
+    /// image task whose images are kept, and only operations a configured backend can run.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub actions: Option<Vec<Action>>,
-    /// The caller's own object, unchanged.
+    /// The `metadata` given at submit, unchanged; absent when none was given.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Object)]
     pub metadata: Option<Metadata>,
-    /// The model and the values its backend was sent (`model`, `negative_prompt`, `steps`,
-    /// `cfg_scale`, `sampler`), each absent where it does not apply.
+    // The model and the values its backend was sent (`model`, `negative_prompt`, `steps`,
+    // `cfg_scale`, `sampler`), each absent where it does not apply.
     #[serde(flatten)]
+    #[schema(inline)]
     pub settings: Settings,
 }
 
@@ -260,15 +450,14 @@ mod tests {
         keys
     }
 
-    fn schema(name: &str) -> Value {
-        let doc: Value =
-            serde_json::from_str(include_str!("../http/api/openapi.json")).expect("valid JSON");
-        doc["components"]["schemas"][name].clone()
+    /// `T`'s schema as the document holds it: derived, its flattened parts one object.
+    fn schema<T: PartialSchema>() -> Value {
+        serde_json::to_value(super::super::schema::flat(T::schema())).unwrap()
     }
 
     #[test]
     fn the_record_has_exactly_the_fields_of_the_openapi_task_schema() {
-        let task = schema("Task");
+        let task = schema::<Record>();
         let record = serde_json::to_value(full()).unwrap();
         assert_eq!(keys(&record), keys(&task["properties"]));
         // What the document requires is what a record always has.
@@ -305,7 +494,7 @@ mod tests {
         let record = serde_json::to_value(full()).unwrap();
         assert_eq!(
             keys(&record["webhook"]),
-            keys(&schema("WebhookState")["properties"])
+            keys(&schema::<WebhookState>()["properties"])
         );
     }
 

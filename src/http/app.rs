@@ -56,21 +56,24 @@ pub fn app(
 
 /// The routes, the image files and the fallbacks, without the layers of `app`.
 fn router(state: AppState) -> Router {
-    let mut health = Router::new()
-        .route("/healthz", get(crate::http::api::health::alive))
-        .route("/readyz", get(crate::http::api::health::ready));
+    let api = state.config.runs(Role::Api);
+    let mut routes = if api {
+        // The health checks are among the API's routes.
+        crate::http::api::routes()
+    } else {
+        // A worker or dispatcher node answers its health checks and nothing else.
+        crate::http::api::health::routes().into()
+    };
     if state.config.server.metrics_token.is_some() {
         // Without a token the path is not routed at all (404, like any unknown path).
-        health = health.route("/metrics", get(super::metrics::guarded));
+        routes = routes.route("/metrics", get(super::metrics::guarded));
     }
-    if !state.config.runs(Role::Api) {
-        // A worker or dispatcher node answers its health checks and nothing else.
-        return health
+    if !api {
+        return routes
             .fallback(|| async { ApiError::RouteNotFound })
             .with_state(state);
     }
-    health
-        .merge(crate::http::api::routes())
+    routes
         .merge(
             crate::http::web::routes().route_layer(axum::middleware::from_fn_with_state(
                 state.clone(),

@@ -46,6 +46,8 @@ impl FromRequest<AppState> for JsonObject {
 
 /// The `{task_id}` path segment as a UUID. Any segment that is not one (invalid percent-encoding
 /// included) is a 400 in the contract's shape.
+#[derive(utoipa::IntoParams)]
+#[into_params(names("task_id"), parameter_in = Path)]
 pub struct TaskIdPath(pub Uuid);
 
 impl FromRequestParts<AppState> for TaskIdPath {

@@ -58,6 +58,24 @@ impl FromRequestParts<AppState> for KeyHeader {
     }
 }
 
+/// The `Idempotency-Key` header as the OpenAPI document describes it (`check_key` reads it).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+pub struct IdempotencyKey {
+    /// Makes the submit safe to retry: the same key and request within `idempotency_ttl` (24
+    /// hours by default) answer the first task id again, with `Idempotent-Replayed: true`,
+    /// instead of making a second task. 1 to 255 printable ASCII characters; per account. Errors
+    /// are not stored, so a retry after one runs again.
+    #[param(
+        rename = "Idempotency-Key",
+        nullable = false,
+        min_length = 1,
+        max_length = 255,
+        pattern = r"^[\x21-\x7E]([\x20-\x7E]*[\x21-\x7E])?$"
+    )]
+    pub key: Option<String>,
+}
+
 /// A stored first answer, sent again as it was with `Idempotent-Replayed: true`.
 pub fn replay(status: u16, body: String) -> Response {
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);

@@ -47,6 +47,22 @@ pub fn preferred_wait(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     Ok(wait)
 }
 
+/// The `Prefer` header as the OpenAPI document describes it (`preferred_wait` reads it).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+pub struct PreferWait {
+    /// RFC 7240 preferences. `wait` or `wait=N` (N whole seconds, 1 to 60; plain `wait` is 60)
+    /// holds the request until the task has ended (finished, failed or canceled) or N seconds
+    /// have passed, then answers the task's record, whatever its status, with
+    /// `Preference-Applied: wait=N`. Other preferences are ignored; a `wait` out of range is 400.
+    #[param(
+        rename = "Prefer",
+        nullable = false,
+        pattern = "^wait(=([1-9]|[1-5][0-9]|60))?$"
+    )]
+    pub prefer: Option<String>,
+}
+
 /// The `Preference-Applied` header for a wait of `secs`.
 pub fn applied(secs: u64) -> (HeaderName, HeaderValue) {
     (

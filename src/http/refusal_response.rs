@@ -3,13 +3,39 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::refusal::ApiError;
 
 /// What a caller is told when the task store cannot be reached, and when to try again.
 const STORE_UNAVAILABLE: &str = "the task store is unavailable; try again shortly";
 const STORE_RETRY_AFTER: &str = "5";
+
+/// The body of every refusal but 401's.
+#[derive(Serialize, ToSchema)]
+pub struct Errors {
+    #[schema(min_items = 1)]
+    pub errors: Vec<Refused>,
+}
+
+/// One refusal: what was wrong, in words, and its stable code.
+#[derive(Serialize, ToSchema)]
+pub struct Refused {
+    pub msg: String,
+    pub code: &'static str,
+}
+
+impl Errors {
+    fn one(msg: impl Into<String>, code: &'static str) -> Errors {
+        Errors {
+            errors: vec![Refused {
+                msg: msg.into(),
+                code,
+            }],
+        }
+    }
+}
 
 /// The status and the stable code of `error`.
 pub fn status_and_code(error: &ApiError) -> (StatusCode, &'static str) {
@@ -52,7 +78,10 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = status_and_code(&self);
         let body = match &self {
-            ApiError::Unauthorized => json!({}),
+            // The contract's 401 says nothing, not even that the key was wrong.
+            ApiError::Unauthorized => {
+                return (status, axum::Json(serde_json::json!({}))).into_response()
+            }
             ApiError::Internal(e) => {
                 let (request_id, account, task_id) = crate::telemetry::request::context();
                 tracing::error!(
@@ -62,7 +91,7 @@ impl IntoResponse for ApiError {
                     task_id,
                     "unexpected fault"
                 );
-                json!({"errors": [{"msg": "internal error", "code": code}]})
+                Errors::one("internal error", code)
             }
             ApiError::Store { unavailable, cause } => {
                 let kind = if *unavailable { "unavailable" } else { "other" };
@@ -70,7 +99,7 @@ impl IntoResponse for ApiError {
                 let (request_id, account, task_id) = crate::telemetry::request::context();
                 if *unavailable {
                     tracing::warn!(error = %cause, request_id, account, task_id, "store unavailable");
-                    json!({"errors": [{"msg": STORE_UNAVAILABLE, "code": code}]})
+                    Errors::one(STORE_UNAVAILABLE, code)
                 } else {
                     tracing::error!(
                         error = format!("{cause:#}"),
@@ -79,10 +108,10 @@ impl IntoResponse for ApiError {
                         task_id,
                         "unexpected fault"
                     );
-                    json!({"errors": [{"msg": "internal error", "code": code}]})
+                    Errors::one("internal error", code)
                 }
             }
-            other => json!({"errors": [{"msg": other.to_string(), "code": code}]}),
+            other => Errors::one(other.to_string(), code),
         };
         let mut response = (status, axum::Json(body)).into_response();
         if let ApiError::RateLimited(refusal) = &self {

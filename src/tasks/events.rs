@@ -53,6 +53,19 @@ pub struct StreamFilter {
     pub status: Option<TaskStatus>,
 }
 
+/// The query of an account's stream as the OpenAPI document describes it
+/// ([`StreamFilter::parse`] reads it).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct StreamQuery {
+    /// Only tasks of this type (`type` is read the same).
+    #[param(value_type = Option<OpKind>)]
+    pub task_type: Option<String>,
+    /// Only events of tasks in this status.
+    #[param(value_type = Option<TaskStatus>)]
+    pub status: Option<String>,
+}
+
 impl StreamFilter {
     /// Read `task_type` (or `type`) and `status` from a query string; unknown parameters are
     /// ignored, a value that is not one is a 400 naming it.

@@ -17,6 +17,24 @@ pub struct ListQuery {
     pub filter: TaskFilter,
 }
 
+/// The query of a listing as the OpenAPI document describes it ([`ListQuery::parse`] reads it).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListParams {
+    /// Tasks per page, 1 to 100 (default 20).
+    #[param(minimum = 1, maximum = 100, default = 20)]
+    pub limit: Option<u32>,
+    /// `next_cursor` of the previous page.
+    #[param(value_type = Option<uuid::Uuid>)]
+    pub cursor: Option<String>,
+    /// Only tasks in this status.
+    #[param(value_type = Option<TaskStatus>)]
+    pub status: Option<String>,
+    /// Only tasks of this operation.
+    #[param(rename = "type", value_type = Option<OpKind>)]
+    pub kind: Option<String>,
+}
+
 impl ListQuery {
     /// Read a query string. Empty values count as absent; unknown parameters are ignored; a
     /// parameter given twice, or a value out of range, is a 400 that names it.

@@ -21,7 +21,7 @@ use uuid::Uuid;
 
 use super::client::{DeliveryRequest, WebhookClient};
 use super::signing;
-use crate::domain::Metadata;
+use crate::domain::{Metadata, OpKind};
 
 /// Least time between two progress deliveries of one task (the contract's "once per second").
 pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
@@ -67,17 +67,31 @@ impl std::fmt::Debug for ProgressTarget {
     }
 }
 
-/// A progress delivery's body.
-#[derive(Serialize)]
-struct ProgressPayload<'a> {
+/// The body of a progress delivery (`webhook_events` with `progress`): signed, with
+/// `x-webhook-secret`, like final deliveries, each with a fresh `webhook-id`. At most one a
+/// second per task (a newer state replaces one not yet sent), one attempt within
+/// `webhook_progress_timeout` (3 s), never retried, none after the final delivery is queued; at
+/// most `webhook_progress_concurrency` (32) in flight per node, more are dropped.
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = ProgressDelivery)]
+pub struct ProgressPayload<'a> {
+    #[schema(value_type = uuid::Uuid)]
     task_id: &'a str,
+    #[schema(value_type = OpKind)]
     task_type: &'a str,
+    /// Always `processing`.
+    #[schema(pattern = "^processing$")]
     status: &'static str,
-    /// A string, as in the task's record.
+    /// 0 to 100, a string as in the task's record.
+    #[schema(pattern = "^[0-9]{1,3}$")]
     percentage: String,
+    /// When the backend gives a preview.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, format = "uri")]
     preview_image_url: Option<&'a str>,
+    /// The caller's `metadata`, when given.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Object)]
     metadata: Option<&'a Metadata>,
 }
 

@@ -37,7 +37,7 @@ pub(super) struct Health {
 }
 
 /// A backend's state, as `/readyz` and the logs show it.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct BackendHealth {
     pub name: String,
     pub up: bool,
@@ -47,6 +47,7 @@ pub struct BackendHealth {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub models: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub last_error: Option<String>,
 }
 

@@ -9,17 +9,91 @@ use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::{Stream, StreamExt};
+use serde::Serialize;
+use utoipa::{IntoParams, PartialSchema, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
+use super::doc::{Checked, OneTask};
 use crate::auth::Caller;
+use crate::domain::wire::WaitingFor;
 use crate::http::extract::TaskIdPath;
 use crate::http::state::AppState;
 use crate::refusal::ApiError;
-use crate::tasks::events::{account_stream, open_slot, task_stream, Said, StreamFilter};
+use crate::tasks::events::{
+    account_stream, open_slot, task_stream, Said, StreamFilter, StreamQuery,
+};
 
 /// A comment this often keeps proxies from closing an idle stream.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-/// `GET /api/v1/tasks/{task_id}/events`: the task's record, its progress, its final record.
+pub fn routes() -> OpenApiRouter<AppState> {
+    let mut router = OpenApiRouter::new()
+        .routes(routes!(task_events))
+        .routes(routes!(account_events));
+    // The streams' progress data is named in their description, not referred to: said here.
+    let mut progress = vec![(TaskProgress::name().into_owned(), TaskProgress::schema())];
+    TaskProgress::schemas(&mut progress);
+    let components = router.get_openapi_mut().components.get_or_insert_default();
+    components.schemas.extend(progress);
+    router
+}
+
+/// The data of an `event: progress` of an event stream (built in `tasks::events`).
+#[derive(Serialize, ToSchema)]
+pub struct TaskProgress {
+    task_id: uuid::Uuid,
+    #[schema(value_type = Waiting)]
+    status: String,
+    /// 0 to 100, a string as in the record.
+    percentage: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    queue_position: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    waiting_for: Option<WaitingFor>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, format = "uri")]
+    preview_image_url: Option<String>,
+}
+
+/// The statuses a task has progress in.
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+pub enum Waiting {
+    Pending,
+    Starting,
+    Processing,
+}
+
+/// `Last-Event-ID`, to resume a stream.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Header)]
+pub struct LastEventId {
+    /// The id of the last event received: the stream says what changed since (an id easel did
+    /// not give starts from the current records).
+    #[param(rename = "Last-Event-ID", nullable = false)]
+    pub last_event_id: Option<String>,
+}
+
+/// What a stream's answer says of its events.
+const STREAM: &str = "Server-Sent Events: `event: task` (data: a Task) on connect and at every \
+    change of the task's stored state, `event: progress` (data: a TaskProgress) as it waits and \
+    runs, each with an `id:`; a comment every 15 s. Resume with `Last-Event-ID`.";
+
+/// A task's events as Server-Sent Events: its record, its progress, its final record, then the
+/// end
+#[utoipa::path(
+    get, path = "/api/v1/tasks/{task_id}/events", operation_id = "taskEvents",
+    params(TaskIdPath, LastEventId),
+    responses(
+        (status = 200, description = "The stream; it ends after the final record",
+            content_type = "text/event-stream", body = inline(EventStream),
+            headers(("Cache-Control" = String, description = "`no-store`"))),
+        OneTask
+    )
+)]
 pub async fn task_events(
     State(state): State<AppState>,
     Caller(account): Caller,
@@ -45,8 +119,18 @@ pub async fn task_events(
     Ok(sse(stream))
 }
 
-/// `GET /api/v1/events`: the same for every task of the caller's account (`task_type` and
-/// `status` filter them).
+/// Every task of the caller's account as Server-Sent Events
+///
+/// The same events as a task's stream, for each of the account's tasks that passes the filters.
+#[utoipa::path(
+    get, path = "/api/v1/events", operation_id = "accountEvents", params(LastEventId, StreamQuery),
+    responses(
+        (status = 200, description = "The stream; it does not end by itself",
+            content_type = "text/event-stream", body = inline(EventStream),
+            headers(("Cache-Control" = String, description = "`no-store`"))),
+        Checked
+    )
+)]
 pub async fn account_events(
     State(state): State<AppState>,
     Caller(account): Caller,
@@ -65,6 +149,20 @@ pub async fn account_events(
     .await?;
     Ok(sse(stream))
 }
+
+/// A stream's body, as the document describes it.
+pub struct EventStream;
+
+impl PartialSchema for EventStream {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::schema::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .description(Some(STREAM))
+            .into()
+    }
+}
+
+impl ToSchema for EventStream {}
 
 /// The caller's `Last-Event-ID`, when it is readable text.
 pub fn last_event_id(headers: &HeaderMap) -> Option<&str> {

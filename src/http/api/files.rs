@@ -1,11 +1,14 @@
 //! `GET /files/{key}`: the images, read from whichever blob store is configured, so that any
-//! node serves any task's images. `HEAD` is answered by the same route without the body.
+//! node serves any task's images. `HEAD` is answered by the same route without the body. Not in
+//! the OpenAPI document: the images' URLs come in records, and are fetched as they are.
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use sha2::{Digest, Sha256};
+use utoipa_axum::router::OpenApiRouter;
 
 use crate::blobs;
 use crate::http::state::AppState;
@@ -15,7 +18,12 @@ use crate::refusal::ApiError;
 /// Keys carry a random token and are written once, so what a client has cached never goes stale.
 const CACHE_CONTROL: &str = "public, max-age=31536000, immutable";
 
-pub(super) async fn serve(
+/// The image files' route, routed but left out of the document.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().route("/files/{*key}", get(serve))
+}
+
+async fn serve(
     State(state): State<AppState>,
     key: Result<Path<String>, PathRejection>,
     headers: HeaderMap,

@@ -1,18 +1,82 @@
+//! `GET /healthz` and `GET /readyz`: the health checks, served by every node whatever its roles.
+
 use axum::extract::State;
 use axum::Json;
-use serde_json::{json, Value};
+use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
+use super::doc::Retry;
+use crate::generate::pool::BackendHealth;
 use crate::http::state::AppState;
 use crate::refusal::ApiError;
 
-/// Liveness: the process answers.
-pub async fn alive() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+/// The answer of both checks.
+#[derive(Serialize, ToSchema)]
+pub struct Health {
+    /// `ok` (alive) or `ready`.
+    status: &'static str,
+    /// `/readyz` on a worker node with configured backends: each backend's state and the models
+    /// it serves.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    backends: Option<Vec<BackendHealth>>,
+    /// `/readyz` on a worker node with configured backends: each model, and whether any backend
+    /// serving it is up.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    models: Option<Vec<ModelHealth>>,
 }
 
-/// Readiness: the store answers, the process is not shutting down and, on a worker node, images
-/// can be written (see `blobs::StorageHealth`).
-pub async fn ready(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+/// A model, and whether any backend serving it is up.
+#[derive(Serialize, ToSchema)]
+pub struct ModelHealth {
+    name: String,
+    up: bool,
+}
+
+/// The health checks, documented and routed together.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(alive))
+        .routes(routes!(ready))
+}
+
+/// Liveness
+///
+/// The process answers.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    operation_id = "healthz",
+    security(()),
+    responses((status = 200, description = "Alive", body = Health))
+)]
+pub async fn alive() -> Json<Health> {
+    Json(Health {
+        status: "ok",
+        backends: None,
+        models: None,
+    })
+}
+
+/// Readiness: the store answers, the server is not shutting down and its workers are not paused
+/// by failing image storage
+///
+/// On a worker node with configured backends, also that one of them is up; the answer names each
+/// backend and its state either way.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    operation_id = "readyz",
+    security(()),
+    responses(
+        (status = 200, description = "Ready", body = Health),
+        (status = 503, response = Retry)
+    )
+)]
+pub async fn ready(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
     if state.shutdown.is_cancelled() {
         return Err(ApiError::Unavailable {
             msg: "shutting down".into(),
@@ -28,9 +92,12 @@ pub async fn ready(State(state): State<AppState>) -> Result<Json<Value>, ApiErro
             });
         }
     }
+    let mut ready = Health {
+        status: "ready",
+        backends: None,
+        models: None,
+    };
     if !state.config.backends.is_empty() && state.config.runs(crate::config::Role::Worker) {
-        // A worker node with configured backends is ready while one of them is; the answer
-        // names each backend and its state either way.
         let backends = state.pool.health();
         if !backends.iter().any(|b| b.up) {
             let names: Vec<String> = backends
@@ -45,17 +112,19 @@ pub async fn ready(State(state): State<AppState>) -> Result<Json<Value>, ApiErro
                 retry_after_secs: 5,
             });
         }
-        // Each model, and whether any backend serving it is up.
-        let models: Vec<Value> = state
-            .pool
-            .catalogue()
-            .models
-            .iter()
-            .map(|m| json!({"name": m.name, "up": state.pool.model_up(&m.name)}))
-            .collect();
-        return Ok(Json(
-            json!({"status": "ready", "backends": backends, "models": models}),
-        ));
+        ready.models = Some(
+            state
+                .pool
+                .catalogue()
+                .models
+                .iter()
+                .map(|m| ModelHealth {
+                    name: m.name.clone(),
+                    up: state.pool.model_up(&m.name),
+                })
+                .collect(),
+        );
+        ready.backends = Some(backends);
     }
-    Ok(Json(json!({"status": "ready"})))
+    Ok(Json(ready))
 }

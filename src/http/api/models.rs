@@ -3,48 +3,118 @@
 
 use axum::extract::State;
 use axum::Json;
-use serde_json::{json, Value};
+use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
+use super::doc::Keyed;
 use crate::auth::Caller;
 use crate::domain::{OpKind, Shape};
 use crate::http::state::AppState;
 
+/// The models a caller may use.
+#[derive(Serialize, ToSchema)]
+pub struct ModelList {
+    models: Vec<Model>,
+}
+
+/// A model: what it is, what it runs, its defaults and limits, and whether it is up.
+#[derive(Serialize, ToSchema)]
+pub struct Model {
+    /// What a submit sends as `model`.
+    name: String,
+    description: String,
+    /// The image operations its backends can run.
+    #[schema(value_type = Vec<OpKind>)]
+    operations: Vec<&'static str>,
+    /// What a task runs with when the request does not say; null where the model's backends
+    /// have no such control.
+    defaults: Defaults,
+    /// The least and most `steps` and `cfg_scale` a submit may ask for.
+    limits: Limits,
+    /// The samplers a submit may name for it.
+    samplers: Vec<&'static str>,
+    /// Whether a submit that names no model runs on it.
+    default: bool,
+    /// Whether any of its backends is up now.
+    up: bool,
+}
+
+/// A model's defaults.
+#[derive(Serialize, ToSchema)]
+pub struct Defaults {
+    #[schema(required = true)]
+    steps: Option<u32>,
+    #[schema(required = true)]
+    cfg_scale: Option<f64>,
+    #[schema(required = true)]
+    sampler: Option<String>,
+    #[schema(required = true)]
+    negative_prompt: Option<String>,
+}
+
+/// A model's limits, each `[least, most]`.
+#[derive(Serialize, ToSchema)]
+pub struct Limits {
+    #[schema(min_items = 2, max_items = 2)]
+    steps: [u32; 2],
+    #[schema(min_items = 2, max_items = 2)]
+    cfg_scale: [f64; 2],
+}
+
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(list_models))
+}
+
+/// The models the caller may use
+///
 /// Each model the caller's plan may use: its name and description, the image operations its
 /// backends run, its defaults and limits, the samplers it takes, whether it is the default and
 /// whether any of its backends is up now.
-pub async fn list_models(State(state): State<AppState>, Caller(account): Caller) -> Json<Value> {
+#[utoipa::path(
+    get,
+    path = "/api/v1/models",
+    operation_id = "models",
+    responses(
+        (status = 200, body = ModelList, description = "The models the account's plan may use, \
+            with their defaults, limits and whether any of their backends is up"),
+        Keyed
+    )
+)]
+pub async fn list_models(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+) -> Json<ModelList> {
     let pool = &state.pool;
-    let models: Vec<Value> = pool
+    let models = pool
         .catalogue()
         .models
         .iter()
         .filter(|m| m.allows(&account.plan))
-        .map(|m| {
-            let operations: Vec<&str> = OpKind::ALL
+        .map(|m| Model {
+            name: m.name.clone(),
+            description: m.description.clone(),
+            operations: OpKind::ALL
                 .iter()
                 .filter(|k| matches!(k.shape(), Shape::Grid | Shape::Single))
                 .filter(|k| pool.supports_on(**k, Some(&m.name)))
                 .map(|k| k.as_str())
-                .collect();
-            json!({
-                "name": m.name,
-                "description": m.description,
-                "operations": operations,
-                "defaults": {
-                    "steps": m.steps,
-                    "cfg_scale": m.cfg_scale,
-                    "sampler": m.sampler,
-                    "negative_prompt": m.negative_prompt,
-                },
-                "limits": {
-                    "steps": m.steps_range,
-                    "cfg_scale": m.cfg_range,
-                },
-                "samplers": m.samplers(),
-                "default": m.default,
-                "up": pool.model_up(&m.name),
-            })
+                .collect(),
+            defaults: Defaults {
+                steps: m.steps,
+                cfg_scale: m.cfg_scale,
+                sampler: m.sampler.clone(),
+                negative_prompt: m.negative_prompt.clone(),
+            },
+            limits: Limits {
+                steps: m.steps_range,
+                cfg_scale: m.cfg_range,
+            },
+            samplers: m.samplers(),
+            default: m.default,
+            up: pool.model_up(&m.name),
         })
         .collect();
-    Json(json!({ "models": models }))
+    Json(ModelList { models })
 }

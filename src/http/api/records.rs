@@ -7,27 +7,80 @@ use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Value};
+use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use uuid::Uuid;
 
+use super::doc::{Checked, Conflict, OneTask, Posted};
 use crate::auth::{Caller, PresentedKey};
 use crate::domain::wire::Record;
 use crate::http::extract::TaskIdPath;
-use crate::http::prefer;
+use crate::http::prefer::{self, PreferWait};
 use crate::http::state::AppState;
 use crate::refusal::ApiError;
 use crate::store::Task;
 use crate::tasks::body::{task_id, JsonObject};
 use crate::tasks::cancel::cancel_task;
-use crate::tasks::list::{invalid_cursor, ListQuery};
+use crate::tasks::list::{invalid_cursor, ListParams, ListQuery};
 use crate::tasks::wait;
 
-/// `GET /api/v1/tasks`: the key's account's tasks, newest first, a page at a time.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(fetch))
+        .routes(routes!(fetch_many))
+        .routes(routes!(list_tasks))
+        .routes(routes!(get_task))
+        .routes(routes!(cancel))
+}
+
+/// One page of a listing.
+#[derive(Serialize, ToSchema)]
+pub struct TaskPage {
+    #[schema(max_items = 100)]
+    tasks: Vec<Record>,
+    /// The cursor of the next (older) page; null on the last page.
+    #[schema(required = true, value_type = Option<Uuid>)]
+    next_cursor: Option<String>,
+}
+
+/// The records fetch-many found.
+#[derive(Serialize, ToSchema)]
+pub struct Records {
+    tasks: Vec<Record>,
+}
+
+/// fetch's body (read field by field, `fetch`).
+#[derive(ToSchema)]
+pub struct FetchRequest {
+    pub task_id: Uuid,
+}
+
+/// fetch-many's body (read field by field, `fetch_many_ids`).
+#[derive(ToSchema)]
+pub struct FetchManyRequest {
+    #[schema(min_items = 1, max_items = 20)]
+    pub task_ids: Vec<Uuid>,
+}
+
+/// The account's tasks, newest first, a page at a time
+///
+/// Keyset-paged: pass the previous page's `next_cursor` as `cursor` for the next (older) page;
+/// `next_cursor` is null on the last page. Tasks of other accounts are never listed; a cursor
+/// that is not one of the account's tasks is 400.
+#[utoipa::path(
+    get, path = "/api/v1/tasks", operation_id = "listTasks", params(ListParams),
+    responses(
+        (status = 200, description = "One page of task records", body = TaskPage),
+        Checked
+    )
+)]
 pub async fn list_tasks(
     State(state): State<AppState>,
     Caller(account): Caller,
     RawQuery(raw): RawQuery,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<TaskPage>, ApiError> {
     let query = ListQuery::parse(raw.as_deref())?;
     let page = state
         .store
@@ -39,16 +92,23 @@ pub async fn list_tasks(
         )
         .await?
         .ok_or_else(invalid_cursor)?;
-    let tasks: Vec<Record> = state.records(&page.tasks).await;
-    Ok(Json(
-        json!({ "tasks": tasks, "next_cursor": page.next_cursor }),
-    ))
+    Ok(Json(TaskPage {
+        tasks: state.records(&page.tasks).await,
+        next_cursor: page.next_cursor,
+    }))
 }
 
 /// Most ids in one `fetch-many`.
 pub const FETCH_MANY_MAX: usize = 20;
 
-/// `POST /api/v1/fetch`: one task record.
+/// Fetch one task record
+#[utoipa::path(
+    post, path = "/api/v1/fetch", operation_id = "fetch", request_body = FetchRequest,
+    responses(
+        (status = 200, description = "The task record", body = Record),
+        OneTask, Posted
+    )
+)]
 pub async fn fetch(
     State(state): State<AppState>,
     key: PresentedKey,
@@ -64,8 +124,17 @@ pub async fn fetch(
     one_record(&state, &key, id).await
 }
 
-/// `GET /api/v1/tasks/{task_id}`: the same record as fetch; with `Prefer: wait`, once the task
-/// has ended or the wait is over.
+/// The task record (same as fetch); with `Prefer: wait`, once the task has ended
+#[utoipa::path(
+    get, path = "/api/v1/tasks/{task_id}", operation_id = "getTask", params(TaskIdPath, PreferWait),
+    responses(
+        (status = 200, description = "The task record", body = Record, headers(
+            ("Preference-Applied" = String,
+                description = "`wait=N` when the request asked to wait (`Prefer: wait`).")
+        )),
+        OneTask
+    )
+)]
 pub async fn get_task(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -100,9 +169,17 @@ async fn one_record(
     Ok(Json(state.record(&task).await))
 }
 
-/// `POST /api/v1/tasks/{task_id}/cancel`: a task that has not ended is `canceled` at once (a
-/// running one is stopped on its backend), its credits go back and its webhook is sent; 200 with
-/// the record. 409 when it had already ended.
+/// Cancel a task that has not ended: it is canceled at once (a running one is stopped on its
+/// backend), its credits go back, and its webhook is sent
+///
+/// 409 when it had already ended.
+#[utoipa::path(
+    post, path = "/api/v1/tasks/{task_id}/cancel", operation_id = "cancelTask", params(TaskIdPath),
+    responses(
+        (status = 200, description = "Canceled; the task record", body = Record),
+        OneTask, Conflict
+    )
+)]
 pub async fn cancel(
     State(state): State<AppState>,
     Caller(account): Caller,
@@ -120,12 +197,19 @@ pub async fn cancel(
     Ok(Json(state.record(&task).await))
 }
 
-/// `POST /api/v1/fetch-many`: up to 20 records in the order asked; unknown ids are left out.
+/// Fetch up to 20 task records, in the order asked; unknown ids are left out
+#[utoipa::path(
+    post, path = "/api/v1/fetch-many", operation_id = "fetchMany", request_body = FetchManyRequest,
+    responses(
+        (status = 200, description = "The records", body = Records),
+        Posted
+    )
+)]
 pub async fn fetch_many(
     State(state): State<AppState>,
     key: PresentedKey,
     body: Result<JsonObject, ApiError>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Records>, ApiError> {
     let ids = match body.and_then(|body| fetch_many_ids(&body)) {
         Ok(ids) => ids,
         Err(e) => {
@@ -144,8 +228,9 @@ pub async fn fetch_many(
         .iter()
         .filter_map(|id| by_id.get(id.to_string().as_str()).copied())
         .collect();
-    let tasks: Vec<Record> = state.records(&found).await;
-    Ok(Json(json!({ "tasks": tasks })))
+    Ok(Json(Records {
+        tasks: state.records(&found).await,
+    }))
 }
 
 /// The `task_ids` of a fetch-many body.

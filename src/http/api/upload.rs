@@ -10,6 +10,11 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bytes::Bytes;
 
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::doc::{Posted, Refusal};
 use crate::auth::Caller;
 use crate::http::body;
 use crate::http::state::AppState;
@@ -19,6 +24,49 @@ use crate::tasks::upload;
 /// The file parts an upload may name.
 const PARTS: [&str; 2] = ["image", "file"];
 
+/// A form with the image as one file part, `image` or `file`.
+#[derive(ToSchema)]
+pub struct UploadForm {
+    #[schema(value_type = Option<ImageBytes>, nullable = false)]
+    pub image: Option<Vec<u8>>,
+    #[schema(value_type = Option<ImageBytes>, nullable = false)]
+    pub file: Option<Vec<u8>>,
+}
+
+/// An image file's bytes.
+#[derive(ToSchema)]
+#[schema(value_type = String, format = Binary)]
+pub struct ImageBytes(pub Vec<u8>);
+
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(upload))
+}
+
+/// Upload an image, to use in image fields and image prompts
+///
+/// The image as `multipart/form-data` with one file part named `image` (Apiframe's v1 SDK) or
+/// `file` (its v2 SDK), or as the raw bytes with an image Content-Type. Checked by its content:
+/// PNG, JPEG, WebP or GIF (first frame), at most `input_max_bytes` (20 MiB) and
+/// `input_max_pixels` (25 megapixels), decoded whole, nothing after the image's end. The body
+/// may be up to `mask_body_limit` (8 MiB). Kept for `upload_retention` (24 h); counts against
+/// `max_upload_bytes_per_day` (1 GiB) per account.
+#[utoipa::path(
+    post,
+    path = "/api/v1/upload",
+    operation_id = "upload",
+    request_body(content(
+        (UploadForm = "multipart/form-data"),
+        (ImageBytes = "image/png"),
+        (ImageBytes = "image/jpeg"),
+        (ImageBytes = "image/webp"),
+        (ImageBytes = "image/gif"),
+    )),
+    responses(
+        (status = 201, description = "Stored: the upload", body = upload::Answer),
+        (status = 408, response = Refusal),
+        Posted,
+    )
+)]
 pub async fn upload(
     State(state): State<AppState>,
     Caller(account): Caller,

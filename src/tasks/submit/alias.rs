@@ -1,11 +1,18 @@
 //! Apiframe v1's older Midjourney routes, which its official SDK still calls, answered as easel's
-//! own operations: each body is rewritten into the operation's, then submitted as any other.
+//! own operations: each body is rewritten into the operation's, then submitted as any other. The
+//! bodies are read field by field ([`Alias::translate`]); their schemas say what it takes.
 
 use serde_json::{json, Map, Value};
+use utoipa::openapi::schema::Schema;
+use utoipa::openapi::RefOr;
+use utoipa::ToSchema;
 
 use super::super::body::{task_id, JsonObject};
 use super::super::Tasks;
+use super::request::ImageIndex;
+use super::schema::{body, Body};
 use crate::auth::PresentedKey;
+use crate::domain::schema::merged;
 use crate::domain::OpKind;
 use crate::refusal::ApiError;
 
@@ -40,6 +47,36 @@ impl Alias {
             Alias::Upscale => OpKind::Upscale1x,
             Alias::Vary => OpKind::Variations,
             Alias::Zoom => OpKind::Outpaint,
+        }
+    }
+
+    /// What this route's body takes: its own fields, then the operation's but those it fills
+    /// from them.
+    pub fn body_schema(self) -> Body {
+        let Body {
+            schema: mut operation,
+            mut refs,
+        } = body(self.kind());
+        fn own<T: ToSchema>(refs: &mut Vec<(String, RefOr<Schema>)>) -> RefOr<Schema> {
+            T::schemas(refs);
+            T::schema()
+        }
+        let own = match self {
+            Alias::Upscale => own::<UpscaleBody>(&mut refs),
+            Alias::Vary => own::<VaryBody>(&mut refs),
+            Alias::Zoom => own::<ZoomBody>(&mut refs),
+        };
+        for filled in ["parent_task_id", "zoom_ratio"] {
+            operation.properties.shift_remove(filled);
+            operation.required.retain(|name| name != filled);
+        }
+        if self == Alias::Vary {
+            // An upscale parent's index comes from `strength`.
+            operation.required.retain(|name| name != "index");
+        }
+        Body {
+            schema: merged([own, operation.into()]),
+            refs,
         }
     }
 
@@ -107,4 +144,37 @@ impl Alias {
         map.insert("parent_task_id".into(), Value::String(parent));
         Ok(JsonObject(map))
     }
+}
+
+/// `midjourney/upscale`'s own fields.
+#[derive(ToSchema)]
+pub struct UpscaleBody {
+    /// The parent task (easel's `parent_task_id`).
+    #[schema(rename = "taskId", value_type = uuid::Uuid)]
+    pub task_id: String,
+    /// Which image of the grid parent, 1 to 4; an integer or a string.
+    pub index: ImageIndex,
+}
+
+/// `midjourney/vary`'s own fields; `index` is variations'.
+#[derive(ToSchema)]
+pub struct VaryBody {
+    /// The parent task (easel's `parent_task_id`).
+    #[schema(rename = "taskId", value_type = uuid::Uuid)]
+    pub task_id: String,
+    /// Where the parent is an upscale: above 0.5 is `strong`, else `subtle` (default 0.5).
+    /// Ignored for a grid parent.
+    #[schema(minimum = 0, maximum = 1)]
+    pub strength: Option<f64>,
+}
+
+/// `midjourney/zoom`'s own fields.
+#[derive(ToSchema)]
+pub struct ZoomBody {
+    /// The parent task (easel's `parent_task_id`).
+    #[schema(rename = "taskId", value_type = uuid::Uuid)]
+    pub task_id: String,
+    /// easel's `zoom_ratio`.
+    #[schema(minimum = 1, maximum = 2, default = 2)]
+    pub zoom: Option<f64>,
 }

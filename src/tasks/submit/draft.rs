@@ -217,7 +217,7 @@ impl Draft {
                 check_url(tasks, "swap_image_url", &r.swap_image_url.0)?;
             }
         }
-        if kind.shape() != Shape::Text && kind != OpKind::Seed {
+        if takes_mode(kind) {
             let Mode { process_mode } = fields(body)?;
             d.mode = process_mode.map_or(ProcessMode::Fast, |Choice(m)| m);
         }
@@ -252,6 +252,12 @@ impl Draft {
             self.extras.parameters = parameters;
         }
     }
+}
+
+/// Whether operation `kind` takes `process_mode`: those that make images do; the text
+/// operations and `seed` always run as `fast`.
+pub(super) fn takes_mode(kind: OpKind) -> bool {
+    kind.shape() != Shape::Text && kind != OpKind::Seed
 }
 
 pub(super) fn invalid_parent(field: &str, problem: impl std::fmt::Display) -> ApiError {

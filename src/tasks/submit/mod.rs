@@ -9,6 +9,7 @@ mod generation;
 mod images;
 pub mod request;
 mod resolve;
+pub mod schema;
 
 use uuid::Uuid;
 

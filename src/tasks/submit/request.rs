@@ -13,10 +13,11 @@ use std::str::FromStr;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::domain::operation::{AltKind, Dimension, PanDirection};
-use crate::domain::{AspectRatio, Metadata, ProcessMode, WebhookEvents};
+use crate::domain::{AspectRatio, Metadata, ProcessMode, WebhookEvent, WebhookEvents};
 use crate::refusal::ApiError;
 
 /// A field's refusal before its name is known: the contract's code and the rule broken.
@@ -308,144 +309,272 @@ field_type!(
     }
 );
 
+/// An input image's URL, in the image fields (its schema: every image field takes the same).
+pub struct ImageUrl;
+
+impl utoipa::PartialSchema for ImageUrl {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::schema::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .description(Some(
+                "A public https URL (the webhook destination policy), or one of easel's own \
+                 image URLs, read from its storage. Fetched when the task runs: 30 s, 20 MiB, \
+                 25 megapixels, PNG, JPEG, WebP or GIF, at most 3 redirects. Or an upload's \
+                 `url` (POST /api/v1/upload; the caller's own, while it is kept), or a \
+                 `data:image/png|jpeg|webp|gif;base64,...` URL, checked at submit under the \
+                 same limits and kept as an upload (the record shows its easel URL).",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for ImageUrl {}
+
 /// The model and generation settings, on the operations that make images.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct Generation {
+    /// An easel extension: the model to run on (`GET /api/v1/models`). Default: the parent's
+    /// model for a follow-up, else the default model. An unknown model, or one the account's
+    /// plan may not use, is 400. Null or empty counts as absent.
     #[serde(default)]
+    #[schema(value_type = Option<String>)]
     pub model: Option<Text>,
+    /// An easel extension: what must not be drawn, at most 4000 characters, no control
+    /// characters but newline and tab. Wins over the prompt's `--no`; default: the model's. Null
+    /// or empty counts as absent.
     #[serde(default)]
+    #[schema(value_type = Option<String>, max_length = 4000)]
     pub negative_prompt: Option<Text>,
+    /// An easel extension: sampling steps, within the model's `limits.steps`; default: the
+    /// model's.
     #[serde(default)]
+    #[schema(value_type = Option<i64>)]
     pub steps: Option<Steps>,
+    /// An easel extension: guidance, within the model's `limits.cfg_scale`; default: from the
+    /// prompt's `--stylize`, else the model's.
     #[serde(default)]
+    #[schema(value_type = Option<f64>)]
     pub cfg_scale: Option<CfgScale>,
+    /// An easel extension: a sampler the model's backends know (its `samplers` in
+    /// `GET /api/v1/models`); default: the model's. Null or empty counts as absent.
     #[serde(default)]
+    #[schema(value_type = Option<String>)]
     pub sampler: Option<Text>,
 }
 
 /// What every operation may carry besides its own fields. Absent and null are the same; empty
 /// strings count as absent where `draft` says so.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct Delivery {
+    /// Public https URL. Null or an empty string counts as absent.
     #[serde(default)]
+    #[schema(value_type = Option<String>, format = "uri", max_length = 2048)]
     pub webhook_url: Option<Text>,
+    /// Printable ASCII; sent back as x-webhook-secret. Null or an empty string counts as absent.
     #[serde(default)]
+    #[schema(value_type = Option<String>, max_length = 256)]
     pub webhook_secret: Option<Text>,
+    /// An easel extension. The same seed and the same request give the same images, byte for
+    /// byte. Without it (and without `--seed N` in the body's prompt) the seed is random. Null
+    /// counts as absent. A seed task checks it, then ignores it: its seed is its parent's.
     #[serde(default)]
+    #[schema(value_type = Option<u64>, maximum = 4294967295u64)]
     pub seed: Option<Seed>,
+    /// The caller's own JSON object, at most 4096 bytes serialized; stored unread and returned
+    /// unchanged in the task's record, every webhook payload and every event. Null counts as
+    /// absent.
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     pub metadata: Option<MetadataField>,
+    /// Which deliveries the task's webhook gets: `progress` (while it runs, at most one a
+    /// second, one attempt; see the `progress` callback), `completed` (finished), `failed`,
+    /// `canceled`. Default: every final event and no progress. A final event left out gets no
+    /// delivery (the record's `webhook.status` says `skipped`). Empty, not a list, a non-string
+    /// or an unknown name: 400 naming `webhook_events`. Kept (and shown in the record) without
+    /// `webhook_url` too. Null counts as absent.
     #[serde(default)]
+    #[schema(value_type = Option<Vec<WebhookEvent>>, min_items = 1)]
     pub webhook_events: Option<WebhookEventsField>,
 }
 
 /// `process_mode`, on the operations that make images.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct Mode {
+    /// Null counts as absent.
     #[serde(default)]
+    #[schema(value_type = Option<ProcessMode>, default = "fast")]
     pub process_mode: Option<Choice<ProcessMode>>,
 }
 
 /// `imagine` and `shorten`: a prompt.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct Prompted {
+    /// Trimmed; no control characters but newline and tab. May end with Midjourney parameters
+    /// (`--ar 16:9 --no trees --seed 42 --chaos 30 --tile`, see docs/api.md "Prompt
+    /// parameters"): the record shows the text without them as `prompt` and them as
+    /// `parameters`; an unknown or out-of-range one is 400 (shorten leaves them out of what it
+    /// shortens). `aspect_ratio` and `seed` in the body win over `--ar` and `--seed`. imagine's
+    /// may start with image prompts: up to 5 image URLs (https, easel's own, an upload's url, or
+    /// a data: URL of an image), which the images start from, weighed by `--iw` (0 to 3, default
+    /// 1); the text after them (1 to 4000 characters) is what is drawn, and the record's
+    /// `prompt`.
+    #[schema(value_type = String, min_length = 1)]
     pub prompt: Text,
 }
 
 /// The prompt of a follow-up, which may change its parent's.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct Reprompt {
+    /// Default: the parent's prompt and its parameters (all but `--seed`). A given prompt may
+    /// end with parameters, as imagine's. Trimmed; no control characters but newline and tab.
+    /// Null, an empty or a blank string counts as absent.
     #[serde(default)]
+    #[schema(value_type = Option<String>, max_length = 4000)]
     pub prompt: Option<Text>,
 }
 
 /// `aspect_ratio`, on the operations that may change the shape of their images.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct Aspect {
+    /// W:H between 1:4 and 4:1. Default: imagine 1:1, a follow-up its parent's. Null counts as
+    /// absent.
     #[serde(default)]
+    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,5}:[0-9]{1,5}$")]
     pub aspect_ratio: Option<Choice<AspectRatio>>,
 }
 
 /// A follow-up's parent, where it takes nothing else of its own (reroll).
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct Parent {
+    /// A finished task of the same account. Must be a grid task.
+    #[schema(value_type = uuid::Uuid)]
     pub parent_task_id: TaskId,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct Upscale1x {
+    /// A finished task of the same account. Must be a grid task. Its images must not have been removed by retention (else 400
+    /// data_removed).
+    #[schema(value_type = uuid::Uuid)]
     pub parent_task_id: TaskId,
+    /// Which image of the grid parent, 1 to 4; an integer or a string.
     pub index: ImageIndex,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct UpscaleAlt {
+    /// A finished task of the same account. Must be an upscale-1x task. Its images must not have been removed by retention (else 400
+    /// data_removed).
+    #[schema(value_type = uuid::Uuid)]
     pub parent_task_id: TaskId,
     #[serde(rename = "type")]
+    #[schema(value_type = AltKind)]
     pub kind: Choice<AltKind>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct UpscaleHighres {
     #[serde(rename = "type")]
     pub factor: Factor,
+    /// The image to upscale, instead of a parent.
     #[serde(default)]
+    #[schema(value_type = Option<ImageUrl>)]
     pub image_url: Option<Text>,
+    /// A finished task of the same account. Must be an image task (grid or single) whose image
+    /// is at most 2048 px on the long side. Its images must not have been removed by retention
+    /// (else 400 data_removed).
     #[serde(default)]
+    #[schema(value_type = Option<uuid::Uuid>)]
     pub parent_task_id: Option<Text>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct Variations {
+    /// A finished task of the same account. Must be a grid or upscale task whose image is at most 2048 px on the long side. Its images must not have been removed by retention (else 400
+    /// data_removed).
+    #[schema(value_type = uuid::Uuid)]
     pub parent_task_id: TaskId,
+    /// 1 to 4 (an integer or a string) when the parent is a grid task; "strong" or "subtle"
+    /// when it is an upscale task.
     pub index: AnyIndex,
 }
 
 /// `index` where it is optional (upscale-highres of a grid's image).
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct OptionalIndex {
+    /// Which image of the parent, 1 to 4 (an integer or a string); required when the parent is
+    /// a grid task, ignored otherwise.
     #[serde(default)]
+    #[schema(value_type = Option<ImageIndex>)]
     pub index: Option<ImageIndex>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct Pan {
+    /// A finished task of the same account. Must be an upscale task whose image is at most 2048 px on the long side. Its images must not have been removed by retention (else 400
+    /// data_removed).
+    #[schema(value_type = uuid::Uuid)]
     pub parent_task_id: TaskId,
+    #[schema(value_type = PanDirection)]
     pub direction: Choice<PanDirection>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct Outpaint {
+    /// A finished task of the same account. Must be an upscale task whose image is at most 2048 px on the long side. Its images must not have been removed by retention (else 400
+    /// data_removed).
+    #[schema(value_type = uuid::Uuid)]
     pub parent_task_id: TaskId,
+    /// How far to zoom out; 1 makes the image square. A numeric string ("1.5") is accepted too.
+    #[schema(value_type = f64, minimum = 1, maximum = 2)]
     pub zoom_ratio: ZoomRatio,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct Inpaint {
+    /// A finished task of the same account. Must be an upscale task whose image is at most 2048 px on the long side. Its images must not have been removed by retention (else 400
+    /// data_removed).
+    #[schema(value_type = uuid::Uuid)]
     pub parent_task_id: TaskId,
+    /// A PNG as a data URL, the size of the parent's image. A pixel is redrawn when it is
+    /// opaque and light (alpha >= 128 and luminance >= 128); at least one must be. Bodies of
+    /// inpaint may be up to `mask_body_limit` (8 MiB). Never shown in the record.
+    #[schema(value_type = String, pattern = "^data:image/png;base64,")]
     pub mask: Text,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct Blend {
+    /// The images to blend.
+    #[schema(value_type = Vec<ImageUrl>, min_items = 2, max_items = 5)]
     pub image_urls: Texts,
+    /// square 1:1, portrait 2:3, landscape 3:2. Null counts as absent.
     #[serde(default)]
+    #[schema(value_type = Option<Dimension>, default = "square")]
     pub dimension: Option<Choice<Dimension>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct Describe {
+    /// The image to describe.
+    #[schema(value_type = ImageUrl)]
     pub image_url: Text,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct SeedOf {
+    /// A finished task of the same account. Must be an image task (grid or single).
+    #[schema(value_type = uuid::Uuid)]
     pub task_id: TaskId,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct Faceswap {
+    /// The image whose face is replaced.
+    #[schema(value_type = ImageUrl)]
     pub target_image_url: Text,
+    /// The image whose face is used.
+    #[schema(value_type = ImageUrl)]
     pub swap_image_url: Text,
 }
 

@@ -8,7 +8,8 @@ pub mod inline;
 
 use bytes::Bytes;
 use rand::RngCore;
-use serde_json::{json, Value};
+use serde::Serialize;
+use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::Tasks;
@@ -118,18 +119,57 @@ pub async fn discard(tasks: &Tasks, uploads: &[Upload]) {
 }
 
 /// The answer to an upload (201): its id, its URL under both names clients read, what it is.
-pub fn answer(tasks: &Tasks, upload: &Upload) -> Value {
+#[derive(Serialize, ToSchema)]
+#[schema(as = Upload)]
+pub struct Answer {
+    #[schema(value_type = uuid::Uuid)]
+    id: String,
+    /// An easel image URL that every image field accepts (blend, describe, upscale-highres,
+    /// faceswap, image prompts); it needs no key to fetch.
+    url: String,
+    /// The same as `url`, under the name Apiframe's v1 SDK reads.
+    #[serde(rename = "imageURL")]
+    image_url: String,
+    /// From the bytes, not the name or the declared type.
+    #[schema(value_type = ImageType)]
+    content_type: String,
+    #[schema(minimum = 1)]
+    byte_size: i64,
+    #[schema(minimum = 1)]
+    width: u32,
+    #[schema(minimum = 1)]
+    height: u32,
+    /// When the upload is removed (upload_retention after it arrived).
+    #[schema(format = DateTime)]
+    expires_at: String,
+}
+
+/// The image types an upload may be (`check`), as the answer's `content_type` names them.
+#[derive(ToSchema)]
+pub enum ImageType {
+    #[schema(rename = "image/png")]
+    Png,
+    #[schema(rename = "image/jpeg")]
+    Jpeg,
+    #[schema(rename = "image/webp")]
+    Webp,
+    #[schema(rename = "image/gif")]
+    Gif,
+}
+
+/// The answer to `upload`.
+pub fn answer(tasks: &Tasks, upload: &Upload) -> Answer {
     let url = tasks.blobs.url(&upload.key);
-    json!({
-        "id": upload.id,
-        "url": url,
-        "imageURL": url,
-        "content_type": upload.content_type,
-        "byte_size": upload.byte_size,
-        "width": upload.width,
-        "height": upload.height,
-        "expires_at": rfc3339(upload.expires_at),
-    })
+    Answer {
+        id: upload.id.clone(),
+        url: url.clone(),
+        image_url: url,
+        content_type: upload.content_type.clone(),
+        byte_size: upload.byte_size,
+        width: upload.width,
+        height: upload.height,
+        expires_at: rfc3339(upload.expires_at),
+    }
 }
 
 /// The account named by an upload's blob key, when `key` is one.
