@@ -1,6 +1,6 @@
 //! Model backends through easel's HTTP API: easel configured with `[[backends]]` pointing at
 //! local servers that speak a backend's documented protocol, check what easel sends, and
-//! misbehave on request (one mock per protocol, in tests/backend_mocks). The adapters' own
+//! misbehave on request (one mock per protocol, in tests/it/backend_mocks). The adapters' own
 //! request building and answer parsing are tested beside them (src/generate/backends/*/), and
 //! each adapter on its own against its mock in backends/{comfyui,openai,sdwebui}_adapter.rs;
 //! here is what a caller sees: tasks
@@ -286,7 +286,7 @@ async fn a_configuration_that_cannot_work_stops_easel_naming_the_setting() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The openai and comfyui kinds, and the pool, against the mocks of tests/backend_mocks.
+// The openai and comfyui kinds, and the pool, against the mocks of tests/it/backend_mocks.
 
 fn backend(value: Value) -> BackendConfig {
     serde_json::from_value(value).unwrap()

@@ -27,7 +27,7 @@ fn s3_endpoint() -> Option<String> {
         SAID.call_once(|| {
             let _ = writeln!(
                 std::io::stderr(),
-                "tests/blobs.rs: S3 tests skipped (EASEL_TEST_S3_ENDPOINT is not set; \
+                "tests/it/blobs.rs: S3 tests skipped (EASEL_TEST_S3_ENDPOINT is not set; \
                  scripts/test.sh starts an S3 test server and sets it)"
             );
         });

@@ -1,6 +1,6 @@
 //! Canceling tasks (`POST /api/v1/tasks/{task_id}/cancel`) and waiting for them in one request
 //! (`Prefer: wait`), through the HTTP API of a server in this process. Runs on SQLite, and on
-//! PostgreSQL with `EASEL_TEST_STORE=postgres`; tests/multinode.rs does both across two nodes.
+//! PostgreSQL with `EASEL_TEST_STORE=postgres`; tests/load/multinode.rs does both across two nodes.
 
 use std::time::Duration;
 
@@ -121,7 +121,7 @@ async fn a_queued_task_is_canceled_at_once_its_credits_come_back_and_its_webhook
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_task_is_canceled_and_its_worker_goes_on_to_the_next() {
     // One worker, and generations that take long enough to be caught running. That the worker
-    // stops the generation at once is shown by tests/backends.rs (a ComfyUI job taken off the
+    // stops the generation at once is shown by tests/it/backends.rs (a ComfyUI job taken off the
     // backend before any heartbeat) and by the pool's unit test (a paced procedural job).
     let app = TestApp::spawn_with(|c| {
         c.worker.workers = 1;

@@ -153,7 +153,7 @@ async fn every_action_of_every_finished_task_type_is_accepted_as_sent() {
     assert!(sent > 40, "{sent}");
 
     // Text and seed results offer nothing; a task whose images retention removed offers
-    // nothing either (tests/retention.rs covers the removal itself).
+    // nothing either (tests/it/retention.rs covers the removal itself).
     let described = finished(
         &app,
         "describe",

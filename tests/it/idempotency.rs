@@ -1,6 +1,6 @@
 //! Idempotency keys on submits, through the HTTP API: replays, reused keys, bad headers, errors
 //! that are not stored, expiry, and duplicates in flight. On SQLite, and on PostgreSQL with
-//! `EASEL_TEST_STORE=postgres` (the two-node case is in tests/multinode.rs).
+//! `EASEL_TEST_STORE=postgres` (the two-node case is in tests/load/multinode.rs).
 
 use std::time::Duration;
 

@@ -47,7 +47,7 @@ async fn one_key_sent_to_two_nodes_makes_one_task() {
     let Some(postgres) = common::postgres() else {
         let _ = writeln!(
             std::io::stderr(),
-            "tests/idempotency_nodes.rs: skipped (EASEL_TEST_POSTGRES not set; scripts/test.sh \
+            "tests/it/idempotency_nodes.rs: skipped (EASEL_TEST_POSTGRES not set; scripts/test.sh \
              sets it)"
         );
         return;

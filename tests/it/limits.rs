@@ -30,7 +30,7 @@ async fn closed_by_server(stream: &mut TcpStream, within: Duration) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_header_senders_are_cut_off_and_others_are_served() {
-    // Every client here shares one address: no cap per address (tests/hostile.rs has that).
+    // Every client here shares one address: no cap per address (tests/it/hostile.rs has that).
     let app = TestApp::spawn_with(|c| {
         c.server.header_timeout = Duration::from_secs(1);
         c.server.max_connections_per_address = 0;

@@ -1,6 +1,6 @@
 //! The reliability suite's receiver faults: receivers fail in every way, and the retry schedule
-//! holds. (Crashes under load are in `crash.rs`, a binary of their own so that their load does
-//! not disturb these timings.)
+//! holds. (Crashes under load are in tests/load/crash.rs, in a binary apart from this one so
+//! that their load does not disturb these timings.)
 
 use std::time::Duration;
 

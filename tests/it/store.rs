@@ -1,7 +1,7 @@
 //! The store conformance suite: every rule easel relies on, checked through the `Store`
 //! interface alone, against both implementations. Each case below runs twice, as
-//! `sqlite::<case>` on a fresh database file and `postgres::<case>` on a fresh schema of the
-//! tests' PostgreSQL database (`EASEL_TEST_POSTGRES`; required when `CI=true`).
+//! `store::sqlite::<case>` on a fresh database file and `store::postgres::<case>` on a fresh
+//! schema of the tests' PostgreSQL database (`EASEL_TEST_POSTGRES`; required when `CI=true`).
 
 use crate::common;
 use std::collections::HashSet;

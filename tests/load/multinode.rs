@@ -42,7 +42,7 @@ fn services(test: &str) -> Option<(String, String)> {
             .collect();
             let _ = writeln!(
                 std::io::stderr(),
-                "tests/multinode.rs: {test} skipped ({} not set; scripts/test.sh sets both)",
+                "tests/load/multinode.rs: {test} skipped ({} not set; scripts/test.sh sets both)",
                 missing.join(" and ")
             );
             None

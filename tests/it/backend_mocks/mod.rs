@@ -1,5 +1,5 @@
 //! Local servers that speak a model backend's documented protocol, one per protocol, for
-//! tests/backends.rs: they
+//! tests/it/backends.rs: they
 //! check what easel sends (answering 400 or 401 as the real server would when it is wrong),
 //! record it for the test to look at, and misbehave on request through a [`Script`].
 
