@@ -17,17 +17,6 @@ async fn balance(app: &TestApp, key: &str) -> Value {
     body["credits"].clone()
 }
 
-/// Poll the task with `key` until it has finished or failed.
-async fn wait_final(app: &TestApp, key: &str, id: &str) -> Value {
-    common::wait_for(Duration::from_secs(30), || async {
-        let (status, t) = app.get_as(key, &format!("/api/v1/tasks/{id}")).await;
-        assert_eq!(status, 200, "{t}");
-        matches!(t["status"].as_str(), Some("finished" | "failed")).then_some(t)
-    })
-    .await
-    .unwrap_or_else(|| panic!("task {id} did not end in time"))
-}
-
 async fn ledger_sum(app: &TestApp, account: &str) -> i64 {
     app.store
         .credit_ledger(account, 10_000)
@@ -51,11 +40,7 @@ async fn submits_spend_credits_402_when_short_and_failed_tasks_give_them_back() 
     // 3 + 3 of 7: a third imagine is refused, and stores nothing.
     let mut ids = Vec::new();
     for prompt in ["a red fox", "a blue fox"] {
-        let (status, body) = app
-            .post_as(&key, "/api/v1/imagine", &json!({ "prompt": prompt }))
-            .await;
-        assert_eq!(status, 200, "{body}");
-        ids.push(body["task_id"].as_str().unwrap().to_string());
+        ids.push(app.imagine_as(&key, json!({ "prompt": prompt })).await);
     }
     assert_eq!(balance(&app, &key).await, json!(1));
     let (status, body) = app
@@ -81,15 +66,13 @@ async fn submits_spend_credits_402_when_short_and_failed_tasks_give_them_back() 
     // An operator adds 3; a blocked prompt spends them, fails at the worker, and its 3 credits
     // come back with its failure.
     assert!(app.store.set_credits(&account, Some(4)).await.unwrap());
-    let (status, body) = app
-        .post_as(&key, "/api/v1/imagine", &json!({ "prompt": "nsfw fox" }))
+    ids.push(app.imagine_as(&key, json!({ "prompt": "nsfw fox" })).await);
+    let failed = app
+        .wait_final_as(&key, &ids[2], Duration::from_secs(30))
         .await;
-    assert_eq!(status, 200, "{body}");
-    ids.push(body["task_id"].as_str().unwrap().to_string());
-    let failed = wait_final(&app, &key, &ids[2]).await;
     assert_eq!(failed["status"], "failed", "{failed}");
     for id in &ids[..2] {
-        let done = wait_final(&app, &key, id).await;
+        let done = app.wait_final_as(&key, id, Duration::from_secs(30)).await;
         assert_eq!(done["status"], "finished", "{done}");
     }
     assert_eq!(balance(&app, &key).await, json!(4));
@@ -116,10 +99,7 @@ async fn submits_spend_credits_402_when_short_and_failed_tasks_give_them_back() 
 
     // An unlimited account is never refused nor charged.
     let (unlimited, free_key) = app.account_with("free@example.com", None).await;
-    let (status, _) = app
-        .post_as(&free_key, "/api/v1/imagine", &json!({ "prompt": "free" }))
-        .await;
-    assert_eq!(status, 200);
+    app.imagine_as(&free_key, json!({ "prompt": "free" })).await;
     assert_eq!(balance(&app, &free_key).await, Value::Null);
     assert!(app
         .store

@@ -27,7 +27,6 @@ use crate::backend_mocks::Fault;
 use crate::backend_mocks::{self, comfyui::ComfyMock};
 use crate::common::{self, TestApp};
 use easel::generate::backends::{BackendConfig, BackendKind};
-use easel::generate::raster::{decode_png, RgbaImage};
 
 const WITHIN: Duration = Duration::from_secs(60);
 
@@ -43,22 +42,6 @@ fn webui(name: &str, url: &str, concurrency: usize, operations: Option<&[&str]>)
     cfg.operations = operations.map(|ops| ops.iter().map(|o| o.to_string()).collect());
     assert_eq!(cfg.kind, BackendKind::Sdwebui);
     cfg
-}
-
-async fn run(app: &TestApp, op: &str, body: Value) -> Value {
-    let (status, answer) = app.post(&format!("/api/v1/{op}"), &body).await;
-    assert_eq!(status, 200, "{op} {body}: {answer}");
-    let record = app
-        .wait_final(answer["task_id"].as_str().unwrap(), WITHIN)
-        .await;
-    assert_eq!(record["status"], "finished", "{op}: {record}");
-    record
-}
-
-async fn image(app: &TestApp, url: &Value) -> RgbaImage {
-    let res = app.http.get(url.as_str().unwrap()).send().await.unwrap();
-    assert_eq!(res.status(), 200);
-    decode_png(&res.bytes().await.unwrap()).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -89,26 +72,28 @@ async fn a_webui_draws_the_tasks_and_a_follow_up_runs_on_another_backend() {
     assert_eq!(ready["backends"].as_array().unwrap().len(), 2, "{ready}");
 
     // imagine on the WebUI: the images are the ones it made, at the size easel asked for.
-    let grid = run(
-        &app,
-        "imagine",
-        json!({"prompt": "a harbour", "aspect_ratio": "3:2"}),
-    )
-    .await;
-    let first = image(&app, &grid["image_urls"][0]).await;
+    let grid = app
+        .finished(
+            "imagine",
+            json!({"prompt": "a harbour", "aspect_ratio": "3:2"}),
+            WITHIN,
+        )
+        .await;
+    let first = app.image(&grid["image_urls"][0]).await;
     assert_eq!(first, flat(first.width, first.height, 10));
     assert_eq!(first.width % 8, 0);
     assert!(first.width > first.height, "3:2 is wide");
     assert_eq!(a.jobs.load(Ordering::SeqCst), 1);
 
     // A follow-up of A's image runs on B, which receives A's image from easel's storage.
-    let up = run(
-        &app,
-        "upscale-highres",
-        json!({"parent_task_id": grid["task_id"], "index": 1, "type": "2x"}),
-    )
-    .await;
-    let upscaled = image(&app, &up["image_url"]).await;
+    let up = app
+        .finished(
+            "upscale-highres",
+            json!({"parent_task_id": grid["task_id"], "index": 1, "type": "2x"}),
+            WITHIN,
+        )
+        .await;
+    let upscaled = app.image(&up["image_url"]).await;
     assert_eq!(
         (upscaled.width, upscaled.height),
         (first.width * 2, first.height * 2)
@@ -318,16 +303,9 @@ fn comfy(name: &str, url: &str) -> BackendConfig {
     }))
 }
 
-/// Submit a task; its id.
-async fn submit(app: &TestApp, op: &str, body: Value) -> String {
-    let (status, answer) = app.post(&format!("/api/v1/{op}"), &body).await;
-    assert_eq!(status, 200, "{op} {body}: {answer}");
-    answer["task_id"].as_str().unwrap().to_string()
-}
-
 /// Submit a task and wait for its end; its final record, whatever the status.
 async fn outcome(app: &TestApp, op: &str, body: Value) -> Value {
-    let id = submit(app, op, body).await;
+    let id = app.submit(op, body).await;
     app.wait_final(&id, WITHIN).await
 }
 
@@ -345,9 +323,9 @@ fn failed_with(record: &Value, start: &str, part: &str) {
 async fn assert_images_are(app: &TestApp, record: &Value, shade: u8) -> (u32, u32) {
     let urls = record["image_urls"].as_array().unwrap();
     assert_eq!(urls.len(), 4, "{record}");
-    let first = image(app, &urls[0]).await;
+    let first = app.image(&urls[0]).await;
     for (k, url) in urls.iter().enumerate() {
-        let img = image(app, url).await;
+        let img = app.image(url).await;
         assert_eq!(
             img,
             backend_mocks::flat(first.width, first.height, shade + k as u8),
@@ -375,7 +353,9 @@ async fn openai_gets_the_fields_sizes_key_and_n_it_documents_and_both_answer_sha
     .await;
 
     // imagine: one generations request for four images, at the aspect ratio in multiples of 64.
-    let grid = run(&app, "imagine", json!({"prompt": "a harbour --ar 2:1"})).await;
+    let grid = app
+        .finished("imagine", json!({"prompt": "a harbour --ar 2:1"}), WITHIN)
+        .await;
     assert_eq!(assert_images_are(&app, &grid, 20).await, (128, 64));
     let seen = mock.seen();
     assert_eq!(seen.len(), 1);
@@ -391,13 +371,14 @@ async fn openai_gets_the_fields_sizes_key_and_n_it_documents_and_both_answer_sha
     assert_eq!(generation.fields["prompt"], "a harbour");
 
     // variations: an edit of the parent's image, sent as a multipart file.
-    let parent = image(&app, &grid["image_urls"][1]).await;
-    let variations = run(
-        &app,
-        "variations",
-        json!({"parent_task_id": grid["task_id"], "index": 2}),
-    )
-    .await;
+    let parent = app.image(&grid["image_urls"][1]).await;
+    let variations = app
+        .finished(
+            "variations",
+            json!({"parent_task_id": grid["task_id"], "index": 2}),
+            WITHIN,
+        )
+        .await;
     assert_images_are(&app, &variations, 70).await;
     let edit = &mock.seen()[1];
     assert_eq!(edit.path, "/images/edits");
@@ -408,16 +389,17 @@ async fn openai_gets_the_fields_sizes_key_and_n_it_documents_and_both_answer_sha
 
     // pan: the parent on a wider canvas, with a mask over the new part (the mock refuses a mask
     // without a transparent pixel, or of another size than the image).
-    let one = run(
-        &app,
-        "upscale-1x",
-        json!({"parent_task_id": grid["task_id"], "index": 1}),
-    )
-    .await;
-    run(
-        &app,
+    let one = app
+        .finished(
+            "upscale-1x",
+            json!({"parent_task_id": grid["task_id"], "index": 1}),
+            WITHIN,
+        )
+        .await;
+    app.finished(
         "pan",
         json!({"parent_task_id": one["task_id"], "direction": "right"}),
+        WITHIN,
     )
     .await;
     let pan = &mock.seen()[2];
@@ -442,7 +424,9 @@ async fn openai_gets_the_fields_sizes_key_and_n_it_documents_and_both_answer_sha
         c.backends = vec![openai("oa-urls", &url, "sk-test-456", json!({}))];
     })
     .await;
-    let grid = run(&app, "imagine", json!({"prompt": "a lantern"})).await;
+    let grid = app
+        .finished("imagine", json!({"prompt": "a lantern"}), WITHIN)
+        .await;
     assert_images_are(&app, &grid, 90).await;
     let fetches = urls.file_fetches.lock().unwrap().clone();
     assert_eq!(fetches.len(), 4);
@@ -468,7 +452,9 @@ async fn dall_e_3_gets_four_requests_of_one_image_at_a_size_it_makes() {
         )];
     })
     .await;
-    let grid = run(&app, "imagine", json!({"prompt": "a dune --ar 16:9"})).await;
+    let grid = app
+        .finished("imagine", json!({"prompt": "a dune --ar 16:9"}), WITHIN)
+        .await;
     let seen = mock.seen();
     assert_eq!(seen.len(), 4, "one request per image");
     for request in &seen {
@@ -476,7 +462,7 @@ async fn dall_e_3_gets_four_requests_of_one_image_at_a_size_it_makes() {
         assert_eq!(request.fields["size"], "1792x1024", "the nearest to 16:9");
         assert_eq!(request.fields["model"], "dall-e-3");
     }
-    let first = image(&app, &grid["image_urls"][0]).await;
+    let first = app.image(&grid["image_urls"][0]).await;
     assert_eq!((first.width, first.height), (1792, 1024));
     // dall-e-3 has no edits: variations are refused at submit.
     let (status, body) = app
@@ -584,7 +570,9 @@ async fn a_rejected_key_fails_the_task_without_showing_the_key() {
         c.worker.generation_budget = Duration::from_secs(2);
     })
     .await;
-    let grid = run(&app, "imagine", json!({"prompt": "a key"})).await;
+    let grid = app
+        .finished("imagine", json!({"prompt": "a key"}), WITHIN)
+        .await;
     // The backend with the wrong key is taken out by its probe at start...
     let ready = common::wait_for(Duration::from_secs(10), || async {
         let (_, ready) = app.get("/readyz").await;
@@ -621,7 +609,9 @@ async fn comfyui_gets_the_job_in_its_graph_and_its_progress_events_move_the_perc
         c.backends = vec![cfg];
     })
     .await;
-    let id = submit(&app, "imagine", json!({"prompt": "a lighthouse --ar 3:2"})).await;
+    let id = app
+        .submit("imagine", json!({"prompt": "a lighthouse --ar 3:2"}))
+        .await;
     // The percentage while it runs: the socket's progress events land between 15 (running) and
     // 80 (done), where polling alone has nothing to report.
     let mut seen = Vec::new();
@@ -678,11 +668,11 @@ async fn comfyui_gets_the_job_in_its_graph_and_its_progress_events_move_the_perc
     );
 
     // variations: the parent uploaded, named in the LoadImage node, its latent repeated to four.
-    let parent = image(&app, &record["image_urls"][2]).await;
-    run(
-        &app,
+    let parent = app.image(&record["image_urls"][2]).await;
+    app.finished(
         "variations",
         json!({"parent_task_id": id, "index": 3}),
+        WITHIN,
     )
     .await;
     let uploads = mock.uploads.lock().unwrap().clone();
@@ -803,7 +793,7 @@ async fn a_backend_that_dies_mid_job_has_its_task_finished_on_another() {
         ];
     })
     .await;
-    let id = submit(&app, "imagine", json!({"prompt": "mid-job"})).await;
+    let id = app.submit("imagine", json!({"prompt": "mid-job"})).await;
     common::wait_for(Duration::from_secs(10), || async {
         (dying.running.load(Ordering::SeqCst) == 1).then_some(())
     })
@@ -854,7 +844,10 @@ async fn two_backends_of_different_speeds_share_the_load_within_their_concurrenc
     .await;
     let mut ids = Vec::new();
     for i in 0..24 {
-        ids.push(submit(&app, "imagine", json!({"prompt": format!("load {i}")})).await);
+        ids.push(
+            app.submit("imagine", json!({"prompt": format!("load {i}")}))
+                .await,
+        );
     }
     for id in &ids {
         let record = app.wait_final(id, WITHIN).await;
@@ -886,7 +879,7 @@ async fn a_canceled_task_is_taken_off_its_backend_and_the_slot_goes_to_the_next(
     .await;
     // The job hangs on the backend until easel takes it off.
     mock.script.set(Fault::Hang);
-    let id = submit(&app, "imagine", json!({"prompt": "a long job"})).await;
+    let id = app.submit("imagine", json!({"prompt": "a long job"})).await;
     let on_backend = common::wait_for(WITHIN, || async {
         let prompts = mock.prompts.lock().unwrap();
         prompts
@@ -971,8 +964,8 @@ async fn a_backends_slot_goes_to_the_next_job_once_it_answers_not_once_the_answe
         c.backends = vec![openai("oa", &url, "k", json!({"timeout": "20s"}))];
     })
     .await;
-    let first = submit(&app, "imagine", json!({"prompt": "the first"})).await;
-    let second = submit(&app, "imagine", json!({"prompt": "the second"})).await;
+    let first = app.submit("imagine", json!({"prompt": "the first"})).await;
+    let second = app.submit("imagine", json!({"prompt": "the second"})).await;
     for id in [&first, &second] {
         let record = app.wait_final(id, WITHIN).await;
         assert_eq!(record["status"], "finished", "{record}");

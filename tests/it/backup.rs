@@ -127,12 +127,9 @@ async fn a_backup_under_load_restores_every_acknowledged_task_with_its_images() 
         "the restored data has its account"
     );
     for id in &before {
-        let record = wait_for(Duration::from_secs(120), || async {
-            let record = easel.fetch(&key, id).await;
-            (record["status"] == "finished").then_some(record)
-        })
-        .await
-        .unwrap_or_else(|| panic!("task {id} did not finish after the restore"));
+        let record = easel
+            .wait_status(&key, id, "finished", Duration::from_secs(120))
+            .await;
         let mut urls = vec![record["original_image_url"].as_str().unwrap().to_string()];
         for url in record["image_urls"].as_array().unwrap() {
             urls.push(url.as_str().unwrap().to_string());
@@ -158,15 +155,9 @@ async fn restore_refuses_a_data_dir_that_is_not_empty() {
     let dir = tempfile::tempdir().unwrap();
     let easel = Easel::start(dir.path(), &[]);
     let key = easel.first_key.clone().unwrap();
-    let (status, body) = easel
-        .post(
-            &key,
-            "/api/v1/imagine",
-            json!({"prompt": "a quiet harbour"}),
-        )
+    let id = easel
+        .imagine(&key, json!({"prompt": "a quiet harbour"}))
         .await;
-    assert_eq!(status, 200);
-    let id = body["task_id"].as_str().unwrap().to_string();
     let backup = dir.path().join("backup");
     let out = run(dir.path(), &[], &["backup", backup.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));

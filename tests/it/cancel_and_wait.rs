@@ -65,15 +65,12 @@ async fn a_queued_task_is_canceled_at_once_its_credits_come_back_and_its_webhook
     .await;
     let (_, key) = app.account_with("canceler@example.com", Some(10)).await;
     let receiver = Receiver::start(vec![Behaviour::Status(200)]).await;
-    let (status, body) = app
-        .post_as(
+    let id = app
+        .imagine_as(
             &key,
-            "/api/v1/imagine",
-            &json!({"prompt": "a quiet harbour", "webhook_url": receiver.url}),
+            json!({"prompt": "a quiet harbour", "webhook_url": receiver.url}),
         )
         .await;
-    assert_eq!(status, 200, "{body}");
-    let id = body["task_id"].as_str().unwrap().to_string();
     let (_, account) = app.get_as(&key, "/api/v1/account").await;
     assert_eq!(account["credits"], 6, "imagine costs four: {account}");
 
@@ -108,10 +105,8 @@ async fn a_queued_task_is_canceled_at_once_its_credits_come_back_and_its_webhook
     assert_eq!(page["tasks"][0]["task_id"], id.as_str());
 
     // It no longer counts as queued: the account's one queued task may be another.
-    let (status, body) = app
-        .post_as(&key, "/api/v1/imagine", &json!({"prompt": "the next one"}))
+    app.imagine_as(&key, json!({"prompt": "the next one"}))
         .await;
-    assert_eq!(status, 200, "{body}");
     let (status, body) = app
         .post_as(&key, "/api/v1/imagine", &json!({"prompt": "one too many"}))
         .await;
@@ -129,11 +124,7 @@ async fn a_running_task_is_canceled_and_its_worker_goes_on_to_the_next() {
     })
     .await;
     let first = app.imagine(json!({"prompt": "a long exposure"})).await;
-    wait_for(WITHIN, || async {
-        (app.fetch(&first).await["status"] == "processing").then_some(())
-    })
-    .await
-    .expect("the first task runs");
+    app.wait_status(&first, "processing", WITHIN).await;
     let second = app.imagine(json!({"prompt": "a second one"})).await;
     let (status, record) = cancel(&app, &app.key, &first).await;
     assert_eq!(status, 200, "{record}");

@@ -174,6 +174,13 @@ impl Browser {
         .await
     }
 
+    /// Sign up with `PASSWORD` (and be signed in), then create a key: its secret.
+    async fn sign_up_with_key(&mut self, email: &str, key_name: &str) -> String {
+        let page = self.sign_up(email, PASSWORD).await;
+        assert_eq!(page.status, 303, "{}", page.body);
+        self.create_key(key_name).await
+    }
+
     /// Create a key on the keys page; its secret.
     async fn create_key(&mut self, name: &str) -> String {
         let keys = self.get("/keys").await;
@@ -608,18 +615,14 @@ async fn a_new_sign_up_starts_with_the_grant_and_is_refused_402_when_it_runs_out
     })
     .await;
     let mut b = Browser::new(&app);
-    b.sign_up("granted@example.com", PASSWORD).await;
-    let key = b.create_key("spending").await;
+    let key = b.sign_up_with_key("granted@example.com", "spending").await;
     let (_, account) = app.get_as(&key, "/api/v1/account").await;
     assert_eq!(
         account["credits"],
         easel::config::SIGNUP_CREDITS,
         "{account}"
     );
-    let (status, body) = app
-        .post_as(&key, "/api/v1/imagine", &json!({ "prompt": "a fox" }))
-        .await;
-    assert_eq!(status, 200, "{body}");
+    app.imagine_as(&key, json!({ "prompt": "a fox" })).await;
     let (status, body) = app
         .post_as(
             &key,
@@ -637,8 +640,7 @@ async fn a_new_sign_up_starts_with_the_grant_and_is_refused_402_when_it_runs_out
 async fn unlimited_sign_up_credits_are_a_setting() {
     let app = TestApp::spawn_with(|c| c.accounts.signup_credits = None).await;
     let mut b = Browser::new(&app);
-    b.sign_up("free@example.com", PASSWORD).await;
-    let key = b.create_key("free").await;
+    let key = b.sign_up_with_key("free@example.com", "free").await;
     let (_, account) = app.get_as(&key, "/api/v1/account").await;
     assert_eq!(account["credits"], Value::Null, "{account}");
 }
@@ -647,23 +649,16 @@ async fn unlimited_sign_up_credits_are_a_setting() {
 async fn accounts_never_see_each_others_tasks_or_keys() {
     let app = TestApp::spawn().await;
     let mut alice = Browser::new(&app);
-    alice.sign_up("alice@example.com", PASSWORD).await;
-    let key = alice.create_key("alice's program").await;
-    let (status, body) = app
-        .post_as(
-            &key,
-            "/api/v1/imagine",
-            &json!({"prompt": "alice secret lighthouse"}),
-        )
+    let key = alice
+        .sign_up_with_key("alice@example.com", "alice's program")
         .await;
-    assert_eq!(status, 200, "{body}");
-    let task = body["task_id"].as_str().unwrap().to_string();
-    common::wait_for(Duration::from_secs(20), || async {
-        let (_, t) = app.get_as(&key, &format!("/api/v1/tasks/{task}")).await;
-        (t["status"] == "finished").then_some(())
-    })
-    .await
-    .expect("finished");
+    let task = app
+        .imagine_as(&key, json!({"prompt": "alice secret lighthouse"}))
+        .await;
+    let record = app
+        .wait_final_as(&key, &task, Duration::from_secs(20))
+        .await;
+    assert_eq!(record["status"], "finished", "{record}");
 
     let own = alice.get(&format!("/tasks/{task}")).await;
     assert_eq!(own.status, 200);
@@ -891,10 +886,7 @@ async fn the_operators_page_lists_the_accounts_with_work_and_their_running_limit
 
     let key = app.key_for("busy@example.com").await;
     for _ in 0..3 {
-        let (status, body) = app
-            .post_as(&key, "/api/v1/imagine", &json!({"prompt": "a mill"}))
-            .await;
-        assert_eq!(status, 200, "{body}");
+        app.imagine_as(&key, json!({"prompt": "a mill"})).await;
     }
     // One of them taken by a worker elsewhere.
     assert!(app
@@ -926,8 +918,7 @@ async fn operators_see_every_account_and_can_disable_one_or_set_its_credits() {
     let admin = app.store.first_account().await.unwrap().unwrap();
 
     let mut bob = Browser::new(&app);
-    bob.sign_up("bob-op@example.com", PASSWORD).await;
-    let key = bob.create_key("bob's").await;
+    let key = bob.sign_up_with_key("bob-op@example.com", "bob's").await;
     let bob_id = app
         .store
         .account_by_email("bob-op@example.com")
@@ -998,8 +989,7 @@ async fn operators_see_every_account_and_can_disable_one_or_set_its_credits() {
 async fn the_playground_submits_with_the_accounts_own_keys_only() {
     let app = TestApp::spawn().await;
     let mut b = Browser::new(&app);
-    b.sign_up("play@example.com", PASSWORD).await;
-    let key = b.create_key("playground").await;
+    let key = b.sign_up_with_key("play@example.com", "playground").await;
     let page = b.get("/playground").await;
     assert_eq!(page.status, 200);
     let csrf = page.csrf();
@@ -1101,17 +1091,10 @@ async fn a_task_whose_images_retention_removed_shows_a_note_instead_of_images() 
     })
     .await;
     let mut b = Browser::new(&app);
-    b.sign_up("kept@example.com", PASSWORD).await;
-    let key = b.create_key("short-lived").await;
-    let (status, body) = app
-        .post_as(
-            &key,
-            "/api/v1/imagine",
-            &json!({"prompt": "a fading photograph"}),
-        )
+    let key = b.sign_up_with_key("kept@example.com", "short-lived").await;
+    let task = app
+        .imagine_as(&key, json!({"prompt": "a fading photograph"}))
         .await;
-    assert_eq!(status, 200, "{body}");
-    let task = body["task_id"].as_str().unwrap().to_string();
     let (status, body) = app
         .post_as(
             &key,
@@ -1183,17 +1166,12 @@ fn askama_escape(text: &str) -> String {
 async fn a_task_that_has_not_ended_is_canceled_from_its_page_by_its_owner_only() {
     let app = TestApp::spawn_with(|c| c.worker.workers = 0).await;
     let mut alice = Browser::new(&app);
-    alice.sign_up("alice@example.com", PASSWORD).await;
-    let key = alice.create_key("alice's program").await;
-    let (status, body) = app
-        .post_as(
-            &key,
-            "/api/v1/imagine",
-            &json!({"prompt": "a queued comet"}),
-        )
+    let key = alice
+        .sign_up_with_key("alice@example.com", "alice's program")
         .await;
-    assert_eq!(status, 200, "{body}");
-    let task = body["task_id"].as_str().unwrap().to_string();
+    let task = app
+        .imagine_as(&key, json!({"prompt": "a queued comet"}))
+        .await;
     let page = alice.get(&format!("/tasks/{task}")).await;
     assert_eq!(page.status, 200);
     assert!(page.body.contains("Cancel task"), "{}", page.body);
@@ -1238,8 +1216,9 @@ async fn a_task_that_has_not_ended_is_canceled_from_its_page_by_its_owner_only()
 async fn the_playground_uploads_an_image_without_script_and_offers_its_url() {
     let app = TestApp::spawn().await;
     let mut b = Browser::new(&app);
-    b.sign_up("pictures@example.com", PASSWORD).await;
-    let key = b.create_key("playground").await;
+    let key = b
+        .sign_up_with_key("pictures@example.com", "playground")
+        .await;
     let page = b.get("/playground").await;
     assert!(
         page.body.contains("enctype=\"multipart/form-data\""),
@@ -1383,15 +1362,12 @@ async fn the_dashboards_event_streams_need_the_session_and_show_the_accounts_own
     // No worker: the tasks wait in line.
     let app = TestApp::spawn_with(|c| c.worker.workers = 0).await;
     let mut alice = Browser::new(&app);
-    alice.sign_up("alice@example.com", PASSWORD).await;
-    let key = alice.create_key("alice's program").await;
+    let key = alice
+        .sign_up_with_key("alice@example.com", "alice's program")
+        .await;
     let mut ids = Vec::new();
     for prompt in ["a first lantern", "a second lantern"] {
-        let (status, body) = app
-            .post_as(&key, "/api/v1/imagine", &json!({ "prompt": prompt }))
-            .await;
-        assert_eq!(status, 200, "{body}");
-        ids.push(body["task_id"].as_str().unwrap().to_string());
+        ids.push(app.imagine_as(&key, json!({ "prompt": prompt })).await);
     }
     let (first, second) = (&ids[0], &ids[1]);
 
@@ -1416,12 +1392,11 @@ async fn the_dashboards_event_streams_need_the_session_and_show_the_accounts_own
     // Bob's own stream says his task, and nothing of Alice's (all three wait; accounts take
     // turns, so Bob's goes between Alice's first and second).
     let bobs_key = bob.create_key("bob's program").await;
-    let (status, body) = app
-        .post_as(&bobs_key, "/api/v1/imagine", &json!({ "prompt": "a kite" }))
+    let kite = app
+        .imagine_as(&bobs_key, json!({ "prompt": "a kite" }))
         .await;
-    assert_eq!(status, 200, "{body}");
     let (theirs, _) = read_events(&mut bob.open("/tasks/events").await, |e| !e.is_empty()).await;
-    assert_eq!(theirs[0].1["task_id"], body["task_id"]);
+    assert_eq!(theirs[0].1["task_id"], kite.as_str());
     assert_eq!(theirs[0].1["queue_position"], 1);
 
     // The page says where the task stands without script, and the script's stream address.
@@ -1483,17 +1458,12 @@ async fn a_running_tasks_preview_is_shown_from_this_site_and_its_stream_ends_wit
     })
     .await;
     let mut alice = Browser::new(&app);
-    alice.sign_up("alice@example.com", PASSWORD).await;
-    let key = alice.create_key("alice's program").await;
-    let (status, body) = app
-        .post_as(
-            &key,
-            "/api/v1/imagine",
-            &json!({"prompt": "a slow harbour"}),
-        )
+    let key = alice
+        .sign_up_with_key("alice@example.com", "alice's program")
         .await;
-    assert_eq!(status, 200, "{body}");
-    let id = body["task_id"].as_str().unwrap().to_string();
+    let id = app
+        .imagine_as(&key, json!({"prompt": "a slow harbour"}))
+        .await;
 
     let mut stream = alice.open(&format!("/tasks/{id}/events")).await;
     let (said, _) = read_events(&mut stream, |e| {

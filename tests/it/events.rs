@@ -381,12 +381,8 @@ async fn a_task_claimed_while_the_backend_is_busy_waits_in_line_not_processing()
     // first to take the generation slot (the one claimed first need not get there first).
     let app = slow_node(4.0).await;
     let first = app.imagine(json!({"prompt": "first"})).await;
-    wait_for(Duration::from_secs(10), || async {
-        let (_, a) = app.get(&format!("/api/v1/tasks/{first}")).await;
-        (a["status"] == "processing").then_some(())
-    })
-    .await
-    .expect("the first task generating");
+    app.wait_status(&first, "processing", Duration::from_secs(10))
+        .await;
     let second = app.imagine(json!({"prompt": "second"})).await;
     let running = wait_for(Duration::from_secs(10), || async {
         let (_, b) = app.get(&format!("/api/v1/tasks/{second}")).await;
@@ -424,11 +420,7 @@ async fn a_stream_on_one_node_follows_a_task_run_by_another() {
     let key = &runner.key;
     let (_, account) = Events::open(&api, key, "/api/v1/events", None).await;
     let mut account = account.unwrap();
-    let (status, body) = api
-        .post_as(key, "/api/v1/imagine", &json!({"prompt": "far away"}))
-        .await;
-    assert_eq!(status, 200, "{body}");
-    let id = body["task_id"].as_str().unwrap().to_string();
+    let id = api.imagine_as(key, json!({"prompt": "far away"})).await;
     let (_, stream) = Events::open(&api, key, &format!("/api/v1/tasks/{id}/events"), None).await;
     let events = stream.unwrap().rest(Duration::from_secs(40)).await;
     check_life(&events, &id);

@@ -59,9 +59,7 @@ async fn submit(app: &TestApp, key: &str, n: usize, mode: &str) -> Vec<String> {
     let mut ids = Vec::new();
     for _ in 0..n {
         let body = json!({"prompt": "a lighthouse", "process_mode": mode});
-        let (status, answer) = app.post_as(key, "/api/v1/imagine", &body).await;
-        assert_eq!(status, 200, "{answer}");
-        ids.push(answer["task_id"].as_str().unwrap().to_string());
+        ids.push(app.imagine_as(key, body).await);
     }
     ids
 }

@@ -11,16 +11,6 @@ use serde_json::{json, Value};
 
 const LONG: Duration = Duration::from_secs(30);
 
-/// Submit `op` with `body`; the task's final record, which must be finished.
-async fn finished(app: &TestApp, op: &str, body: &Value) -> Value {
-    let (status, answer) = app.post(&format!("/api/v1/{op}"), body).await;
-    assert_eq!(status, 200, "{op} {body}: {answer}");
-    let id = answer["task_id"].as_str().expect("a task id").to_string();
-    let record = app.wait_final(&id, LONG).await;
-    assert_eq!(record["status"], "finished", "{op} {body}: {record}");
-    record
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metadata_comes_back_unchanged_in_the_record_and_every_webhook() {
     let receiver = Receiver::start(vec![Behaviour::Status(200)]).await;
@@ -28,7 +18,7 @@ async fn metadata_comes_back_unchanged_in_the_record_and_every_webhook() {
     // Key order, nesting and every JSON type, as the caller wrote them.
     let metadata = json!({"zeta": 1, "alpha": {"list": [true, null, 2.5, "x"]}, "empty": {}});
     let body = json!({"prompt": "a red fox", "metadata": metadata, "webhook_url": receiver.url});
-    let record = finished(&app, "imagine", &body).await;
+    let record = app.finished("imagine", body.clone(), LONG).await;
     assert_eq!(
         serde_json::to_string(&record["metadata"]).unwrap(),
         serde_json::to_string(&metadata).unwrap()
@@ -67,12 +57,13 @@ async fn metadata_comes_back_unchanged_in_the_record_and_every_webhook() {
 
     // A follow-up carries only its own.
     let parent = record["task_id"].as_str().unwrap();
-    let child = finished(
-        &app,
-        "upscale-1x",
-        &json!({"parent_task_id": parent, "index": 1}),
-    )
-    .await;
+    let child = app
+        .finished(
+            "upscale-1x",
+            json!({"parent_task_id": parent, "index": 1}),
+            LONG,
+        )
+        .await;
     assert!(child.get("metadata").is_none(), "{child}");
 
     // Bad metadata is refused naming the rule, and nothing is stored.
@@ -108,7 +99,9 @@ async fn metadata_comes_back_unchanged_in_the_record_and_every_webhook() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_action_of_every_finished_task_type_is_accepted_as_sent() {
     let app = TestApp::spawn().await;
-    let imagine = finished(&app, "imagine", &json!({"prompt": "a lighthouse at dusk"})).await;
+    let imagine = app
+        .finished("imagine", json!({"prompt": "a lighthouse at dusk"}), LONG)
+        .await;
     let labels: Vec<&str> = imagine["actions"]
         .as_array()
         .unwrap()
@@ -127,7 +120,7 @@ async fn every_action_of_every_finished_task_type_is_accepted_as_sent() {
     while let Some(record) = queue.pop_front() {
         for action in record["actions"].as_array().into_iter().flatten() {
             let op = action["operation"].as_str().unwrap();
-            let done = finished(&app, op, &action["body"]).await;
+            let done = app.finished(op, action["body"].clone(), LONG).await;
             sent += 1;
             assert_eq!(done["task_type"], op);
             assert_eq!(done["parent_task_id"], record["task_id"]);
@@ -154,43 +147,50 @@ async fn every_action_of_every_finished_task_type_is_accepted_as_sent() {
 
     // Text and seed results offer nothing; a task whose images retention removed offers
     // nothing either (tests/it/retention.rs covers the removal itself).
-    let described = finished(
-        &app,
-        "describe",
-        &json!({"image_url": imagine_url(&app).await}),
-    )
-    .await;
+    let described = app
+        .finished(
+            "describe",
+            json!({"image_url": imagine_url(&app).await}),
+            LONG,
+        )
+        .await;
     assert!(described.get("actions").is_none(), "{described}");
 }
 
 async fn imagine_url(app: &TestApp) -> String {
-    let record = finished(app, "imagine", &json!({"prompt": "a tree"})).await;
+    let record = app
+        .finished("imagine", json!({"prompt": "a tree"}), LONG)
+        .await;
     record["image_urls"][0].as_str().unwrap().to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apiframe_v1s_older_routes_answer_as_easels_operations() {
     let app = TestApp::spawn().await;
-    let grid = finished(&app, "imagine", &json!({"prompt": "a harbour"})).await;
+    let grid = app
+        .finished("imagine", json!({"prompt": "a harbour"}), LONG)
+        .await;
     let grid_id = grid["task_id"].as_str().unwrap();
 
-    let up = finished(
-        &app,
-        "midjourney/upscale",
-        &json!({"taskId": grid_id, "index": 2}),
-    )
-    .await;
+    let up = app
+        .finished(
+            "midjourney/upscale",
+            json!({"taskId": grid_id, "index": 2}),
+            LONG,
+        )
+        .await;
     assert_eq!(up["task_type"], "upscale-1x");
     assert_eq!(up["index"], 2);
     assert_eq!(up["parent_task_id"], grid_id);
     let up_id = up["task_id"].as_str().unwrap();
 
-    let vary = finished(
-        &app,
-        "midjourney/vary",
-        &json!({"taskId": grid_id, "index": "3"}),
-    )
-    .await;
+    let vary = app
+        .finished(
+            "midjourney/vary",
+            json!({"taskId": grid_id, "index": "3"}),
+            LONG,
+        )
+        .await;
     assert_eq!(
         (vary["task_type"].as_str(), vary["index"].as_u64()),
         (Some("variations"), Some(3))
@@ -201,21 +201,24 @@ async fn apiframe_v1s_older_routes_answer_as_easels_operations() {
         (Value::Null, "subtle"),
     ] {
         let body = json!({"taskId": up_id, "index": 1, "strength": strength});
-        let vary = finished(&app, "midjourney/vary", &body).await;
+        let vary = app.finished("midjourney/vary", body.clone(), LONG).await;
         assert_eq!(vary["index"], index, "{strength}");
     }
 
-    let zoom = finished(&app, "midjourney/zoom", &json!({"taskId": up_id})).await;
+    let zoom = app
+        .finished("midjourney/zoom", json!({"taskId": up_id}), LONG)
+        .await;
     assert_eq!(
         (zoom["task_type"].as_str(), zoom["zoom_ratio"].as_f64()),
         (Some("outpaint"), Some(2.0))
     );
-    let zoom = finished(
-        &app,
-        "midjourney/zoom",
-        &json!({"taskId": up_id, "zoom": 1.5}),
-    )
-    .await;
+    let zoom = app
+        .finished(
+            "midjourney/zoom",
+            json!({"taskId": up_id, "zoom": 1.5}),
+            LONG,
+        )
+        .await;
     assert_eq!(zoom["zoom_ratio"], 1.5);
 
     // Errors name the alias's own fields where they are its own, the operation's elsewhere.

@@ -11,31 +11,15 @@ use serde_json::{json, Value};
 use crate::common::receiver::{Behaviour, Receiver};
 use crate::common::{self, TestApp};
 use easel::generate::ops;
-use easel::generate::raster::{decode_png, dimensions, encode_png, RgbaImage};
+use easel::generate::raster::{dimensions, encode_png, RgbaImage};
 
 const WITHIN: Duration = Duration::from_secs(60);
 
-/// Submit `body` to `/api/v1/{op}` and wait for the task to end; its record.
+/// Submit `body` to `/api/v1/{op}` and wait for the task to end; its record, of the type asked.
 async fn run(app: &TestApp, op: &str, body: Value) -> Value {
-    let (status, answer) = app.post(&format!("/api/v1/{op}"), &body).await;
-    assert_eq!(status, 200, "{op} {body}: {answer}");
-    let id = answer["task_id"].as_str().unwrap();
-    let record = app.wait_final(id, WITHIN).await;
-    assert_eq!(record["status"], "finished", "{op}: {record}");
+    let record = app.finished(op, body, WITHIN).await;
     assert_eq!(record["task_type"], op);
     record
-}
-
-async fn image(app: &TestApp, url: &Value) -> RgbaImage {
-    let url = url.as_str().unwrap_or_else(|| panic!("not a URL: {url}"));
-    let res = app.http.get(url).send().await.unwrap();
-    assert_eq!(res.status(), 200, "{url}");
-    decode_png(&res.bytes().await.unwrap()).unwrap()
-}
-
-async fn bytes(app: &TestApp, url: &Value) -> Vec<u8> {
-    let res = app.http.get(url.as_str().unwrap()).send().await.unwrap();
-    res.bytes().await.unwrap().to_vec()
 }
 
 /// The four images of a finished grid task, checked to be of one size and to differ.
@@ -45,7 +29,7 @@ async fn grid(app: &TestApp, record: &Value) -> Vec<RgbaImage> {
     assert!(record["original_image_url"].is_string(), "{record}");
     let mut images = Vec::new();
     for url in urls {
-        images.push(image(app, url).await);
+        images.push(app.image(url).await);
     }
     for (i, a) in images.iter().enumerate() {
         assert_eq!((a.width, a.height), (images[0].width, images[0].height));
@@ -100,8 +84,8 @@ async fn every_operation_draws_what_it_says() {
     .await;
     assert_eq!(again["seed"], 42);
     assert_eq!(
-        bytes(&app, &first["image_urls"][2]).await,
-        bytes(&app, &again["image_urls"][2]).await,
+        app.bytes(&first["image_urls"][2]).await,
+        app.bytes(&again["image_urls"][2]).await,
         "same prompt words and seed, same bytes"
     );
     let grid_id = first["task_id"].as_str().unwrap();
@@ -126,7 +110,7 @@ async fn every_operation_draws_what_it_says() {
     assert_eq!(up["parent_task_id"], grid_id);
     assert_eq!(up["index"], 2);
     assert!(up.get("image_urls").is_none(), "a single image: {up}");
-    let upscaled = image(&app, &up["image_url"]).await;
+    let upscaled = app.image(&up["image_url"]).await;
     assert_eq!(upscaled, parent[1], "upscale-1x is image 2 itself");
     let up_id = up["task_id"].as_str().unwrap();
 
@@ -141,7 +125,7 @@ async fn every_operation_draws_what_it_says() {
         )
         .await;
         assert_eq!(alt["type"], kind);
-        let img = image(&app, &alt["image_url"]).await;
+        let img = app.image(&alt["image_url"]).await;
         assert_eq!((img.width, img.height), (256, 256));
         let d = difference(&img, &plain);
         assert!(d > 0.0, "{kind} is not a plain resize");
@@ -159,7 +143,7 @@ async fn every_operation_draws_what_it_says() {
         json!({"parent_task_id": up_id, "type": "4x"}),
     )
     .await;
-    let img = image(&app, &high["image_url"]).await;
+    let img = app.image(&high["image_url"]).await;
     assert_eq!((img.width, img.height), (512, 512));
     let high = run(
         &app,
@@ -168,7 +152,7 @@ async fn every_operation_draws_what_it_says() {
     )
     .await;
     assert_eq!(high["index"], 3);
-    let img = image(&app, &high["image_url"]).await;
+    let img = app.image(&high["image_url"]).await;
     assert_eq!((img.width, img.height), (256, 256));
 
     // variations: of a grid's image, and of an upscale at two strengths.
@@ -406,7 +390,7 @@ async fn parent_rules_and_bad_bodies_are_refused_naming_the_field() {
             base64::engine::general_purpose::STANDARD.encode(encode_png(&m))
         )
     };
-    let before = task_count(&app).await;
+    let before = app.stored_tasks().await;
     let cases: Vec<(&str, Value, u16, &str)> = vec![
         (
             "upscale-1x",
@@ -707,18 +691,7 @@ async fn parent_rules_and_bad_bodies_are_refused_naming_the_field() {
         .await;
     assert_eq!((status, answer), (401, json!({})));
     // Nothing was written by any refused submit.
-    assert_eq!(task_count(&app).await, before);
-}
-
-/// How many tasks the store holds, in every state.
-async fn task_count(app: &TestApp) -> i64 {
-    app.store
-        .task_counts()
-        .await
-        .unwrap()
-        .iter()
-        .map(|(_, n)| n)
-        .sum()
+    assert_eq!(app.stored_tasks().await, before);
 }
 
 /// A PNG file with chunks written by hand: a header that claims `width` x `height` RGBA pixels,
@@ -871,6 +844,6 @@ async fn hostile_input_images_fail_their_task_cleanly_while_others_run() {
         json!({"type": "2x", "image_url": format!("{base}/good.png")}),
     )
     .await;
-    let img = image(&app, &high["image_url"]).await;
+    let img = app.image(&high["image_url"]).await;
     assert_eq!((img.width, img.height), (192, 128));
 }

@@ -107,29 +107,21 @@ async fn a_task_whose_process_is_killed_mid_generation_still_finishes_once() {
     ];
     let easel = Easel::start(dir.path(), &slow);
     let key = easel.first_key.clone().unwrap();
-    let (status, body) = easel
-        .post(
+    let id = easel
+        .imagine(
             &key,
-            "/api/v1/imagine",
             json!({"prompt": "survive", "webhook_url": receiver.url}),
         )
         .await;
-    assert_eq!(status, 200);
-    let id = body["task_id"].as_str().unwrap().to_string();
-    wait_for(Duration::from_secs(10), || async {
-        (easel.fetch(&key, &id).await["status"] == "processing").then_some(())
-    })
-    .await
-    .expect("processing");
+    easel
+        .wait_status(&key, &id, "processing", Duration::from_secs(10))
+        .await;
     easel.kill9();
 
     let easel = Easel::start(dir.path(), &slow);
-    let record = wait_for(Duration::from_secs(30), || async {
-        let t = easel.fetch(&key, &id).await;
-        (t["status"] == "finished").then_some(t)
-    })
-    .await
-    .expect("finished after the restart");
+    let record = easel
+        .wait_status(&key, &id, "finished", Duration::from_secs(30))
+        .await;
     assert_eq!(record["image_urls"].as_array().unwrap().len(), 4);
     wait_for(Duration::from_secs(10), || async {
         (receiver.count() >= 1).then_some(())
@@ -151,14 +143,9 @@ async fn a_webhook_in_flight_when_the_process_is_killed_is_delivered_after_resta
     let dir = tempfile::tempdir().unwrap();
     let easel = Easel::start(dir.path(), &[("EASEL_WEBHOOK_TIMEOUT", "5s")]);
     let key = easel.first_key.clone().unwrap();
-    let (_, body) = easel
-        .post(
-            &key,
-            "/api/v1/imagine",
-            json!({"prompt": "hook", "webhook_url": receiver.url}),
-        )
+    let id = easel
+        .imagine(&key, json!({"prompt": "hook", "webhook_url": receiver.url}))
         .await;
-    let id = body["task_id"].as_str().unwrap().to_string();
     wait_for(Duration::from_secs(10), || async {
         (receiver.count() == 1).then_some(())
     })
@@ -188,15 +175,10 @@ async fn sigterm_stops_taking_work_and_exits_in_bounded_time() {
     ];
     let mut easel = Easel::start(dir.path(), &env);
     let key = easel.first_key.clone().unwrap();
-    let (_, body) = easel
-        .post(&key, "/api/v1/imagine", json!({"prompt": "drain me"}))
+    let id = easel.imagine(&key, json!({"prompt": "drain me"})).await;
+    easel
+        .wait_status(&key, &id, "processing", Duration::from_secs(10))
         .await;
-    let id = body["task_id"].as_str().unwrap().to_string();
-    wait_for(Duration::from_secs(10), || async {
-        (easel.fetch(&key, &id).await["status"] == "processing").then_some(())
-    })
-    .await
-    .expect("processing");
     let started = Instant::now();
     easel.terminate();
     let status = loop {

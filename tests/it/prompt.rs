@@ -9,26 +9,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::common::{self, TestApp};
-use easel::generate::raster::{decode_png, RgbaImage};
+use easel::generate::raster::RgbaImage;
 
 const WITHIN: Duration = Duration::from_secs(60);
-
-/// Submit `body` to `/api/v1/{op}` and wait for the task to finish; its record.
-async fn run(app: &TestApp, op: &str, body: Value) -> Value {
-    let (status, answer) = app.post(&format!("/api/v1/{op}"), &body).await;
-    assert_eq!(status, 200, "{op} {body}: {answer}");
-    let record = app
-        .wait_final(answer["task_id"].as_str().unwrap(), WITHIN)
-        .await;
-    assert_eq!(record["status"], "finished", "{op}: {record}");
-    record
-}
-
-async fn image(app: &TestApp, url: &Value) -> RgbaImage {
-    let res = app.http.get(url.as_str().unwrap()).send().await.unwrap();
-    assert_eq!(res.status(), 200, "{url}");
-    decode_png(&res.bytes().await.unwrap()).unwrap()
-}
 
 /// Mean absolute difference (RGB) between column `a` and column `b` of `img`.
 fn columns_apart(img: &RgbaImage, a: u32, b: u32) -> f64 {
@@ -50,13 +33,14 @@ async fn stored(app: &TestApp) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_record_shows_the_prompt_without_its_parameters_and_the_parameters_beside_it() {
     let app = TestApp::spawn().await;
-    let fox = run(
-        &app,
-        "imagine",
-        json!({"prompt": "a red fox in the snow --ar 2:1 --no trees --seed 42 --chaos 30 \
+    let fox = app
+        .finished(
+            "imagine",
+            json!({"prompt": "a red fox in the snow --ar 2:1 --no trees --seed 42 --chaos 30 \
                           --tile --s 250 --q .5 --style raw --v 6.1"}),
-    )
-    .await;
+            WITHIN,
+        )
+        .await;
     assert_eq!(fox["prompt"], "a red fox in the snow");
     assert_eq!(
         fox["parameters"],
@@ -65,20 +49,21 @@ async fn the_record_shows_the_prompt_without_its_parameters_and_the_parameters_b
     );
     assert_eq!(fox["aspect_ratio"], "2:1");
     assert_eq!(fox["seed"], 42);
-    let first = image(&app, &fox["image_urls"][0]).await;
+    let first = app.image(&fox["image_urls"][0]).await;
     assert_eq!((first.width, first.height), (128, 64));
 
     // --tile: the left column continues the right one, which it does not without --tile.
-    let plain = run(
-        &app,
-        "imagine",
-        json!({"prompt": "a red fox in the snow --ar 2:1 --no trees --seed 42 --chaos 30"}),
-    )
-    .await;
+    let plain = app
+        .finished(
+            "imagine",
+            json!({"prompt": "a red fox in the snow --ar 2:1 --no trees --seed 42 --chaos 30"}),
+            WITHIN,
+        )
+        .await;
     let (mut tiled_seams, mut plain_seams, mut steps) = (0.0, 0.0, 0.0);
     for i in 0..4 {
-        let tiled = image(&app, &fox["image_urls"][i]).await;
-        let untiled = image(&app, &plain["image_urls"][i]).await;
+        let tiled = app.image(&fox["image_urls"][i]).await;
+        let untiled = app.image(&plain["image_urls"][i]).await;
         tiled_seams += columns_apart(&tiled, 127, 0);
         plain_seams += columns_apart(&untiled, 127, 0);
         steps += columns_apart(&tiled, 126, 127).max(columns_apart(&tiled, 0, 1));
@@ -89,12 +74,13 @@ async fn the_record_shows_the_prompt_without_its_parameters_and_the_parameters_b
     );
 
     // A body field wins over the same parameter; the parameters still say what the prompt said.
-    let body_wins = run(
-        &app,
-        "imagine",
-        json!({"prompt": "a red fox --ar 2:1 --seed 42", "aspect_ratio": "1:1", "seed": 7}),
-    )
-    .await;
+    let body_wins = app
+        .finished(
+            "imagine",
+            json!({"prompt": "a red fox --ar 2:1 --seed 42", "aspect_ratio": "1:1", "seed": 7}),
+            WITHIN,
+        )
+        .await;
     assert_eq!(body_wins["aspect_ratio"], "1:1");
     assert_eq!(body_wins["seed"], 7);
     assert_eq!(
@@ -103,56 +89,63 @@ async fn the_record_shows_the_prompt_without_its_parameters_and_the_parameters_b
     );
 
     // A follow-up that reuses its parent's prompt reuses its parameters, but draws anew.
-    let reroll = run(&app, "reroll", json!({"parent_task_id": fox["task_id"]})).await;
+    let reroll = app
+        .finished("reroll", json!({"parent_task_id": fox["task_id"]}), WITHIN)
+        .await;
     assert_eq!(reroll["prompt"], "a red fox in the snow");
     let mut inherited = fox["parameters"].clone();
     inherited.as_object_mut().unwrap().remove("seed");
     assert_eq!(reroll["parameters"], inherited);
     assert_eq!(reroll["aspect_ratio"], "2:1");
     assert_ne!(reroll["seed"], 42);
-    let up = run(
-        &app,
-        "upscale-1x",
-        json!({"parent_task_id": fox["task_id"], "index": 1}),
-    )
-    .await;
+    let up = app
+        .finished(
+            "upscale-1x",
+            json!({"parent_task_id": fox["task_id"], "index": 1}),
+            WITHIN,
+        )
+        .await;
     assert_eq!(up["prompt"], "a red fox in the snow");
     assert_eq!(up["parameters"], inherited);
 
     // One with a prompt of its own has that prompt's parameters only.
-    let whale = run(
-        &app,
-        "reroll",
-        json!({"parent_task_id": fox["task_id"], "prompt": "a blue whale \u{2014}chaos 80 --seed 5"}),
-    )
+    let whale = app.finished("reroll", json!({"parent_task_id": fox["task_id"], "prompt": "a blue whale \u{2014}chaos 80 --seed 5"}), WITHIN)
     .await;
     assert_eq!(whale["prompt"], "a blue whale");
     assert_eq!(whale["parameters"], json!({"chaos": 80, "seed": 5}));
     assert_eq!(whale["seed"], 5);
     assert_eq!(whale["aspect_ratio"], "2:1", "the parent's, without --ar");
-    let variation = run(
-        &app,
-        "variations",
-        json!({"parent_task_id": fox["task_id"], "index": 2, "prompt": "a fox --ar 1:2"}),
-    )
-    .await;
+    let variation = app
+        .finished(
+            "variations",
+            json!({"parent_task_id": fox["task_id"], "index": 2, "prompt": "a fox --ar 1:2"}),
+            WITHIN,
+        )
+        .await;
     assert_eq!(variation["prompt"], "a fox");
     assert_eq!(variation["parameters"], json!({"aspect": "1:2"}));
     assert_eq!(variation["aspect_ratio"], "1:2");
 
     // Shorten reads the text; a prompt without parameters has no `parameters`.
-    let short = run(
-        &app,
-        "shorten",
-        json!({"prompt": "a very beautiful lighthouse on a rocky coast --ar 16:9"}),
-    )
-    .await;
+    let short = app
+        .finished(
+            "shorten",
+            json!({"prompt": "a very beautiful lighthouse on a rocky coast --ar 16:9"}),
+            WITHIN,
+        )
+        .await;
     assert_eq!(
         short["prompt"],
         "a very beautiful lighthouse on a rocky coast"
     );
     assert_eq!(short["parameters"], json!({"aspect": "16:9"}));
-    let bare = run(&app, "imagine", json!({"prompt": "rock--paper--scissors"})).await;
+    let bare = app
+        .finished(
+            "imagine",
+            json!({"prompt": "rock--paper--scissors"}),
+            WITHIN,
+        )
+        .await;
     assert_eq!(bare["prompt"], "rock--paper--scissors");
     assert!(bare.get("parameters").is_none(), "{bare}");
 }
@@ -160,7 +153,9 @@ async fn the_record_shows_the_prompt_without_its_parameters_and_the_parameters_b
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_parameter_is_a_400_naming_it_and_nothing_is_stored() {
     let app = TestApp::spawn().await;
-    let parent = run(&app, "imagine", json!({"prompt": "a harbour"})).await;
+    let parent = app
+        .finished("imagine", json!({"prompt": "a harbour"}), WITHIN)
+        .await;
     let parent_id = parent["task_id"].clone();
     let cases = [
         (
@@ -232,14 +227,18 @@ async fn a_parent_stored_with_its_parameters_in_its_prompt_passes_them_on_parsed
     let parent = app.wait_final(&id.to_string(), WITHIN).await;
     assert_eq!(parent["status"], "finished", "{parent}");
     assert!(parent.get("parameters").is_none(), "{parent}");
-    let reroll = run(&app, "reroll", json!({"parent_task_id": id.to_string()})).await;
+    let reroll = app
+        .finished("reroll", json!({"parent_task_id": id.to_string()}), WITHIN)
+        .await;
     assert_eq!(reroll["prompt"], "a fox on a hill");
     assert_eq!(reroll["parameters"], json!({"aspect": "2:1", "tile": true}));
     // One whose old parameters no longer parse is passed on whole.
     legacy.prompt = "a fox --stop 50".into();
     let id = common::insert(app.store.as_ref(), &legacy, &key).await;
     app.wait_final(&id.to_string(), WITHIN).await;
-    let reroll = run(&app, "reroll", json!({"parent_task_id": id.to_string()})).await;
+    let reroll = app
+        .finished("reroll", json!({"parent_task_id": id.to_string()}), WITHIN)
+        .await;
     assert_eq!(reroll["prompt"], "a fox --stop 50");
     assert!(reroll.get("parameters").is_none(), "{reroll}");
 }

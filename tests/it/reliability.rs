@@ -8,14 +8,6 @@ use crate::common::chaos::{ChaosReceiver, Fault};
 use crate::common::{wait_for, TestApp};
 use serde_json::{json, Value};
 
-async fn attempts(app: &TestApp, id: &str) -> Vec<Value> {
-    let (status, body) = app
-        .get(&format!("/api/v1/tasks/{id}/webhook-attempts"))
-        .await;
-    assert_eq!(status, 200, "{body}");
-    body["attempts"].as_array().unwrap().clone()
-}
-
 /// How late a retry may go out. The schedule itself is checked to the millisecond (each attempt
 /// records when the next is due); this bounds only how soon the dispatcher acts on it, with room
 /// for a shared CI machine under load: with a bound of 300 ms this suite failed there once (the
@@ -69,7 +61,7 @@ async fn the_schedule_holds_whatever_way_the_receiver_fails() {
         assert_eq!(record["webhook"]["attempts"], 4);
         assert_eq!(record["status"], "finished", "the result stays available");
 
-        let list = attempts(&app, &id).await;
+        let list = app.webhook_attempts(&id).await;
         assert_eq!(list.len(), 4, "{list:?}");
         for a in &list {
             assert!(a["error"].is_string(), "every attempt failed: {a}");
@@ -104,17 +96,14 @@ async fn a_receiver_that_is_down_gets_four_attempts_on_schedule() {
     let id = app
         .imagine(json!({"prompt": "nobody home", "webhook_url": format!("http://127.0.0.1:{port}/hook")}))
         .await;
-    let record = wait_for(Duration::from_secs(10), || async {
-        let t = app.fetch(&id).await;
-        (t["webhook"]["status"] == "undeliverable").then_some(t)
-    })
-    .await
-    .expect("undeliverable");
+    let record = app
+        .wait_webhook(&id, "undeliverable", Duration::from_secs(10))
+        .await;
     assert!(record["webhook"]["last_error"]
         .as_str()
         .unwrap()
         .contains("refused"));
-    let list = attempts(&app, &id).await;
+    let list = app.webhook_attempts(&id).await;
     assert_eq!(list.len(), 4);
     let first_failed = millis(&list[0]["attempted_at"]) + list[0]["duration_ms"].as_i64().unwrap();
     for (i, offset) in [300, 600, 900].iter().enumerate() {

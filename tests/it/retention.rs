@@ -32,17 +32,6 @@ async fn restart_expiring(app: TestApp) -> TestApp {
     TestApp::start(dir, config).await
 }
 
-/// Submit `body` to `/api/v1/{op}` and wait for it to finish; its record.
-async fn run(app: &TestApp, op: &str, body: Value) -> Value {
-    let (status, answer) = app.post(&format!("/api/v1/{op}"), &body).await;
-    assert_eq!(status, 200, "{op} {body}: {answer}");
-    let record = app
-        .wait_final(answer["task_id"].as_str().unwrap(), WITHIN)
-        .await;
-    assert_eq!(record["status"], "finished", "{record}");
-    record
-}
-
 /// Wait until the task's record says its data was removed; the record.
 async fn wait_removed(app: &TestApp, task_id: &str) -> Value {
     wait_for(WITHIN, || async {
@@ -237,14 +226,21 @@ async fn a_task_that_is_not_final_never_expires() {
 #[tokio::test]
 async fn a_follow_up_on_a_task_whose_images_were_removed_is_refused_but_seed_is_not() {
     let app = TestApp::spawn_with(|c| c.retention.keep = Some(HOUR)).await;
-    let grid = run(&app, "imagine", json!({"prompt": "a red fox", "seed": 77})).await;
+    let grid = app
+        .finished(
+            "imagine",
+            json!({"prompt": "a red fox", "seed": 77}),
+            WITHIN,
+        )
+        .await;
     let grid_id = grid["task_id"].as_str().unwrap().to_string();
-    let up = run(
-        &app,
-        "upscale-1x",
-        json!({"parent_task_id": grid_id, "index": "1"}),
-    )
-    .await;
+    let up = app
+        .finished(
+            "upscale-1x",
+            json!({"parent_task_id": grid_id, "index": "1"}),
+            WITHIN,
+        )
+        .await;
     let up_id = up["task_id"].as_str().unwrap().to_string();
 
     let app = restart_expiring(app).await;
@@ -286,7 +282,9 @@ async fn a_follow_up_on_a_task_whose_images_were_removed_is_refused_but_seed_is_
         );
     }
     // `seed` reads the stored seed, which stays.
-    let seed = run(&app, "seed", json!({"task_id": grid_id})).await;
+    let seed = app
+        .finished("seed", json!({"task_id": grid_id}), WITHIN)
+        .await;
     assert_eq!(seed["seed"], 77, "{seed}");
     app.stop().await;
 }
@@ -294,25 +292,29 @@ async fn a_follow_up_on_a_task_whose_images_were_removed_is_refused_but_seed_is_
 #[tokio::test]
 async fn an_inpaint_tasks_mask_is_removed_from_the_store_with_its_data() {
     let app = TestApp::spawn_with(|c| c.retention.keep = Some(HOUR)).await;
-    let grid = run(&app, "imagine", json!({"prompt": "a quiet harbour"})).await;
-    let up = run(
-        &app,
-        "upscale-1x",
-        json!({"parent_task_id": grid["task_id"], "index": "1"}),
-    )
-    .await;
+    let grid = app
+        .finished("imagine", json!({"prompt": "a quiet harbour"}), WITHIN)
+        .await;
+    let up = app
+        .finished(
+            "upscale-1x",
+            json!({"parent_task_id": grid["task_id"], "index": "1"}),
+            WITHIN,
+        )
+        .await;
     let mut mask = RgbaImage::new(128, 128);
     for pixel in mask.data.chunks_mut(4).take(128 * 40) {
         pixel.copy_from_slice(&[255, 255, 255, 255]);
     }
     let png = base64::engine::general_purpose::STANDARD.encode(encode_png(&mask));
-    let inpaint = run(
-        &app,
-        "inpaint",
-        json!({"parent_task_id": up["task_id"], "mask": format!("data:image/png;base64,{png}"),
+    let inpaint = app
+        .finished(
+            "inpaint",
+            json!({"parent_task_id": up["task_id"], "mask": format!("data:image/png;base64,{png}"),
                "prompt": "a red boat"}),
-    )
-    .await;
+            WITHIN,
+        )
+        .await;
     let inpaint_id = inpaint["task_id"].as_str().unwrap().to_string();
     let params = || async {
         let mut db = common::database(&app.config).await;

@@ -685,14 +685,6 @@ async fn the_sweep_removes_only_images_that_no_task_refers_to() {
     store.close().await;
 }
 
-async fn attempts(app: &TestApp, id: &str) -> Vec<Value> {
-    let (status, body) = app
-        .get(&format!("/api/v1/tasks/{id}/webhook-attempts"))
-        .await;
-    assert_eq!(status, 200, "{body}");
-    body["attempts"].as_array().unwrap().clone()
-}
-
 #[tokio::test]
 async fn a_webhook_attempt_whose_record_cannot_be_written_is_recorded_later_and_sent_once() {
     let Some(base) = common::postgres() else {
@@ -745,7 +737,7 @@ async fn a_webhook_attempt_whose_record_cannot_be_written_is_recorded_later_and_
     .expect("the webhook is sent");
     tokio::time::sleep(Duration::from_millis(1000)).await;
     assert!(
-        attempts(&app, &id).await.is_empty(),
+        app.webhook_attempts(&id).await.is_empty(),
         "recorded while refused"
     );
 
@@ -756,7 +748,7 @@ async fn a_webhook_attempt_whose_record_cannot_be_written_is_recorded_later_and_
         .await
         .unwrap();
     let recorded = wait_for(Duration::from_secs(5), || async {
-        let list = attempts(&app, &id).await;
+        let list = app.webhook_attempts(&id).await;
         (!list.is_empty()).then_some(list)
     })
     .await
@@ -785,14 +777,7 @@ async fn a_webhook_attempt_whose_record_cannot_be_written_is_recorded_later_and_
     submit(&app, 2)
         .await
         .expect("a submit once the database has room");
-    let stored: i64 = app
-        .store
-        .task_counts()
-        .await
-        .unwrap()
-        .iter()
-        .map(|(_, n)| n)
-        .sum();
+    let stored = app.stored_tasks().await;
     assert_eq!(stored, 2, "the refused submit was stored");
     app.stop().await;
 }

@@ -8,16 +8,6 @@ use crate::common::{self, wait_for, TestApp};
 use serde_json::{json, Value};
 use sqlx::Row;
 
-async fn stored_tasks(app: &TestApp) -> i64 {
-    app.store
-        .task_counts()
-        .await
-        .unwrap()
-        .iter()
-        .map(|(_, n)| n)
-        .sum()
-}
-
 #[tokio::test]
 async fn a_broken_webhook_events_is_a_400_naming_it_and_nothing_is_stored() {
     let app = TestApp::spawn().await;
@@ -47,7 +37,7 @@ async fn a_broken_webhook_events_is_a_400_naming_it_and_nothing_is_stored() {
             );
         }
     }
-    assert_eq!(stored_tasks(&app).await, 0);
+    assert_eq!(app.stored_tasks().await, 0);
     assert_eq!(receiver.count(), 0);
 }
 
@@ -124,12 +114,10 @@ async fn a_task_asking_only_for_failed_gets_no_delivery_when_it_finishes_and_one
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0]["task_id"], fails.as_str());
     assert_eq!(got[0]["status"], "failed");
-    let failed = wait_for(Duration::from_secs(5), || async {
-        let r = app.fetch(&fails).await;
-        (r["webhook"]["status"] == "delivered").then_some(r)
-    })
-    .await
-    .expect("the failure's delivery is recorded");
+    // The failure's delivery is recorded.
+    let failed = app
+        .wait_webhook(&fails, "delivered", Duration::from_secs(5))
+        .await;
     assert_eq!(failed["webhook_events"], json!(["failed"]));
 }
 
@@ -158,12 +146,9 @@ async fn without_webhook_events_every_final_event_is_delivered_and_nothing_more_
     .await
     .expect("both final deliveries");
     for id in [&plain, &all_final] {
-        let record = wait_for(Duration::from_secs(5), || async {
-            let r = app.fetch(id).await;
-            (r["webhook"]["status"] == "delivered").then_some(r)
-        })
-        .await
-        .expect("delivered");
+        let record = app
+            .wait_webhook(id, "delivered", Duration::from_secs(5))
+            .await;
         assert!(record.get("webhook_events").is_none(), "{record}");
     }
     let record = app.fetch(&no_url).await;
@@ -216,12 +201,9 @@ async fn a_canceled_task_is_delivered_only_when_its_events_name_canceled() {
     })
     .await
     .expect("the canceled event is delivered");
-    let record = wait_for(Duration::from_secs(5), || async {
-        let r = app.fetch(&sent).await;
-        (r["webhook"]["status"] == "delivered").then_some(r)
-    })
-    .await
-    .expect("recorded as delivered");
+    let record = app
+        .wait_webhook(&sent, "delivered", Duration::from_secs(5))
+        .await;
     assert_eq!(record["webhook_events"], json!(["canceled"]));
     assert_eq!(app.fetch(&skipped).await["webhook"]["status"], "skipped");
     let got: Vec<Value> = receiver

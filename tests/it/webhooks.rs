@@ -64,12 +64,9 @@ async fn a_finished_task_is_delivered_with_exact_payload_headers_and_signature()
 
     // The record shows the delivery once its attempt is recorded, which follows the receiver's
     // answer (attempt records are group-committed, up to 1 ms apart).
-    let record = wait_for(Duration::from_secs(5), || async {
-        let record = app.fetch(&id).await;
-        (record["webhook"]["status"] == "delivered").then_some(record)
-    })
-    .await
-    .expect("the attempt is recorded as delivered");
+    let record = app
+        .wait_webhook(&id, "delivered", Duration::from_secs(5))
+        .await;
     assert_eq!(record["webhook"]["attempts"], 1);
     assert_eq!(record["webhook"]["last_status_code"], 200);
     assert!(record["webhook"].get("next_attempt_at").is_none());
@@ -119,12 +116,9 @@ async fn failed_attempts_follow_the_schedule_then_the_webhook_is_undeliverable()
     let id = app
         .imagine(json!({"prompt": "retry me", "webhook_url": receiver.url}))
         .await;
-    let record = wait_for(Duration::from_secs(20), || async {
-        let t = app.fetch(&id).await;
-        (t["webhook"]["status"] == "undeliverable").then_some(t)
-    })
-    .await
-    .expect("undeliverable");
+    let record = app
+        .wait_webhook(&id, "undeliverable", Duration::from_secs(20))
+        .await;
     assert_eq!(record["webhook"]["attempts"], 4);
     assert_eq!(record["webhook"]["last_status_code"], 500);
     // The result stays available.
@@ -164,12 +158,9 @@ async fn a_delivery_that_recovers_is_marked_delivered() {
     let id = app
         .imagine(json!({"prompt": "eventually", "webhook_url": receiver.url}))
         .await;
-    let record = wait_for(Duration::from_secs(15), || async {
-        let t = app.fetch(&id).await;
-        (t["webhook"]["status"] == "delivered").then_some(t)
-    })
-    .await
-    .expect("delivered");
+    let record = app
+        .wait_webhook(&id, "delivered", Duration::from_secs(15))
+        .await;
     assert_eq!(record["webhook"]["attempts"], 3);
     // The redirect was not followed: only /hook was hit, three times.
     assert_eq!(receiver.count(), 3);
@@ -187,12 +178,9 @@ async fn timeouts_and_endless_bodies_fail_the_attempt() {
     let id = app
         .imagine(json!({"prompt": "slow receiver", "webhook_url": receiver.url}))
         .await;
-    let record = wait_for(Duration::from_secs(15), || async {
-        let t = app.fetch(&id).await;
-        (t["webhook"]["status"] == "delivered").then_some(t)
-    })
-    .await
-    .expect("delivered on the third attempt");
+    let record = app
+        .wait_webhook(&id, "delivered", Duration::from_secs(15))
+        .await;
     assert_eq!(record["webhook"]["attempts"], 3);
 }
 
@@ -262,12 +250,9 @@ async fn deliveries_to_private_addresses_are_refused_when_not_allowed() {
         .post(&format!("/api/v1/tasks/{id}/redeliver"), &json!({}))
         .await;
     assert_eq!(status, 202);
-    let record = wait_for(Duration::from_secs(10), || async {
-        let t = app.fetch(&id).await;
-        (t["webhook"]["status"] == "undeliverable").then_some(t)
-    })
-    .await
-    .expect("undeliverable");
+    let record = app
+        .wait_webhook(&id, "undeliverable", Duration::from_secs(10))
+        .await;
     assert!(
         record["webhook"]["last_error"]
             .as_str()
@@ -474,12 +459,10 @@ async fn a_delivery_rescheduled_from_outside_is_picked_up_by_the_next_poll() {
     .execute(&mut db)
     .await
     .unwrap();
-    let record = wait_for(Duration::from_secs(10), || async {
-        let t = app.fetch(&id).await;
-        (t["webhook"]["status"] == "delivered").then_some(t)
-    })
-    .await
-    .expect("delivered once its new time came, not an hour later");
+    // Delivered once its new time came, not an hour later.
+    let record = app
+        .wait_webhook(&id, "delivered", Duration::from_secs(10))
+        .await;
     assert_eq!(record["webhook"]["attempts"], 2);
     assert_eq!(receiver.count(), 2);
 }

@@ -627,15 +627,12 @@ async fn a_node_runs_only_the_roles_it_is_given() {
 
     // Submitted through A, generated and delivered by B.
     let receiver = Receiver::start(vec![Behaviour::Status(200)]).await;
-    let (status, body) = a
-        .post(
+    let id = a
+        .imagine(
             &key,
-            "/api/v1/imagine",
             json!({"prompt": "split roles", "webhook_url": receiver.url}),
         )
         .await;
-    assert_eq!(status, 200, "{body}");
-    let id = body["task_id"].as_str().unwrap().to_string();
     let record = wait_for(Duration::from_secs(30), || async {
         let r = a.fetch(&key, &id).await;
         (r["status"] == "finished" && r["webhook"]["status"] == "delivered").then_some(r)
@@ -663,11 +660,7 @@ async fn a_node_runs_only_the_roles_it_is_given() {
 
     // Without B nothing claims work: A's task stays pending.
     b.kill9();
-    let (status, body) = a
-        .post(&key, "/api/v1/imagine", json!({"prompt": "no worker"}))
-        .await;
-    assert_eq!(status, 200, "{body}");
-    let waiting = body["task_id"].as_str().unwrap().to_string();
+    let waiting = a.imagine(&key, json!({"prompt": "no worker"})).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let record = a.fetch(&key, &waiting).await;
     assert_eq!(record["status"], "pending", "{record}");
@@ -720,21 +713,14 @@ async fn a_paused_worker_that_lost_its_lease_overwrites_nothing() {
     };
 
     let receiver = Receiver::start(vec![Behaviour::Status(200)]).await;
-    let (status, body) = a
-        .post(
+    let id = a
+        .imagine(
             &key,
-            "/api/v1/imagine",
             json!({"prompt": "a worker frozen mid-task", "webhook_url": receiver.url}),
         )
         .await;
-    assert_eq!(status, 200, "{body}");
-    let id = body["task_id"].as_str().unwrap().to_string();
-    wait_for(Duration::from_secs(20), || async {
-        let r = a.fetch(&key, &id).await;
-        (r["status"] == "processing").then_some(())
-    })
-    .await
-    .expect("B took the task");
+    a.wait_status(&key, &id, "processing", Duration::from_secs(20))
+        .await;
     // Frozen: its lease runs out while it holds the task.
     signal(&b, nix::sys::signal::Signal::SIGSTOP);
     let frozen = Instant::now();
@@ -874,20 +860,11 @@ async fn waits_and_cancels_on_one_node_reach_tasks_run_by_another() {
     );
 
     // A task canceled on A is stopped by B's worker, which takes the next one.
-    let (status, body) = a
-        .post(
-            &key,
-            "/api/v1/imagine",
-            json!({"prompt": "canceled elsewhere"}),
-        )
+    let id = a
+        .imagine(&key, json!({"prompt": "canceled elsewhere"}))
         .await;
-    assert_eq!(status, 200, "{body}");
-    let id = body["task_id"].as_str().unwrap().to_string();
-    wait_for(Duration::from_secs(30), || async {
-        (a.fetch(&key, &id).await["status"] == "processing").then_some(())
-    })
-    .await
-    .expect("B runs the task");
+    a.wait_status(&key, &id, "processing", Duration::from_secs(30))
+        .await;
     // Waiters on A for the same task are answered by the cancel.
     let watcher = {
         let (request, key) = (

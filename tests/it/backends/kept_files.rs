@@ -11,7 +11,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use super::{openai, run};
+use super::{openai, WITHIN};
 use crate::backend_mocks::{b64, serve};
 use crate::common::TestApp;
 use easel::generate::raster::{encode_png, RgbaImage};
@@ -122,7 +122,9 @@ async fn a_backends_png_is_stored_as_it_came_without_its_text_chunks() {
     }
     let (_files, url) = start(sent).await;
     let app = TestApp::spawn_with(|c| c.backends = vec![openai("oa", &url, "k", json!({}))]).await;
-    let record = run(&app, "imagine", json!({"prompt": "kept as sent"})).await;
+    let record = app
+        .finished("imagine", json!({"prompt": "kept as sent"}), WITHIN)
+        .await;
     let files = fetched(&app, &record).await;
     for (url, bytes) in &files {
         assert!(url.ends_with(".png"), "{url}");
@@ -196,7 +198,9 @@ async fn a_backends_jpeg_is_stored_as_jpeg_without_its_exif_and_a_follow_up_read
     let decoded = |bytes: &[u8]| image::load_from_memory(bytes).unwrap().to_rgba8();
     let (files, url) = start(sent.clone()).await;
     let app = TestApp::spawn_with(|c| c.backends = vec![openai("oa", &url, "k", json!({}))]).await;
-    let record = run(&app, "imagine", json!({"prompt": "kept as sent"})).await;
+    let record = app
+        .finished("imagine", json!({"prompt": "kept as sent"}), WITHIN)
+        .await;
     let stored = fetched(&app, &record).await;
     for (url, bytes) in &stored {
         assert!(
@@ -214,12 +218,13 @@ async fn a_backends_jpeg_is_stored_as_jpeg_without_its_exif_and_a_follow_up_read
         assert_eq!(decoded(bytes), decoded(&sent[k]), "{url}: the same pixels");
     }
     // A follow-up reads its parent, a JPEG, back from storage.
-    let variation = run(
-        &app,
-        "variations",
-        json!({"parent_task_id": record["task_id"], "index": 2}),
-    )
-    .await;
+    let variation = app
+        .finished(
+            "variations",
+            json!({"parent_task_id": record["task_id"], "index": 2}),
+            WITHIN,
+        )
+        .await;
     assert_eq!(files.edits.load(Ordering::SeqCst), 1, "{variation}");
     assert!(variation["image_urls"][0]
         .as_str()
@@ -261,7 +266,9 @@ async fn a_backends_grid_follows_its_task_and_is_made_when_asked_for_before_it_i
         c.server.metrics_token = Some(token.into());
     })
     .await;
-    let record = run(&app, "imagine", json!({"prompt": "a grid that follows"})).await;
+    let record = app
+        .finished("imagine", json!({"prompt": "a grid that follows"}), WITHIN)
+        .await;
     let grid_url = record["original_image_url"].as_str().unwrap();
     assert!(grid_url.ends_with("/grid.jpg"), "{grid_url}");
     let files_base = format!("{}/files", app.base);
@@ -360,7 +367,9 @@ async fn with_blobs_public_url_the_grid_is_stored_before_the_task_and_a_bad_file
         c.blobs.public_url = Some(cdn.into());
     })
     .await;
-    let record = run(&app, "imagine", json!({"prompt": "a grid first"})).await;
+    let record = app
+        .finished("imagine", json!({"prompt": "a grid first"}), WITHIN)
+        .await;
     // Nothing of easel's answers the CDN's misses: the grid is there when the task is.
     let grid_url = record["original_image_url"].as_str().unwrap();
     assert!(grid_url.ends_with("/grid.png"), "{grid_url}");
