@@ -10,7 +10,9 @@
 //! test starts its own server, as some kill and restart it.
 //!
 //! They are `#[ignore]`d in a plain `cargo test`; scripts/test.sh runs them with `--ignored`
-//! after the rest of the suite (`cargo test --test sd_server -- --ignored` alone).
+//! after the rest of the suite (`cargo test --test sd_server -- --ignored` alone). They are a
+//! test binary of their own, not a module of tests/it, so that run's `--ignored` and
+//! `--test-threads 2` apply to these tests alone, whatever else is ever `#[ignore]`d there.
 
 mod common;
 

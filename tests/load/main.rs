@@ -2,8 +2,8 @@
 //! SIGKILLed while thousands of tasks go in (`crash`), three nodes on one PostgreSQL and bucket
 //! losing one of them (`multinode`), and a private PostgreSQL cluster stopped under load
 //! (`pg_restart`). Beside the main suite their load would crowd the timing bounds there (the
-//! retry schedule of `reliability`, leases, progress pacing), so they run after it, as `crash`
-//! always ran in a binary of its own.
+//! retry schedule of `reliability`, leases, progress pacing); cargo runs test binaries one after
+//! another, so a binary of their own keeps them apart, as one kept `crash` apart before.
 //!
 //! The heaviest of them take turns ([`one_at_a_time`]): each starts several easel processes
 //! (or a PostgreSQL cluster) and thousands of tasks, and on a small machine two at once would
