@@ -326,18 +326,22 @@ impl TestApp {
         split(res).await
     }
 
-    /// The value of the counter or gauge `name` (no labels) on `/metrics`, asked with `token`.
-    pub async fn metric(&self, token: &str, name: &str) -> f64 {
-        let text = self
+    /// The text of `/metrics`, asked with `token`.
+    pub async fn metrics(&self, token: &str) -> String {
+        let res = self
             .http
             .get(self.url("/metrics"))
             .bearer_auth(token)
             .send()
             .await
-            .unwrap()
-            .text()
-            .await
             .unwrap();
+        assert_eq!(res.status(), 200, "{res:?}");
+        res.text().await.unwrap()
+    }
+
+    /// The value of the counter or gauge `name` (no labels) on `/metrics`, asked with `token`.
+    pub async fn metric(&self, token: &str, name: &str) -> f64 {
+        let text = self.metrics(token).await;
         text.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
             .unwrap_or_else(|| panic!("no {name} in {text}"))

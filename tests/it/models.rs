@@ -234,16 +234,7 @@ async fn a_models_tasks_go_only_to_its_backends_with_the_settings_resolved_at_su
         ready["models"],
         json!([{"name": "sd15", "up": true}, {"name": "sdxl", "up": true}])
     );
-    let metrics = app
-        .http
-        .get(app.url("/metrics"))
-        .bearer_auth("metrics-token-for-models")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics("metrics-token-for-models").await;
     assert!(
         metrics.contains("easel_model_up{model=\"sdxl\"} 1"),
         "{metrics}"
