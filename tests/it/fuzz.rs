@@ -5,6 +5,7 @@
 use std::sync::OnceLock;
 
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
 use serde_json::{Map, Value};
 
 use crate::common::TestApp;
@@ -186,7 +187,16 @@ async fn send(req: reqwest::RequestBuilder, key: &Key) -> (u16, Option<String>, 
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 400, .. ProptestConfig::default() })]
+    // The saved failures are in fuzz.proptest-regressions beside this file. Proptest's default
+    // (`SourceParallel`) would look in tests/proptest-regressions/fuzz.txt instead, now that
+    // this file's crate root is tests/it/main.rs; named here, the place does not depend on that.
+    #![proptest_config(ProptestConfig {
+        cases: 400,
+        failure_persistence: Some(Box::new(
+            FileFailurePersistence::WithSource("proptest-regressions")
+        )),
+        .. ProptestConfig::default()
+    })]
 
     #[test]
     fn any_post_body_gets_a_contract_answer(
