@@ -19,7 +19,7 @@ fi
 target="${CARGO_TARGET_DIR:-target}"
 if [ ! -x "$target/debug/easel" ]; then
   # As `cargo test` builds it: `cargo build` resolves other features and builds the library twice.
-  cargo test --locked --no-run --test api
+  cargo test --locked --no-run --test it
 fi
 (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
 CHROMIUM="$chromium" EASEL_BIN="$target/debug/easel" node tests/browser/dashboard.test.mjs

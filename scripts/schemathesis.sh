@@ -15,7 +15,7 @@ fi
 
 # The binary as `cargo test` builds it: `cargo build` would resolve other features (the
 # dev-dependencies') and build the library a second time, doubling the disk the run takes.
-cargo test --locked --quiet --no-run --test api
+cargo test --locked --quiet --no-run --test it
 work=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 # No task ever ends, so a request with `Prefer: wait` is held for all of `max_wait`: 1 s here,
@@ -39,7 +39,7 @@ key=$(grep -o 'easel_[A-Za-z0-9_-]*' "$work/out" | head -n 1)
 # invalid_parent (a parent reached through a link, still pending), and faceswap 400
 # unsupported_operation: all documented. schemathesis warns about them; that is expected.
 # The event streams are left out: they answer as long as the task (or the account) lives, and
-# schemathesis reads an answer whole; tests/events.rs checks them.
+# schemathesis reads an answer whole; tests/it/events.rs checks them.
 "$VENV/bin/schemathesis" run "http://127.0.0.1:$port/api/v1/openapi.json" \
   --header "Authorization: $key" --exclude-path-regex 'events$' \
   --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance \

@@ -33,7 +33,7 @@ cargo test --locked --all-targets "$@"
 
 # The real-server tests are ignored in a plain `cargo test` (each runs a model server for
 # minutes). They run after the rest, not beside it: beside it, the load they add made races in
-# other tests surface (seen once in tests/fuzz.rs).
+# other tests surface (seen once in tests/it/fuzz.rs).
 echo "== the backends against a real sd-server (tests/sd_server.rs)"
 cargo test --locked --test sd_server -- --ignored --test-threads 2
 
@@ -42,11 +42,13 @@ bash scripts/browser-test.sh
 
 if [ -n "${EASEL_TEST_POSTGRES:-}" ]; then
   echo "== the integration suites again, on PostgreSQL"
-  EASEL_TEST_STORE=postgres cargo test --locked \
-    --test api --test tasks --test webhooks --test reliability --test fuzz --test operations \
-    --test accounts --test dashboard --test observability --test storage_faults \
-    --test cancel_and_wait --test retention --test idempotency --test prompt --test models \
-    --test uploads --test follow_ups --test events --test live --test webhook_events --test fairness "$@"
+  # The modules of tests/it that run on either store (the others are about one store, the real
+  # binary or one machine's faults). A filter takes every test whose path contains it, and each
+  # of these matches its own module alone (events:: also matches webhook_events::, listed too).
+  EASEL_TEST_STORE=postgres cargo test --locked --test it "$@" -- \
+    api:: tasks:: webhooks:: reliability:: fuzz:: operations:: accounts:: dashboard:: \
+    observability:: storage_faults:: cancel_and_wait:: retention:: idempotency:: prompt:: \
+    models:: uploads:: follow_ups:: events:: live:: webhook_events:: fairness::
 fi
 
 SCHEMATHESIS_MAX_TIME="${SCHEMATHESIS_MAX_TIME:-90}" bash scripts/schemathesis.sh

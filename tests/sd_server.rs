@@ -10,7 +10,9 @@
 //! test starts its own server, as some kill and restart it.
 //!
 //! They are `#[ignore]`d in a plain `cargo test`; scripts/test.sh runs them with `--ignored`
-//! after the rest of the suite (`cargo test --test sd_server -- --ignored` alone).
+//! after the rest of the suite (`cargo test --test sd_server -- --ignored` alone). They are a
+//! test binary of their own, not a module of tests/it, so that run's `--ignored` and
+//! `--test-threads 2` apply to these tests alone, whatever else is ever `#[ignore]`d there.
 
 mod common;
 
@@ -196,14 +198,8 @@ async fn easel(kind: Kind, server: &SdServer) -> TestApp {
     .await
 }
 
-async fn submit(app: &TestApp, op: &str, body: Value) -> String {
-    let (status, answer) = app.post(&format!("/api/v1/{op}"), &body).await;
-    assert_eq!(status, 200, "{op} {body}: {answer}");
-    answer["task_id"].as_str().unwrap().to_string()
-}
-
 async fn finished(app: &TestApp, server: &SdServer, op: &str, body: Value) -> Value {
-    let id = submit(app, op, body).await;
+    let id = app.submit(op, body).await;
     let record = app.wait_final(&id, WITHIN).await;
     assert_eq!(
         record["status"],
@@ -214,25 +210,19 @@ async fn finished(app: &TestApp, server: &SdServer, op: &str, body: Value) -> Va
     record
 }
 
-async fn bytes(app: &TestApp, url: &Value) -> Vec<u8> {
-    let res = app.http.get(url.as_str().unwrap()).send().await.unwrap();
-    assert_eq!(res.status(), 200, "{url}");
-    res.bytes().await.unwrap().to_vec()
-}
-
 /// The four images of a grid task, each decoded and checked to be `w` x `h`.
 async fn four(app: &TestApp, record: &Value, (w, h): (u32, u32)) -> Vec<Vec<u8>> {
     let urls = record["image_urls"].as_array().unwrap();
     assert_eq!(urls.len(), 4, "{record}");
     let mut files = Vec::new();
     for url in urls {
-        let file = bytes(app, url).await;
+        let file = app.bytes(url).await;
         let image = decode_png(&file).unwrap();
         assert_eq!((image.width, image.height), (w, h), "{url}");
         assert!(no_text_chunks(&file), "{url} carries the server's metadata");
         files.push(file);
     }
-    let grid = decode_png(&bytes(app, &record["original_image_url"]).await).unwrap();
+    let grid = decode_png(&app.bytes(&record["original_image_url"]).await).unwrap();
     // The grid is the four at half size, the size of one.
     assert_eq!((grid.width, grid.height), (w, h));
     files
@@ -318,7 +308,7 @@ async fn operations(kind: Kind) {
     // upscale-1x: the image itself, full size.
     let body = json!({ "parent_task_id": parent, "index": 1 });
     let upscale = finished(&app, &server, "upscale-1x", body).await;
-    let image = decode_png(&bytes(&app, &upscale["image_url"]).await).unwrap();
+    let image = decode_png(&app.bytes(&upscale["image_url"]).await).unwrap();
     assert_eq!((image.width, image.height), (SIZE, SIZE));
     let upscaled = upscale["task_id"].as_str().unwrap();
 
@@ -387,7 +377,9 @@ async fn lifecycle(kind: Kind) {
 
     // easel first: the probe finds nothing, and the task waits for the backend.
     let app = easel(kind, &server).await;
-    let early = submit(&app, "imagine", json!({ "prompt": "a harbour", "seed": 7 })).await;
+    let early = app
+        .submit("imagine", json!({ "prompt": "a harbour", "seed": 7 }))
+        .await;
     let waiting = common::wait_for(Duration::from_secs(20), || async {
         let record = app.fetch(&early).await;
         (record["waiting_for"] == "backend").then_some(record)
@@ -404,7 +396,7 @@ async fn lifecycle(kind: Kind) {
     // stops waiting at once and the server finishes the job for no one. The next task waits
     // for that, then runs.
     let slow = json!({ "prompt": "a long road", "steps": SLOW_STEPS });
-    let canceled = submit(&app, "imagine", slow.clone()).await;
+    let canceled = app.submit("imagine", slow.clone()).await;
     running(&app, &canceled).await;
     let asked = Instant::now();
     let (status, record) = app
@@ -427,7 +419,7 @@ async fn lifecycle(kind: Kind) {
 
     // The server killed mid-job: the job fails over the connection, is tried again while the
     // backend is out, and finishes once the server is back (within generation_budget).
-    let doomed = submit(&app, "imagine", slow).await;
+    let doomed = app.submit("imagine", slow).await;
     running(&app, &doomed).await;
     server.kill();
     tokio::time::sleep(Duration::from_secs(3)).await;

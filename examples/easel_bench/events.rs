@@ -4,7 +4,7 @@
 //!   server with nothing to say; its resident memory per open stream (beside the same server
 //!   before they opened) and its CPU use over 10 s while they are open and idle (beside its CPU
 //!   use over 10 s before).
-//! - Then tasks run one after another on a mock ComfyUI in this process (tests/backend_mocks:
+//! - Then tasks run one after another on a mock ComfyUI in this process (tests/it/backend_mocks:
 //!   `progress` frames over its WebSocket, 10 per job over 2 s); every frame becomes a `progress`
 //!   event at each of the 2,000 subscribers. The latency is from the moment the mock sends a
 //!   frame to the moment a subscriber reads the event: both are seen by this process's one

@@ -10,7 +10,7 @@
 //! It needs the release `easel` binary (`--easel`) and `wrk` on the PATH; bench/run provides both.
 
 // The mock ComfyUI of the tests (its WebSocket `progress` frames) is the backend of `events`.
-#[path = "../../tests/backend_mocks/mod.rs"]
+#[path = "../../tests/it/backend_mocks/mod.rs"]
 mod backend_mocks;
 mod backends;
 mod claims;

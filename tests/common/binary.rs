@@ -3,10 +3,11 @@
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::split;
+use super::{split, wait_for};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_easel");
 
@@ -96,12 +97,32 @@ impl Easel {
         split(res).await
     }
 
+    /// Submit an imagine task with `key`: its id (panics unless 200).
+    pub async fn imagine(&self, key: &str, body: Value) -> String {
+        let (status, answer) = self.post(key, "/api/v1/imagine", body.clone()).await;
+        assert_eq!(status, 200, "imagine {body}: {answer}");
+        answer["task_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no task id: {answer}"))
+            .to_string()
+    }
+
     pub async fn fetch(&self, key: &str, id: &str) -> Value {
         let (status, body) = self
             .post(key, "/api/v1/fetch", json!({ "task_id": id }))
             .await;
         assert_eq!(status, 200, "{body}");
         body
+    }
+
+    /// Poll the task with `key` until its status is `status`: its record then.
+    pub async fn wait_status(&self, key: &str, id: &str, status: &str, within: Duration) -> Value {
+        wait_for(within, || async {
+            let t = self.fetch(key, id).await;
+            (t["status"] == status).then_some(t)
+        })
+        .await
+        .unwrap_or_else(|| panic!("task {id} not {status} within {within:?}"))
     }
 
     pub fn kill9(mut self) {

@@ -326,18 +326,22 @@ impl TestApp {
         split(res).await
     }
 
-    /// The value of the counter or gauge `name` (no labels) on `/metrics`, asked with `token`.
-    pub async fn metric(&self, token: &str, name: &str) -> f64 {
-        let text = self
+    /// The text of `/metrics`, asked with `token`.
+    pub async fn metrics(&self, token: &str) -> String {
+        let res = self
             .http
             .get(self.url("/metrics"))
             .bearer_auth(token)
             .send()
             .await
-            .unwrap()
-            .text()
-            .await
             .unwrap();
+        assert_eq!(res.status(), 200, "{res:?}");
+        res.text().await.unwrap()
+    }
+
+    /// The value of the counter or gauge `name` (no labels) on `/metrics`, asked with `token`.
+    pub async fn metric(&self, token: &str, name: &str) -> f64 {
+        let text = self.metrics(token).await;
         text.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
             .unwrap_or_else(|| panic!("no {name} in {text}"))
@@ -346,16 +350,47 @@ impl TestApp {
             .unwrap()
     }
 
+    /// Submit `op` (`imagine`, `upscale-1x`, ...) with `body`: the task's id (panics unless 200).
+    pub async fn submit(&self, op: &str, body: Value) -> String {
+        self.submit_as(&self.key, op, body).await
+    }
+
+    /// As `submit`, with `key` (another account's, say).
+    pub async fn submit_as(&self, key: &str, op: &str, body: Value) -> String {
+        let (status, answer) = self.post_as(key, &format!("/api/v1/{op}"), &body).await;
+        assert_eq!(status, 200, "{op} {body}: {answer}");
+        answer["task_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no task id: {answer}"))
+            .to_string()
+    }
+
     /// Submit an imagine task and return its id (panics unless 200).
     pub async fn imagine(&self, body: Value) -> String {
-        let (status, body) = self.post("/api/v1/imagine", &body).await;
-        assert_eq!(status, 200, "{body}");
-        body["task_id"].as_str().unwrap().to_string()
+        self.submit("imagine", body).await
+    }
+
+    /// Submit an imagine task with `key`: its id (panics unless 200).
+    pub async fn imagine_as(&self, key: &str, body: Value) -> String {
+        self.submit_as(key, "imagine", body).await
+    }
+
+    /// Submit `op` and wait for its end: its final record, which must say `finished`.
+    pub async fn finished(&self, op: &str, body: Value, within: Duration) -> Value {
+        let id = self.submit(op, body.clone()).await;
+        let record = self.wait_final(&id, within).await;
+        assert_eq!(record["status"], "finished", "{op} {body}: {record}");
+        record
     }
 
     pub async fn fetch(&self, task_id: &str) -> Value {
+        self.fetch_as(&self.key, task_id).await
+    }
+
+    /// The task's record as `key` sees it (panics unless 200).
+    pub async fn fetch_as(&self, key: &str, task_id: &str) -> Value {
         let (status, body) = self
-            .post("/api/v1/fetch", &json!({ "task_id": task_id }))
+            .post_as(key, "/api/v1/fetch", &json!({ "task_id": task_id }))
             .await;
         assert_eq!(status, 200, "{body}");
         body
@@ -363,12 +398,66 @@ impl TestApp {
 
     /// Poll until the task is finished or failed.
     pub async fn wait_final(&self, task_id: &str, within: Duration) -> Value {
+        self.wait_final_as(&self.key, task_id, within).await
+    }
+
+    /// As `wait_final`, polling with `key`.
+    pub async fn wait_final_as(&self, key: &str, task_id: &str, within: Duration) -> Value {
         wait_for(within, || async {
-            let t = self.fetch(task_id).await;
+            let t = self.fetch_as(key, task_id).await;
             matches!(t["status"].as_str(), Some("finished" | "failed")).then_some(t)
         })
         .await
         .unwrap_or_else(|| panic!("task {task_id} did not end within {within:?}"))
+    }
+
+    /// How many tasks the store holds, in every state.
+    pub async fn stored_tasks(&self) -> i64 {
+        let counts = self.store.task_counts().await.unwrap();
+        counts.iter().map(|(_, n)| n).sum()
+    }
+
+    /// Poll until the task's status is `status` (`processing`, say): its record then.
+    pub async fn wait_status(&self, task_id: &str, status: &str, within: Duration) -> Value {
+        wait_for(within, || async {
+            let t = self.fetch(task_id).await;
+            (t["status"] == status).then_some(t)
+        })
+        .await
+        .unwrap_or_else(|| panic!("task {task_id} not {status} within {within:?}"))
+    }
+
+    /// Poll until the task's webhook status is `status` (`delivered`, `undeliverable`): its
+    /// record then.
+    pub async fn wait_webhook(&self, task_id: &str, status: &str, within: Duration) -> Value {
+        wait_for(within, || async {
+            let t = self.fetch(task_id).await;
+            (t["webhook"]["status"] == status).then_some(t)
+        })
+        .await
+        .unwrap_or_else(|| panic!("task {task_id}'s webhook not {status} within {within:?}"))
+    }
+
+    /// The delivery attempts recorded for the task's webhook (`GET .../webhook-attempts`).
+    pub async fn webhook_attempts(&self, task_id: &str) -> Vec<Value> {
+        let (status, body) = self
+            .get(&format!("/api/v1/tasks/{task_id}/webhook-attempts"))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body["attempts"].as_array().unwrap().clone()
+    }
+
+    /// The file at `url` (a record's URL field, such as `image_urls[0]`), which must answer 200.
+    pub async fn bytes(&self, url: &Value) -> Vec<u8> {
+        let url = url.as_str().unwrap_or_else(|| panic!("not a URL: {url}"));
+        let res = self.http.get(url).send().await.unwrap();
+        assert_eq!(res.status(), 200, "{url}");
+        res.bytes().await.unwrap().to_vec()
+    }
+
+    /// The PNG image at `url`, as `bytes` fetches it, decoded.
+    pub async fn image(&self, url: &Value) -> easel::images::RgbaImage {
+        easel::images::decode_png(&self.bytes(url).await).unwrap()
     }
 
     /// A new account with `credits` (None: unlimited), and a key of it: its id and the key.

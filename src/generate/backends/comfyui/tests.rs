@@ -1,5 +1,5 @@
 //! Building a ComfyUI backend, and writing a job into its workflows, without a server; its runs
-//! against the shared mock of ComfyUI are in tests/backends/comfyui_adapter.rs.
+//! against the shared mock of ComfyUI are in tests/it/backends/comfyui_adapter.rs.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -1,5 +1,5 @@
 //! The openai adapter's settings and sizes, which need no server; its requests and answers are
-//! tested against the shared OpenAI mock in tests/backends/openai_adapter.rs.
+//! tested against the shared OpenAI mock in tests/it/backends/openai_adapter.rs.
 
 use std::time::Duration;
 

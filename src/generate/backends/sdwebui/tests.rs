@@ -1,6 +1,6 @@
 //! The sdwebui adapter's settings, progress answers and ratios, which need no server; its
 //! requests and answers are tested against the shared WebUI mock in
-//! tests/backends/sdwebui_adapter.rs.
+//! tests/it/backends/sdwebui_adapter.rs.
 
 use serde_json::{json, Value};
 
