@@ -202,6 +202,7 @@ impl Application {
                 room.clone(),
             )),
             room,
+            claiming: Arc::default(),
             progress_hooks: progress.clone(),
             claims: worker::Claims::new(&config),
             owner: format!(

@@ -38,6 +38,10 @@ struct Shared {
     /// Dropped once a backend has taken the job (or with the progress): what the worker holds
     /// for a claimed task until then (its room among the claims).
     until_started: Mutex<Option<Box<dyn Send>>>,
+    /// Dropped once the job stands in the line for a slot, or a backend has taken it (or with
+    /// the progress): the node's turn to claim, so that the next claim's job arrives after this
+    /// one's and the line's order is the claims'.
+    until_in_line: Mutex<Option<Box<dyn Send>>>,
     /// The backend attempt that failed last and is being tried again, with its error; cleared
     /// when a backend takes the job again.
     retrying: Mutex<Option<Retrying>>,
@@ -77,6 +81,7 @@ impl Progress {
             shared: Arc::new(Shared {
                 place,
                 until_started: Mutex::new(None),
+                until_in_line: Mutex::new(None),
                 retrying: Mutex::new(None),
                 percent: AtomicI64::new(0),
                 preview: Mutex::new(None),
@@ -100,6 +105,26 @@ impl Progress {
             .until_started
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(Box::new(held));
+    }
+
+    /// Keep `held` until the job stands in line for a slot or a backend takes it.
+    pub fn hold_until_in_line(&self, held: impl Send + 'static) {
+        *self
+            .shared
+            .until_in_line
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(Box::new(held));
+    }
+
+    /// The job stands in line for a slot now (the pool's line says so).
+    pub fn entered_line(&self) {
+        let held = self
+            .shared
+            .until_in_line
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        drop(held);
     }
 
     /// The backend attempt `attempt` failed with `error` and the job waits to be tried again.
@@ -167,6 +192,7 @@ impl Progress {
     /// longer waits for a retry.
     pub fn start(&self) {
         self.shared.started.cancel();
+        self.entered_line();
         let held = self
             .shared
             .until_started

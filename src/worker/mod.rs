@@ -24,7 +24,7 @@ mod sweep;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -54,6 +54,10 @@ pub struct WorkerContext {
     pub generating: Arc<Permits>,
     /// This node's claimed tasks that no backend has taken yet: how far ahead it claims.
     pub room: Arc<Room>,
+    /// Held while a claim is made and until its job stands in the backends' line: this node's
+    /// claims one at a time, so that the jobs meet the line in the order the store gave their
+    /// tasks out.
+    pub claiming: Arc<tokio::sync::Mutex<()>>,
     /// Where callers' input images come from.
     pub inputs: Inputs,
     /// Progress deliveries of the tasks that ask for them (`webhook_events`).
@@ -137,6 +141,12 @@ impl WorkerContext {
         seat: Option<Seat>,
         hard_stop: &CancellationToken,
     ) -> StoreResult<Ran> {
+        // One claim at a time on this node, each waiting (a moment: at most `CLAIM_TURN`) for
+        // the last claimed job to stand in the backends' line, so that the jobs meet the line in
+        // the order the store gave their tasks out.
+        let turn = tokio::time::timeout(CLAIM_TURN, self.claiming.clone().lock_owned())
+            .await
+            .ok();
         let rules = self.claims.next();
         let Some(task) = self
             .store
@@ -145,12 +155,17 @@ impl WorkerContext {
         else {
             return Ok(Ran::Idle);
         };
+        let place = Instant::now();
         let span = tracing::info_span!("task", task_id = %task.id, attempt = task.attempts);
-        self.run_claimed(task, seat, hard_stop)
+        self.run_claimed(task, place, (seat, turn), hard_stop)
             .instrument(span)
             .await
     }
 }
+
+/// The longest a claim waits for the last claimed job to stand in the backends' line (one whose
+/// input images take long to fetch does not hold the node's claims back for longer).
+const CLAIM_TURN: Duration = Duration::from_secs(1);
 
 /// How long a stopped generation may take to take its job off the backend and end.
 pub(super) const STOP_GRACE: Duration = Duration::from_secs(15);

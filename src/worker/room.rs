@@ -134,8 +134,9 @@ impl Permits {
         self.lock().free
     }
 
-    /// A permit, once every task placed before `place` that waits for one has had its own.
-    pub async fn acquire(&self, place: Instant) -> Permit<'_> {
+    /// A permit, once every task placed before `place` that waits for one has had its own;
+    /// `queued` is called once the task stands in this line.
+    pub async fn acquire(&self, place: Instant, queued: impl FnOnce()) -> Permit<'_> {
         let key = (place, self.arrivals.fetch_add(1, Ordering::Relaxed));
         let (tx, rx) = oneshot::channel();
         {
@@ -143,6 +144,7 @@ impl Permits {
             state.waiting.insert(key, tx);
             Permits::hand_out(&mut state);
         }
+        queued();
         let mut waiting = Waiting {
             permits: self,
             key,
@@ -200,14 +202,16 @@ mod tests {
         let room = Arc::new(Room::default());
         let permits = Arc::new(Permits::new(1, room));
         let base = Instant::now();
-        let held = permits.acquire(base).await;
+        let held = permits.acquire(base, || {}).await;
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut waiters = Vec::new();
         // Asked in the order 3, 1, 2; placed in the order 1, 2, 3.
         for n in [3u64, 1, 2] {
             let (permits, order) = (permits.clone(), order.clone());
             waiters.push(tokio::spawn(async move {
-                let permit = permits.acquire(base + Duration::from_millis(n)).await;
+                let permit = permits
+                    .acquire(base + Duration::from_millis(n), || {})
+                    .await;
                 order.lock().unwrap().push(n);
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 drop(permit);
@@ -226,11 +230,13 @@ mod tests {
     async fn a_waiter_that_stops_leaves_the_line_and_its_permit_goes_on() {
         let permits = Arc::new(Permits::new(1, Arc::new(Room::default())));
         let base = Instant::now();
-        let held = permits.acquire(base).await;
+        let held = permits.acquire(base, || {}).await;
         let gone = tokio::spawn({
             let permits = permits.clone();
             async move {
-                let _ = permits.acquire(base + Duration::from_millis(1)).await;
+                let _ = permits
+                    .acquire(base + Duration::from_millis(1), || {})
+                    .await;
             }
         });
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -239,7 +245,7 @@ mod tests {
         drop(held);
         let next = tokio::time::timeout(
             Duration::from_secs(1),
-            permits.acquire(base + Duration::from_millis(2)),
+            permits.acquire(base + Duration::from_millis(2), || {}),
         )
         .await
         .expect("the stopped waiter holds nothing");

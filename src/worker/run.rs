@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use tokio::sync::OwnedMutexGuard;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -36,15 +37,19 @@ impl WorkerContext {
     pub(super) async fn run_claimed(
         &self,
         task: ClaimedTask,
-        seat: Option<Seat>,
+        place: Instant,
+        (seat, claim_turn): (Option<Seat>, Option<OwnedMutexGuard<()>>),
         hard_stop: &CancellationToken,
     ) -> StoreResult<Ran> {
         tracing::info!("task claimed");
-        // Its place in line for a permit and a backend slot: now, as claims come in the fair
-        // order of turns.
-        let progress = Progress::in_line_since(Instant::now());
+        // Its place in line for a permit and a backend slot: when it was claimed, as claims
+        // come in the fair order of turns.
+        let progress = Progress::in_line_since(place);
         if let Some(seat) = seat {
             progress.hold_until_started(seat);
+        }
+        if let Some(turn) = claim_turn {
+            progress.hold_until_in_line(turn);
         }
         if let Some(term) = self.policy.violation(&task.prompt) {
             let outcome = Outcome::Failed {
@@ -250,7 +255,10 @@ impl WorkerContext {
             reservation: reservation.map(Arc::new),
             extras: task.extras.clone(),
         };
-        let permit = self.generating.acquire(progress.place()).await;
+        let permit = self
+            .generating
+            .acquire(progress.place(), || progress.entered_line())
+            .await;
         let product = match self.generator.run(&job, progress).await {
             Ok(product) => product,
             Err(e) => {

@@ -980,3 +980,46 @@ async fn a_backends_slot_goes_to_the_next_job_once_it_answers_not_once_the_answe
         "the second job waited {gap:?} for the first's whole answer"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_served_only_by_comfyui_offers_u1_to_u4_and_makes_upscale_1x() {
+    let mock = Arc::new(ComfyMock {
+        shade: 60,
+        ..ComfyMock::default()
+    });
+    let url = mock.start().await;
+    let app = TestApp::spawn_with(|c| {
+        let mut cfg = comfy("comfy", &url);
+        cfg.timeout = Duration::from_secs(20);
+        c.backends = vec![cfg];
+    })
+    .await;
+    let grid = app
+        .finished("imagine", json!({"prompt": "a lighthouse"}), WITHIN)
+        .await;
+    let labels: Vec<&str> = grid["actions"]
+        .as_array()
+        .expect("actions")
+        .iter()
+        .map(|a| a["label"].as_str().unwrap())
+        .collect();
+    for u in ["U1", "U2", "U3", "U4"] {
+        assert!(labels.contains(&u), "{u} offered: {labels:?}");
+    }
+    let prompts = mock.prompts.lock().unwrap().len();
+    // U3: the grid's third image as it was stored, without a job on the backend.
+    let up = app
+        .finished(
+            "upscale-1x",
+            json!({"parent_task_id": grid["task_id"], "index": 3}),
+            WITHIN,
+        )
+        .await;
+    let third = app.image(&grid["image_urls"][2]).await;
+    assert_eq!(app.image(&up["image_url"]).await, third);
+    assert_eq!(
+        mock.prompts.lock().unwrap().len(),
+        prompts,
+        "the crop sent nothing to ComfyUI"
+    );
+}

@@ -30,6 +30,7 @@ mod hostile;
 mod idempotency;
 mod idempotency_nodes;
 mod limits;
+mod line_order;
 mod live;
 mod models;
 mod observability;

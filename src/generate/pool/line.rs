@@ -83,6 +83,7 @@ impl Line {
                 key,
                 granted: Some(granted),
             };
+            progress.entered_line();
             self.dispatch();
             let left = deadline.saturating_duration_since(Instant::now());
             let granted = standing.granted.as_mut().expect("set above");
