@@ -320,6 +320,7 @@ impl Application {
         let limits = http::server::ConnectionLimits {
             max_connections: config.server.max_connections,
             max_per_address: config.server.max_connections_per_address,
+            trusted_proxies: config.server.trusted_proxies.clone().into(),
             header_timeout: config.server.header_timeout,
             idle_timeout: config.server.idle_timeout,
             drain: std::time::Duration::from_secs(2),
@@ -327,7 +328,7 @@ impl Application {
         let server = tokio::spawn(http::server::serve(
             self.listener,
             app,
-            limits,
+            limits.clone(),
             shutdown.clone(),
         ));
         let metrics_server = self.metrics_listener.map(|listener| {

@@ -63,6 +63,13 @@ pub struct Server {
     /// comma-separated list.
     #[serde(deserialize_with = "string_list::deserialize")]
     pub allowed_hosts: Vec<String>,
+    /// The reverse proxies in front of this node (CIDRs or addresses, IPv4 and IPv6): only from
+    /// these peers is the client's address read from `Forwarded` or `X-Forwarded-For` (right to
+    /// left, the first address not in this list), for every per-address limit and the access log;
+    /// from anyone else those headers are ignored. Their own connections are not counted under
+    /// `max_connections_per_address`. In the environment: a comma-separated list. Default: none.
+    #[serde(with = "networks")]
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// How long shutdown waits for running tasks and deliveries before releasing them.
     #[serde(with = "duration")]
     pub shutdown_timeout: Duration,
@@ -87,6 +94,7 @@ impl Default for Server {
             max_connections: 4096,
             max_connections_per_address: 256,
             allowed_hosts: Vec::new(),
+            trusted_proxies: Vec::new(),
             shutdown_timeout: Duration::from_secs(30),
             metrics_listen: None,
             metrics_token: None,
@@ -129,5 +137,53 @@ impl Server {
             bail!("configuration: metrics_listen must differ from listen");
         }
         Ok(())
+    }
+}
+
+/// `trusted_proxies`: networks (`10.0.0.0/8`, `fd00::/8`) or single addresses (a /32 or /128),
+/// as a list or, in the environment, comma-separated text; a wrong one refused by its text.
+mod networks {
+    use ipnet::IpNet;
+    use serde::{de, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(nets: &[IpNet], s: S) -> Result<S::Ok, S::Error> {
+        nets.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<IpNet>, D::Error> {
+        super::super::values::string_list::deserialize(d)?
+            .iter()
+            .map(|text| parse(text).map_err(de::Error::custom))
+            .collect()
+    }
+
+    pub fn parse(text: &str) -> Result<IpNet, String> {
+        text.parse::<IpNet>()
+            .map(|net| net.trunc())
+            .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from))
+            .map_err(|_| {
+                format!(
+                    "trusted_proxies: {text:?} is not a network (10.0.0.0/8, fd00::/8) or an \
+                     address"
+                )
+            })
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn networks_and_single_addresses_are_read_and_nonsense_is_named() {
+            assert_eq!(super::parse("10.0.0.0/8").unwrap().to_string(), "10.0.0.0/8");
+            assert_eq!(super::parse("10.1.2.3/8").unwrap().to_string(), "10.0.0.0/8");
+            assert_eq!(super::parse("127.0.0.2").unwrap().to_string(), "127.0.0.2/32");
+            assert_eq!(super::parse("fd00::/8").unwrap().to_string(), "fd00::/8");
+            assert_eq!(super::parse("::1").unwrap().to_string(), "::1/128");
+            let e = super::parse("10.0.0.0/33").unwrap_err();
+            assert!(e.contains("\"10.0.0.0/33\""), "{e}");
+            assert!(super::parse("proxy.local").is_err());
+        }
     }
 }

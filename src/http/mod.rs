@@ -7,6 +7,7 @@ pub mod access;
 pub mod api;
 pub mod app;
 pub mod body;
+pub mod client_address;
 pub mod extract;
 pub mod hosts;
 pub mod idempotency;

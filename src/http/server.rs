@@ -30,6 +30,8 @@ use std::convert::Infallible;
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::ConnectInfo;
+
+use super::client_address::{self, ClientAddress};
 use axum::http::{Request, Response};
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
@@ -52,11 +54,14 @@ pub const MAX_HEADER_BYTES: usize = 64 * 1024;
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 64;
 
 /// How the server treats connections.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ConnectionLimits {
     pub max_connections: usize,
     /// 0: no limit per address.
     pub max_per_address: usize,
+    /// The reverse proxies whose connections are not counted per address, and from which a
+    /// request's client address is read from its headers (`super::client_address`).
+    pub trusted_proxies: Arc<[ipnet::IpNet]>,
     pub header_timeout: Duration,
     pub idle_timeout: Duration,
     /// How long shutdown waits for requests in progress.
@@ -110,7 +115,15 @@ pub async fn serve<S, B>(
             _ = shutdown.cancelled() => break,
         };
         let (stream, peer) = stream;
-        let Some(place) = addresses.admit(peer.ip()) else {
+        // A trusted proxy's connections carry many clients: their share is counted per request
+        // (the sign-in and sign-up limits), not per connection.
+        let proxied = client_address::trusted(peer.ip(), &limits.trusted_proxies);
+        let admitted = if proxied {
+            Some(None)
+        } else {
+            addresses.admit(peer.ip())
+        };
+        let Some(place) = admitted else {
             // Closed at once: the client's other connections are its share.
             tracing::debug!(%peer, "connection refused: too many from this address");
             continue;
@@ -119,12 +132,19 @@ pub async fn serve<S, B>(
         let activity = Arc::new(Activity::new());
         let watched = activity.clone();
         let app = app.clone();
+        let trusted = limits.trusted_proxies.clone();
         let service =
             TowerToHyperService::new(tower::service_fn(move |req: hyper::Request<Incoming>| {
                 // Busy from the handler's call until the answer's last byte is out.
                 let busy = Busy::start(&activity);
                 let (mut req, unread) = Unread::track(req);
-                // The client's address, for the dashboard's sign-in limits.
+                // The client's address, for the per-address limits and the access log.
+                let client = if proxied {
+                    client_address::client_of(peer.ip(), req.headers(), &trusted)
+                } else {
+                    peer.ip()
+                };
+                req.extensions_mut().insert(ClientAddress(client));
                 req.extensions_mut().insert(ConnectInfo(peer));
                 let answer = app.clone().oneshot(req);
                 async move {

@@ -63,6 +63,23 @@ impl Browser {
         }
     }
 
+    /// A browser whose requests reach the server through a proxy at `proxy` (another loopback
+    /// address) that says they came from `client`, in `X-Forwarded-For`.
+    fn behind(app: &TestApp, proxy: &str, client: &str) -> Browser {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-forwarded-for", client.parse().unwrap());
+        Browser {
+            base: app.base.clone(),
+            http: reqwest::Client::builder()
+                .redirect(Policy::none())
+                .local_address(proxy.parse::<std::net::IpAddr>().unwrap())
+                .default_headers(headers)
+                .build()
+                .unwrap(),
+            cookies: HashMap::new(),
+        }
+    }
+
     /// The same browser (its cookies) on another network.
     fn moved_to(&self, app: &TestApp, address: &str) -> Browser {
         Browser {
@@ -412,6 +429,41 @@ fn message(p: &Page) -> String {
     let at = p.body.find("role=\"alert\">").expect("an error message");
     let rest = &p.body[at + "role=\"alert\">".len()..];
     rest[..rest.find('<').unwrap()].to_string()
+}
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_one_clients_failed_sign_ins_do_not_lock_out_another() {
+    use easel::accounts::throttle::SIGN_IN_MAX_PER_ADDRESS;
+    let app = TestApp::spawn_with(|c| {
+        c.server.trusted_proxies = vec!["127.0.0.2/32".parse().unwrap()];
+    })
+    .await;
+    Browser::at(&app, "127.0.0.3")
+        .sign_up("victim@example.com", PASSWORD)
+        .await;
+    let mut guesser = Browser::behind(&app, "127.0.0.2", "10.0.0.5");
+    for i in 0..SIGN_IN_MAX_PER_ADDRESS {
+        let email = format!("guess{i}@example.com");
+        assert_eq!(guesser.sign_in(&email, "nope nope nope").await.status, 401);
+    }
+    let refused = guesser
+        .sign_in("someone@example.com", "nope nope nope")
+        .await;
+    assert_eq!(refused.status, 429, "10.0.0.5 is over its limit");
+    // Through the same proxy, another client signs in.
+    let mut other = Browser::behind(&app, "127.0.0.2", "10.0.0.6");
+    let page = other.sign_in("victim@example.com", PASSWORD).await;
+    assert_eq!(page.status, 303, "{}", page.body);
+    // From a peer that is no proxy of ours the header is ignored: its failures count against its
+    // own address, whatever it claims.
+    let mut liar = Browser::behind(&app, "127.0.0.4", "10.0.0.7");
+    for i in 0..SIGN_IN_MAX_PER_ADDRESS {
+        let email = format!("liar{i}@example.com");
+        liar.sign_in(&email, "nope nope nope").await;
+    }
+    let mut honest = Browser::behind(&app, "127.0.0.4", "10.0.0.8");
+    let refused = honest.sign_in("victim@example.com", PASSWORD).await;
+    assert_eq!(refused.status, 429, "127.0.0.4 is one client, over its limit");
 }
 
 #[tokio::test]

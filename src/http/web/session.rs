@@ -25,6 +25,7 @@ use sha2::Sha256;
 use super::error_page::WebError;
 use super::page::NavUser;
 use crate::http::body::read_body;
+use crate::http::client_address::ClientAddress;
 use crate::http::state::AppState;
 use crate::store::{now_ms, Account, Task};
 
@@ -307,8 +308,8 @@ impl<T: DeserializeOwned + Send> FromRequest<AppState> for PublicPosted<T> {
         }
         let client = parts
             .extensions
-            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-            .map(|c| c.0.ip().to_string())
+            .get::<ClientAddress>()
+            .map(|c| c.0.to_string())
             .unwrap_or_default();
         Ok(PublicPosted {
             form,
