@@ -4,7 +4,8 @@
 use std::sync::atomic::AtomicBool;
 
 use super::*;
-use crate::domain::{AspectRatio, Operation};
+use crate::domain::Operation;
+use crate::generate::Generation;
 
 /// A backend in the test's hands: it takes `delay` per job, counts its jobs and the most it
 /// ran at once, fails transiently while `broken`, and answers probes while not `dead`.
@@ -56,11 +57,7 @@ impl Generator for Fake {
     fn supports(&self, kind: OpKind) -> bool {
         self.kinds.contains(&kind)
     }
-    fn run<'a>(
-        &'a self,
-        job: &'a Job,
-        progress: &'a Progress,
-    ) -> BoxFuture<'a, Result<Product, GenerateError>> {
+    fn run<'a>(&'a self, job: &'a Job, progress: &'a Progress) -> Generation<'a> {
         Box::pin(async move {
             self.took.lock().unwrap().push(job.prompt.clone());
             let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
@@ -96,17 +93,7 @@ impl Generator for Fake {
 }
 
 fn job(operation: Operation) -> Job {
-    Job {
-        operation,
-        prompt: "a test".into(),
-        seed: 1,
-        aspect: AspectRatio::SQUARE,
-        image_size: 64,
-        inputs: Vec::new().into(),
-        mask: None,
-        reservation: None,
-        extras: Default::default(),
-    }
+    Job::for_tests(operation, "a test", 1)
 }
 
 fn pool(members: &[(&Arc<Fake>, usize)]) -> Arc<Pool> {
