@@ -75,6 +75,16 @@ impl Generation {
     }
 }
 
+/// What a command that makes images takes besides its own arguments: the generation settings,
+/// and how it ends.
+#[derive(clap::Args, Clone, Debug)]
+pub struct Making {
+    #[command(flatten)]
+    pub generation: Generation,
+    #[command(flatten)]
+    pub waiting: Waiting,
+}
+
 /// How a command that makes a task ends.
 #[derive(clap::Args, Clone, Debug)]
 pub struct Waiting {
@@ -93,73 +103,105 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     crate::config::duration::parse(text)
 }
 
-/// A client command.
-#[derive(Clone, Debug)]
+/// A client command, with the server it talks to.
+#[derive(clap::Subcommand, Clone, Debug)]
 pub enum Request {
+    /// Client: submit an imagine task to the server at --url (key: EASEL_API_KEY).
     Imagine {
         prompt: String,
+        /// Aspect ratio, like 16:9.
+        #[arg(long = "ar", value_name = "W:H")]
         aspect_ratio: Option<String>,
-        generation: Generation,
-        waiting: Waiting,
+        #[command(flatten)]
+        making: Making,
+        #[command(flatten)]
+        server: Server,
     },
+    /// Client: upscale image INDEX (1 to 4) of a finished grid task.
     Upscale {
         task: String,
         index: u8,
-        generation: Generation,
-        waiting: Waiting,
+        #[command(flatten)]
+        making: Making,
+        #[command(flatten)]
+        server: Server,
     },
-    Models,
+    /// Client: show a task (its image URLs, or --json its record).
     Fetch {
         task: String,
+        /// Download the images into this folder.
+        #[arg(long, value_name = "DIR")]
         output: Option<PathBuf>,
+        #[command(flatten)]
+        server: Server,
     },
-    Tasks,
+    /// Client: list the account's tasks (GET /api/v1/tasks).
+    Tasks {
+        #[command(flatten)]
+        server: Server,
+    },
+    /// Client: list the models the key's account may use (GET /api/v1/models).
+    Models {
+        #[command(flatten)]
+        server: Server,
+    },
+    /// Client: cancel a task that has not ended (POST /api/v1/tasks/TASK/cancel).
     Cancel {
         task: String,
+        #[command(flatten)]
+        server: Server,
     },
-    /// Upload an image file (`POST /api/v1/upload`) and print the answer.
+    /// Client: upload an image file (POST /api/v1/upload) and print the answer, whose `url`
+    /// every image field and image prompt takes.
     Upload {
         file: PathBuf,
+        #[command(flatten)]
+        server: Server,
     },
 }
 
-/// Run a client command against `server`.
-pub async fn run(server: Server, request: Request) -> anyhow::Result<()> {
+/// Run a client command.
+pub async fn run(request: Request) -> anyhow::Result<()> {
+    let server = match &request {
+        Request::Imagine { server, .. }
+        | Request::Upscale { server, .. }
+        | Request::Fetch { server, .. }
+        | Request::Tasks { server }
+        | Request::Models { server }
+        | Request::Cancel { server, .. }
+        | Request::Upload { server, .. } => server.clone(),
+    };
     let client = Client::new(&server)?;
     match request {
         Request::Imagine {
             prompt,
             aspect_ratio,
-            generation,
-            waiting,
+            making,
+            ..
         } => {
             let mut body = json!({ "prompt": prompt });
             if let Some(ar) = aspect_ratio {
                 body["aspect_ratio"] = json!(ar);
             }
-            generation.add_to(&mut body);
-            let id = client.submit("imagine", &body).await?;
-            client.follow(&id, &waiting, server.json).await
+            client.make("imagine", body, &making, server.json).await
         }
         Request::Upscale {
             task,
             index,
-            generation,
-            waiting,
+            making,
+            ..
         } => {
             if !(1..=4).contains(&index) {
                 bail!("the image index must be 1, 2, 3 or 4");
             }
-            let mut body = json!({ "parent_task_id": task, "index": index });
-            generation.add_to(&mut body);
-            let id = client.submit("upscale-1x", &body).await?;
-            client.follow(&id, &waiting, server.json).await
+            let body = json!({ "parent_task_id": task, "index": index });
+            client.make("upscale-1x", body, &making, server.json).await
         }
-        Request::Fetch { task, output } => {
+        Request::Fetch { task, output, .. } => {
             let record = client.task(&task).await?;
             client.show(&record, output.as_deref(), server.json).await
         }
-        Request::Cancel { task } => {
+        Request::Cancel { task, .. } => {
             let path = format!("/api/v1/tasks/{task}/cancel");
             let url = format!("{}{path}", client.base);
             let record = client
@@ -169,13 +211,13 @@ pub async fn run(server: Server, request: Request) -> anyhow::Result<()> {
                 )
                 .await?;
             if server.json {
-                println!("{}", serde_json::to_string_pretty(&record)?);
+                print_json(&record)?;
             } else {
                 println!("{} canceled", record["task_id"].as_str().unwrap_or(&task));
             }
             Ok(())
         }
-        Request::Upload { file } => {
+        Request::Upload { file, .. } => {
             let bytes =
                 std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
             let name = file
@@ -190,17 +232,18 @@ pub async fn run(server: Server, request: Request) -> anyhow::Result<()> {
             let answer = client
                 .call(client.http.post(url).multipart(form), "POST /api/v1/upload")
                 .await?;
-            println!("{}", serde_json::to_string_pretty(&answer)?);
+            print_json(&answer)?;
             Ok(())
         }
-        Request::Models => {
-            let list = client.get("/api/v1/models").await?;
-            if server.json {
-                println!("{}", serde_json::to_string_pretty(&list)?);
+        Request::Models { .. } => {
+            let Some(list) = client.list("/api/v1/models", server.json).await? else {
                 return Ok(());
-            }
-            let empty = Vec::new();
-            for m in list["models"].as_array().unwrap_or(&empty) {
+            };
+            for m in list["models"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+            {
                 println!(
                     "{:<20}  {:<4}  {:<7}  {}",
                     m["name"].as_str().unwrap_or("-"),
@@ -211,18 +254,16 @@ pub async fn run(server: Server, request: Request) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Request::Tasks => {
-            let list = client.get("/api/v1/tasks").await?;
-            if server.json {
-                println!("{}", serde_json::to_string_pretty(&list)?);
+        Request::Tasks { .. } => {
+            let Some(list) = client.list("/api/v1/tasks", server.json).await? else {
                 return Ok(());
-            }
-            let empty = Vec::new();
+            };
             let tasks = list
                 .get("tasks")
                 .and_then(Value::as_array)
                 .or_else(|| list.as_array())
-                .unwrap_or(&empty);
+                .map(Vec::as_slice)
+                .unwrap_or_default();
             for t in tasks {
                 println!(
                     "{}  {:<16}  {:<10}  {:>3}%  {}",
@@ -236,6 +277,12 @@ pub async fn run(server: Server, request: Request) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `value` as indented JSON on stdout (what `--json` prints).
+fn print_json(value: &Value) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
 }
 
 struct Client {
@@ -292,6 +339,29 @@ impl Client {
         self.call(self.http.get(url), &format!("GET {path}")).await
     }
 
+    /// GET the list at `path`: with `--json` printed as it is and `None`, else for a table.
+    async fn list(&self, path: &str, json: bool) -> anyhow::Result<Option<Value>> {
+        let list = self.get(path).await?;
+        if json {
+            print_json(&list)?;
+            return Ok(None);
+        }
+        Ok(Some(list))
+    }
+
+    /// Submit `op` with `body` and the settings of `making`, and follow the task as it asks.
+    async fn make(
+        &self,
+        op: &str,
+        mut body: Value,
+        making: &Making,
+        json: bool,
+    ) -> anyhow::Result<()> {
+        making.generation.add_to(&mut body);
+        let id = self.submit(op, &body).await?;
+        self.follow(&id, &making.waiting, json).await
+    }
+
     async fn submit(&self, op: &str, body: &Value) -> anyhow::Result<String> {
         let path = format!("/api/v1/{op}");
         let url = format!("{}{path}", self.base);
@@ -313,7 +383,7 @@ impl Client {
     async fn follow(&self, id: &str, waiting: &Waiting, json: bool) -> anyhow::Result<()> {
         if !waiting.wait && waiting.output.is_none() {
             if json {
-                println!("{}", serde_json::to_string_pretty(&self.task(id).await?)?);
+                print_json(&self.task(id).await?)?;
             } else {
                 println!("{id}");
             }
@@ -464,7 +534,7 @@ impl Client {
             }
         }
         if json {
-            println!("{}", serde_json::to_string_pretty(record)?);
+            print_json(record)?;
         } else if output.is_none() {
             if urls.is_empty() {
                 if let Some(content) = record["content"].as_array() {
