@@ -19,7 +19,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::{Metric, Registry, Unit};
 
 use crate::store::{PlanLoad, QueueRow};
 
@@ -118,103 +118,117 @@ struct Metrics {
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     let mut registry = Registry::with_prefix("easel");
-    let http = HistogramFamily::<RouteLabels>::new_with_constructor(latency_histogram as fn() -> _);
-    registry.register_with_unit(
-        "http_request_duration",
-        "HTTP requests by route template and status, and how long they took to answer",
-        Unit::Seconds,
-        http.clone(),
-    );
-    let tasks = Family::<TaskLabels, Counter>::default();
-    registry.register(
-        "tasks",
-        "Tasks that reached a final state on this node's workers, by operation and status",
-        tasks.clone(),
-    );
-    let generation =
-        HistogramFamily::<BackendLabels>::new_with_constructor(generation_histogram as fn() -> _);
-    registry.register_with_unit(
-        "generation_duration",
-        "Time one generation took on a backend, by backend and outcome (ok, retry, error, canceled)",
-        Unit::Seconds,
-        generation.clone(),
-    );
-    let webhook_attempts = Family::<OutcomeLabels, Counter>::default();
-    registry.register(
-        "webhook_attempts",
-        "Webhook delivery attempts by outcome (delivered, retry, undeliverable)",
-        webhook_attempts.clone(),
-    );
-    let webhook_lag = lag_histogram();
-    registry.register_with_unit(
-        "webhook_delivery_lag",
-        "Time from a delivery being queued (its task ending, or a redelivery) to its success",
-        Unit::Seconds,
-        webhook_lag.clone(),
-    );
-    let webhook_progress = Family::<OutcomeLabels, Counter>::default();
-    registry.register(
-        "webhook_progress_deliveries",
-        "Progress webhook deliveries by outcome (delivered, failed, dropped: not sent because the \
-         node's progress requests in flight were at their bound or the task had no usable secret)",
-        webhook_progress.clone(),
-    );
-    let store_errors = Family::<StoreErrorLabels, Counter>::default();
-    registry.register(
-        "store_errors",
-        "Failed store calls by component (api, worker, dispatcher) and kind (unavailable, other)",
-        store_errors.clone(),
-    );
-    let retention_removed = Counter::default();
-    registry.register(
-        "retention_removed_tasks",
-        "Tasks whose images this node's retention sweep deleted",
-        retention_removed.clone(),
-    );
-    let decode_budget_waits = Counter::default();
-    registry.register(
-        "decode_budget_waits",
-        "Tasks whose input images waited for room in this node's decode memory budget",
-        decode_budget_waits.clone(),
-    );
-    let previews = Counter::default();
-    registry.register(
-        "previews_written",
-        "Preview images of running tasks this node's workers stored",
-        previews.clone(),
-    );
-    let event_streams = Gauge::default();
-    registry.register(
-        "event_streams",
-        "Server-Sent Events streams open on this node",
-        event_streams.clone(),
-    );
-    let grids = Family::<OutcomeLabels, Counter>::default();
-    registry.register(
-        "grids",
-        "Grids of model backends' images this node made, by when (after_task, on_request, \
-         before_task) or failed (an image that does not decode)",
-        grids.clone(),
-    );
+    let r = &mut registry;
+    // Registered in the order written: the order of the exposition.
     Metrics {
-        registry,
-        http,
+        http: registered(
+            r,
+            "http_request_duration",
+            "HTTP requests by route template and status, and how long they took to answer",
+            Some(Unit::Seconds),
+            HistogramFamily::<RouteLabels>::new_with_constructor(latency_histogram as fn() -> _),
+        ),
         http_series: (0..route_labels().len() * STATUSES.len())
             .map(|_| OnceLock::new())
             .collect(),
-        tasks,
-        generation,
-        webhook_attempts,
-        webhook_lag,
-        webhook_progress,
-        store_errors,
-        retention_removed,
-        decode_budget_waits,
-        previews,
-        event_streams,
-        grids,
+        tasks: registered(
+            r,
+            "tasks",
+            "Tasks that reached a final state on this node's workers, by operation and status",
+            None,
+            Family::<TaskLabels, Counter>::default(),
+        ),
+        generation: registered(
+            r,
+            "generation_duration",
+            "Time one generation took on a backend, by backend and outcome (ok, retry, error, canceled)",
+            Some(Unit::Seconds),
+            HistogramFamily::<BackendLabels>::new_with_constructor(generation_histogram as fn() -> _),
+        ),
+        webhook_attempts: registered(
+            r,
+            "webhook_attempts",
+            "Webhook delivery attempts by outcome (delivered, retry, undeliverable)",
+            None,
+            Family::<OutcomeLabels, Counter>::default(),
+        ),
+        webhook_lag: registered(
+            r,
+            "webhook_delivery_lag",
+            "Time from a delivery being queued (its task ending, or a redelivery) to its success",
+            Some(Unit::Seconds),
+            lag_histogram(),
+        ),
+        webhook_progress: registered(
+            r,
+            "webhook_progress_deliveries",
+            "Progress webhook deliveries by outcome (delivered, failed, dropped: not sent because \
+             the node's progress requests in flight were at their bound or the task had no usable \
+             secret)",
+            None,
+            Family::<OutcomeLabels, Counter>::default(),
+        ),
+        store_errors: registered(
+            r,
+            "store_errors",
+            "Failed store calls by component (api, worker, dispatcher) and kind (unavailable, other)",
+            None,
+            Family::<StoreErrorLabels, Counter>::default(),
+        ),
+        retention_removed: registered(
+            r,
+            "retention_removed_tasks",
+            "Tasks whose images this node's retention sweep deleted",
+            None,
+            Counter::default(),
+        ),
+        decode_budget_waits: registered(
+            r,
+            "decode_budget_waits",
+            "Tasks whose input images waited for room in this node's decode memory budget",
+            None,
+            Counter::default(),
+        ),
+        previews: registered(
+            r,
+            "previews_written",
+            "Preview images of running tasks this node's workers stored",
+            None,
+            Counter::default(),
+        ),
+        event_streams: registered(
+            r,
+            "event_streams",
+            "Server-Sent Events streams open on this node",
+            None,
+            Gauge::default(),
+        ),
+        grids: registered(
+            r,
+            "grids",
+            "Grids of model backends' images this node made, by when (after_task, on_request, \
+             before_task) or failed (an image that does not decode)",
+            None,
+            Family::<OutcomeLabels, Counter>::default(),
+        ),
+        registry,
     }
 });
+
+/// `metric`, registered under `name` with `help` (and its `unit`), for the process to keep.
+fn registered<M: Metric + Clone>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    metric: M,
+) -> M {
+    match unit {
+        Some(unit) => registry.register_with_unit(name, help, unit, metric.clone()),
+        None => registry.register(name, help, metric.clone()),
+    }
+    metric
+}
 
 /// The status codes easel answers, each its own label value; anything else is counted by class.
 const STATUSES: [&str; 24] = [

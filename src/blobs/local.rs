@@ -172,6 +172,13 @@ async fn blocking<T: Send + 'static>(
         .map_err(io_error)
 }
 
+/// The key of the file at `path` under `root`: its relative path with `/` between folders; none
+/// for a name that is not UTF-8 (easel writes none).
+fn key_of(root: &Path, path: &Path) -> Option<String> {
+    let relative = path.strip_prefix(root).ok()?.to_str()?;
+    Some(relative.replace(std::path::MAIN_SEPARATOR, "/"))
+}
+
 /// The keys of the files below `dir` (relative to `root`); nothing when `dir` is missing.
 fn walk(root: &Path, dir: &Path, keys: &mut Vec<String>) -> std::io::Result<()> {
     let entries = match std::fs::read_dir(dir) {
@@ -186,13 +193,8 @@ fn walk(root: &Path, dir: &Path, keys: &mut Vec<String>) -> std::io::Result<()> 
         let path = entry.path();
         if entry.file_type()?.is_dir() {
             walk(root, &path, keys)?;
-        } else if let Some(key) = path
-            .strip_prefix(root)
-            .ok()
-            .and_then(|p| p.to_str())
-            .map(|p| p.replace(std::path::MAIN_SEPARATOR, "/"))
-        {
-            keys.push(key);
+        } else {
+            keys.extend(key_of(root, &path));
         }
     }
     Ok(())
@@ -232,14 +234,7 @@ fn walk_old(
         if modified >= before {
             continue;
         }
-        if let Some(key) = path
-            .strip_prefix(root)
-            .ok()
-            .and_then(|p| p.to_str())
-            .map(|p| p.replace(std::path::MAIN_SEPARATOR, "/"))
-        {
-            keys.push(key);
-        }
+        keys.extend(key_of(root, &path));
     }
     Ok(())
 }

@@ -1,8 +1,9 @@
 //! The command-line client: `easel imagine`, `upscale`, `fetch`, `tasks`, `models` and `upload`
 //! talk to a running server over its HTTP API, with the key in `EASEL_API_KEY` (docs/cli.md).
+//! What each command takes is in [`commands`].
 
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -10,6 +11,10 @@ use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
+
+mod commands;
+
+pub use commands::{Generation, Making, Request, Server, Waiting};
 
 /// How often a waiting client reads the task again, on a server without event streams (or
 /// with none to spare).
@@ -22,144 +27,48 @@ const RECONNECT_FIRST: Duration = Duration::from_millis(250);
 /// broken and opened again.
 const STREAM_SILENCE: Duration = Duration::from_secs(45);
 
-/// What every client command takes.
-#[derive(clap::Args, Clone, Debug)]
-pub struct Server {
-    /// The server's base URL (EASEL_URL).
-    #[arg(long, env = "EASEL_URL", default_value = "http://127.0.0.1:8080")]
-    pub url: String,
-    /// Print the task record (or list) as JSON instead of image URLs.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// The model and generation settings of a command that makes images; each left out is the
-/// server's default (the model's, or the parent's model for `upscale`).
-#[derive(clap::Args, Clone, Debug, Default)]
-pub struct Generation {
-    /// The model to run on (`easel models` lists them).
-    #[arg(long)]
-    pub model: Option<String>,
-    /// What must not be drawn.
-    #[arg(long = "negative-prompt", value_name = "TEXT")]
-    pub negative_prompt: Option<String>,
-    /// Sampling steps, within the model's limits.
-    #[arg(long)]
-    pub steps: Option<u32>,
-    /// Guidance, within the model's limits.
-    #[arg(long = "cfg-scale", value_name = "NUMBER")]
-    pub cfg_scale: Option<f64>,
-    /// A sampler the model's backends know (euler_a, dpmpp_2m_karras, ...).
-    #[arg(long)]
-    pub sampler: Option<String>,
-}
-
-impl Generation {
-    /// The settings given, added to a submit's body.
-    fn add_to(&self, body: &mut Value) {
-        let fields = [
-            ("model", self.model.as_ref().map(|v| json!(v))),
-            (
-                "negative_prompt",
-                self.negative_prompt.as_ref().map(|v| json!(v)),
-            ),
-            ("steps", self.steps.map(|v| json!(v))),
-            ("cfg_scale", self.cfg_scale.map(|v| json!(v))),
-            ("sampler", self.sampler.as_ref().map(|v| json!(v))),
-        ];
-        for (name, value) in fields {
-            if let Some(value) = value {
-                body[name] = value;
-            }
-        }
-    }
-}
-
-/// How a command that makes a task ends.
-#[derive(clap::Args, Clone, Debug)]
-pub struct Waiting {
-    /// Wait until the task is finished or failed, showing its progress.
-    #[arg(long)]
-    pub wait: bool,
-    /// Download the images into this folder (implies --wait).
-    #[arg(long, value_name = "DIR")]
-    pub output: Option<PathBuf>,
-    /// Give up waiting after this long.
-    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
-    pub timeout: Duration,
-}
-
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    crate::config::duration::parse(text)
-}
-
-/// A client command.
-#[derive(Clone, Debug)]
-pub enum Request {
-    Imagine {
-        prompt: String,
-        aspect_ratio: Option<String>,
-        generation: Generation,
-        waiting: Waiting,
-    },
-    Upscale {
-        task: String,
-        index: u8,
-        generation: Generation,
-        waiting: Waiting,
-    },
-    Models,
-    Fetch {
-        task: String,
-        output: Option<PathBuf>,
-    },
-    Tasks,
-    Cancel {
-        task: String,
-    },
-    /// Upload an image file (`POST /api/v1/upload`) and print the answer.
-    Upload {
-        file: PathBuf,
-    },
-}
-
-/// Run a client command against `server`.
-pub async fn run(server: Server, request: Request) -> anyhow::Result<()> {
+/// Run a client command.
+pub async fn run(request: Request) -> anyhow::Result<()> {
+    let server = match &request {
+        Request::Imagine { server, .. }
+        | Request::Upscale { server, .. }
+        | Request::Fetch { server, .. }
+        | Request::Tasks { server }
+        | Request::Models { server }
+        | Request::Cancel { server, .. }
+        | Request::Upload { server, .. } => server.clone(),
+    };
     let client = Client::new(&server)?;
     match request {
         Request::Imagine {
             prompt,
             aspect_ratio,
-            generation,
-            waiting,
+            making,
+            ..
         } => {
             let mut body = json!({ "prompt": prompt });
             if let Some(ar) = aspect_ratio {
                 body["aspect_ratio"] = json!(ar);
             }
-            generation.add_to(&mut body);
-            let id = client.submit("imagine", &body).await?;
-            client.follow(&id, &waiting, server.json).await
+            client.make("imagine", body, &making, server.json).await
         }
         Request::Upscale {
             task,
             index,
-            generation,
-            waiting,
+            making,
+            ..
         } => {
             if !(1..=4).contains(&index) {
                 bail!("the image index must be 1, 2, 3 or 4");
             }
-            let mut body = json!({ "parent_task_id": task, "index": index });
-            generation.add_to(&mut body);
-            let id = client.submit("upscale-1x", &body).await?;
-            client.follow(&id, &waiting, server.json).await
+            let body = json!({ "parent_task_id": task, "index": index });
+            client.make("upscale-1x", body, &making, server.json).await
         }
-        Request::Fetch { task, output } => {
+        Request::Fetch { task, output, .. } => {
             let record = client.task(&task).await?;
             client.show(&record, output.as_deref(), server.json).await
         }
-        Request::Cancel { task } => {
+        Request::Cancel { task, .. } => {
             let path = format!("/api/v1/tasks/{task}/cancel");
             let url = format!("{}{path}", client.base);
             let record = client
@@ -169,13 +78,13 @@ pub async fn run(server: Server, request: Request) -> anyhow::Result<()> {
                 )
                 .await?;
             if server.json {
-                println!("{}", serde_json::to_string_pretty(&record)?);
+                print_json(&record)?;
             } else {
                 println!("{} canceled", record["task_id"].as_str().unwrap_or(&task));
             }
             Ok(())
         }
-        Request::Upload { file } => {
+        Request::Upload { file, .. } => {
             let bytes =
                 std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
             let name = file
@@ -190,17 +99,18 @@ pub async fn run(server: Server, request: Request) -> anyhow::Result<()> {
             let answer = client
                 .call(client.http.post(url).multipart(form), "POST /api/v1/upload")
                 .await?;
-            println!("{}", serde_json::to_string_pretty(&answer)?);
+            print_json(&answer)?;
             Ok(())
         }
-        Request::Models => {
-            let list = client.get("/api/v1/models").await?;
-            if server.json {
-                println!("{}", serde_json::to_string_pretty(&list)?);
+        Request::Models { .. } => {
+            let Some(list) = client.list("/api/v1/models", server.json).await? else {
                 return Ok(());
-            }
-            let empty = Vec::new();
-            for m in list["models"].as_array().unwrap_or(&empty) {
+            };
+            for m in list["models"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+            {
                 println!(
                     "{:<20}  {:<4}  {:<7}  {}",
                     m["name"].as_str().unwrap_or("-"),
@@ -211,18 +121,16 @@ pub async fn run(server: Server, request: Request) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Request::Tasks => {
-            let list = client.get("/api/v1/tasks").await?;
-            if server.json {
-                println!("{}", serde_json::to_string_pretty(&list)?);
+        Request::Tasks { .. } => {
+            let Some(list) = client.list("/api/v1/tasks", server.json).await? else {
                 return Ok(());
-            }
-            let empty = Vec::new();
+            };
             let tasks = list
                 .get("tasks")
                 .and_then(Value::as_array)
                 .or_else(|| list.as_array())
-                .unwrap_or(&empty);
+                .map(Vec::as_slice)
+                .unwrap_or_default();
             for t in tasks {
                 println!(
                     "{}  {:<16}  {:<10}  {:>3}%  {}",
@@ -236,6 +144,12 @@ pub async fn run(server: Server, request: Request) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `value` as indented JSON on stdout (what `--json` prints).
+fn print_json(value: &Value) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
 }
 
 struct Client {
@@ -292,6 +206,29 @@ impl Client {
         self.call(self.http.get(url), &format!("GET {path}")).await
     }
 
+    /// GET the list at `path`: with `--json` printed as it is and `None`, else for a table.
+    async fn list(&self, path: &str, json: bool) -> anyhow::Result<Option<Value>> {
+        let list = self.get(path).await?;
+        if json {
+            print_json(&list)?;
+            return Ok(None);
+        }
+        Ok(Some(list))
+    }
+
+    /// Submit `op` with `body` and the settings of `making`, and follow the task as it asks.
+    async fn make(
+        &self,
+        op: &str,
+        mut body: Value,
+        making: &Making,
+        json: bool,
+    ) -> anyhow::Result<()> {
+        making.generation.add_to(&mut body);
+        let id = self.submit(op, &body).await?;
+        self.follow(&id, &making.waiting, json).await
+    }
+
     async fn submit(&self, op: &str, body: &Value) -> anyhow::Result<String> {
         let path = format!("/api/v1/{op}");
         let url = format!("{}{path}", self.base);
@@ -313,7 +250,7 @@ impl Client {
     async fn follow(&self, id: &str, waiting: &Waiting, json: bool) -> anyhow::Result<()> {
         if !waiting.wait && waiting.output.is_none() {
             if json {
-                println!("{}", serde_json::to_string_pretty(&self.task(id).await?)?);
+                print_json(&self.task(id).await?)?;
             } else {
                 println!("{id}");
             }
@@ -464,7 +401,7 @@ impl Client {
             }
         }
         if json {
-            println!("{}", serde_json::to_string_pretty(record)?);
+            print_json(record)?;
         } else if output.is_none() {
             if urls.is_empty() {
                 if let Some(content) = record["content"].as_array() {

@@ -13,7 +13,6 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::config::{Config, Overrides};
-use client::{Server, Waiting};
 use operator::{account_or_first, accounts, create_data_dir, keys, open_store};
 pub use operator::{AccountsCommand, KeysCommand};
 use serve::{bench_baseline, serve};
@@ -95,62 +94,9 @@ pub enum Command {
         #[arg(long)]
         rotate: bool,
     },
-    /// Client: submit an imagine task to the server at --url (key: EASEL_API_KEY).
-    Imagine {
-        prompt: String,
-        /// Aspect ratio, like 16:9.
-        #[arg(long = "ar", value_name = "W:H")]
-        aspect_ratio: Option<String>,
-        #[command(flatten)]
-        generation: client::Generation,
-        #[command(flatten)]
-        waiting: Waiting,
-        #[command(flatten)]
-        server: Server,
-    },
-    /// Client: upscale image INDEX (1 to 4) of a finished grid task.
-    Upscale {
-        task: String,
-        index: u8,
-        #[command(flatten)]
-        generation: client::Generation,
-        #[command(flatten)]
-        waiting: Waiting,
-        #[command(flatten)]
-        server: Server,
-    },
-    /// Client: show a task (its image URLs, or --json its record).
-    Fetch {
-        task: String,
-        /// Download the images into this folder.
-        #[arg(long, value_name = "DIR")]
-        output: Option<PathBuf>,
-        #[command(flatten)]
-        server: Server,
-    },
-    /// Client: list the account's tasks (GET /api/v1/tasks).
-    Tasks {
-        #[command(flatten)]
-        server: Server,
-    },
-    /// Client: list the models the key's account may use (GET /api/v1/models).
-    Models {
-        #[command(flatten)]
-        server: Server,
-    },
-    /// Client: cancel a task that has not ended (POST /api/v1/tasks/TASK/cancel).
-    Cancel {
-        task: String,
-        #[command(flatten)]
-        server: Server,
-    },
-    /// Client: upload an image file (POST /api/v1/upload) and print the answer, whose `url`
-    /// every image field and image prompt takes.
-    Upload {
-        file: PathBuf,
-        #[command(flatten)]
-        server: Server,
-    },
+    /// The client commands, talking to a running server.
+    #[command(flatten)]
+    Client(client::Request),
     /// Benchmark baseline (bench/run): a bare axum handler for `POST /api/v1/imagine` that
     /// parses the body like the real one and answers a fresh UUID, storing nothing.
     #[command(hide = true)]
@@ -186,49 +132,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     } = cli;
     let command = match command {
         Command::BenchBaseline { listen } => return bench_baseline(listen).await,
-        Command::Imagine {
-            prompt,
-            aspect_ratio,
-            generation,
-            waiting,
-            server,
-        } => {
-            let request = client::Request::Imagine {
-                prompt,
-                aspect_ratio,
-                generation,
-                waiting,
-            };
-            return client::run(server, request).await;
-        }
-        Command::Upscale {
-            task,
-            index,
-            generation,
-            waiting,
-            server,
-        } => {
-            let request = client::Request::Upscale {
-                task,
-                index,
-                generation,
-                waiting,
-            };
-            return client::run(server, request).await;
-        }
-        Command::Fetch {
-            task,
-            output,
-            server,
-        } => return client::run(server, client::Request::Fetch { task, output }).await,
-        Command::Tasks { server } => return client::run(server, client::Request::Tasks).await,
-        Command::Models { server } => return client::run(server, client::Request::Models).await,
-        Command::Cancel { task, server } => {
-            return client::run(server, client::Request::Cancel { task }).await
-        }
-        Command::Upload { file, server } => {
-            return client::run(server, client::Request::Upload { file }).await
-        }
+        Command::Client(request) => return client::run(request).await,
         other => other,
     };
     let mut overrides = Overrides {
@@ -292,14 +196,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Keys { command } => keys(config, command).await,
         Command::Accounts { command } => accounts(config, command).await,
-        Command::BenchBaseline { .. }
-        | Command::Imagine { .. }
-        | Command::Upscale { .. }
-        | Command::Fetch { .. }
-        | Command::Tasks { .. }
-        | Command::Models { .. }
-        | Command::Cancel { .. }
-        | Command::Upload { .. } => unreachable!("handled before the settings are read"),
+        Command::BenchBaseline { .. } | Command::Client(_) => {
+            unreachable!("handled before the settings are read")
+        }
         Command::SigningSecret { account, rotate } => {
             let store = open_store(&config).await?;
             let account = account_or_first(store.as_ref(), account.as_deref()).await?;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
 
 use super::values::{choice, duration};
-use crate::domain::{OpKind, Shape};
+use crate::domain::{Named, OpKind, Shape};
 
 choice! {
     /// Who may make an account in the dashboard: `open` (anyone, the default) or `closed`
@@ -112,11 +112,7 @@ impl Accounts {
             if name.parse::<OpKind>().is_err() {
                 bail!(
                     "configuration: costs: `{name}` is not an operation; the operations are {}",
-                    OpKind::ALL
-                        .iter()
-                        .map(|k| k.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    OpKind::listed()
                 );
             }
             if !(0..=COST_MAX).contains(cost) {

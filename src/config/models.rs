@@ -6,6 +6,8 @@
 //! The settings are checked here once at start and turned into a [`Catalogue`], which submits,
 //! the pool and `GET /api/v1/models` read.
 
+use std::fmt::Display;
+
 use serde::{Deserialize, Serialize};
 
 use super::backends::{BackendConfig, BackendKind};
@@ -308,6 +310,39 @@ fn check_name(name: &str) -> Result<(), String> {
 }
 
 /// `config` with what it leaves unset taken from the first of `kinds` that has it, checked.
+/// A model's limits `[least, most]` for a setting (at `at`), within what easel allows (`bounds`).
+/// A NaN or infinite end is outside them.
+fn check_limits<T: PartialOrd + Display>(
+    range: [T; 2],
+    bounds: [T; 2],
+    at: &str,
+) -> Result<(), String> {
+    let [lo, hi] = &range;
+    if lo <= hi && *lo >= bounds[0] && *hi <= bounds[1] {
+        return Ok(());
+    }
+    let [least, most] = &bounds;
+    Err(format!(
+        "{at}: must be [least, most] with {least} <= least <= most <= {most}"
+    ))
+}
+
+/// A model's default for setting `name` (at `at`), when it has one, within its limits.
+fn check_default<T: PartialOrd + Display>(
+    value: Option<T>,
+    range: [T; 2],
+    at: &str,
+    name: &str,
+) -> Result<(), String> {
+    let [lo, hi] = &range;
+    match value {
+        Some(v) if !(*lo <= v && v <= *hi) => {
+            Err(format!("{at}: {v} is outside limits.{name} [{lo}, {hi}]"))
+        }
+        _ => Ok(()),
+    }
+}
+
 fn fill(config: &ModelConfig, kinds: Vec<BackendKind>) -> Result<Model, String> {
     let at = |setting: &str| format!("models.{}.{setting}", config.name);
     let first = |pick: &dyn Fn(KindDefaults) -> bool| {
@@ -325,27 +360,8 @@ fn fill(config: &ModelConfig, kinds: Vec<BackendKind>) -> Result<Model, String> 
         .limits
         .cfg_scale
         .unwrap_or(first(&|d| d.cfg_scale.is_some()).cfg_range);
-    let [lo, hi] = steps_range;
-    if lo > hi || lo < STEPS_BOUNDS[0] || hi > STEPS_BOUNDS[1] {
-        return Err(format!(
-            "{}: must be [least, most] with {} <= least <= most <= {}",
-            at("limits.steps"),
-            STEPS_BOUNDS[0],
-            STEPS_BOUNDS[1]
-        ));
-    }
-    let [lo, hi] = cfg_range;
-    if !(lo.is_finite() && hi.is_finite() && lo <= hi)
-        || lo < CFG_SCALE_BOUNDS[0]
-        || hi > CFG_SCALE_BOUNDS[1]
-    {
-        return Err(format!(
-            "{}: must be [least, most] with {} <= least <= most <= {}",
-            at("limits.cfg_scale"),
-            CFG_SCALE_BOUNDS[0],
-            CFG_SCALE_BOUNDS[1]
-        ));
-    }
+    check_limits(steps_range, STEPS_BOUNDS, &at("limits.steps"))?;
+    check_limits(cfg_range, CFG_SCALE_BOUNDS, &at("limits.cfg_scale"))?;
     let steps = config
         .defaults
         .steps
@@ -359,22 +375,8 @@ fn fill(config: &ModelConfig, kinds: Vec<BackendKind>) -> Result<Model, String> 
         .sampler
         .clone()
         .or_else(|| first(&|d| d.sampler.is_some()).sampler.map(Into::into));
-    if let Some(s) = steps.filter(|s| !(steps_range[0]..=steps_range[1]).contains(s)) {
-        return Err(format!(
-            "{}: {s} is outside limits.steps [{}, {}]",
-            at("defaults.steps"),
-            steps_range[0],
-            steps_range[1]
-        ));
-    }
-    if let Some(c) = cfg_scale.filter(|c| !(cfg_range[0]..=cfg_range[1]).contains(c)) {
-        return Err(format!(
-            "{}: {c} is outside limits.cfg_scale [{}, {}]",
-            at("defaults.cfg_scale"),
-            cfg_range[0],
-            cfg_range[1]
-        ));
-    }
+    check_default(steps, steps_range, &at("defaults.steps"), "steps")?;
+    check_default(cfg_scale, cfg_range, &at("defaults.cfg_scale"), "cfg_scale")?;
     if let Some(name) = &sampler_name {
         if sampler(name).is_none() || !kinds.iter().all(|k| kind_knows(*k, name)) {
             return Err(format!(

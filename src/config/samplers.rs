@@ -15,61 +15,60 @@ pub struct Sampler {
 /// Every sampler easel knows. The WebUI's names are those of its 1.x releases (which still
 /// accept the `... Karras` names); ComfyUI's are its KSampler's.
 pub const SAMPLERS: &[Sampler] = &[
-    s("euler", Some("Euler"), Some(("euler", "normal"))),
-    s(
-        "euler_a",
-        Some("Euler a"),
-        Some(("euler_ancestral", "normal")),
-    ),
-    s("heun", Some("Heun"), Some(("heun", "normal"))),
-    s("lms", Some("LMS"), Some(("lms", "normal"))),
-    s("dpm2", Some("DPM2"), Some(("dpm_2", "normal"))),
-    s(
-        "dpm2_a",
-        Some("DPM2 a"),
-        Some(("dpm_2_ancestral", "normal")),
-    ),
-    s("dpmpp_2m", Some("DPM++ 2M"), Some(("dpmpp_2m", "normal"))),
-    s(
-        "dpmpp_2m_karras",
-        Some("DPM++ 2M Karras"),
-        Some(("dpmpp_2m", "karras")),
-    ),
-    s(
-        "dpmpp_sde",
-        Some("DPM++ SDE"),
-        Some(("dpmpp_sde", "normal")),
-    ),
+    s("euler", "Euler", "euler", "normal"),
+    s("euler_a", "Euler a", "euler_ancestral", "normal"),
+    s("heun", "Heun", "heun", "normal"),
+    s("lms", "LMS", "lms", "normal"),
+    s("dpm2", "DPM2", "dpm_2", "normal"),
+    s("dpm2_a", "DPM2 a", "dpm_2_ancestral", "normal"),
+    s("dpmpp_2m", "DPM++ 2M", "dpmpp_2m", "normal"),
+    s("dpmpp_2m_karras", "DPM++ 2M Karras", "dpmpp_2m", "karras"),
+    s("dpmpp_sde", "DPM++ SDE", "dpmpp_sde", "normal"),
     s(
         "dpmpp_sde_karras",
-        Some("DPM++ SDE Karras"),
-        Some(("dpmpp_sde", "karras")),
+        "DPM++ SDE Karras",
+        "dpmpp_sde",
+        "karras",
     ),
-    s(
-        "dpmpp_2m_sde",
-        Some("DPM++ 2M SDE"),
-        Some(("dpmpp_2m_sde", "normal")),
-    ),
-    s("dpm_fast", Some("DPM fast"), Some(("dpm_fast", "normal"))),
-    s(
-        "dpm_adaptive",
-        Some("DPM adaptive"),
-        Some(("dpm_adaptive", "normal")),
-    ),
-    s("ddim", Some("DDIM"), Some(("ddim", "ddim_uniform"))),
-    s("uni_pc", Some("UniPC"), Some(("uni_pc", "normal"))),
-    s("lcm", Some("LCM"), Some(("lcm", "normal"))),
+    s("dpmpp_2m_sde", "DPM++ 2M SDE", "dpmpp_2m_sde", "normal"),
+    s("dpm_fast", "DPM fast", "dpm_fast", "normal"),
+    s("dpm_adaptive", "DPM adaptive", "dpm_adaptive", "normal"),
+    s("ddim", "DDIM", "ddim", "ddim_uniform"),
+    s("uni_pc", "UniPC", "uni_pc", "normal"),
+    s("lcm", "LCM", "lcm", "normal"),
     // Only the WebUI has PLMS; only ComfyUI has DDPM.
-    s("plms", Some("PLMS"), None),
-    s("ddpm", None, Some(("ddpm", "normal"))),
+    webui_only("plms", "PLMS"),
+    comfyui_only("ddpm", "ddpm", "normal"),
 ];
 
+/// A sampler both kinds know: easel's name, the WebUI's, ComfyUI's and its scheduler.
 const fn s(
     name: &'static str,
-    webui: Option<&'static str>,
-    comfy: Option<(&'static str, &'static str)>,
+    webui: &'static str,
+    comfy: &'static str,
+    scheduler: &'static str,
 ) -> Sampler {
-    Sampler { name, webui, comfy }
+    Sampler {
+        name,
+        webui: Some(webui),
+        comfy: Some((comfy, scheduler)),
+    }
+}
+
+const fn webui_only(name: &'static str, webui: &'static str) -> Sampler {
+    Sampler {
+        name,
+        webui: Some(webui),
+        comfy: None,
+    }
+}
+
+const fn comfyui_only(name: &'static str, comfy: &'static str, scheduler: &'static str) -> Sampler {
+    Sampler {
+        name,
+        webui: None,
+        comfy: Some((comfy, scheduler)),
+    }
 }
 
 /// The sampler of that name.

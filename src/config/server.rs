@@ -176,9 +176,18 @@ mod networks {
     mod tests {
         #[test]
         fn networks_and_single_addresses_are_read_and_nonsense_is_named() {
-            assert_eq!(super::parse("10.0.0.0/8").unwrap().to_string(), "10.0.0.0/8");
-            assert_eq!(super::parse("10.1.2.3/8").unwrap().to_string(), "10.0.0.0/8");
-            assert_eq!(super::parse("127.0.0.2").unwrap().to_string(), "127.0.0.2/32");
+            assert_eq!(
+                super::parse("10.0.0.0/8").unwrap().to_string(),
+                "10.0.0.0/8"
+            );
+            assert_eq!(
+                super::parse("10.1.2.3/8").unwrap().to_string(),
+                "10.0.0.0/8"
+            );
+            assert_eq!(
+                super::parse("127.0.0.2").unwrap().to_string(),
+                "127.0.0.2/32"
+            );
             assert_eq!(super::parse("fd00::/8").unwrap().to_string(), "fd00::/8");
             assert_eq!(super::parse("::1").unwrap().to_string(), "::1/128");
             let e = super::parse("10.0.0.0/33").unwrap_err();

@@ -14,6 +14,25 @@ fn load_in_jail(jail: &mut figment::Jail, file: &str) -> Result<Config, String> 
     Config::load(None, &Overrides::default()).map_err(|e| e.to_string())
 }
 
+/// What loading `file` gives; a panic when it is refused.
+#[allow(clippy::result_large_err)] // figment's Jail API returns figment::Error
+fn loaded(file: &str) -> Config {
+    let mut config = None;
+    figment::Jail::expect_with(|jail| {
+        config = Some(load_in_jail(jail, file)?);
+        Ok(())
+    });
+    config.expect("the jail ran")
+}
+
+/// Loading `file` is refused with an error that says each of `naming`.
+fn assert_refused(file: &str, naming: &[&str]) {
+    let error = refused(file);
+    for word in naming {
+        assert!(error.contains(word), "{file:?}: {error}\n(expected {word})");
+    }
+}
+
 /// The error that loading `file` ends with; a panic when it loads.
 #[allow(clippy::result_large_err)] // figment's Jail API returns figment::Error
 fn refused(file: &str) -> String {
@@ -113,59 +132,54 @@ fn every_section_reads_its_keys_from_the_environment() {
 }
 
 #[test]
-#[allow(clippy::result_large_err)] // figment's Jail API returns figment::Error
 fn the_example_file_holds_the_defaults() {
-    let example = include_str!("../../easel.example.toml");
-    figment::Jail::expect_with(|jail| {
-        let c = load_in_jail(jail, example)?;
-        let d = Config::default();
-        assert_eq!(
-            serde_json::to_value(&c).unwrap(),
-            serde_json::to_value(&d).unwrap()
-        );
-        Ok(())
-    });
+    let c = loaded(include_str!("../../easel.example.toml"));
+    assert_eq!(
+        serde_json::to_value(&c).unwrap(),
+        serde_json::to_value(Config::default()).unwrap()
+    );
 }
 
 #[test]
-#[allow(clippy::result_large_err)] // figment's Jail API returns figment::Error
 fn running_limits_are_read_by_plan() {
-    figment::Jail::expect_with(|jail| {
-        let c = load_in_jail(
-            jail,
-            "max_running_per_account = 3\n[max_running_by_plan]\npro = 12\nfree = 0\n",
-        )?;
-        assert_eq!(c.limits.max_running_per_account, 3);
-        // What the limits mean (0: none; other plans fall back) is the store's rule, tested
-        // with `ClaimRules` in store/queue.rs.
-        assert_eq!(
-            c.limits.max_running_by_plan,
-            [("free".to_string(), 0), ("pro".to_string(), 12)].into()
-        );
-        Ok(())
-    });
-    let e = refused("max_running_per_account = -1\n");
-    assert!(e.contains("max_running_per_account"), "{e}");
+    let c = loaded("max_running_per_account = 3\n[max_running_by_plan]\npro = 12\nfree = 0\n");
+    assert_eq!(c.limits.max_running_per_account, 3);
+    // What the limits mean (0: none; other plans fall back) is the store's rule, tested with
+    // `ClaimRules` in store/queue.rs.
+    assert_eq!(
+        c.limits.max_running_by_plan,
+        [("free".to_string(), 0), ("pro".to_string(), 12)].into()
+    );
+    assert_refused(
+        "max_running_per_account = -1\n",
+        &["max_running_per_account"],
+    );
 }
 
 #[test]
 fn a_misspelt_key_or_table_is_refused_by_its_name() {
-    let e = refused("workerz = 4\n");
-    assert!(
-        e.contains("`workerz` is not a setting") && e.contains("did you mean `workers`"),
-        "{e}"
+    assert_refused(
+        "workerz = 4\n",
+        &["`workerz` is not a setting", "did you mean `workers`"],
     );
-    let e = refused("[[backend]]\nname = \"a\"\nkind = \"procedural\"\n");
-    assert!(e.contains("`backend` is not a setting"), "{e}");
-    let e = refused("[webhook]\ntimeout = \"5s\"\n");
-    assert!(e.contains("`webhook` is not a setting"), "{e}");
+    assert_refused(
+        "[[backend]]\nname = \"a\"\nkind = \"procedural\"\n",
+        &["`backend` is not a setting"],
+    );
+    assert_refused(
+        "[webhook]\ntimeout = \"5s\"\n",
+        &["`webhook` is not a setting"],
+    );
     // Below the top, each table refuses the keys it does not have.
-    let e = refused("[[backends]]\nname = \"a\"\nkind = \"procedural\"\nconcurency = 2\n");
-    assert!(e.contains("concurency"), "{e}");
-    let e = refused("[rate_limits.free]\nrate = 1.0\nburst = 5\nbrust = 6\n");
-    assert!(e.contains("brust"), "{e}");
-    let e = refused("[costs]\nimagin = 1\n");
-    assert!(e.contains("imagin"), "{e}");
+    assert_refused(
+        "[[backends]]\nname = \"a\"\nkind = \"procedural\"\nconcurency = 2\n",
+        &["concurency"],
+    );
+    assert_refused(
+        "[rate_limits.free]\nrate = 1.0\nburst = 5\nbrust = 6\n",
+        &["brust"],
+    );
+    assert_refused("[costs]\nimagin = 1\n", &["imagin"]);
 }
 
 #[test]
@@ -201,8 +215,7 @@ fn a_choice_not_offered_is_refused_naming_the_setting_and_the_choices() {
             "decode_memory_budget must be from 1 MiB to 4 TiB",
         ),
     ] {
-        let e = refused(file);
-        assert!(e.contains(named), "{file:?}: {e}");
+        assert_refused(file, &[named]);
     }
 }
 
@@ -229,46 +242,32 @@ fn bad_values_are_refused() {
 }
 
 #[test]
-#[allow(clippy::result_large_err)] // figment's Jail API returns figment::Error
 fn account_settings_are_merged_and_checked() {
-    figment::Jail::expect_with(|jail| {
-        let c = load_in_jail(
-            jail,
-            "signup = \"closed\"\nsignup_credits = 50\nsession_ttl = \"2h\"\n[costs]\nimagine = 9\n",
-        )?;
-        assert!(!c.signup_open());
-        assert_eq!(c.accounts.signup_credits, Some(50));
-        assert_eq!(c.accounts.session_ttl, Duration::from_secs(7200));
-        assert_eq!(c.cost(OpKind::Imagine), 9);
-        assert_eq!(
-            c.cost(OpKind::Upscale1x),
-            1,
-            "the others keep their defaults"
-        );
-        assert_eq!(c.cost(OpKind::Seed), 0);
-        Ok(())
-    });
+    let c = loaded(
+        "signup = \"closed\"\nsignup_credits = 50\nsession_ttl = \"2h\"\n[costs]\nimagine = 9\n",
+    );
+    assert!(!c.signup_open());
+    assert_eq!(c.accounts.signup_credits, Some(50));
+    assert_eq!(c.accounts.session_ttl, Duration::from_secs(7200));
+    assert_eq!(c.cost(OpKind::Imagine), 9);
+    assert_eq!(
+        c.cost(OpKind::Upscale1x),
+        1,
+        "the others keep their defaults"
+    );
+    assert_eq!(c.cost(OpKind::Seed), 0);
     // Open sign-up gives a finite grant unless the file says `unlimited`; a number written as
     // text (as the environment gives it) reads the same.
-    let grant = |file: &str| {
-        let mut credits = Some(-1);
-        figment::Jail::expect_with(|jail| {
-            credits = load_in_jail(jail, file)?.accounts.signup_credits;
-            Ok(())
-        });
-        credits
-    };
+    let grant = |file: &str| loaded(file).accounts.signup_credits;
     assert_eq!(grant(""), Some(SIGNUP_CREDITS));
     assert_eq!(grant("signup_credits = \"unlimited\"\n"), None);
     assert_eq!(grant("signup_credits = \"25\"\n"), Some(25));
     assert_eq!(grant("signup_credits = 0\n"), Some(0));
-    let e = refused("signup_credits = \"lots\"\n");
-    assert!(
-        e.contains("signup_credits") && e.contains("unlimited"),
-        "{e}"
+    assert_refused(
+        "signup_credits = \"lots\"\n",
+        &["signup_credits", "unlimited"],
     );
-    let e = refused("signup = \"invite\"\n");
-    assert!(e.contains("signup"), "{e}");
+    assert_refused("signup = \"invite\"\n", &["signup"]);
     type Change = fn(&mut Config);
     let cases: [(Change, &str); 9] = [
         (|c| c.accounts.signup_credits = Some(-1), "signup_credits"),
@@ -344,11 +343,7 @@ fn blob_store_settings_are_checked_and_named() {
     c.blobs.store = BlobStoreKind::S3;
     let e = c.validate().unwrap_err().to_string();
     assert!(e.contains("s3_bucket"), "{e}");
-    let e = refused("blob_store = \"ftp\"\n");
-    assert!(
-        e.contains("blob_store") && e.contains("`local` or `s3`"),
-        "{e}"
-    );
+    assert_refused("blob_store = \"ftp\"\n", &["blob_store", "`local` or `s3`"]);
     let mut c = Config::default();
     c.blobs.store = BlobStoreKind::S3;
     c.blobs.s3_bucket = Some("images".into());
@@ -445,11 +440,9 @@ url = "http://127.0.0.1:8188"
 "#;
 
 #[test]
-#[allow(clippy::result_large_err)] // figment's Jail API returns figment::Error
 fn models_are_read_filled_from_their_kinds_and_checked() {
-    figment::Jail::expect_with(|jail| {
-        let file = format!(
-            r#"{TWO_WEBUIS}
+    let file = format!(
+        r#"{TWO_WEBUIS}
 [[models]]
 name = "sd15"
 description = "Stable Diffusion 1.5"
@@ -464,29 +457,27 @@ backends = ["gpu-b"]
 default = true
 plans = ["pro"]
 "#
-        );
-        let c = load_in_jail(jail, &file)?;
-        let catalogue = c.catalogue().map_err(|e| e.to_string())?;
-        let sd15 = catalogue.get("sd15").unwrap();
-        assert_eq!(sd15.steps, Some(25));
-        assert_eq!(sd15.cfg_scale, Some(7.0), "the first kind's default");
-        assert_eq!(sd15.cfg_range, [1.0, 20.0]);
-        assert_eq!(sd15.negative_prompt.as_deref(), Some("blurry"));
-        assert!(!sd15.default && sd15.allows("anything"));
-        // Only what both the WebUI and ComfyUI know.
-        assert!(!sd15.samplers().contains(&"plms") && sd15.samplers().contains(&"ddim"));
-        let xl = catalogue.get("xl").unwrap();
-        assert_eq!((xl.steps, xl.sampler.as_deref()), (Some(20), Some("euler")));
-        assert_eq!(catalogue.default_model().unwrap().name, "xl");
-        assert!(xl.allows("pro") && !xl.allows("self-hosted"));
-        assert_eq!(catalogue.served_by("gpu-b"), ["sd15", "xl"]);
-        assert_eq!(
-            catalogue.checkpoint("sd15"),
-            Some("v1-5-pruned-emaonly.safetensors")
-        );
-        assert!(catalogue.anywhere.is_none());
-        Ok(())
-    });
+    );
+    let c = loaded(&file);
+    let catalogue = c.catalogue().unwrap();
+    let sd15 = catalogue.get("sd15").unwrap();
+    assert_eq!(sd15.steps, Some(25));
+    assert_eq!(sd15.cfg_scale, Some(7.0), "the first kind's default");
+    assert_eq!(sd15.cfg_range, [1.0, 20.0]);
+    assert_eq!(sd15.negative_prompt.as_deref(), Some("blurry"));
+    assert!(!sd15.default && sd15.allows("anything"));
+    // Only what both the WebUI and ComfyUI know.
+    assert!(!sd15.samplers().contains(&"plms") && sd15.samplers().contains(&"ddim"));
+    let xl = catalogue.get("xl").unwrap();
+    assert_eq!((xl.steps, xl.sampler.as_deref()), (Some(20), Some("euler")));
+    assert_eq!(catalogue.default_model().unwrap().name, "xl");
+    assert!(xl.allows("pro") && !xl.allows("self-hosted"));
+    assert_eq!(catalogue.served_by("gpu-b"), ["sd15", "xl"]);
+    assert_eq!(
+        catalogue.checkpoint("sd15"),
+        Some("v1-5-pruned-emaonly.safetensors")
+    );
+    assert!(catalogue.anywhere.is_none());
 }
 
 #[test]
@@ -582,7 +573,6 @@ fn broken_models_stop_easel_naming_the_setting() {
         ),
     ];
     for (file, message) in cases {
-        let error = refused(&file);
-        assert!(error.contains(message), "{error}\n(expected {message})");
+        assert_refused(&file, &[message]);
     }
 }

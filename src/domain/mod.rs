@@ -5,6 +5,7 @@
 pub mod actions;
 pub mod extras;
 pub mod image_prompts;
+mod names;
 pub mod operation;
 pub mod output;
 pub mod parameters;
@@ -18,6 +19,7 @@ pub mod webhook_events;
 pub mod wire;
 
 pub use extras::{Extras, Metadata};
+pub use names::Named;
 pub use operation::{OpKind, Operation, Shape};
 pub use output::Output;
 pub use parameters::{prompt_text, Parameters};

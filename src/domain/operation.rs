@@ -8,46 +8,32 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::names::{named_enum, one_of};
 use super::AspectRatio;
 
 /// Longest side of an image that the operations working on a parent's pixels accept (and of
 /// `upscale-highres`'s input, as the contract says): it bounds their memory.
 pub const FOLLOW_UP_MAX_SIDE: u32 = 2048;
 
-/// The operations, by their public names (the `task_type` of a record, the path of a submit).
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    strum::Display,
-    strum::EnumString,
-    strum::IntoStaticStr,
-    strum::VariantArray,
-)]
-#[strum(
-    serialize_all = "kebab-case",
-    parse_err_ty = String,
-    parse_err_fn = unknown_kind
-)]
-pub enum OpKind {
-    Imagine,
-    #[strum(serialize = "upscale-1x")]
-    Upscale1x,
-    UpscaleAlt,
-    UpscaleHighres,
-    Variations,
-    Reroll,
-    Pan,
-    Outpaint,
-    Inpaint,
-    Blend,
-    Describe,
-    Shorten,
-    Seed,
-    Faceswap,
+named_enum! {
+    /// The operations, by their public names (the `task_type` of a record, the path of a submit).
+    pub enum OpKind(serialize_all = "kebab-case", parse_err_fn = unknown_kind) {
+        Imagine,
+        #[strum(serialize = "upscale-1x")]
+        Upscale1x,
+        UpscaleAlt,
+        UpscaleHighres,
+        Variations,
+        Reroll,
+        Pan,
+        Outpaint,
+        Inpaint,
+        Blend,
+        Describe,
+        Shorten,
+        Seed,
+        Faceswap,
+    }
 }
 
 fn unknown_kind(s: &str) -> String {
@@ -68,13 +54,6 @@ pub enum Shape {
 }
 
 impl OpKind {
-    pub const ALL: &[OpKind] = <OpKind as strum::VariantArray>::VARIANTS;
-
-    /// Its public name.
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-
     pub fn shape(self) -> Shape {
         match self {
             OpKind::Imagine
@@ -120,28 +99,14 @@ pub struct StoredImage {
     pub height: u32,
 }
 
-/// `upscale-alt`'s `type`.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Serialize,
-    Deserialize,
-    strum::EnumString,
-    strum::IntoStaticStr,
-    strum::VariantArray,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(
-    serialize_all = "snake_case",
-    parse_err_ty = String,
-    parse_err_fn = one_of::<AltKind>
-)]
-pub enum AltKind {
-    Subtle,
-    Creative,
+named_enum! {
+    /// `upscale-alt`'s `type`.
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum AltKind(serialize_all = "snake_case", parse_err_fn = one_of::<AltKind>) {
+        Subtle,
+        Creative,
+    }
 }
 
 /// What `variations` varies: an image of a grid parent (1..=4), or an upscale at a strength.
@@ -153,73 +118,30 @@ pub enum VariationOf {
     Subtle,
 }
 
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Serialize,
-    Deserialize,
-    strum::EnumString,
-    strum::IntoStaticStr,
-    strum::VariantArray,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(
-    serialize_all = "snake_case",
-    parse_err_ty = String,
-    parse_err_fn = one_of::<PanDirection>
-)]
-pub enum PanDirection {
-    Up,
-    Down,
-    Left,
-    Right,
-}
-
-/// `blend`'s `dimension`: the aspect ratio of its images.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Serialize,
-    Deserialize,
-    strum::EnumString,
-    strum::IntoStaticStr,
-    strum::VariantArray,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(
-    serialize_all = "snake_case",
-    parse_err_ty = String,
-    parse_err_fn = one_of::<Dimension>
-)]
-pub enum Dimension {
-    Square,
-    Portrait,
-    Landscape,
-}
-
-impl AltKind {
-    pub fn as_str(self) -> &'static str {
-        self.into()
+named_enum! {
+    /// `pan`'s `direction`.
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum PanDirection(serialize_all = "snake_case", parse_err_fn = one_of::<PanDirection>) {
+        Up,
+        Down,
+        Left,
+        Right,
     }
 }
 
-impl PanDirection {
-    pub fn as_str(self) -> &'static str {
-        self.into()
+named_enum! {
+    /// `blend`'s `dimension`: the aspect ratio of its images.
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum Dimension(serialize_all = "snake_case", parse_err_fn = one_of::<Dimension>) {
+        Square,
+        Portrait,
+        Landscape,
     }
 }
 
 impl Dimension {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-
     pub fn aspect_ratio(self) -> AspectRatio {
         let (width, height) = match self {
             Dimension::Square => (1, 1),
@@ -228,15 +150,6 @@ impl Dimension {
         };
         AspectRatio { width, height }
     }
-}
-
-/// The error of a parameter that is none of `T`'s names: the names it may be.
-fn one_of<T: strum::VariantArray + Copy + Into<&'static str>>(_: &str) -> String {
-    let names: Vec<String> = T::VARIANTS
-        .iter()
-        .map(|v| format!("\"{}\"", Into::<&'static str>::into(*v)))
-        .collect();
-    format!("must be one of {}", names.join(", "))
 }
 
 /// An operation and its parameters, as validated at submit. Fields the caller gave appear in the
@@ -386,6 +299,7 @@ impl Operation {
 
 #[cfg(test)]
 mod tests {
+    use super::super::names::assert_names;
     use super::*;
 
     #[test]
@@ -462,45 +376,15 @@ mod tests {
 
     #[test]
     fn names_are_the_api_contract() {
-        let kinds: Vec<&str> = OpKind::ALL.iter().map(|k| k.as_str()).collect();
-        assert_eq!(
-            kinds,
-            [
-                "imagine",
-                "upscale-1x",
-                "upscale-alt",
-                "upscale-highres",
-                "variations",
-                "reroll",
-                "pan",
-                "outpaint",
-                "inpaint",
-                "blend",
-                "describe",
-                "shorten",
-                "seed",
-                "faceswap"
-            ]
-        );
-        assert_eq!(OpKind::UpscaleHighres.to_string(), "upscale-highres");
-        assert_eq!(
-            "upscale".parse::<OpKind>(),
-            Err("unknown task type `upscale`".to_string())
-        );
-        assert_eq!(AltKind::Creative.as_str(), "creative");
-        assert_eq!(
-            "bold".parse::<AltKind>(),
-            Err("must be one of \"subtle\", \"creative\"".to_string())
-        );
-        assert_eq!("left".parse::<PanDirection>(), Ok(PanDirection::Left));
-        assert_eq!(
-            "north".parse::<PanDirection>(),
-            Err("must be one of \"up\", \"down\", \"left\", \"right\"".to_string())
-        );
-        assert_eq!(Dimension::Landscape.as_str(), "landscape");
-        assert_eq!(
-            "wide".parse::<Dimension>(),
-            Err("must be one of \"square\", \"portrait\", \"landscape\"".to_string())
-        );
+        let kinds =
+            "imagine upscale-1x upscale-alt upscale-highres variations reroll pan outpaint \
+                     inpaint blend describe shorten seed faceswap";
+        assert_names::<OpKind>(kinds, "upscale", "unknown task type `upscale`");
+        let one_of = "must be one of \"subtle\", \"creative\"";
+        assert_names::<AltKind>("subtle creative", "bold", one_of);
+        let one_of = "must be one of \"up\", \"down\", \"left\", \"right\"";
+        assert_names::<PanDirection>("up down left right", "north", one_of);
+        let one_of = "must be one of \"square\", \"portrait\", \"landscape\"";
+        assert_names::<Dimension>("square portrait landscape", "wide", one_of);
     }
 }

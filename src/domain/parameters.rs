@@ -395,32 +395,34 @@ mod tests {
 
     #[test]
     fn each_error_names_the_parameter_and_the_rule() {
-        assert_eq!(refused("a cat --foo 3"), "unknown parameter --foo");
-        assert_eq!(refused("a cat --stop 50"), "unknown parameter --stop");
+        let no_words = "--no needs words after it";
+        for (prompt, error) in [
+            ("a cat --foo 3", "unknown parameter --foo"),
+            ("a cat --stop 50", "unknown parameter --stop"),
+            ("a cat --ar 1:1 --ar 2:1", "--ar given twice"),
+            ("a cat --ar 1:1 --aspect 2:1", "--aspect given twice"),
+            ("a cat --tile --tile", "--tile given twice"),
+            ("a cat --no", no_words),
+            ("a cat --no --ar 1:1", no_words),
+            ("a cat --chaos", "--chaos must be 0 to 100"),
+            (
+                "a cat --ar 16:9 in the snow",
+                "--ar takes one value (got \"16:9 in the snow\"); parameters come at the end of \
+                 the prompt",
+            ),
+            (
+                "a cat --v 6 --niji 6",
+                "--v and --niji cannot be used together",
+            ),
+            (
+                "--ar 16:9",
+                "has only parameters; the words to draw come before them",
+            ),
+        ] {
+            assert_eq!(refused(prompt), error, "{prompt}");
+        }
         assert!(refused("a cat --relax").contains("process_mode"));
-        assert_eq!(refused("a cat --ar 1:1 --ar 2:1"), "--ar given twice");
-        assert_eq!(
-            refused("a cat --ar 1:1 --aspect 2:1"),
-            "--aspect given twice"
-        );
-        assert_eq!(refused("a cat --tile --tile"), "--tile given twice");
-        assert_eq!(refused("a cat --no"), "--no needs words after it");
-        assert_eq!(refused("a cat --no --ar 1:1"), "--no needs words after it");
-        assert_eq!(refused("a cat --chaos"), "--chaos must be 0 to 100");
-        assert_eq!(
-            refused("a cat --ar 16:9 in the snow"),
-            "--ar takes one value (got \"16:9 in the snow\"); parameters come at the end of the \
-             prompt"
-        );
         assert!(refused("a cat --tile with stripes").starts_with("--tile takes no value"));
-        assert_eq!(
-            refused("a cat --v 6 --niji 6"),
-            "--v and --niji cannot be used together"
-        );
-        assert_eq!(
-            refused("--ar 16:9"),
-            "has only parameters; the words to draw come before them"
-        );
     }
 
     #[test]
@@ -448,13 +450,14 @@ mod tests {
 
     #[test]
     fn a_stored_prompt_gives_its_text_with_or_without_parameters() {
-        assert_eq!(
-            prompt_text("a red fox --ar 16:9 --seed 42 --no snow"),
-            "a red fox"
-        );
-        assert_eq!(prompt_text("a red fox \u{2014}ar 16:9"), "a red fox");
-        assert_eq!(prompt_text("a red fox"), "a red fox");
-        assert_eq!(prompt_text("--ar 1:1"), "");
+        for (stored, text) in [
+            ("a red fox --ar 16:9 --seed 42 --no snow", "a red fox"),
+            ("a red fox \u{2014}ar 16:9", "a red fox"),
+            ("a red fox", "a red fox"),
+            ("--ar 1:1", ""),
+        ] {
+            assert_eq!(prompt_text(stored), text, "{stored}");
+        }
     }
 
     #[test]

@@ -1,33 +1,20 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// Where a task is in its life. `pending -> starting -> processing -> finished | failed`; a task
-/// whose worker is lost goes back to `pending` (or to `failed` once it has used all attempts); a
-/// task that has not ended may be `canceled` by its caller at any point.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    strum::Display,
-    strum::EnumString,
-    strum::IntoStaticStr,
-    strum::VariantArray,
-)]
-#[strum(
-    serialize_all = "lowercase",
-    parse_err_ty = String,
-    parse_err_fn = unknown_status
-)]
-pub enum TaskStatus {
-    Pending,
-    Starting,
-    Processing,
-    Finished,
-    Failed,
-    Canceled,
+use super::names::named_enum;
+
+named_enum! {
+    /// Where a task is in its life. `pending -> starting -> processing -> finished | failed`; a
+    /// task whose worker is lost goes back to `pending` (or to `failed` once it has used all
+    /// attempts); a task that has not ended may be `canceled` by its caller at any point.
+    pub enum TaskStatus(serialize_all = "lowercase", parse_err_fn = unknown_status) {
+        Pending,
+        Starting,
+        Processing,
+        Finished,
+        Failed,
+        Canceled,
+    }
 }
 
 fn unknown_status(s: &str) -> String {
@@ -35,13 +22,6 @@ fn unknown_status(s: &str) -> String {
 }
 
 impl TaskStatus {
-    pub const ALL: &[TaskStatus] = <TaskStatus as strum::VariantArray>::VARIANTS;
-
-    /// Its name in the API and the database.
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-
     /// `finished`, `failed` and `canceled` are final: nothing moves a task out of them.
     pub fn is_final(self) -> bool {
         matches!(
@@ -69,29 +49,14 @@ impl TaskStatus {
     }
 }
 
-/// Queue class. Turbo is served before fast before relax; first come first served within one.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    strum::Display,
-    strum::EnumString,
-    strum::IntoStaticStr,
-    strum::VariantArray,
-)]
-#[strum(
-    serialize_all = "lowercase",
-    parse_err_ty = String,
-    parse_err_fn = unknown_mode
-)]
-pub enum ProcessMode {
-    Turbo,
-    Fast,
-    Relax,
+named_enum! {
+    /// Queue class. Turbo is served before fast before relax; first come first served within one.
+    #[derive(PartialOrd, Ord)]
+    pub enum ProcessMode(serialize_all = "lowercase", parse_err_fn = unknown_mode) {
+        Turbo,
+        Fast,
+        Relax,
+    }
 }
 
 fn unknown_mode(_: &str) -> String {
@@ -99,11 +64,6 @@ fn unknown_mode(_: &str) -> String {
 }
 
 impl ProcessMode {
-    /// Its name in the API and the database.
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-
     /// Lower is served first.
     pub fn priority(self) -> i64 {
         match self {
@@ -195,6 +155,7 @@ impl fmt::Display for AspectRatio {
 
 #[cfg(test)]
 mod tests {
+    use super::super::names::assert_names;
     use super::*;
 
     #[test]
@@ -254,35 +215,9 @@ mod tests {
 
     #[test]
     fn names_are_the_api_contract() {
-        let statuses: Vec<&str> = TaskStatus::ALL.iter().map(|s| s.as_str()).collect();
-        assert_eq!(
-            statuses,
-            [
-                "pending",
-                "starting",
-                "processing",
-                "finished",
-                "failed",
-                "canceled"
-            ]
-        );
-        assert_eq!(TaskStatus::Canceled.to_string(), "canceled");
-        assert_eq!(
-            "done".parse::<TaskStatus>(),
-            Err("unknown task status `done`".to_string())
-        );
-        for (mode, name) in [
-            (ProcessMode::Turbo, "turbo"),
-            (ProcessMode::Fast, "fast"),
-            (ProcessMode::Relax, "relax"),
-        ] {
-            assert_eq!(mode.as_str(), name);
-            assert_eq!(mode.to_string(), name);
-            assert_eq!(name.parse::<ProcessMode>(), Ok(mode));
-        }
-        assert_eq!(
-            "Fast".parse::<ProcessMode>(),
-            Err("must be one of \"relax\", \"fast\", \"turbo\"".to_string())
-        );
+        let statuses = "pending starting processing finished failed canceled";
+        assert_names::<TaskStatus>(statuses, "done", "unknown task status `done`");
+        let one_of = "must be one of \"relax\", \"fast\", \"turbo\"";
+        assert_names::<ProcessMode>("turbo fast relax", "Fast", one_of);
     }
 }

@@ -4,9 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
-
-use super::job::{GenerateError, Generator, Job, Product, Progress};
+use super::job::{GenerateError, Generation, Generator, Job, Product, Progress};
 use super::ops::{self, Detail, Direction, Strength};
 use super::procedural;
 use crate::domain::image_prompts::IMAGE_WEIGHT_DEFAULT;
@@ -47,11 +45,7 @@ impl Generator for Procedural {
         kind != OpKind::Faceswap && self.only.as_ref().is_none_or(|only| only.contains(&kind))
     }
 
-    fn run<'a>(
-        &'a self,
-        job: &'a Job,
-        progress: &'a Progress,
-    ) -> BoxFuture<'a, Result<Product, GenerateError>> {
+    fn run<'a>(&'a self, job: &'a Job, progress: &'a Progress) -> Generation<'a> {
         Box::pin(async move {
             // Drawing and encoding run as one job on one blocking thread: each hand-off between
             // the runtime and the blocking pool can leave a core idle.
@@ -144,11 +138,6 @@ fn look(job: &Job) -> procedural::Look {
 }
 
 fn draw(job: &Job, pace: &Pace<'_>) -> Result<Product, GenerateError> {
-    let input = |i: usize| {
-        job.inputs
-            .get(i)
-            .ok_or_else(|| GenerateError::Failed(format!("input image {} is missing", i + 1)))
-    };
     let prompt = job.prompt.as_str();
     let look = look(job);
     // What continues a picture (pan, outpaint, inpaint) follows the prompt's parameters but
@@ -172,7 +161,7 @@ fn draw(job: &Job, pace: &Pace<'_>) -> Result<Product, GenerateError> {
             })
         }
         Operation::Upscale1x { .. } => {
-            let image = input(0)?;
+            let image = job.input(0)?;
             pace.part(1, 1);
             Product::single(image)
         }
@@ -181,10 +170,10 @@ fn draw(job: &Job, pace: &Pace<'_>) -> Result<Product, GenerateError> {
                 AltKind::Subtle => Detail::Subtle,
                 AltKind::Creative => Detail::Creative,
             };
-            upscale(input(0)?, 2, detail, job.seed, pace)?
+            upscale(job.input(0)?, 2, detail, job.seed, pace)?
         }
         Operation::UpscaleHighres { factor, .. } => upscale(
-            input(0)?,
+            job.input(0)?,
             u32::from(*factor),
             Detail::Subtle,
             job.seed,
@@ -196,11 +185,11 @@ fn draw(job: &Job, pace: &Pace<'_>) -> Result<Product, GenerateError> {
                 VariationOf::Subtle => Strength::Subtle,
                 VariationOf::Index(_) | VariationOf::Strong => Strength::Strong,
             };
-            let parent = input(0)?;
+            let parent = job.input(0)?;
             pace.grid(|k| ops::variation(parent, strength(), job.seed, k))
         }
         Operation::Pan { direction, .. } => {
-            let parent = input(0)?;
+            let parent = job.input(0)?;
             let direction = || Direction::from(*direction);
             let (w, h) = ops::pan_size(parent.width, parent.height, direction());
             pace.grid(|k| {
@@ -215,7 +204,7 @@ fn draw(job: &Job, pace: &Pace<'_>) -> Result<Product, GenerateError> {
             })
         }
         Operation::Outpaint { zoom_ratio, .. } => {
-            let parent = input(0)?;
+            let parent = job.input(0)?;
             let long = parent.width.max(parent.height);
             let (w, h) = dimensions(job.aspect.width, job.aspect.height, long);
             pace.grid(|k| {
@@ -224,11 +213,8 @@ fn draw(job: &Job, pace: &Pace<'_>) -> Result<Product, GenerateError> {
             })
         }
         Operation::Inpaint { .. } => {
-            let parent = input(0)?;
-            let mask = job
-                .mask
-                .as_ref()
-                .ok_or_else(|| GenerateError::Failed("the mask is missing".into()))?;
+            let parent = job.input(0)?;
+            let mask = job.mask()?;
             pace.grid(|k| {
                 let fill = procedural::render_look(
                     prompt,
@@ -246,7 +232,7 @@ fn draw(job: &Job, pace: &Pace<'_>) -> Result<Product, GenerateError> {
             pace.grid(|k| ops::blend(&job.inputs, w, h, job.seed, k))
         }
         Operation::Describe { scene_words, .. } => {
-            let content = ops::describe(input(0)?, scene_words.as_deref());
+            let content = ops::describe(job.input(0)?, scene_words.as_deref());
             pace.part(1, 1);
             Product::Text(content)
         }
@@ -292,23 +278,9 @@ fn upscale(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::AspectRatio;
 
     fn imagine() -> Job {
-        Job {
-            operation: Operation::Imagine,
-            prompt: "a lighthouse at dusk".into(),
-            seed: 7,
-            aspect: AspectRatio {
-                width: 1,
-                height: 1,
-            },
-            image_size: 64,
-            inputs: Vec::new().into(),
-            mask: None,
-            reservation: None,
-            extras: Default::default(),
-        }
+        Job::for_tests(Operation::Imagine, "a lighthouse at dusk", 7)
     }
 
     /// A procedural backend whose `operations` name some runs only those (an operator gives it

@@ -42,6 +42,36 @@ impl Job {
     pub fn new_image_size(&self) -> (u32, u32) {
         dimensions(self.aspect.width, self.aspect.height, self.image_size)
     }
+
+    /// Input image `i` (in `Operation::inputs` order), or the error of a job without it.
+    pub fn input(&self, i: usize) -> Result<&RgbaImage, GenerateError> {
+        self.inputs
+            .get(i)
+            .ok_or_else(|| GenerateError::Failed(format!("input image {} is missing", i + 1)))
+    }
+
+    /// Inpaint's mask, or the error of a job without one.
+    pub fn mask(&self) -> Result<&Arc<RgbaImage>, GenerateError> {
+        self.mask
+            .as_ref()
+            .ok_or_else(|| GenerateError::Failed("the mask is missing".into()))
+    }
+
+    /// The job the unit tests start from: square, 64 pixels, no inputs and no extras.
+    #[cfg(test)]
+    pub(crate) fn for_tests(operation: Operation, prompt: &str, seed: u64) -> Job {
+        Job {
+            operation,
+            prompt: prompt.into(),
+            seed,
+            aspect: AspectRatio::SQUARE,
+            image_size: 64,
+            inputs: Vec::new().into(),
+            mask: None,
+            reservation: None,
+            extras: Extras::default(),
+        }
+    }
 }
 
 /// Why a generation did not produce its result.
@@ -172,6 +202,9 @@ impl Product {
     }
 }
 
+/// What running a job comes to: a product or the error it ended with.
+pub type Generation<'a> = BoxFuture<'a, Result<Product, GenerateError>>;
+
 /// An image backend.
 pub trait Generator: Send + Sync + 'static {
     /// Its name in logs and `/readyz` (a configured backend's `name`).
@@ -180,19 +213,15 @@ pub trait Generator: Send + Sync + 'static {
     fn supports(&self, kind: OpKind) -> bool;
     /// Run `job`, reporting progress as it goes. A job that runs past the backend's `timeout` is
     /// cancelled on the backend and answered as [`GenerateError::Transient`].
-    fn run<'a>(
-        &'a self,
-        job: &'a Job,
-        progress: &'a Progress,
-    ) -> BoxFuture<'a, Result<Product, GenerateError>>;
-    /// Whether the backend answers now (a cheap request, such as listing its models); `Err`
-    /// says why not. The pool calls it to take a failing backend out and to bring it back.
+    fn run<'a>(&'a self, job: &'a Job, progress: &'a Progress) -> Generation<'a>;
     /// How many more jobs could start on a backend now, where the generator knows (the pool);
     /// `None` where it does not.
     fn free_slots(&self) -> Option<usize> {
         None
     }
 
+    /// Whether the backend answers now (a cheap request, such as listing its models); `Err`
+    /// says why not. The pool calls it to take a failing backend out and to bring it back.
     fn probe(&self) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async { Ok(()) })
     }

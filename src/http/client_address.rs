@@ -156,8 +156,14 @@ mod tests {
 
     #[test]
     fn from_anyone_but_a_trusted_proxy_the_headers_are_ignored() {
-        let h = headers(&[("x-forwarded-for", "10.0.0.5"), ("forwarded", "for=10.0.0.6")]);
-        assert_eq!(client_of(ip("203.0.113.9"), &h, &proxies()), ip("203.0.113.9"));
+        let h = headers(&[
+            ("x-forwarded-for", "10.0.0.5"),
+            ("forwarded", "for=10.0.0.6"),
+        ]);
+        assert_eq!(
+            client_of(ip("203.0.113.9"), &h, &proxies()),
+            ip("203.0.113.9")
+        );
         assert_eq!(client_of(ip("203.0.113.9"), &h, &[]), ip("203.0.113.9"));
     }
 
@@ -173,11 +179,20 @@ mod tests {
             ip("10.0.0.5")
         );
         // Several header lines are one list, in order.
-        let two = headers(&[("x-forwarded-for", "6.6.6.6"), ("x-forwarded-for", "10.0.0.7")]);
+        let two = headers(&[
+            ("x-forwarded-for", "6.6.6.6"),
+            ("x-forwarded-for", "10.0.0.7"),
+        ]);
         assert_eq!(client_of(peer, &two, &p), ip("10.0.0.7"));
         // Only proxies: the leftmost.
-        assert_eq!(client_of(peer, &xff("10.1.0.1, 10.1.0.2"), &p), ip("10.1.0.1"));
-        assert_eq!(client_of(peer, &xff("[2001:db8::7]:443"), &p), ip("2001:db8::7"));
+        assert_eq!(
+            client_of(peer, &xff("10.1.0.1, 10.1.0.2"), &p),
+            ip("10.1.0.1")
+        );
+        assert_eq!(
+            client_of(peer, &xff("[2001:db8::7]:443"), &p),
+            ip("2001:db8::7")
+        );
         assert_eq!(client_of(peer, &headers(&[]), &p), peer);
     }
 
@@ -186,11 +201,17 @@ mod tests {
         let p = proxies();
         let peer = ip("127.0.0.2");
         let h = headers(&[
-            ("forwarded", r#"for=192.0.2.60;proto=http;by=203.0.113.43, for="[2001:db8:cafe::17]:4711""#),
+            (
+                "forwarded",
+                r#"for=192.0.2.60;proto=http;by=203.0.113.43, for="[2001:db8:cafe::17]:4711""#,
+            ),
             ("x-forwarded-for", "10.0.0.99"),
         ]);
         assert_eq!(client_of(peer, &h, &p), ip("2001:db8:cafe::17"));
-        let h = headers(&[("forwarded", "for=198.51.100.17:8080;proto=https, For=10.1.9.9")]);
+        let h = headers(&[(
+            "forwarded",
+            "for=198.51.100.17:8080;proto=https, For=10.1.9.9",
+        )]);
         assert_eq!(client_of(peer, &h, &p), ip("198.51.100.17"));
         let h = headers(&[("forwarded", "for=[2001:db8::1]")]);
         assert_eq!(client_of(peer, &h, &p), ip("2001:db8::1"));

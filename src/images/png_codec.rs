@@ -197,69 +197,29 @@ mod tests {
 
     #[test]
     fn decode_other_formats() {
-        // 8-bit gray.
-        let g = decode_png(&encode_raw(
-            2,
-            1,
-            png::ColorType::Grayscale,
-            png::BitDepth::Eight,
-            &[10, 200],
-        ))
-        .unwrap();
-        assert_eq!(g.data, vec![10, 10, 10, 255, 200, 200, 200, 255]);
-        // 8-bit gray + alpha.
-        let ga = decode_png(&encode_raw(
-            1,
-            1,
-            png::ColorType::GrayscaleAlpha,
-            png::BitDepth::Eight,
-            &[50, 60],
-        ))
-        .unwrap();
-        assert_eq!(ga.data, vec![50, 50, 50, 60]);
-        // 16-bit RGB is reduced to its high bytes.
-        let rgb16 = decode_png(&encode_raw(
-            1,
-            1,
-            png::ColorType::Rgb,
-            png::BitDepth::Sixteen,
-            &[1, 2, 3, 4, 255, 255],
-        ))
-        .unwrap();
-        assert_eq!(rgb16.data, vec![1, 3, 255, 255]);
-        // 16-bit RGBA.
-        let rgba16 = decode_png(&encode_raw(
-            1,
-            1,
-            png::ColorType::Rgba,
-            png::BitDepth::Sixteen,
-            &[9, 0, 8, 0, 7, 0, 128, 0],
-        ))
-        .unwrap();
-        assert_eq!(rgba16.data, vec![9, 8, 7, 128]);
-        // Palette with transparency, 8-bit indices.
-        let pal = decode_png(&encode_raw(
-            2,
-            1,
-            png::ColorType::Indexed,
-            png::BitDepth::Eight,
-            &[0, 1],
-        ))
-        .unwrap();
-        assert_eq!(pal.data, vec![255, 0, 0, 255, 0, 0, 255, 128]);
+        use png::BitDepth::{Eight, One, Sixteen};
+        use png::ColorType::{Grayscale, GrayscaleAlpha, Indexed, Rgb, Rgba};
+        // A row of `width` pixels with these samples, decoded to RGBA.
+        let decoded = |width, color, depth, samples: &[u8]| {
+            decode_png(&encode_raw(width, 1, color, depth, samples))
+                .unwrap()
+                .data
+        };
+        let gray = decoded(2, Grayscale, Eight, &[10, 200]);
+        assert_eq!(gray, [10, 10, 10, 255, 200, 200, 200, 255]);
+        let gray_alpha = decoded(1, GrayscaleAlpha, Eight, &[50, 60]);
+        assert_eq!(gray_alpha, [50, 50, 50, 60]);
+        // 16-bit samples are reduced to their high bytes.
+        let rgb16 = decoded(1, Rgb, Sixteen, &[1, 2, 3, 4, 255, 255]);
+        assert_eq!(rgb16, [1, 3, 255, 255]);
+        let rgba16 = decoded(1, Rgba, Sixteen, &[9, 0, 8, 0, 7, 0, 128, 0]);
+        assert_eq!(rgba16, [9, 8, 7, 128]);
+        // A palette with transparency, 8-bit indices.
+        let palette = decoded(2, Indexed, Eight, &[0, 1]);
+        assert_eq!(palette, [255, 0, 0, 255, 0, 0, 255, 128]);
         // 1-bit gray expands to 0/255.
-        let bits = decode_png(&encode_raw(
-            3,
-            1,
-            png::ColorType::Grayscale,
-            png::BitDepth::One,
-            &[0b1010_0000],
-        ))
-        .unwrap();
-        assert_eq!(
-            bits.data,
-            vec![255, 255, 255, 255, 0, 0, 0, 255, 255, 255, 255, 255]
-        );
+        let bits = decoded(3, Grayscale, One, &[0b1010_0000]);
+        assert_eq!(bits, [255, 255, 255, 255, 0, 0, 0, 255, 255, 255, 255, 255]);
     }
 
     #[test]

@@ -38,6 +38,19 @@ pub struct DestinationPolicy {
     pub allow_private: bool,
 }
 
+impl DestinationPolicy {
+    /// The production setting, and the default.
+    pub const STRICT: DestinationPolicy = DestinationPolicy {
+        allow_http: false,
+        allow_private: false,
+    };
+    /// Both development switches on: what reaches a receiver on the same machine (tests).
+    pub const OPEN: DestinationPolicy = DestinationPolicy {
+        allow_http: true,
+        allow_private: true,
+    };
+}
+
 /// Validate a caller's `webhook_url`.
 ///
 /// Returns the parsed URL, or a short lowercase phrase without the field name describing the
@@ -223,10 +236,7 @@ impl Resolve for NoLinkLocalResolver {
 mod tests {
     use super::*;
 
-    const STRICT: DestinationPolicy = DestinationPolicy {
-        allow_http: false,
-        allow_private: false,
-    };
+    const STRICT: DestinationPolicy = DestinationPolicy::STRICT;
     const HTTP: DestinationPolicy = DestinationPolicy {
         allow_http: true,
         allow_private: false,
@@ -235,10 +245,7 @@ mod tests {
         allow_http: false,
         allow_private: true,
     };
-    const OPEN: DestinationPolicy = DestinationPolicy {
-        allow_http: true,
-        allow_private: true,
-    };
+    const OPEN: DestinationPolicy = DestinationPolicy::OPEN;
 
     fn err(raw: &str, policy: DestinationPolicy) -> String {
         match validate_webhook_url(raw, &policy) {

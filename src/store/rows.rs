@@ -197,6 +197,15 @@ impl ClaimedRow {
     }
 }
 
+/// Decode the rows of a query for tasks; an error names a value it cannot read.
+pub(crate) fn into_tasks(rows: Vec<TaskRow>, ids: &TaskIds) -> StoreResult<Vec<Task>> {
+    rows.into_iter().map(|row| row.into_task(ids)).collect()
+}
+
+/// What a query read by [`key_and_tasks`] selects first: the presented key's columns.
+pub(crate) const KEY_THEN_TASKS: &str = "SELECT k.id AS key_id, k.account_id AS key_account_id,
+        k.last_used_at AS key_last_used_at,";
+
 /// Split the rows of a query that selects the presented key (`key_id`, `key_account_id`,
 /// `key_last_used_at`) left-joined to the tasks asked for: no row means the key is not live; a row
 /// without a task (`seq` null) is the key alone.

@@ -2,12 +2,20 @@
 
 use uuid::Uuid;
 
-use crate::domain::{OpKind, TaskStatus};
+use crate::domain::{Named, OpKind, TaskStatus};
 use crate::refusal::ApiError;
 use crate::store::{TaskFilter, LIST_LIMIT_MAX};
 
 /// Tasks on a page of `GET /api/v1/tasks` when `limit` is not given.
 pub const LIST_LIMIT_DEFAULT: u32 = 20;
+
+/// The value of filter `field`, one of `T`'s names; a refusal lists them.
+fn named<T: Named>(field: &str, value: &str) -> Result<T, ApiError> {
+    value.parse().map_err(|_| {
+        let rule = format!("must be one of {}", T::listed());
+        ApiError::field(field, "invalid_value", rule)
+    })
+}
 
 /// The query of a listing: `limit`, `cursor`, `status` and `type`, checked.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -76,40 +84,8 @@ impl ListQuery {
                 "cursor" => {
                     query.cursor = Some(Uuid::parse_str(&value).map_err(|_| invalid_cursor())?);
                 }
-                "status" => {
-                    let status = value.parse::<TaskStatus>().map_err(|_| {
-                        ApiError::field(
-                            "status",
-                            "invalid_value",
-                            format!(
-                                "must be one of {}",
-                                TaskStatus::ALL
-                                    .iter()
-                                    .map(|s| s.as_str())
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
-                            ),
-                        )
-                    })?;
-                    query.filter.status = Some(status);
-                }
-                _ => {
-                    let kind = value.parse::<OpKind>().map_err(|_| {
-                        ApiError::field(
-                            "type",
-                            "invalid_value",
-                            format!(
-                                "must be one of {}",
-                                OpKind::ALL
-                                    .iter()
-                                    .map(|k| k.as_str())
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
-                            ),
-                        )
-                    })?;
-                    query.filter.task_type = Some(kind);
-                }
+                "status" => query.filter.status = Some(named(&name, &value)?),
+                _ => query.filter.task_type = Some(named(&name, &value)?),
             }
         }
         Ok(query)

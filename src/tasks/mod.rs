@@ -60,8 +60,15 @@ pub struct Tasks {
 impl Tasks {
     /// One of the key's account's tasks, the key checked in the same statement: 401 for a key
     /// that is not live, 404 for a task that is not the account's.
+    /// The request's access log names the task.
     pub async fn one(&self, key: &PresentedKey, id: Uuid) -> Result<Task, ApiError> {
         request::note_task(id);
+        self.of_key(key, id).await
+    }
+
+    /// [`Tasks::one`] without naming the task in the access log (a submit's parent: the log
+    /// names the task submitted).
+    pub(crate) async fn of_key(&self, key: &PresentedKey, id: Uuid) -> Result<Task, ApiError> {
         let (live, row) = self
             .store
             .task_for_key(&key.0, &id)

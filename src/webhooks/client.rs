@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
-use reqwest::redirect;
 use url::Url;
 
 use super::signing;
+use crate::net::client::callers_client;
 use crate::net::failure::innermost;
 use crate::net::{
     format_duration, validate_webhook_url, DestinationPolicy, Failure, PublicOnlyResolver,
@@ -140,23 +140,10 @@ impl WebhookClient {
         user_agent: &str,
         concurrency: usize,
     ) -> Result<Self, String> {
-        if timeout.is_zero() {
-            return Err("webhook timeout must be greater than zero".to_owned());
-        }
-        let user_agent = HeaderValue::from_str(user_agent)
-            .map_err(|_| "webhook user agent is not a valid header value".to_owned())?;
-        let http = reqwest::Client::builder()
-            .use_rustls_tls()
-            .redirect(redirect::Policy::none())
-            .referer(false)
-            .no_proxy()
-            .https_only(!policy.allow_http)
-            .dns_resolver(Arc::new(PublicOnlyResolver::new(policy.allow_private)))
-            .connect_timeout(timeout)
-            .timeout(timeout)
+        let resolver = PublicOnlyResolver::new(policy.allow_private);
+        let http = callers_client("webhook", policy, resolver, timeout, user_agent)?
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .pool_max_idle_per_host(concurrency)
-            .user_agent(user_agent)
             .build()
             .map_err(|e| {
                 format!(

@@ -183,24 +183,23 @@ impl Dispatcher {
                 duration_ms = record.duration_ms,
                 "webhook delivered"
             );
-        } else if let Some(next) = record.next_attempt_at {
-            tracing::warn!(
-                task_id = d.task_id,
-                delivery = d.id,
-                attempt,
-                status,
-                error,
-                retry_in_ms = next - ended,
-                "webhook attempt failed"
-            );
         } else {
+            // One event for both failures; `retry_in_ms` is left out when none follows.
+            let (retry_in_ms, message) = match record.next_attempt_at {
+                Some(next) => (Some(next - ended), "webhook attempt failed"),
+                None => (
+                    None,
+                    "webhook undeliverable; the result stays available through fetch",
+                ),
+            };
             tracing::warn!(
                 task_id = d.task_id,
                 delivery = d.id,
                 attempt,
                 status,
                 error,
-                "webhook undeliverable; the result stays available through fetch"
+                retry_in_ms,
+                "{message}"
             );
         }
         record.next_attempt_at

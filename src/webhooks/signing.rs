@@ -141,34 +141,19 @@ mod tests {
 
     #[test]
     fn decode_secret_errors() {
-        assert_eq!(
-            decode_secret("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap_err(),
-            "signing secret must start with whsec_"
-        );
-        assert_eq!(
-            decode_secret("").unwrap_err(),
-            "signing secret must start with whsec_"
-        );
-        assert_eq!(
-            decode_secret("WHSEC_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap_err(),
-            "signing secret must start with whsec_"
-        );
-        assert_eq!(
-            decode_secret("whsec_").unwrap_err(),
-            "signing secret is empty"
-        );
-        assert_eq!(
-            decode_secret("whsec_===").unwrap_err(),
-            "signing secret is not valid base64"
-        );
-        assert_eq!(
-            decode_secret("whsec_not base64!").unwrap_err(),
-            "signing secret is not valid base64"
-        );
-        assert_eq!(
-            decode_secret("whsec_abc").unwrap_err(),
-            "signing secret is not valid base64"
-        );
+        let prefix = "signing secret must start with whsec_";
+        let base64 = "signing secret is not valid base64";
+        for (secret, error) in [
+            ("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", prefix),
+            ("", prefix),
+            ("WHSEC_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", prefix),
+            ("whsec_", "signing secret is empty"),
+            ("whsec_===", base64),
+            ("whsec_not base64!", base64),
+            ("whsec_abc", base64),
+        ] {
+            assert_eq!(decode_secret(secret).unwrap_err(), error, "{secret}");
+        }
         let err = decode_secret("whsec_s3cr3t-value!").unwrap_err();
         assert!(!err.contains("s3cr3t"), "error leaks the secret: {err}");
     }

@@ -463,7 +463,10 @@ async fn behind_a_trusted_proxy_one_clients_failed_sign_ins_do_not_lock_out_anot
     }
     let mut honest = Browser::behind(&app, "127.0.0.4", "10.0.0.8");
     let refused = honest.sign_in("victim@example.com", PASSWORD).await;
-    assert_eq!(refused.status, 429, "127.0.0.4 is one client, over its limit");
+    assert_eq!(
+        refused.status, 429,
+        "127.0.0.4 is one client, over its limit"
+    );
 }
 
 #[tokio::test]

@@ -66,6 +66,19 @@ pub fn status_error(status: StatusCode, headers: &HeaderMap, body: &str) -> Gene
     }
 }
 
+/// `body` where `status` is a success, else the error [`status_error`] sorts the answer into.
+pub fn successful<B: AsRef<[u8]>>(
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: B,
+) -> Result<B, GenerateError> {
+    if status.is_success() {
+        return Ok(body);
+    }
+    let text = String::from_utf8_lossy(body.as_ref());
+    Err(status_error(status, headers, &text))
+}
+
 /// A request that got no answer, sorted by the one reading of client errors (`net::Failure`):
 /// every transport failure (refused, reset, timed out, closed early) is transient; a body that
 /// is not what was promised is the backend's fault.

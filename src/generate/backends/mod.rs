@@ -19,8 +19,11 @@ pub mod tls;
 pub use build::build;
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
 
-use crate::generate::Job;
+use crate::generate::{GenerateError, Job, Progress};
+use crate::net::format_duration;
 
 /// The checkpoint of each model a backend serves that names one (`[[models]]` `checkpoint`).
 pub type Checkpoints = BTreeMap<String, String>;
@@ -38,6 +41,22 @@ pub fn checkpoint_of<'a>(
         .and_then(|m| checkpoints.get(m))
         .map(String::as_str)
         .or(own)
+}
+
+/// Runs `work`, a backend's part of a job, until it ends, the backend's `timeout` passes or the
+/// job is stopped. `Err` says why it was cut short (a transient "timed out", or `Canceled`), so
+/// that a backend with a queue can take the job off it before answering with that.
+pub async fn until_cut<T>(
+    timeout: Duration,
+    progress: &Progress,
+    work: impl Future<Output = T>,
+) -> Result<T, GenerateError> {
+    tokio::select! {
+        timed = tokio::time::timeout(timeout, work) => timed.map_err(|_| {
+            GenerateError::transient(format!("timed out after {}", format_duration(timeout)))
+        }),
+        _ = progress.stopped() => Err(GenerateError::Canceled),
+    }
 }
 
 /// The `[[backends]]` settings live with the other settings; the adapters read them from here.

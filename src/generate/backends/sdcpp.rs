@@ -85,20 +85,7 @@ mod tests {
 
     #[test]
     fn the_settings_follow_the_prompt_as_json() {
-        let mut job = Job {
-            operation: crate::domain::Operation::Imagine,
-            prompt: String::new(),
-            seed: 42,
-            aspect: crate::domain::AspectRatio {
-                width: 1,
-                height: 1,
-            },
-            image_size: 64,
-            inputs: Vec::new().into(),
-            mask: None,
-            reservation: None,
-            extras: Default::default(),
-        };
+        let mut job = Job::for_tests(crate::domain::Operation::Imagine, "", 42);
         job.extras.settings.steps = Some(3);
         job.extras.settings.cfg_scale = Some(5.5);
         job.extras.settings.sampler = Some("dpmpp_2m".into());

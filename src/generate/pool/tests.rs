@@ -4,7 +4,8 @@
 use std::sync::atomic::AtomicBool;
 
 use super::*;
-use crate::domain::{AspectRatio, Operation};
+use crate::domain::Operation;
+use crate::generate::Generation;
 
 /// A backend in the test's hands: it takes `delay` per job, counts its jobs and the most it
 /// ran at once, fails transiently while `broken`, and answers probes while not `dead`.
@@ -56,11 +57,7 @@ impl Generator for Fake {
     fn supports(&self, kind: OpKind) -> bool {
         self.kinds.contains(&kind)
     }
-    fn run<'a>(
-        &'a self,
-        job: &'a Job,
-        progress: &'a Progress,
-    ) -> BoxFuture<'a, Result<Product, GenerateError>> {
+    fn run<'a>(&'a self, job: &'a Job, progress: &'a Progress) -> Generation<'a> {
         Box::pin(async move {
             self.took.lock().unwrap().push(job.prompt.clone());
             let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
@@ -96,25 +93,35 @@ impl Generator for Fake {
 }
 
 fn job(operation: Operation) -> Job {
-    Job {
-        operation,
-        prompt: "a test".into(),
-        seed: 1,
-        aspect: AspectRatio::SQUARE,
-        image_size: 64,
-        inputs: Vec::new().into(),
-        mask: None,
-        reservation: None,
-        extras: Default::default(),
-    }
+    Job::for_tests(operation, "a test", 1)
 }
 
-fn pool(members: &[(&Arc<Fake>, usize)]) -> Arc<Pool> {
-    let members = members
+/// The pool's members: each fake with its slots.
+fn members(fakes: &[(&Arc<Fake>, usize)]) -> Vec<(Arc<dyn Generator>, usize)> {
+    fakes
         .iter()
         .map(|(f, n)| ((*f).clone() as Arc<dyn Generator>, *n))
-        .collect();
-    Arc::new(Pool::new(members, Duration::from_secs(20)))
+        .collect()
+}
+
+fn pool(fakes: &[(&Arc<Fake>, usize)]) -> Arc<Pool> {
+    Arc::new(Pool::new(members(fakes), Duration::from_secs(20)))
+}
+
+/// The catalogue of `models`, each `(model, backend)` served by its one backend (procedural, as
+/// configured; the pool's members are the fakes of those names).
+fn catalogue(models: &[(&str, &str)]) -> Catalogue {
+    let backends: Vec<crate::config::BackendConfig> = models
+        .iter()
+        .map(|(_, b)| serde_json::from_value(serde_json::json!({"name": b, "kind": "procedural"})))
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let models: Vec<crate::config::ModelConfig> = models
+        .iter()
+        .map(|(m, b)| serde_json::from_value(serde_json::json!({"name": m, "backends": [b]})))
+        .collect::<Result<_, _>>()
+        .unwrap();
+    Catalogue::build(&models, &backends).unwrap()
 }
 
 async fn run_many(pool: &Arc<Pool>, n: usize, op: Operation) -> Vec<String> {
@@ -224,21 +231,9 @@ async fn only_a_backend_that_runs_the_operation_gets_it_and_none_is_a_clear_fail
 #[tokio::test]
 async fn a_models_jobs_go_only_to_its_backends() {
     let (a, b) = (Fake::new("a", 1), Fake::new("b", 1));
-    let backends: Vec<crate::config::BackendConfig> = serde_json::from_value(
-        serde_json::json!([{"name": "a", "kind": "procedural"}, {"name": "b", "kind": "procedural"}]),
-    )
-    .unwrap();
-    let models: Vec<crate::config::ModelConfig> = serde_json::from_value(serde_json::json!([
-        {"name": "one", "backends": ["a"]},
-        {"name": "two", "backends": ["b"]},
-    ]))
-    .unwrap();
-    let catalogue = Catalogue::build(&models, &backends).unwrap();
-    let members = vec![
-        (a.clone() as Arc<dyn Generator>, 4),
-        (b.clone() as Arc<dyn Generator>, 4),
-    ];
-    let pool = Pool::new(members, Duration::from_secs(5)).with_catalogue(catalogue);
+    let catalogue = catalogue(&[("one", "a"), ("two", "b")]);
+    let pool =
+        Pool::new(members(&[(&a, 4), (&b, 4)]), Duration::from_secs(5)).with_catalogue(catalogue);
     assert_eq!(pool.health()[1].models, ["two"]);
     for (model, backend) in [("one", "a"), ("two", "b")] {
         let mut job = job(Operation::Imagine);
@@ -264,7 +259,7 @@ async fn a_models_jobs_go_only_to_its_backends() {
 async fn a_job_fails_transiently_once_its_budget_is_spent() {
     let bad = Fake::new("bad", 1);
     bad.broken.store(true, Ordering::SeqCst);
-    let members = vec![(bad.clone() as Arc<dyn Generator>, 1)];
+    let members = members(&[(&bad, 1)]);
     let pool = Pool::new(members, Duration::from_millis(600));
     let err = pool
         .run(&job(Operation::Imagine), &Progress::default())
@@ -406,20 +401,8 @@ async fn a_job_tried_again_says_it_is_retrying_until_a_backend_takes_it_again() 
 async fn upscale_1x_is_a_crop_on_a_model_whose_backends_do_not_make_it() {
     let comfy = Fake::running("comfy", 1, vec![OpKind::Imagine]);
     let routed = Fake::running("routed", 1, vec![OpKind::Imagine, OpKind::Upscale1x]);
-    let backends: Vec<crate::config::BackendConfig> = serde_json::from_value(
-        serde_json::json!([{"name": "comfy", "kind": "procedural"}, {"name": "routed", "kind": "procedural"}]),
-    )
-    .unwrap();
-    let models: Vec<crate::config::ModelConfig> = serde_json::from_value(serde_json::json!([
-        {"name": "only-comfy", "backends": ["comfy"]},
-        {"name": "has-its-own", "backends": ["routed"]},
-    ]))
-    .unwrap();
-    let catalogue = Catalogue::build(&models, &backends).unwrap();
-    let members = vec![
-        (comfy.clone() as Arc<dyn Generator>, 1),
-        (routed.clone() as Arc<dyn Generator>, 1),
-    ];
+    let catalogue = catalogue(&[("only-comfy", "comfy"), ("has-its-own", "routed")]);
+    let members = members(&[(&comfy, 1), (&routed, 1)]);
     let crop = Fake::running("crop", 1, vec![OpKind::Upscale1x]);
     let pool = Pool::new(members, Duration::from_secs(5))
         .with_catalogue(catalogue)

@@ -54,6 +54,18 @@ impl Art {
         }
     }
 
+    /// A point anywhere on the canvas, at random.
+    pub(super) fn anywhere(&mut self) -> (f32, f32) {
+        let x = self.rng.range(0.0, self.w);
+        let y = self.rng.range(0.0, self.h);
+        (x, y)
+    }
+
+    /// One of the palette's accents, at random.
+    pub(super) fn any_accent(&mut self) -> Rgb {
+        self.pal.acc(self.rng.below(self.pal.acc.len()))
+    }
+
     pub(super) fn fill(&mut self, path: Option<Path>, c: Rgb, a: f32) {
         self.fill_t(path, c, a, Transform::identity());
     }

@@ -1,6 +1,6 @@
 //! Land and water: mountain ridges, hills and dunes, and ocean waves.
 
-use tiny_skia::{PathBuilder, Rect};
+use tiny_skia::{Path, PathBuilder, Rect};
 
 use super::art::Art;
 use super::color::{Rgb, WHITE};
@@ -137,6 +137,34 @@ impl Art {
         }
     }
 
+    /// What lies below the curve `y_at(x)`, sampled at `steps` + 1 points across the canvas: the
+    /// area down to the bottom edge, the curve alone (to draw a line along it) and its highest
+    /// point.
+    fn below_curve(
+        &self,
+        steps: usize,
+        y_at: impl Fn(f32) -> f32,
+    ) -> (Option<Path>, Option<Path>, f32) {
+        let mut area = PathBuilder::new();
+        let mut curve = PathBuilder::new();
+        area.move_to(0.0, self.h);
+        let mut top = f32::MAX;
+        for k in 0..=steps {
+            let x = k as f32 / steps as f32 * self.w;
+            let y = y_at(x);
+            top = top.min(y);
+            area.line_to(x, y);
+            if k == 0 {
+                curve.move_to(x, y);
+            } else {
+                curve.line_to(x, y);
+            }
+        }
+        area.line_to(self.w, self.h);
+        area.close();
+        (area.finish(), curve.finish(), top)
+    }
+
     pub(super) fn hills(&mut self, dunes: bool) {
         let layers = if self.m.minimal { 2 } else { 3 };
         let fog = self.pal.sky_at(1.0);
@@ -151,37 +179,22 @@ impl Art {
                 .acc(i)
                 .mix(fog, 0.5 * (1.0 - depth))
                 .darken(0.1 * depth);
-            let steps = 64;
-            let mut pb = PathBuilder::new();
-            let mut crest = PathBuilder::new();
-            pb.move_to(0.0, self.h);
-            let mut top = f32::MAX;
-            for k in 0..=steps {
-                let x = k as f32 / steps as f32 * self.w;
+            let (ground, crest, top) = self.below_curve(64, |x| {
                 let mut v = sin(x / wl * TAU + p1) + 0.4 * sin(x / wl * 2.3 * TAU + p2);
                 if dunes {
                     // Sharper crests.
                     v = 1.4 - (v - 1.4).abs() * 1.2;
                 }
-                let y = base - amp * (1.0 + v * 0.6);
-                top = top.min(y);
-                pb.line_to(x, y);
-                if k == 0 {
-                    crest.move_to(x, y);
-                } else {
-                    crest.line_to(x, y);
-                }
-            }
-            pb.line_to(self.w, self.h);
-            pb.close();
+                base - amp * (1.0 + v * 0.6)
+            });
             let sh = linear(
                 (0.0, top),
                 (0.0, self.h),
                 &[(0.0, col.lighten(0.15), 1.0), (1.0, col.darken(0.35), 1.0)],
             );
-            self.fill_shader(pb.finish(), sh, col);
+            self.fill_shader(ground, sh, col);
             if dunes {
-                self.stroke(crest.finish(), col.lighten(0.35), 0.5, self.s * 0.004);
+                self.stroke(crest, col.lighten(0.35), 0.5, self.s * 0.004);
             }
         }
     }
@@ -203,30 +216,15 @@ impl Art {
             let wl = self.w * self.rng.range(0.15, 0.35) * (0.4 + t);
             let phase = phase0 + self.rng.range(0.0, TAU);
             let col = light.mix(deep, t.sqrt());
-            let steps = 48;
-            let mut pb = PathBuilder::new();
-            let mut edge = PathBuilder::new();
-            pb.move_to(0.0, self.h);
-            for k in 0..=steps {
-                let x = k as f32 / steps as f32 * self.w;
-                let y = y0 + amp * sin(x / wl * TAU + phase);
-                pb.line_to(x, y);
-                if k == 0 {
-                    edge.move_to(x, y);
-                } else {
-                    edge.line_to(x, y);
-                }
-            }
-            pb.line_to(self.w, self.h);
-            pb.close();
+            let (water, edge, _) = self.below_curve(48, |x| y0 + amp * sin(x / wl * TAU + phase));
             let sh = linear(
                 (0.0, y0 - amp),
                 (0.0, y0 + (self.h - top) * 0.4),
                 &[(0.0, col.lighten(0.08), 1.0), (1.0, col.darken(0.25), 1.0)],
             );
-            self.fill_shader(pb.finish(), sh, col);
+            self.fill_shader(water, sh, col);
             if i > 0 {
-                self.stroke(edge.finish(), WHITE, 0.18, (self.s * 0.003).max(0.5));
+                self.stroke(edge, WHITE, 0.18, (self.s * 0.003).max(0.5));
             }
         }
         // Sun glitter on the water.

@@ -215,7 +215,7 @@ impl Art {
 
     pub(super) fn flower_colour(&mut self) -> Rgb {
         for _ in 0..4 {
-            let c = self.pal.acc(self.rng.below(self.pal.acc.len()));
+            let c = self.any_accent();
             let h = c.hue();
             if !(0.18..0.48).contains(&h) && c.sat() > 0.2 {
                 return c;
@@ -306,8 +306,7 @@ impl Art {
             let n = self.rng.count(count * 0.7, count, self.density);
             let mut pb = PathBuilder::new();
             for _ in 0..n {
-                let x = self.rng.range(0.0, self.w);
-                let y = self.rng.range(0.0, self.h);
+                let (x, y) = self.anywhere();
                 pb.push_circle(x, y, unit * self.rng.range(rmin, rmax));
             }
             self.fill(pb.finish(), WHITE, a);
@@ -317,10 +316,9 @@ impl Art {
     pub(super) fn leaves(&mut self) {
         let n = self.rng.count(12.0, 30.0, self.density);
         for _ in 0..n {
-            let x = self.rng.range(0.0, self.w);
-            let y = self.rng.range(0.0, self.h);
+            let (x, y) = self.anywhere();
             let r = self.s * self.rng.range(0.012, 0.028);
-            let c = self.pal.acc(self.rng.below(self.pal.acc.len()));
+            let c = self.any_accent();
             let a = self.rng.range(0.0, TAU);
             self.fill_t(oval(0.0, 0.0, r, r * 0.45), c, 0.9, place(a, x, y));
         }

@@ -65,7 +65,7 @@ impl Art {
                 let x = k as f32 * cell + gap;
                 let y = r as f32 * cell + gap;
                 let sz = cell - 2.0 * gap;
-                let c = self.pal.acc(self.rng.below(self.pal.acc.len()));
+                let c = self.any_accent();
                 let a = self.rng.range(0.55, 0.95);
                 match self.rng.below(4) {
                     0 => self.fill(circle(x + sz / 2.0, y + sz / 2.0, sz / 2.0), c, a),
@@ -131,7 +131,7 @@ impl Art {
         let a = self.s * self.rng.range(0.06, 0.11) * weight.max(0.5);
         let dx = a * 0.866;
         let n = self.rng.count(5.0, 12.0, self.density * weight);
-        let base = self.pal.acc(self.rng.below(self.pal.acc.len()));
+        let base = self.any_accent();
         let cx = self.w * self.rng.range(0.3, 0.7);
         let cy = self.h * self.rng.range(0.35, 0.65);
         let mut cells: Vec<(i32, i32)> = Vec::new();
@@ -215,7 +215,7 @@ impl Art {
         for _ in 0..n {
             let y = self.rng.range(-0.1, 1.1) * self.h;
             let th = self.s * self.rng.range(0.01, 0.08) * weight.max(0.4);
-            let c = self.pal.acc(self.rng.below(self.pal.acc.len()));
+            let c = self.any_accent();
             let dy = slope * self.w;
             let a = self.rng.range(0.25, 0.6);
             self.fill(
@@ -260,10 +260,7 @@ impl Art {
             let x = self.rng.range(0.05, 0.95) * self.w;
             let y = self.rng.range(0.05, 0.95) * self.h;
             let r = self.s * self.rng.range(0.015, 0.07);
-            let c = self
-                .pal
-                .acc(self.rng.below(self.pal.acc.len()))
-                .lighten(0.4);
+            let c = self.any_accent().lighten(0.4);
             self.fill(circle(x, y, r), c, 0.15);
             self.stroke(circle(x, y, r), c, 0.6, (r * 0.06).max(0.5));
             self.fill(
@@ -335,7 +332,7 @@ impl Art {
             let x = self.rng.range(0.05, 0.95) * self.w;
             let y = self.rng.range(0.05, 0.95) * self.h;
             let r = self.s * self.rng.range(0.04, 0.16) * weight.max(0.4);
-            let c = self.pal.acc(self.rng.below(self.pal.acc.len()));
+            let c = self.any_accent();
             let a = self.rng.range(0.45, 0.85);
             match s {
                 Subj::Rings => {

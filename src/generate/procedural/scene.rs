@@ -256,10 +256,7 @@ impl Art {
         for _ in 0..n {
             let y = self.rng.range(0.05, 0.95) * self.h;
             let th = self.h * self.rng.range(0.02, 0.08);
-            let c = self
-                .pal
-                .acc(self.rng.below(self.pal.acc.len()))
-                .lighten(0.3);
+            let c = self.any_accent().lighten(0.3);
             let sh = linear(
                 (0.0, y - th),
                 (0.0, y + th),
@@ -272,10 +269,9 @@ impl Art {
     pub(super) fn abstract_overlay(&mut self) {
         let n = self.rng.count(4.0, 8.0, self.density);
         for _ in 0..n {
-            let x = self.rng.range(0.0, self.w);
-            let y = self.rng.range(0.0, self.h);
+            let (x, y) = self.anywhere();
             let r = self.s * self.rng.range(0.1, 0.3);
-            let c = self.pal.acc(self.rng.below(self.pal.acc.len()));
+            let c = self.any_accent();
             self.blob(x, y, r, c, 0.3);
         }
     }

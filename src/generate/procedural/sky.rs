@@ -175,10 +175,9 @@ impl Art {
     pub(super) fn nebula(&mut self) {
         let n = self.rng.count(3.0, 5.0, self.density.clamp(0.6, 1.2));
         for _ in 0..n {
-            let x = self.rng.range(0.0, self.w);
-            let y = self.rng.range(0.0, self.h);
+            let (x, y) = self.anywhere();
             let r = self.s * self.rng.range(0.18, 0.38);
-            let c = self.pal.acc(self.rng.below(self.pal.acc.len()));
+            let c = self.any_accent();
             let a = self.rng.range(0.25, 0.45);
             self.glow(x, y, r, c, a);
         }

@@ -232,8 +232,7 @@ impl Art {
     pub(super) fn lights(&mut self) {
         let n = self.rng.count(12.0, 30.0, self.density);
         for _ in 0..n {
-            let x = self.rng.range(0.0, self.w);
-            let y = self.rng.range(0.0, self.h);
+            let (x, y) = self.anywhere();
             let r = self.s * self.rng.range(0.005, 0.03);
             let c = if self.pal.dark_bg {
                 self.pal.acc(self.rng.below(3)).lighten(0.3)

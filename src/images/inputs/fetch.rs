@@ -9,11 +9,12 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use reqwest::header::{HeaderValue, ACCEPT, LOCATION};
-use reqwest::{redirect, StatusCode};
+use reqwest::StatusCode;
 use url::{Host, Url};
 
 use super::{InputError, InputLimits};
 use crate::net::address::is_link_local;
+use crate::net::client::callers_client;
 use crate::net::destination::NoLinkLocalResolver;
 use crate::net::failure::innermost;
 use crate::net::{validate_webhook_url, DestinationPolicy, Failure, PublicOnlyResolver};
@@ -48,24 +49,10 @@ impl ImageFetcher {
         limits: InputLimits,
         user_agent: &str,
     ) -> Result<ImageFetcher, String> {
-        if limits.timeout.is_zero() {
-            return Err("input image timeout must be greater than zero".to_owned());
-        }
-        let user_agent = HeaderValue::from_str(user_agent)
-            .map_err(|_| "input image user agent is not a valid header value".to_owned())?;
         let resolver = NoLinkLocalResolver {
             inner: PublicOnlyResolver::new(policy.allow_private),
         };
-        let http = reqwest::Client::builder()
-            .use_rustls_tls()
-            .redirect(redirect::Policy::none())
-            .referer(false)
-            .no_proxy()
-            .https_only(!policy.allow_http)
-            .dns_resolver(Arc::new(resolver))
-            .connect_timeout(limits.timeout)
-            .timeout(limits.timeout)
-            .user_agent(user_agent)
+        let http = callers_client("input image", policy, resolver, limits.timeout, user_agent)?
             .build()
             .map_err(|e| format!("failed to build input image HTTP client: {e}"))?;
         Ok(ImageFetcher {

@@ -87,17 +87,24 @@ pub fn chunk(out: &mut Vec<u8>, kind: &[u8; 4], data: &[u8]) {
 /// A valid PNG header claiming `width` x `height` RGBA pixels, followed by an IDAT of one
 /// zero byte: a few dozen bytes that would need width * height * 4 bytes to decode.
 pub fn bomb_png(width: u32, height: u32) -> Vec<u8> {
-    let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
-    let mut ihdr = Vec::new();
-    ihdr.extend_from_slice(&width.to_be_bytes());
-    ihdr.extend_from_slice(&height.to_be_bytes());
-    ihdr.extend_from_slice(&[8, 6, 0, 0, 0]);
-    chunk(&mut out, b"IHDR", &ihdr);
     // zlib header, one final stored block holding a single 0 byte, Adler-32 of it.
     let idat = [
         0x78, 0x01, 0x01, 0x01, 0x00, 0xfe, 0xff, 0x00, 0x00, 0x01, 0x00, 0x01,
     ];
-    chunk(&mut out, b"IDAT", &idat);
+    rgba_png(width, height, 8, false, &idat)
+}
+
+/// A PNG of `width` x `height` RGBA pixels of `depth` bits, `interlaced` (Adam7) or not, whose
+/// one IDAT chunk is `zlib`, written as it is.
+fn rgba_png(width: u32, height: u32, depth: u8, interlaced: bool, zlib: &[u8]) -> Vec<u8> {
+    let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
+    let mut ihdr = Vec::new();
+    ihdr.extend_from_slice(&width.to_be_bytes());
+    ihdr.extend_from_slice(&height.to_be_bytes());
+    // Colour type 6 (RGBA), deflate, adaptive filtering, the interlace method.
+    ihdr.extend_from_slice(&[depth, 6, 0, 0, u8::from(interlaced)]);
+    chunk(&mut out, b"IHDR", &ihdr);
+    chunk(&mut out, b"IDAT", zlib);
     chunk(&mut out, b"IEND", &[]);
     out
 }
@@ -188,13 +195,5 @@ pub fn png16_bytes(width: u32, height: u32, interlaced: bool) -> Vec<u8> {
         b = (b + a) % 65_521;
     }
     zlib.extend_from_slice(&((b << 16) | a).to_be_bytes());
-    let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
-    let mut ihdr = Vec::new();
-    ihdr.extend_from_slice(&width.to_be_bytes());
-    ihdr.extend_from_slice(&height.to_be_bytes());
-    ihdr.extend_from_slice(&[16, 6, 0, 0, 1]);
-    chunk(&mut out, b"IHDR", &ihdr);
-    chunk(&mut out, b"IDAT", &zlib);
-    chunk(&mut out, b"IEND", &[]);
-    out
+    rgba_png(width, height, 16, true, &zlib)
 }

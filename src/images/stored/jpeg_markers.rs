@@ -134,6 +134,7 @@ pub fn header_markers(bytes: &[u8]) -> Vec<(u8, Vec<u8>)> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::damaged::assert_damage_answered;
     use super::*;
 
     /// A 16 x 8 baseline JPEG made by the `image` crate, and the same with `segments` (marker,
@@ -230,17 +231,8 @@ mod tests {
     fn any_cut_or_flipped_byte_is_an_answer_not_a_panic() {
         let exif = exif(3);
         let (good, _) = jpeg_with(&[(0xE1, exif.as_slice()), (0xFE, b"c".as_slice())]);
-        for cut in 0..good.len() {
-            assert!(strip(&good[..cut]).is_err(), "cut at {cut}");
-        }
-        for at in 0..good.len() {
-            for bit in [0x01, 0x80] {
-                let mut bad = good.clone();
-                bad[at] ^= bit;
-                // Stripped in place or into a copy, the same answer.
-                assert_eq!(strip(&bad), strip_owned(bad.clone()));
-                let _ = header_markers(&bad);
-            }
-        }
+        assert_damage_answered(&good, strip, strip_owned, |bad| {
+            let _ = header_markers(bad);
+        });
     }
 }

@@ -3,6 +3,8 @@
 //! place, XMP), so that no pixel is decoded and encoded again and no quality is lost; anything
 //! else is decoded and stored as PNG.
 
+#[cfg(test)]
+mod damaged;
 mod jpeg_markers;
 mod png_chunks;
 mod spans;

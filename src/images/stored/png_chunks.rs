@@ -94,6 +94,7 @@ pub fn chunk_types(bytes: &[u8]) -> Option<Vec<[u8; 4]>> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::damaged::assert_damage_answered;
     use super::*;
 
     /// A chunk as PNG writes it: length, type, data, CRC of type and data.
@@ -196,17 +197,7 @@ mod tests {
     #[test]
     fn any_cut_or_flipped_byte_is_an_answer_not_a_panic() {
         let (good, _) = png_with(&[chunk(b"tEXt", b"a\0b")], &[chunk(b"zTXt", b"c\0\0d")]);
-        for cut in 0..good.len() {
-            assert!(strip(&good[..cut]).is_err(), "cut at {cut}");
-        }
-        for at in 0..good.len() {
-            for bit in [0x01, 0x80] {
-                let mut bad = good.clone();
-                bad[at] ^= bit;
-                // Most flips fail a CRC or a length; none may panic.
-                // Stripped in place or into a copy, the same answer.
-                assert_eq!(strip(&bad), strip_owned(bad.clone()));
-            }
-        }
+        // Most flips fail a CRC or a length; none may panic.
+        assert_damage_answered(&good, strip, strip_owned, |_| {});
     }
 }

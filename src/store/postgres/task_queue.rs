@@ -9,17 +9,13 @@ use super::channels::{changed_note_sql, event_note, notify, QUEUE_CHANNEL, TASK_
 use super::endings::complete_in_tx;
 use super::PgStore;
 use crate::domain::TaskStatus;
-use crate::store::rows::{key_and_tasks, TaskRow, TASK_COLUMNS, TASK_JOINS};
+use crate::store::rows::{into_tasks, key_and_tasks, TaskRow, KEY_THEN_TASKS};
+use crate::store::rows::{TASK_COLUMNS, TASK_JOINS};
 use crate::store::sql::queue_outbox;
 use crate::store::{
     now_ms, worker_lost, ClaimRules, ClaimedTask, Ending, Fence, LiveKey, NewTask, StoreResult,
     StoredProgress, Submitted, Task, TaskEvent, TaskQueue, Waiting, RUNNING,
 };
-
-/// The presented key (when live), then the tasks asked for (`$2`, an array of `seq`s) that are
-/// its account's, each with its delivery.
-const KEY_THEN_TASKS: &str = "SELECT k.id AS key_id, k.account_id AS key_account_id,
-        k.last_used_at AS key_last_used_at,";
 
 impl PgStore {
     /// The `seq` an id leads to; 0 (no task) for an id that no `seq` could have made.
@@ -98,9 +94,7 @@ impl TaskQueue for PgStore {
         .bind(&seqs)
         .fetch_all(&self.pool)
         .await?;
-        rows.into_iter()
-            .map(|row| row.into_task(&self.ids))
-            .collect()
+        into_tasks(rows, &self.ids)
     }
 
     async fn claim_next(

@@ -4,7 +4,8 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::{sql, Sql, SqlStore};
-use crate::store::rows::{by_destination, FailedAttempt, TaskRow, TASK_COLUMNS, TASK_JOINS};
+use crate::store::rows::TASK_JOINS;
+use crate::store::rows::{by_destination, into_tasks, FailedAttempt, TASK_COLUMNS};
 use crate::store::{
     usage_since, AccountLoad, DayUsage, FailingDestination, PlanLoad, QueueRow, StoreResult, Task,
     TaskFilter, TaskPage, Views, FAILING_SCAN_MAX, LIST_LIMIT_MAX,
@@ -112,13 +113,6 @@ const FAILING: Sql = sql!(
      ORDER BY a.id DESC"
 );
 
-/// Tasks from their rows.
-fn decoded<S: SqlStore>(store: &S, rows: Vec<TaskRow>) -> StoreResult<Vec<Task>> {
-    rows.into_iter()
-        .map(|row| row.into_task(store.ids()))
-        .collect()
-}
-
 #[async_trait]
 impl<S: SqlStore> Views for S {
     async fn list_tasks(
@@ -145,7 +139,7 @@ impl<S: SqlStore> Views for S {
             before.into(),
             (i64::from(limit) + 1).into(),
         ];
-        let mut tasks = decoded(self, db.all(sql.as_str(), &args).await?)?;
+        let mut tasks = into_tasks(db.all(sql.as_str(), &args).await?, self.ids())?;
         Ok(Some(TaskPage::cut(&mut tasks, limit)))
     }
 
@@ -157,12 +151,12 @@ impl<S: SqlStore> Views for S {
     ) -> StoreResult<Vec<Task>> {
         let limit = i64::from(limit.clamp(1, LIST_LIMIT_MAX));
         let args = [account_id.into(), from.into(), limit.into()];
-        decoded(self, self.reader().all(&CHANGES, &args).await?)
+        into_tasks(self.reader().all(&CHANGES, &args).await?, self.ids())
     }
 
     async fn task_children(&self, account_id: &str, parent_seq: i64) -> StoreResult<Vec<Task>> {
         let args = [parent_seq.into(), account_id.into()];
-        decoded(self, self.reader().all(&CHILDREN, &args).await?)
+        into_tasks(self.reader().all(&CHILDREN, &args).await?, self.ids())
     }
 
     async fn usage_by_day(

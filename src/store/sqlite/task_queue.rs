@@ -12,16 +12,15 @@ use super::versions::{next_version, peek_version, take_version};
 use super::SqliteStore;
 use crate::domain::TaskStatus;
 use crate::store::ids::TaskKey;
-use crate::store::rows::{key_and_tasks, TaskRow, TASK_COLUMNS, TASK_JOINS};
+use crate::store::rows::{into_tasks, key_and_tasks, TaskRow, KEY_THEN_TASKS};
+use crate::store::rows::{TASK_COLUMNS, TASK_JOINS};
 use crate::store::sql::{json, queue_outbox, Durability};
 use crate::store::{
     now_ms, worker_lost, ClaimRules, ClaimedTask, Ending, Fence, Happened, LiveKey, NewTask,
     StoreResult, StoredProgress, Submitted, Task, TaskEvent, TaskQueue, Waiting, RUNNING,
 };
 
-/// The presented key's row (when live), then the tasks asked for, each with its delivery.
-const KEY_THEN_TASKS: &str = "SELECT k.id AS key_id, k.account_id AS key_account_id,
-        k.last_used_at AS key_last_used_at,";
+/// Only a live key: not revoked, and its account not disabled.
 const KEY_LIVE: &str = "WHERE k.key_hash = ?1 AND k.revoked_at IS NULL
        AND (SELECT disabled FROM accounts WHERE id = k.account_id) = 0";
 
@@ -138,9 +137,7 @@ impl TaskQueue for SqliteStore {
         .bind(json(&legacy))
         .fetch_all(&self.reader)
         .await?;
-        rows.into_iter()
-            .map(|row| row.into_task(&self.ids))
-            .collect()
+        into_tasks(rows, &self.ids)
     }
 
     async fn claim_next(

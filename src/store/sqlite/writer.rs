@@ -546,18 +546,29 @@ mod tests {
         assert_eq!(drain.len(), 1);
     }
 
+    /// A database in WAL mode in a new folder (kept as long as the folder is), its
+    /// `synchronous` FULL or NORMAL (`now_full`), then `then` run (a `BEGIN`, say); with the
+    /// setting of a writer configured to fsync what needs it.
+    fn wal_database(now_full: bool, then: &str) -> (tempfile::TempDir, Connection, Sync) {
+        let dir = tempfile::tempdir().expect("dir");
+        let conn = Connection::open(dir.path().join("t.db")).expect("open");
+        let level = if now_full { "FULL" } else { "NORMAL" };
+        conn.execute_batch(&format!(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = {level}; {then}"
+        ))
+        .expect("pragmas");
+        let sync = Sync {
+            full: true,
+            now_full,
+        };
+        (dir, conn, sync)
+    }
+
     /// A drain whose `synchronous` cannot be set is not applied: its callers get the error and
     /// the setting is left as it was. (SQLite refuses to change it inside a transaction.)
     #[test]
     fn a_drain_that_cannot_be_made_durable_enough_is_refused() {
-        let dir = tempfile::tempdir().expect("dir");
-        let conn = Connection::open(dir.path().join("t.db")).expect("open");
-        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; BEGIN")
-            .expect("pragmas");
-        let mut sync = Sync {
-            full: true,
-            now_full: false,
-        };
+        let (_dir, conn, mut sync) = wal_database(false, "BEGIN");
         let synced = [call(Durability::Synced)];
         assert!(sync.set(&conn, &synced).is_err());
         assert!(!sync.now_full, "the setting is not taken as changed");
@@ -589,14 +600,7 @@ mod tests {
     /// `normal`, never. (SQLite: 2 is FULL, 1 is NORMAL.)
     #[test]
     fn a_drain_is_fsynced_only_when_a_write_in_it_needs_it() {
-        let dir = tempfile::tempdir().expect("dir");
-        let conn = Connection::open(dir.path().join("t.db")).expect("open");
-        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL")
-            .expect("pragmas");
-        let mut sync = Sync {
-            full: true,
-            now_full: true,
-        };
+        let (_dir, conn, mut sync) = wal_database(true, "");
         let committed = [call(Durability::Committed), call(Durability::Committed)];
         sync.set(&conn, &committed).expect("set");
         assert_eq!(synchronous(&conn), 1);

@@ -110,9 +110,6 @@ impl Draft {
                     _ => raw,
                 };
                 d.set_prompt(prompt(Some(raw))?);
-                if kind == OpKind::Imagine {
-                    d.aspect = aspect(&d.extras.parameters)?;
-                }
             }
             OpKind::Upscale1x => {
                 let r: request::Upscale1x = fields(body)?;
@@ -151,33 +148,25 @@ impl Draft {
                 let r: request::Variations = fields(body)?;
                 d.parent = parent(r.parent_task_id);
                 d.index = Some(r.index.0);
-                d.set_prompt(reprompt()?);
-                d.aspect = aspect(&d.extras.parameters)?;
             }
             OpKind::Reroll => {
                 let r: request::Parent = fields(body)?;
                 d.parent = parent(r.parent_task_id);
-                d.set_prompt(reprompt()?);
-                d.aspect = aspect(&d.extras.parameters)?;
             }
             OpKind::Pan => {
                 let r: request::Pan = fields(body)?;
                 d.parent = parent(r.parent_task_id);
                 d.direction = Some(r.direction.0);
-                d.set_prompt(reprompt()?);
             }
             OpKind::Outpaint => {
                 let r: request::Outpaint = fields(body)?;
                 d.parent = parent(r.parent_task_id);
                 d.zoom_ratio = Some(r.zoom_ratio.0);
-                d.set_prompt(reprompt()?);
-                d.aspect = aspect(&d.extras.parameters)?;
             }
             OpKind::Inpaint => {
                 let r: request::Inpaint = fields(body)?;
                 d.parent = parent(r.parent_task_id);
                 d.mask = Some(mask(&r.mask.0)?);
-                d.set_prompt(reprompt()?);
             }
             OpKind::Blend => {
                 let r: request::Blend = fields(body)?;
@@ -216,6 +205,15 @@ impl Draft {
                 check_url(tasks, "target_image_url", &r.target_image_url.0)?;
                 check_url(tasks, "swap_image_url", &r.swap_image_url.0)?;
             }
+        }
+        // The follow-ups that draw again may be given a new prompt; those that may change the
+        // shape of their images, an aspect ratio (else the prompt's `--ar`, so after the prompt).
+        use OpKind::{Imagine, Inpaint, Outpaint, Pan, Reroll, Variations};
+        if matches!(kind, Variations | Reroll | Pan | Outpaint | Inpaint) {
+            d.set_prompt(reprompt()?);
+        }
+        if matches!(kind, Imagine | Variations | Reroll | Outpaint) {
+            d.aspect = aspect(&d.extras.parameters)?;
         }
         if takes_mode(kind) {
             let Mode { process_mode } = fields(body)?;

@@ -100,15 +100,7 @@ async fn submit_draft(
 ) -> Result<Answer, ApiError> {
     let parent = match draft.parent {
         None => None,
-        Some((field, id)) => {
-            let (live, parent) = tasks
-                .store
-                .task_for_key(&key.0, &id)
-                .await?
-                .ok_or(ApiError::Unauthorized)?;
-            key.used(&tasks.store, &live);
-            Some((field, parent.ok_or(ApiError::TaskNotFound)?))
-        }
+        Some((field, id)) => Some((field, tasks.of_key(key, id).await?)),
     };
     let mut task = draft.resolve(tasks, key, parent).await?;
     task.idempotency = idempotency;

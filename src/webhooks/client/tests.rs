@@ -2,24 +2,27 @@
 //! connections and the destination policy.
 
 use super::*;
-use std::convert::Infallible;
+use crate::net::testing::Recording;
+use crate::net::testing::{self, closed_port, endless, raw_server, resetting_server};
+use crate::net::testing::{serve_recording, trickle};
 use std::net::SocketAddr;
-use std::sync::Mutex;
 
-use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{header, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, post};
 use axum::Router;
-use futures::stream;
 
 const UA: &str = "easel/0.1.0-test";
 const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
-const OPEN: DestinationPolicy = DestinationPolicy {
+const OPEN: DestinationPolicy = DestinationPolicy::OPEN;
+/// Plain http allowed, private addresses not: what stops a name that resolves to loopback.
+const HTTP: DestinationPolicy = DestinationPolicy {
     allow_http: true,
-    allow_private: true,
+    allow_private: false,
 };
+const PRIVATE: &str =
+    "invalid destination: webhook_url must not point to a private or reserved address";
 
 #[derive(Clone, Debug)]
 struct Recorded {
@@ -29,38 +32,28 @@ struct Recorded {
     body: Bytes,
 }
 
-#[derive(Clone, Default)]
-struct Seen(Arc<Mutex<Vec<Recorded>>>);
+type Seen = testing::Seen<Recorded>;
 
 impl Seen {
-    fn all(&self) -> Vec<Recorded> {
-        self.0.lock().unwrap().clone()
-    }
     fn paths(&self) -> Vec<String> {
         self.all().into_iter().map(|r| r.path).collect()
     }
 }
 
-type Ctx = (Seen, SocketAddr);
-
-fn record(seen: &Seen, peer: SocketAddr, uri: &Uri, headers: axum::http::HeaderMap, body: Bytes) {
-    seen.0.lock().unwrap().push(Recorded {
-        path: uri.path().to_owned(),
-        peer,
-        headers,
-        body,
-    });
-}
-
 async fn handle(
-    State((seen, addr)): State<Ctx>,
+    State((seen, addr)): State<Recording<Recorded>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     uri: Uri,
     headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> Response {
     let path = uri.path().to_owned();
-    record(&seen, peer, &uri, headers, body);
+    seen.record(Recorded {
+        path: path.clone(),
+        peer,
+        headers,
+        body,
+    });
     match path.as_str() {
         "/ok" => (StatusCode::OK, "thanks").into_response(),
         "/no-content" => StatusCode::NO_CONTENT.into_response(),
@@ -80,39 +73,17 @@ async fn handle(
         }
         "/near-limit" => (StatusCode::OK, vec![b'a'; MAX_RESPONSE_BODY_BYTES]).into_response(),
         "/too-big" => (StatusCode::OK, vec![b'a'; MAX_RESPONSE_BODY_BYTES + 1]).into_response(),
-        "/forever-fast" => {
-            let chunks =
-                stream::repeat_with(|| Ok::<_, Infallible>(Bytes::from_static(&[b'a'; 4096])));
-            (StatusCode::OK, Body::from_stream(chunks)).into_response()
-        }
-        "/forever-slow" => {
-            let chunks = stream::unfold((), |()| async {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                Some((Ok::<_, Infallible>(Bytes::from_static(b"a")), ()))
-            });
-            (StatusCode::OK, Body::from_stream(chunks)).into_response()
-        }
+        "/forever-fast" => (StatusCode::OK, endless(&[b'a'; 4096])).into_response(),
+        "/forever-slow" => (StatusCode::OK, trickle()).into_response(),
         _ => StatusCode::NOT_FOUND.into_response(),
     }
 }
 
 async fn start_server() -> (SocketAddr, Seen) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let seen = Seen::default();
-    let app = Router::new()
+    let routes = Router::new()
         .route("/target", any(handle))
-        .route("/{*path}", post(handle))
-        .with_state((seen.clone(), addr));
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .unwrap();
-    });
-    (addr, seen)
+        .route("/{*path}", post(handle));
+    serve_recording(routes).await
 }
 
 fn client(timeout: Duration, policy: DestinationPolicy) -> WebhookClient {
@@ -147,6 +118,36 @@ fn delivery<'a>(url: &'a str, key: &'a [u8], secret: Option<&'a str>) -> Deliver
 fn assert_failed(outcome: &AttemptOutcome) -> &str {
     assert!(!outcome.delivered, "unexpectedly delivered: {outcome:?}");
     outcome.error.as_deref().expect("failure has an error")
+}
+
+/// A delivery (with a caller's secret) to `path` on a fresh test server, by a client with
+/// `timeout`, that must fail: its outcome, its error, and the paths the server saw.
+async fn failed_delivery(path: &str, timeout: Duration) -> (AttemptOutcome, String, Seen) {
+    let (addr, seen) = start_server().await;
+    let url = format!("http://{addr}{path}");
+    let outcome = client(timeout, OPEN)
+        .send(&delivery(&url, b"k", Some("caller-secret-123")))
+        .await;
+    let error = assert_failed(&outcome).to_owned();
+    (outcome, error, seen)
+}
+
+/// Deliveries to `urls` that `c` refuses before sending anything, each with `error`.
+async fn assert_refused(c: &WebhookClient, urls: &[String], error: &str) {
+    for url in urls {
+        let outcome = c.send(&delivery(url, b"k", None)).await;
+        assert_eq!(assert_failed(&outcome), error, "{url}");
+        assert_eq!(outcome.status_code, None);
+    }
+}
+
+/// A delivery to `addr`, where the connection breaks before any answer: no status, and the
+/// error it records.
+async fn failed_connection(addr: SocketAddr) -> String {
+    let url = format!("http://{addr}/ok");
+    let outcome = open_client().send(&delivery(&url, b"k", None)).await;
+    assert_eq!(outcome.status_code, None);
+    assert_failed(&outcome).to_owned()
 }
 
 #[tokio::test]
@@ -219,24 +220,14 @@ async fn reuses_pooled_connection_and_clones_share_pool() {
 
 #[tokio::test]
 async fn fails_on_400_with_status_and_snippet() {
-    let (addr, _seen) = start_server().await;
-    let url = format!("http://{addr}/bad");
-    let outcome = open_client()
-        .send(&delivery(&url, b"k", Some("caller-secret-123")))
-        .await;
-    let error = assert_failed(&outcome);
+    let (outcome, error, _) = failed_delivery("/bad", Duration::from_secs(5)).await;
     assert_eq!(outcome.status_code, Some(400));
     assert_eq!(error, "HTTP 400: bad request: missing field `x`");
 }
 
 #[tokio::test]
 async fn fails_on_500_with_truncated_snippet() {
-    let (addr, _seen) = start_server().await;
-    let url = format!("http://{addr}/err");
-    let outcome = open_client()
-        .send(&delivery(&url, b"k", Some("caller-secret-123")))
-        .await;
-    let error = assert_failed(&outcome);
+    let (outcome, error, _) = failed_delivery("/err", Duration::from_secs(5)).await;
     assert_eq!(outcome.status_code, Some(500));
     assert!(error.starts_with("HTTP 500: internal boom xxx"), "{error}");
     assert_eq!(error.len(), "HTTP 500: ".len() + ERROR_SNIPPET_BYTES);
@@ -246,10 +237,7 @@ async fn fails_on_500_with_truncated_snippet() {
 
 #[tokio::test]
 async fn does_not_follow_redirects() {
-    let (addr, seen) = start_server().await;
-    let url = format!("http://{addr}/redirect");
-    let outcome = open_client().send(&delivery(&url, b"k", None)).await;
-    let error = assert_failed(&outcome);
+    let (outcome, error, seen) = failed_delivery("/redirect", Duration::from_secs(5)).await;
     assert_eq!(outcome.status_code, Some(302));
     assert_eq!(error, "redirect (302) not followed");
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -258,12 +246,7 @@ async fn does_not_follow_redirects() {
 
 #[tokio::test]
 async fn times_out_on_slow_server() {
-    let (addr, seen) = start_server().await;
-    let url = format!("http://{addr}/slow");
-    let outcome = client(Duration::from_millis(300), OPEN)
-        .send(&delivery(&url, b"k", None))
-        .await;
-    let error = assert_failed(&outcome);
+    let (outcome, error, seen) = failed_delivery("/slow", Duration::from_millis(300)).await;
     assert_eq!(error, "timed out after 300ms");
     assert_eq!(outcome.status_code, None);
     assert!(outcome.duration >= Duration::from_millis(300));
@@ -273,12 +256,7 @@ async fn times_out_on_slow_server() {
 
 #[tokio::test]
 async fn fails_on_endless_slow_2xx_body() {
-    let (addr, _seen) = start_server().await;
-    let url = format!("http://{addr}/forever-slow");
-    let outcome = client(Duration::from_millis(300), OPEN)
-        .send(&delivery(&url, b"k", None))
-        .await;
-    let error = assert_failed(&outcome);
+    let (outcome, error, _) = failed_delivery("/forever-slow", Duration::from_millis(300)).await;
     assert_eq!(error, "timed out after 300ms");
     assert_eq!(outcome.status_code, Some(200));
     assert!(outcome.duration < Duration::from_secs(2), "{outcome:?}");
@@ -286,12 +264,7 @@ async fn fails_on_endless_slow_2xx_body() {
 
 #[tokio::test]
 async fn fails_on_endless_fast_2xx_body() {
-    let (addr, _seen) = start_server().await;
-    let url = format!("http://{addr}/forever-fast");
-    let outcome = client(Duration::from_secs(5), OPEN)
-        .send(&delivery(&url, b"k", None))
-        .await;
-    let error = assert_failed(&outcome);
+    let (outcome, error, _) = failed_delivery("/forever-fast", Duration::from_secs(5)).await;
     assert_eq!(error, "response body exceeds 64 KiB");
     assert_eq!(outcome.status_code, Some(200));
 }
@@ -311,55 +284,22 @@ async fn body_bound_is_inclusive() {
 
 #[tokio::test]
 async fn fails_when_server_closes_connection() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            drop(stream);
-        }
-    });
-    let url = format!("http://{addr}/ok");
-    let outcome = open_client().send(&delivery(&url, b"k", None)).await;
-    let error = assert_failed(&outcome);
-    assert_eq!(outcome.status_code, None);
+    let addr = raw_server(|stream| async move { drop(stream) }).await;
+    let error = failed_connection(addr).await;
     assert!(error.contains("connection"), "{error}");
 }
 
 #[tokio::test]
 async fn fails_when_server_resets_connection() {
-    use tokio::io::AsyncReadExt;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut stream, _)) = listener.accept().await else {
-                return;
-            };
-            let mut buf = [0u8; 1024];
-            let _ = stream.read(&mut buf).await;
-            let _ = stream.set_zero_linger();
-            drop(stream);
-        }
-    });
-    let url = format!("http://{addr}/ok");
-    let outcome = open_client().send(&delivery(&url, b"k", None)).await;
-    let error = assert_failed(&outcome);
-    assert_eq!(outcome.status_code, None);
+    let addr = resetting_server().await;
+    let error = failed_connection(addr).await;
     assert!(error.contains("connection"), "{error}");
 }
 
 #[tokio::test]
 async fn fails_on_connection_refused() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    drop(listener);
-    let url = format!("http://{addr}/ok");
-    let outcome = open_client().send(&delivery(&url, b"k", None)).await;
-    assert_eq!(assert_failed(&outcome), "connection refused");
-    assert_eq!(outcome.status_code, None);
+    let error = failed_connection(closed_port().await).await;
+    assert_eq!(error, "connection refused");
 }
 
 #[tokio::test]
@@ -378,31 +318,19 @@ async fn default_policy_refuses_loopback_before_sending() {
     let (addr, seen) = start_server().await;
     let port = addr.port();
     let strict = client(Duration::from_secs(5), DestinationPolicy::default());
-    for url in [
+    let private = [
         format!("https://127.0.0.1:{port}/ok"),
         format!("https://[::1]:{port}/ok"),
         format!("https://localhost:{port}/ok"),
         format!("https://[::ffff:127.0.0.1]:{port}/ok"),
-    ] {
-        let outcome = strict.send(&delivery(&url, b"k", None)).await;
-        assert_eq!(
-            assert_failed(&outcome),
-            "invalid destination: webhook_url must not point to a private or reserved address",
-            "{url}"
-        );
-        assert_eq!(outcome.status_code, None);
-    }
-    for url in [
+    ];
+    assert_refused(&strict, &private, PRIVATE).await;
+    let http = [
         format!("http://127.0.0.1:{port}/ok"),
         format!("http://localhost:{port}/ok"),
-    ] {
-        let outcome = strict.send(&delivery(&url, b"k", None)).await;
-        assert_eq!(
-            assert_failed(&outcome),
-            "invalid destination: webhook_url must be an absolute https URL",
-            "{url}"
-        );
-    }
+    ];
+    let https_only = "invalid destination: webhook_url must be an absolute https URL";
+    assert_refused(&strict, &http, https_only).await;
     assert!(seen.all().is_empty());
 }
 
@@ -411,13 +339,7 @@ async fn default_policy_refuses_loopback_before_sending() {
 /// answers for another URL.
 #[tokio::test]
 async fn a_checked_destination_is_remembered_and_a_refused_one_never_is() {
-    let c = client(
-        Duration::from_secs(5),
-        DestinationPolicy {
-            allow_http: true,
-            allow_private: false,
-        },
-    );
+    let c = client(Duration::from_secs(5), HTTP);
     let public = "http://93.184.216.34/hook";
     let private = "http://10.1.2.3/hook";
     assert!(c.checked(private).is_err());
@@ -434,23 +356,12 @@ async fn a_checked_destination_is_remembered_and_a_refused_one_never_is() {
 async fn allow_http_alone_still_refuses_loopback() {
     let (addr, seen) = start_server().await;
     let port = addr.port();
-    let policy = DestinationPolicy {
-        allow_http: true,
-        allow_private: false,
-    };
-    let c = client(Duration::from_secs(5), policy);
-    for url in [
+    let loopback = [
         format!("http://127.0.0.1:{port}/ok"),
         format!("http://localhost:{port}/ok"),
         format!("http://app.localhost:{port}/ok"),
-    ] {
-        let outcome = c.send(&delivery(&url, b"k", None)).await;
-        assert_eq!(
-            assert_failed(&outcome),
-            "invalid destination: webhook_url must not point to a private or reserved address",
-            "{url}"
-        );
-    }
+    ];
+    assert_refused(&client(Duration::from_secs(5), HTTP), &loopback, PRIVATE).await;
     assert!(seen.all().is_empty());
 }
 
@@ -459,11 +370,7 @@ async fn resolver_blocks_names_resolving_to_private_addresses() {
     // Bypass the URL check to prove the installed resolver is the last line of defence
     // (a public-looking name that resolves, or re-binds, to loopback).
     let (addr, seen) = start_server().await;
-    let policy = DestinationPolicy {
-        allow_http: true,
-        allow_private: false,
-    };
-    let c = client(Duration::from_secs(5), policy);
+    let c = client(Duration::from_secs(5), HTTP);
     let url = Url::parse(&format!("http://localhost:{}/ok", addr.port())).unwrap();
     let outcome = c
         .attempt(url, &delivery("unused", b"k", None), Instant::now())

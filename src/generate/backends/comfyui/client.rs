@@ -17,7 +17,9 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::Connector;
 
 use super::workflow::{node_order, Graph, Workflow};
-use crate::generate::backends::http::{excerpt, http_client, status_error, transport_error};
+use crate::generate::backends::http::{
+    excerpt, http_client, status_error, successful, transport_error,
+};
 use crate::generate::backends::tls::Trust;
 use crate::generate::backends::BackendConfig;
 use crate::generate::{GenerateError, Progress};
@@ -123,14 +125,7 @@ impl Client {
         let status = response.status();
         let headers = response.headers().clone();
         let body = response.bytes().await.map_err(|e| transport_error(&e))?;
-        if !status.is_success() {
-            return Err(status_error(
-                status,
-                &headers,
-                &String::from_utf8_lossy(&body),
-            ));
-        }
-        Ok(body)
+        successful(status, &headers, body)
     }
 
     async fn send_json(&self, builder: RequestBuilder, what: &str) -> Result<Value, GenerateError> {

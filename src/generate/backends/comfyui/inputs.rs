@@ -25,11 +25,6 @@ pub(super) const KEEP: [u8; 4] = [0, 0, 0, 255];
 const GREY: [u8; 4] = [128, 128, 128, 255];
 
 pub(super) fn prepare_inputs(job: &Job) -> Result<Prepared, GenerateError> {
-    let parent = || {
-        job.inputs
-            .first()
-            .ok_or_else(|| GenerateError::Failed("the input image is missing".into()))
-    };
     // The image goes up with the area to redraw transparent, beside the mask itself.
     let with_mask = |mut image: RgbaImage, mask: RgbaImage| {
         for (px, m) in image
@@ -56,11 +51,8 @@ pub(super) fn prepare_inputs(job: &Job) -> Result<Prepared, GenerateError> {
     };
     let prepared = match &job.operation {
         Operation::Inpaint { .. } => {
-            let parent = parent()?;
-            let mask = job
-                .mask
-                .as_ref()
-                .ok_or_else(|| GenerateError::Failed("the mask is missing".into()))?;
+            let parent = job.input(0)?;
+            let mask = job.mask()?;
             if (mask.width, mask.height) != (parent.width, parent.height)
                 || mask.data.len() != parent.data.len()
             {
@@ -71,14 +63,14 @@ pub(super) fn prepare_inputs(job: &Job) -> Result<Prepared, GenerateError> {
             with_mask(parent.clone(), edits::recolour_mask(mask, KEEP, REDRAW))
         }
         Operation::Pan { direction, .. } => {
-            let parent = parent()?;
+            let parent = job.input(0)?;
             let dir = Direction::from(*direction);
             let size = ops::pan_size(parent.width, parent.height, dir);
             let at = edits::pan_offset((parent.width, parent.height), size, dir);
             around(parent, size, at)
         }
         Operation::Outpaint { zoom_ratio, .. } => {
-            let parent = parent()?;
+            let parent = job.input(0)?;
             let long = parent.width.max(parent.height);
             let (w, h) = dimensions(job.aspect.width, job.aspect.height, long);
             let (x0, y0, sw, sh) =

@@ -23,9 +23,9 @@ use futures::future::BoxFuture;
 
 use super::answers::keep_outputs;
 use super::edits::strength;
-use super::{checkpoint_of, kind_can, BackendConfig, Checkpoints};
+use super::{checkpoint_of, kind_can, until_cut, BackendConfig, Checkpoints};
 use crate::domain::{OpKind, Shape};
-use crate::generate::{Answered, GenerateError, Generator, Job, Product, Progress};
+use crate::generate::{Answered, GenerateError, Generation, Generator, Job, Product, Progress};
 use client::{finished, output_files, Client};
 use inputs::prepare_inputs;
 use workflow::Workflow;
@@ -236,26 +236,15 @@ impl Generator for ComfyUi {
         self.config.runs(kind) && self.workflow(kind).is_some()
     }
 
-    fn run<'a>(
-        &'a self,
-        job: &'a Job,
-        progress: &'a Progress,
-    ) -> BoxFuture<'a, Result<Product, GenerateError>> {
+    fn run<'a>(&'a self, job: &'a Job, progress: &'a Progress) -> Generation<'a> {
         Box::pin(async move {
             // The prompt id of a job that is on the backend, for taking it off past the timeout
             // or when the job is stopped.
             let queued = Mutex::new(None);
-            let stopped = tokio::select! {
-                timed = tokio::time::timeout(self.client.timeout, self.run_job(job, progress, &queued)) => {
-                    match timed {
-                        Ok(result) => return result,
-                        Err(_) => GenerateError::transient(format!(
-                            "timed out after {}",
-                            crate::net::failure::format_duration(self.client.timeout)
-                        )),
-                    }
-                }
-                _ = progress.stopped() => GenerateError::Canceled,
+            let work = self.run_job(job, progress, &queued);
+            let stopped = match until_cut(self.client.timeout, progress, work).await {
+                Ok(result) => return result,
+                Err(stopped) => stopped,
             };
             let id = queued.lock().unwrap_or_else(|e| e.into_inner()).take();
             if let Some(id) = id {

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use super::workflow::{class_of, has_input, nodes_of, set_input, Graph};
+use super::workflow::{class_of, has_input, next_id, nodes_of, set_input, Graph};
 use crate::generate::GenerateError;
 
 /// Where the graph's VAE comes from: what its VAEDecode reads, else a checkpoint loader's.
@@ -40,12 +40,7 @@ pub(super) fn start_from_image(
                 .into(),
         )
     })?;
-    let next = graph
-        .keys()
-        .filter_map(|id| id.parse::<u64>().ok())
-        .max()
-        .unwrap_or(0)
-        + 1;
+    let next = next_id(graph);
     let [load, encode, repeat] = [next, next + 1, next + 2].map(|n| n.to_string());
     graph.insert(
         load.clone(),

@@ -43,18 +43,12 @@ fn config(url: &str) -> BackendConfig {
 
 fn job(operation: Operation, inputs: Vec<RgbaImage>) -> Job {
     Job {
-        operation,
-        prompt: "a red fox in the snow".into(),
-        seed: 12345,
         aspect: AspectRatio {
             width: 3,
             height: 2,
         },
-        image_size: 64,
         inputs: inputs.into(),
-        mask: None,
-        reservation: None,
-        extras: Default::default(),
+        ..Job::for_tests(operation, "a red fox in the snow", 12345)
     }
 }
 

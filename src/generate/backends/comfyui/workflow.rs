@@ -64,6 +64,16 @@ fn link(graph: &Graph, node: &str, input: &str) -> Option<String> {
     }
 }
 
+/// The id after the graph's highest numeric one: where nodes added to it start.
+pub(super) fn next_id(graph: &Graph) -> u64 {
+    graph
+        .keys()
+        .filter_map(|id| id.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0)
+        + 1
+}
+
 pub(super) fn class_of<'g>(graph: &'g Graph, node: &str) -> Option<&'g str> {
     graph.get(node)?.get("class_type")?.as_str()
 }
@@ -384,13 +394,7 @@ impl Workflow {
             } else if count > 1 {
                 // An encoded image is one latent: repeat it for the grid's four.
                 if let Some(sampler) = &self.sampler {
-                    let next = graph
-                        .keys()
-                        .filter_map(|id| id.parse::<u64>().ok())
-                        .max()
-                        .unwrap_or(0)
-                        + 1;
-                    let id = next.to_string();
+                    let id = next_id(graph).to_string();
                     let source = graph
                         .get(sampler)
                         .and_then(|n| n.get("inputs"))

@@ -19,10 +19,10 @@ use std::time::Duration;
 use super::answers::blocking;
 use super::edits::strength;
 use super::http::transport_error;
-use super::{BackendConfig, Checkpoints};
+use super::{until_cut, BackendConfig, Checkpoints};
 use crate::domain::{OpKind, Operation};
 use crate::generate::ops::{self, Direction};
-use crate::generate::{GenerateError, Generator, Job, Product, Progress};
+use crate::generate::{GenerateError, Generation, Generator, Job, Product, Progress};
 use canvas::{edit_mask, grid, outpaint_canvas, pan_canvas};
 use client::Client;
 use family::Family;
@@ -79,12 +79,6 @@ impl OpenAi {
                 self.config.name
             )));
         }
-        let parent = || {
-            job.inputs
-                .first()
-                .cloned()
-                .ok_or_else(|| GenerateError::Failed("the input image is missing".into()))
-        };
         let images = match &job.operation {
             // dall-e-3 has no edits: its image prompts are recorded but not used.
             Operation::Imagine | Operation::Reroll
@@ -105,7 +99,7 @@ impl OpenAi {
                 client.edits(&image, None, &prompt, size, progress).await?
             }
             Operation::Variations { of, .. } => {
-                let parent = parent()?;
+                let parent = job.input(0)?.clone();
                 let size = self
                     .client
                     .family
@@ -124,7 +118,7 @@ impl OpenAi {
                 }
             }
             Operation::Pan { direction, .. } => {
-                let parent = parent()?;
+                let parent = job.input(0)?.clone();
                 let direction = Direction::from(*direction);
                 let (cw, ch) = ops::pan_size(parent.width, parent.height, direction);
                 let size = client.family.size(cw, ch, job.image_size);
@@ -135,7 +129,7 @@ impl OpenAi {
                     .await?
             }
             Operation::Outpaint { zoom_ratio, .. } => {
-                let parent = parent()?;
+                let parent = job.input(0)?.clone();
                 let size = self
                     .client
                     .family
@@ -148,11 +142,8 @@ impl OpenAi {
                     .await?
             }
             Operation::Inpaint { .. } => {
-                let parent = parent()?;
-                let mask = job
-                    .mask
-                    .clone()
-                    .ok_or_else(|| GenerateError::Failed("the inpaint mask is missing".into()))?;
+                let parent = job.input(0)?.clone();
+                let mask = job.mask()?.clone();
                 let size = self
                     .client
                     .family
@@ -172,7 +163,7 @@ impl OpenAi {
             // The first image, redrawn toward a blend: one image is what every model's edits
             // take (dall-e-2 takes no more).
             Operation::Blend { .. } => {
-                let first = parent()?;
+                let first = job.input(0)?.clone();
                 let size = client
                     .family
                     .size(job.aspect.width, job.aspect.height, job.image_size);
@@ -224,27 +215,14 @@ impl Generator for OpenAi {
             .any(|client| self.runs(client, kind))
     }
 
-    fn run<'a>(
-        &'a self,
-        job: &'a Job,
-        progress: &'a Progress,
-    ) -> BoxFuture<'a, Result<Product, GenerateError>> {
+    fn run<'a>(&'a self, job: &'a Job, progress: &'a Progress) -> Generation<'a> {
         Box::pin(async move {
             // The images API has no cancel endpoint: past the timeout the requests are dropped,
             // which closes their connections; that is all a client can do to stop the work.
             // A stopped job is dropped the same way.
-            tokio::select! {
-                timed = tokio::time::timeout(self.config.timeout, self.generate(job, progress)) => {
-                    match timed {
-                        Ok(result) => result,
-                        Err(_) => Err(GenerateError::transient(format!(
-                            "timed out after {}",
-                            crate::net::failure::format_duration(self.config.timeout)
-                        ))),
-                    }
-                }
-                _ = progress.stopped() => Err(GenerateError::Canceled),
-            }
+            until_cut(self.config.timeout, progress, self.generate(job, progress))
+                .await
+                .and_then(|result| result)
         })
     }
 

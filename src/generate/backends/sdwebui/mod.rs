@@ -19,11 +19,11 @@ use reqwest::{Method, RequestBuilder, StatusCode};
 use serde_json::Value;
 
 use super::answers::blocking;
-use super::http::{http_client, status_error, transport_error};
+use super::http::{http_client, successful, transport_error};
 use super::tls::Trust;
-use super::{checkpoint_of, BackendConfig, Checkpoints};
+use super::{checkpoint_of, until_cut, BackendConfig, Checkpoints};
 use crate::domain::OpKind;
-use crate::generate::{GenerateError, Generator, Job, Product, Progress};
+use crate::generate::{GenerateError, Generation, Generator, Job, Product, Progress};
 use crate::images::preview::{PreviewImage, PREVIEW_MAX_BYTES};
 use answer::{current_image, preview_bytes};
 use answer::{describe_product, images_product, progress_percent, upscale_product};
@@ -125,14 +125,7 @@ impl SdWebUi {
     /// Send a request; an answer that is not a success is sorted into an error.
     async fn call(&self, request: RequestBuilder) -> Result<Vec<u8>, GenerateError> {
         let (status, headers, body) = self.fetch(request).await?;
-        if !status.is_success() {
-            return Err(status_error(
-                status,
-                &headers,
-                &String::from_utf8_lossy(&body),
-            ));
-        }
-        Ok(body)
+        successful(status, &headers, body)
     }
 
     /// POST a job, reporting the WebUI's progress until it answers.
@@ -263,23 +256,12 @@ impl Generator for SdWebUi {
         self.config.runs(kind)
     }
 
-    fn run<'a>(
-        &'a self,
-        job: &'a Job,
-        progress: &'a Progress,
-    ) -> BoxFuture<'a, Result<Product, GenerateError>> {
+    fn run<'a>(&'a self, job: &'a Job, progress: &'a Progress) -> Generation<'a> {
         Box::pin(async move {
-            let stopped = tokio::select! {
-                timed = tokio::time::timeout(self.config.timeout, self.perform(job, progress)) => {
-                    match timed {
-                        Ok(result) => return result,
-                        Err(_) => GenerateError::transient(format!(
-                            "timed out after {}",
-                            crate::net::failure::format_duration(self.config.timeout)
-                        )),
-                    }
-                }
-                _ = progress.stopped() => GenerateError::Canceled,
+            let work = self.perform(job, progress);
+            let stopped = match until_cut(self.config.timeout, progress, work).await {
+                Ok(result) => return result,
+                Err(stopped) => stopped,
             };
             self.interrupt().await;
             Err(stopped)
@@ -305,10 +287,7 @@ impl Generator for SdWebUi {
                     .map(|_| ())
                     .map_err(|e| e.to_string());
             }
-            if !status.is_success() {
-                let body = String::from_utf8_lossy(&body);
-                return Err(status_error(status, &headers, &body).to_string());
-            }
+            let body = successful(status, &headers, body).map_err(|e| e.to_string())?;
             self.check_models(&body)
         })
     }

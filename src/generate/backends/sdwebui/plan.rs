@@ -58,11 +58,6 @@ pub(super) enum Call {
 }
 
 pub(super) fn plan(job: &Job, model: Option<&str>) -> Result<Call, GenerateError> {
-    let input = |i: usize| {
-        job.inputs
-            .get(i)
-            .ok_or_else(|| GenerateError::Failed(format!("input image {} is missing", i + 1)))
-    };
     let call = match &job.operation {
         Operation::Imagine | Operation::Reroll => {
             let (width, height) = size_for(job, 8);
@@ -80,11 +75,11 @@ pub(super) fn plan(job: &Job, model: Option<&str>) -> Result<Call, GenerateError
         }
         Operation::Variations { of, .. } => {
             let strength = strength::of_variation(of);
-            let init = fit8(input(0)?);
+            let init = fit8(job.input(0)?);
             img2img(job, model, &init, None, strength)?
         }
         Operation::Pan { direction, .. } => {
-            let parent = input(0)?;
+            let parent = job.input(0)?;
             let direction = Direction::from(*direction);
             // The new strip starts as a continuation of the parent (ops::pan), then is redrawn.
             let canvas = ops::pan(parent, direction, None, job.seed, 0);
@@ -95,7 +90,7 @@ pub(super) fn plan(job: &Job, model: Option<&str>) -> Result<Call, GenerateError
             img2img(job, model, &fit8(&canvas), Some(&fit8_mask(&mask)), EXTEND)?
         }
         Operation::Outpaint { zoom_ratio, .. } => {
-            let parent = input(0)?;
+            let parent = job.input(0)?;
             let long = parent.width.max(parent.height);
             let (w, h) = dimensions(job.aspect.width, job.aspect.height, long);
             let canvas = ops::outpaint(parent, w, h, *zoom_ratio, None, job.seed, 0);
@@ -105,11 +100,8 @@ pub(super) fn plan(job: &Job, model: Option<&str>) -> Result<Call, GenerateError
             img2img(job, model, &fit8(&canvas), Some(&fit8_mask(&mask)), EXTEND)?
         }
         Operation::Inpaint { .. } => {
-            let parent = input(0)?;
-            let mask = job
-                .mask
-                .as_ref()
-                .ok_or_else(|| GenerateError::Failed("the mask is missing".into()))?;
+            let parent = job.input(0)?;
+            let mask = job.mask()?;
             if (mask.width, mask.height) != (parent.width, parent.height) {
                 return Err(GenerateError::Failed(format!(
                     "the mask is {}x{}, the image {}x{}",
@@ -124,11 +116,11 @@ pub(super) fn plan(job: &Job, model: Option<&str>) -> Result<Call, GenerateError
                 INPAINT,
             )?
         }
-        Operation::Upscale1x { .. } => Call::Done(Product::single(input(0)?)),
-        Operation::UpscaleAlt { .. } => upscale(input(0)?, 2)?,
-        Operation::UpscaleHighres { factor, .. } => upscale(input(0)?, u32::from(*factor))?,
+        Operation::Upscale1x { .. } => Call::Done(Product::single(job.input(0)?)),
+        Operation::UpscaleAlt { .. } => upscale(job.input(0)?, 2)?,
+        Operation::UpscaleHighres { factor, .. } => upscale(job.input(0)?, u32::from(*factor))?,
         Operation::Describe { .. } => {
-            let image = input(0)?;
+            let image = job.input(0)?;
             Call::Describe {
                 body: encode(&json!({ "image": base64_png(image)?, "model": "clip" })),
                 width: image.width,

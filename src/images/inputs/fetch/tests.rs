@@ -5,32 +5,24 @@ use super::*;
 use crate::images::inputs::decode;
 use crate::images::inputs::samples::*;
 use crate::net::destination::without_link_local;
+use crate::net::testing::Recording;
+use crate::net::testing::{self, closed_port, endless, raw_server, resetting_server};
+use crate::net::testing::{serve_recording, trickle};
 use crate::net::NonPublicDestination;
 use reqwest::dns::Resolve;
-use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Mutex;
 use std::time::Instant;
 
-use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, StatusCode as Code, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use futures::stream;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use tokio::io::AsyncWriteExt;
 
 const UA: &str = "easel/0.1.0-test";
 /// Development switches on, so the loopback test servers are reachable.
-const OPEN: DestinationPolicy = DestinationPolicy {
-    allow_http: true,
-    allow_private: true,
-};
-const STRICT: DestinationPolicy = DestinationPolicy {
-    allow_http: false,
-    allow_private: false,
-};
+const OPEN: DestinationPolicy = DestinationPolicy::OPEN;
+const STRICT: DestinationPolicy = DestinationPolicy::STRICT;
 /// Small enough that the size tests stay quick.
 const SMALL_MAX_BYTES: u64 = 1000;
 
@@ -38,18 +30,12 @@ fn fetcher(limits: InputLimits) -> ImageFetcher {
     ImageFetcher::new(OPEN, limits, UA).unwrap()
 }
 
-#[derive(Clone, Default)]
-struct Seen(Arc<Mutex<Vec<String>>>);
+/// The paths the test server was asked for.
+type Seen = testing::Seen<String>;
 
-impl Seen {
-    fn paths(&self) -> Vec<String> {
-        self.0.lock().unwrap().clone()
-    }
-}
-
-async fn handle(State((seen, addr)): State<(Seen, SocketAddr)>, uri: Uri) -> Response {
+async fn handle(State((seen, addr)): State<Recording<String>>, uri: Uri) -> Response {
     let path = uri.path().to_owned();
-    seen.0.lock().unwrap().push(path.clone());
+    seen.record(path.clone());
     let image = |bytes: Vec<u8>| (Code::OK, bytes).into_response();
     let redirect = |to: String| (Code::FOUND, [(header::LOCATION, to)]).into_response();
     if let Some(n) = path.strip_prefix("/chain/") {
@@ -80,55 +66,15 @@ async fn handle(State((seen, addr)): State<(Seen, SocketAddr)>, uri: Uri) -> Res
         "/busy" => Code::TOO_MANY_REQUESTS.into_response(),
         "/exact" => image(vec![b'a'; SMALL_MAX_BYTES as usize]),
         "/big" => image(vec![b'a'; SMALL_MAX_BYTES as usize + 1]),
-        "/endless" => {
-            // Chunked, no length declared, never ends.
-            let chunks =
-                stream::repeat_with(|| Ok::<_, Infallible>(Bytes::from_static(&[b'a'; 100])));
-            (Code::OK, Body::from_stream(chunks)).into_response()
-        }
-        "/trickle" => {
-            // A byte now and then, forever: each read is quick, the whole never ends.
-            let chunks = stream::unfold((), |()| async {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                Some((Ok::<_, Infallible>(Bytes::from_static(b"a")), ()))
-            });
-            (Code::OK, Body::from_stream(chunks)).into_response()
-        }
+        // Chunked, no length declared, never ends.
+        "/endless" => (Code::OK, endless(&[b'a'; 100])).into_response(),
+        "/trickle" => (Code::OK, trickle()).into_response(),
         _ => Code::NOT_FOUND.into_response(),
     }
 }
 
 async fn start_server() -> (SocketAddr, Seen) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let seen = Seen::default();
-    let app = Router::new()
-        .fallback(handle)
-        .with_state((seen.clone(), addr));
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (addr, seen)
-}
-
-/// A raw server that reads the request, then runs `answer` on the connection.
-async fn raw_server<F, Fut>(answer: F) -> SocketAddr
-where
-    F: Fn(tokio::net::TcpStream) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let answer = Arc::new(answer);
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let answer = answer.clone();
-            tokio::spawn(async move {
-                let mut buf = [0u8; 4096];
-                let _ = stream.read(&mut buf).await;
-                answer(stream).await;
-            });
-        }
-    });
-    addr
+    serve_recording(Router::new().fallback(handle)).await
 }
 
 #[tokio::test]
@@ -139,7 +85,7 @@ async fn a_png_served_is_fetched_and_decoded() {
     let img = decode(&bytes, &f.limits()).unwrap();
     assert_image(&img, 40, 30);
     assert_eq!(img.data, pattern(40, 30).into_raw());
-    assert_eq!(seen.paths(), ["/img.png"]);
+    assert_eq!(seen.all(), ["/img.png"]);
 }
 
 #[tokio::test]
@@ -172,10 +118,7 @@ async fn three_redirects_are_followed_and_a_fourth_is_refused() {
     let f = fetcher(limits());
     let bytes = f.fetch(&format!("http://{addr}/chain/3")).await.unwrap();
     assert_image(&decode(&bytes, &f.limits()).unwrap(), 3, 2);
-    assert_eq!(
-        seen.paths(),
-        ["/chain/3", "/chain/2", "/chain/1", "/chain/0"]
-    );
+    assert_eq!(seen.all(), ["/chain/3", "/chain/2", "/chain/1", "/chain/0"]);
 
     let err = f
         .fetch(&format!("http://{addr}/chain/4"))
@@ -186,7 +129,7 @@ async fn three_redirects_are_followed_and_a_fourth_is_refused() {
     assert!(!err.is_transient());
     // The fourth redirect's target is never requested.
     assert_eq!(
-        seen.paths()[4..],
+        seen.all()[4..],
         ["/chain/4", "/chain/3", "/chain/2", "/chain/1"]
     );
 
@@ -208,7 +151,7 @@ async fn a_redirect_to_a_metadata_endpoint_is_refused_without_connecting() {
         assert_eq!(err.to_string(), "redirect to a non-public address refused");
         assert!(!err.is_transient());
     }
-    assert_eq!(seen.paths().len(), 3);
+    assert_eq!(seen.all().len(), 3);
 }
 
 #[tokio::test]
@@ -288,7 +231,7 @@ async fn the_production_policy_refuses_a_loopback_url_before_fetching() {
         let err = f.fetch(&url).await.unwrap_err();
         assert!(matches!(err, InputError::InvalidUrl(_)), "{url}: {err:?}");
     }
-    assert!(seen.paths().is_empty());
+    assert!(seen.all().is_empty());
 }
 
 #[test]
@@ -453,9 +396,7 @@ async fn statuses_and_refusals_are_sorted_transient_or_permanent() {
         assert!(err.is_transient(), "{status}");
     }
 
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let closed = listener.local_addr().unwrap();
-    drop(listener);
+    let closed = closed_port().await;
     let err = f.fetch(&format!("http://{closed}/x")).await.unwrap_err();
     assert_eq!(err.to_string(), "connection refused");
     assert!(err.is_transient());
@@ -470,11 +411,7 @@ async fn statuses_and_refusals_are_sorted_transient_or_permanent() {
 
 #[tokio::test]
 async fn a_connection_reset_is_transient() {
-    let addr = raw_server(|stream| async move {
-        let _ = stream.set_zero_linger();
-        drop(stream);
-    })
-    .await;
+    let addr = resetting_server().await;
     let err = fetcher(limits())
         .fetch(&format!("http://{addr}/x"))
         .await
