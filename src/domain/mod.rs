@@ -5,6 +5,7 @@
 pub mod actions;
 pub mod extras;
 pub mod image_prompts;
+pub mod moderation;
 mod names;
 pub mod operation;
 pub mod output;
@@ -26,6 +27,16 @@ pub use parameters::{prompt_text, Parameters};
 pub use policy::ContentPolicy;
 pub use result::{Outcome, PayloadHead};
 pub use settings::Settings;
-pub use task::{AspectRatio, ProcessMode, Prompt, TaskStatus, PROMPT_MAX_CHARS};
+pub use task::{check_text, AspectRatio, ProcessMode, Prompt, TaskStatus, PROMPT_MAX_CHARS};
 pub use time::rfc3339;
 pub use webhook_events::{WebhookEvent, WebhookEvents};
+
+/// How many inputs each property test of a parser tries: `EASEL_FUZZ_CASES` (the benchmark runs
+/// a million), 2,000 by default.
+#[cfg(test)]
+pub(crate) fn fuzz_cases() -> u32 {
+    std::env::var("EASEL_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000)
+}

@@ -77,7 +77,37 @@ impl ProcessMode {
 /// The maximum prompt length, in characters after trimming.
 pub const PROMPT_MAX_CHARS: usize = 4000;
 
-/// A prompt: trimmed, 1..=4000 characters, no control characters but newline and tab.
+/// Refuses the characters a prompt may not hold: control characters but newline and tab, and
+/// the bidirectional embeddings, overrides and isolates (U+202A..U+202E, U+2066..U+2069).
+/// Those reorder how text is shown without changing what it says, so a prompt holding one reads
+/// one way in the dashboard, a log or a moderator's screen and another way to the model
+/// ("Trojan Source"). Right-to-left scripts need none of them (the bidirectional algorithm
+/// orders them by itself), and the marks U+200E, U+200F and U+061C, which do not reorder text
+/// beyond them, are kept.
+pub fn check_text(text: &str) -> Result<(), String> {
+    match text
+        .chars()
+        .find(|c| (c.is_control() && *c != '\n' && *c != '\t') || is_bidi_control(*c))
+    {
+        Some(c) if c.is_control() => Err(format!(
+            "must not contain control characters (found U+{:04X})",
+            c as u32
+        )),
+        Some(c) => Err(format!(
+            "must not contain bidirectional embedding, override or isolate characters \
+             (found U+{:04X})",
+            c as u32
+        )),
+        None => Ok(()),
+    }
+}
+
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+/// A prompt: trimmed, 1..=4000 characters, no control characters but newline and tab, none of
+/// the bidirectional controls ([`check_text`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Prompt(String);
 
@@ -93,15 +123,7 @@ impl Prompt {
                 "must be at most {PROMPT_MAX_CHARS} characters (got {chars})"
             ));
         }
-        if let Some(c) = trimmed
-            .chars()
-            .find(|c| c.is_control() && *c != '\n' && *c != '\t')
-        {
-            return Err(format!(
-                "must not contain control characters (found U+{:04X})",
-                c as u32
-            ));
-        }
+        check_text(trimmed)?;
         Ok(Prompt(trimmed.to_string()))
     }
 

@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 use super::body;
 use super::state::AppState;
+use super::strict_json::{self, Unread};
 use crate::auth::{self, Caller, PresentedKey};
 use crate::refusal::ApiError;
 use crate::tasks::body::JsonObject;
@@ -28,14 +29,19 @@ impl FromRequest<AppState> for JsonObject {
             return Err(ApiError::UnsupportedMediaType);
         }
         let bytes = body::read(req).await?;
-        match serde_json::from_slice::<Value>(&bytes) {
+        match strict_json::parse(&bytes) {
             Ok(Value::Object(map)) => Ok(JsonObject(map)),
             Ok(_) => Err(ApiError::field(
                 "body",
                 "invalid_json",
                 "must be a JSON object",
             )),
-            Err(e) => Err(ApiError::field(
+            Err(Unread::Duplicate(path)) => Err(ApiError::field(
+                &path,
+                "invalid_json",
+                "appears more than once in the object; send each key once",
+            )),
+            Err(Unread::Invalid(e)) => Err(ApiError::field(
                 "body",
                 "invalid_json",
                 format!("is not valid JSON ({e})"),
@@ -93,6 +99,22 @@ impl FromRequestParts<AppState> for Caller {
                 .map_err(ApiError::RateLimited)?;
         }
         Ok(Caller(owner.account))
+    }
+}
+
+/// A caller whose key belongs to an operator (an admin account). Anyone else gets 404, as for
+/// a route that does not exist (the admin page does the same), before any of the body is read.
+pub struct Admin(pub crate::store::Account);
+
+impl FromRequestParts<AppState> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let Caller(account) = Caller::from_request_parts(parts, state).await?;
+        if !account.admin {
+            return Err(ApiError::RouteNotFound);
+        }
+        Ok(Admin(account))
     }
 }
 

@@ -16,4 +16,5 @@ pub mod prefer;
 pub mod refusal_response;
 pub mod server;
 pub mod state;
+pub mod strict_json;
 pub mod web;

@@ -198,6 +198,17 @@ async fn invalid_bodies_get_400_naming_the_field() {
         (json!({"prompt": "   "}), "prompt: ", "invalid_value"),
         (json!({"prompt": long}), "prompt: ", "invalid_value"),
         (json!({"prompt": "bell\u{7}"}), "prompt: ", "invalid_value"),
+        // An override makes "tac" show as "cat" while the model reads "tac"; isolates likewise.
+        (
+            json!({"prompt": "a \u{202E}tac"}),
+            "prompt: ",
+            "invalid_value",
+        ),
+        (
+            json!({"prompt": "a \u{2067}cat\u{2069}"}),
+            "prompt: ",
+            "invalid_value",
+        ),
         (
             json!({"prompt": "a", "aspect_ratio": "5:1"}),
             "aspect_ratio: ",
@@ -271,9 +282,40 @@ async fn invalid_bodies_get_400_naming_the_field() {
     let (status, err) = split(res).await;
     assert_eq!(status, 400);
     assert_eq!(error_code(&err), "invalid_json");
+    // A key twice has no one meaning (serde_json keeps the last, other readers the first): 400
+    // naming it, at any depth.
+    for (raw, named) in [
+        (r#"{"prompt": "a nsfw cat", "prompt": "a cat"}"#, "prompt: "),
+        (
+            r#"{"prompt": "a cat", "metadata": {"a": 1, "a": 2}}"#,
+            "metadata.a: ",
+        ),
+    ] {
+        let res = app
+            .http
+            .post(app.url(IMAGINE))
+            .header("Authorization", &app.key)
+            .header("Content-Type", "application/json")
+            .body(raw)
+            .send()
+            .await
+            .unwrap();
+        let (status, err) = split(res).await;
+        assert_eq!(status, 400, "{raw} -> {err}");
+        assert_eq!(error_code(&err), "invalid_json", "{raw} -> {err}");
+        assert!(error_msg(&err).starts_with(named), "{raw} -> {err}");
+    }
     // Nothing was stored by any of these.
     let counts = app.store.task_counts().await.unwrap();
     assert!(counts.is_empty(), "{counts:?}");
+    // Right-to-left scripts need no bidirectional controls; marks that do not reorder are kept.
+    let (status, record) = app
+        .post(
+            IMAGINE,
+            &json!({"prompt": "\u{5D7}\u{5EA}\u{5D5}\u{5DC} \u{200F}cat"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{record}");
 }
 
 #[tokio::test]

@@ -160,6 +160,10 @@ async fn bad_settings_are_refused_naming_the_field_and_the_rule_and_nothing_is_s
             json!({"negative_prompt": "a\u{7}b"}),
             "negative_prompt: must not contain control characters",
         ),
+        (
+            json!({"negative_prompt": "a\u{202D}b"}),
+            "negative_prompt: must not contain bidirectional embedding, override or isolate",
+        ),
     ];
     for (extra, message) in cases {
         let mut body = json!({"prompt": "a fox"});

@@ -59,16 +59,7 @@ fn check_negative(negative: &str) -> Result<(), ApiError> {
             "must be at most {NEGATIVE_PROMPT_MAX_CHARS} characters (got {count})"
         )));
     }
-    if let Some(c) = negative
-        .chars()
-        .find(|c| c.is_control() && *c != '\n' && *c != '\t')
-    {
-        return Err(bad(format!(
-            "must not contain control characters (found U+{:04X})",
-            c as u32
-        )));
-    }
-    Ok(())
+    crate::domain::check_text(negative).map_err(bad)
 }
 
 /// The settings of a task of `kind`: its model (the one asked for, else its parent's while that
