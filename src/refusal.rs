@@ -17,6 +17,9 @@ pub enum ApiError {
     RouteNotFound,
     #[error("file not found")]
     FileNotFound,
+    /// 404 `not_found`: something an operator named (a moderation list) is not there.
+    #[error("{0}")]
+    NotFound(String),
     /// 404 `upload_not_found`: an upload that is not the caller's, or no longer kept (never
     /// revealing which). `msg` names the field.
     #[error("{msg}")]
@@ -39,8 +42,10 @@ pub enum ApiError {
     /// 402: the account's credits do not cover the task.
     #[error("{msg}")]
     InsufficientCredits { msg: String },
+    /// 429 `quota_exceeded`: a quota of the account's (tasks pending, upload bytes a day,
+    /// event streams open) is spent.
     #[error("{msg}")]
-    TooManyRequests { msg: String, retry_after_secs: u64 },
+    QuotaExceeded { msg: String, retry_after_secs: u64 },
     #[error("{msg}")]
     Unavailable { msg: String, retry_after_secs: u64 },
     /// 429 `rate_limited`: the key's or the account's request rate limit is spent.

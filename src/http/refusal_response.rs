@@ -45,6 +45,7 @@ pub fn status_and_code(error: &ApiError) -> (StatusCode, &'static str) {
         ApiError::TaskNotFound => (StatusCode::NOT_FOUND, "task_not_found"),
         ApiError::RouteNotFound => (StatusCode::NOT_FOUND, "route_not_found"),
         ApiError::FileNotFound => (StatusCode::NOT_FOUND, "file_not_found"),
+        ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
         ApiError::UploadNotFound { .. } => (StatusCode::NOT_FOUND, "upload_not_found"),
         ApiError::UnsupportedUploadType => {
             (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
@@ -59,7 +60,7 @@ pub fn status_and_code(error: &ApiError) -> (StatusCode, &'static str) {
         ApiError::InsufficientCredits { .. } => {
             (StatusCode::PAYMENT_REQUIRED, "insufficient_credits")
         }
-        ApiError::TooManyRequests { .. } => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
+        ApiError::QuotaExceeded { .. } => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
         ApiError::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
         ApiError::RateLimited(_) => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
         ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
@@ -122,7 +123,7 @@ impl IntoResponse for ApiError {
                 );
             }
         }
-        if let ApiError::TooManyRequests {
+        if let ApiError::QuotaExceeded {
             retry_after_secs, ..
         }
         | ApiError::Unavailable {

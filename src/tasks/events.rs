@@ -121,6 +121,10 @@ struct Memory {
     n: u64,
     /// The highest version sent.
     high: i64,
+    /// The version from which the account's changed tasks are still to be read, while catching
+    /// up: read a page at a time as the caller takes what was said, so that a caller that
+    /// resumes from far back and reads slowly (or not at all) holds one page, not its history.
+    catching: Option<i64>,
     ended: bool,
 }
 
@@ -181,7 +185,11 @@ pub async fn account_stream(
         _ => None,
     };
     match last {
-        Some(last) => stream.catch_up(last).await?,
+        Some(last) => {
+            stream.catch_up(last);
+            // The first page now, so that a store that cannot answer refuses the stream.
+            stream.next_page().await?;
+        }
         // None asked, or not one we gave: the tasks that have not ended, as they are.
         None => stream.current().await?,
     }
@@ -209,6 +217,7 @@ impl EventStream {
                 progress: HashMap::new(),
                 n: 0,
                 high: 0,
+                catching: None,
                 ended: false,
             },
             _slot: slot,
@@ -223,6 +232,13 @@ impl EventStream {
                 }
                 if stream.said.ended {
                     return None;
+                }
+                if stream.said.catching.is_some() {
+                    if let Err(e) = stream.next_page().await {
+                        tracing::debug!(error = %e, "an event stream could not read the store; ended");
+                        return None;
+                    }
+                    continue;
                 }
                 if !stream.hear().await {
                     return None;
@@ -250,10 +266,16 @@ impl EventStream {
         };
         let result = match heard {
             Heard::Event(event) => self.on_event(&event).await,
-            Heard::NewTasks { from } => self.catch_up(from).await,
+            Heard::NewTasks { from } => {
+                self.catch_up(from);
+                Ok(())
+            }
             Heard::Resync => match self.only {
                 Some(seq) => self.reread(seq).await,
-                None => self.catch_up(self.said.high).await,
+                None => {
+                    self.catch_up(self.said.high);
+                    Ok(())
+                }
             },
         };
         if let Err(e) = result {
@@ -344,32 +366,37 @@ impl EventStream {
     }
 
     /// Say the records of the account's tasks at version `from` or later (from a little before
-    /// on stores whose versions may commit out of order), page by page.
-    async fn catch_up(&mut self, from: i64) -> StoreResult<()> {
-        let mut from = (from - self.tasks.store.version_overlap()).max(0);
-        loop {
-            let page = self
-                .tasks
-                .store
-                .account_changes(&self.account_id, from, CATCH_UP_PAGE)
-                .await?;
-            let full = page.len() as u32 == CATCH_UP_PAGE;
-            for task in &page {
-                from = from.max(task.version + 1);
-                if self
-                    .said
-                    .sent
-                    .get(&task.seq)
-                    .is_some_and(|(version, _)| task.version <= *version)
-                {
-                    continue;
-                }
-                self.say_task(task).await;
+    /// on stores whose versions may commit out of order), page by page as they are taken.
+    fn catch_up(&mut self, from: i64) {
+        let from = (from - self.tasks.store.version_overlap()).max(0);
+        self.said.catching = Some(self.said.catching.map_or(from, |c| c.min(from)));
+    }
+
+    /// Say the next page of the catch-up, if one is under way.
+    async fn next_page(&mut self) -> StoreResult<()> {
+        let Some(mut from) = self.said.catching else {
+            return Ok(());
+        };
+        let page = self
+            .tasks
+            .store
+            .account_changes(&self.account_id, from, CATCH_UP_PAGE)
+            .await?;
+        let full = page.len() as u32 == CATCH_UP_PAGE;
+        for task in &page {
+            from = from.max(task.version + 1);
+            if self
+                .said
+                .sent
+                .get(&task.seq)
+                .is_some_and(|(version, _)| task.version <= *version)
+            {
+                continue;
             }
-            if !full {
-                return Ok(());
-            }
+            self.say_task(task).await;
         }
+        self.said.catching = full.then_some(from);
+        Ok(())
     }
 
     /// Say the records of the account's tasks that have not ended.

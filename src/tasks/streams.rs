@@ -55,7 +55,7 @@ impl Streams {
         }
         let mine = open.by_account.entry(account_id.to_string()).or_default();
         if *mine >= streams.per_account {
-            return Err(ApiError::TooManyRequests {
+            return Err(ApiError::QuotaExceeded {
                 msg: format!(
                     "the account has its most event streams open on this node ({}); close one \
                      first",

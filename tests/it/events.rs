@@ -246,6 +246,8 @@ async fn another_accounts_task_is_not_found_and_streams_past_the_limit_are_refus
         .unwrap();
     assert_eq!(refused.status().as_u16(), 429);
     assert!(refused.headers().contains_key("retry-after"));
+    let (_, body) = common::split(refused).await;
+    assert_eq!(body["errors"][0]["code"], "quota_exceeded", "{body}");
     // Another account has streams of its own.
     let (status, _) = Events::open(&app, &other, "/api/v1/events", None).await;
     assert_eq!(status, 200);
