@@ -9,6 +9,7 @@ use axum::http::{Request, Response};
 use futures::future::BoxFuture;
 use tower::{Layer, Service};
 
+use super::client_address::ClientAddress;
 use crate::telemetry::{access, request};
 
 /// The header that carries the request's id (set by `SetRequestIdLayer` when missing).
@@ -48,6 +49,7 @@ where
         let started = Instant::now();
         let method = req.method().clone();
         let path = req.uri().path().to_owned();
+        let client = req.extensions().get::<ClientAddress>().map(|c| c.0);
         let request_id = req
             .headers()
             .get(REQUEST_ID)
@@ -65,6 +67,7 @@ where
                 access::log(&access::Line {
                     method: method.as_str(),
                     path: &path,
+                    client,
                     request_id: n.request_id.as_deref(),
                     account: n.account.as_deref(),
                     task_id: n.task_id,

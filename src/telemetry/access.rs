@@ -18,6 +18,8 @@ use uuid::Uuid;
 pub struct Line<'a> {
     pub method: &'a str,
     pub path: &'a str,
+    /// The client's address: the peer's, or behind a trusted proxy the one it forwarded.
+    pub client: Option<std::net::IpAddr>,
     pub request_id: Option<&'a str>,
     pub account: Option<&'a str>,
     pub task_id: Option<Uuid>,
@@ -62,6 +64,7 @@ fn through_tracing(line: &Line) {
         target: "easel::http::access",
         method = %line.method,
         path = %line.path,
+        client = line.client.map(tracing::field::display),
         request_id = line.request_id,
         account = line.account,
         task_id = line.task_id.map(tracing::field::display),
@@ -133,6 +136,9 @@ fn text(line: &Line, now: chrono::DateTime<chrono::Utc>, buf: &mut Vec<u8>) {
     buf.extend_from_slice(line.method.as_bytes());
     buf.extend_from_slice(b" path=");
     buf.extend_from_slice(line.path.as_bytes());
+    if let Some(client) = line.client {
+        let _ = write!(buf, " client={client}");
+    }
     if let Some(id) = line.request_id {
         buf.extend_from_slice(b" request_id=");
         quoted(buf, id);
@@ -160,6 +166,9 @@ fn json(line: &Line, now: chrono::DateTime<chrono::Utc>, buf: &mut Vec<u8>) {
     string(buf, line.method);
     buf.extend_from_slice(b",\"path\":");
     string(buf, line.path);
+    if let Some(client) = line.client {
+        let _ = write!(buf, ",\"client\":\"{client}\"");
+    }
     if let Some(id) = line.request_id {
         buf.extend_from_slice(b",\"request_id\":");
         string(buf, id);
@@ -292,6 +301,7 @@ mod tests {
             Line {
                 method: "POST",
                 path: "/api/v1/imagine",
+                client: Some("10.0.0.5".parse().unwrap()),
                 request_id: Some("2af7d5cc-c26f-46eb-be9f-1e1a18e3fa42"),
                 account: Some("ae4e0bf2-4a47-496b-99b9-1e57a929e0f5"),
                 task_id: Some(task),
@@ -303,6 +313,7 @@ mod tests {
             Line {
                 method: "GET",
                 path: "/api/v1/tasks/%22x%22",
+                client: Some("2001:db8::7".parse().unwrap()),
                 request_id: Some("a \"quoted\" \\ id\u{1b}[31m é"),
                 account: None,
                 task_id: None,
@@ -312,6 +323,7 @@ mod tests {
             Line {
                 method: "PATCH",
                 path: "/",
+                client: None,
                 request_id: None,
                 account: Some("acct"),
                 task_id: None,

@@ -253,6 +253,7 @@ async fn every_request_leaves_one_access_line_with_what_it_learned() {
     for field in [
         "method=POST".to_string(),
         "path=/api/v1/imagine".to_string(),
+        "client=127.0.0.1".to_string(),
         "account=\"".to_string(),
         format!("task_id={task_id}"),
         "status=200".to_string(),
@@ -285,7 +286,11 @@ async fn json_logs_give_the_access_line_as_json() {
     let log = dir.path().join("easel.log");
     let mut easel = Easel::start_with(
         dir.path(),
-        &[("RUST_LOG", "info"), ("EASEL_LOG_FORMAT", "json")],
+        &[
+            ("RUST_LOG", "info"),
+            ("EASEL_LOG_FORMAT", "json"),
+            ("EASEL_TRUSTED_PROXIES", "127.0.0.0/8"),
+        ],
         std::fs::File::create(&log).unwrap().into(),
     );
     let key = easel.first_key.clone().unwrap();
@@ -295,6 +300,8 @@ async fn json_logs_give_the_access_line_as_json() {
         .post(format!("{}/api/v1/imagine", easel.base))
         .header("Authorization", &key)
         .header("x-request-id", request_id)
+        // From a trusted proxy: the address it forwards is the client's.
+        .header("x-forwarded-for", "198.51.100.4, 203.0.113.9")
         .json(&json!({"prompt": "a line in the log"}))
         .send()
         .await
@@ -323,6 +330,7 @@ async fn json_logs_give_the_access_line_as_json() {
     let fields = &line["fields"];
     assert_eq!(fields["method"], "POST");
     assert_eq!(fields["path"], "/api/v1/imagine");
+    assert_eq!(fields["client"], "203.0.113.9");
     assert_eq!(fields["request_id"], request_id);
     assert_eq!(fields["task_id"], task_id.as_str());
     assert!(fields["account"].is_string(), "{line}");
