@@ -116,7 +116,8 @@ impl Application {
             config.worker.workers = wanted;
         }
         let config = Arc::new(config);
-        let content_policy = ContentPolicy::new(&config.worker.blocked_terms);
+        let content_policy = ContentPolicy::new(&config.worker.blocked_terms)
+            .map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
         let blobs = Blobs::open(
             &config.blobs,
             &config.data_dir,
@@ -156,7 +157,8 @@ impl Application {
                 blobs: blobs.clone(),
                 pool: pool.clone(),
                 fetcher: fetcher.clone(),
-                decode_budget: decode_budget.clone(),
+                upload_budget: DecodeBudget::new(decode_budget.bytes() / 4),
+                uploads_in_progress: Default::default(),
                 destinations,
                 content_policy: content_policy.clone(),
                 shutdown: CancellationToken::new(),
@@ -166,6 +168,7 @@ impl Application {
                     store::ClaimRules::of(&config.limits),
                 ),
                 streams: Arc::new(tasks::streams::Streams::new(&config.limits)),
+                moderation: Arc::new(tasks::moderation::Moderation::new(store.clone())),
             }),
             rate_limits: ratelimit::RateLimits::new(&config.limits.rate_limits),
             hosts: http::hosts::DashboardHosts::new(
@@ -308,6 +311,12 @@ impl Application {
         };
         if config.runs(Role::Api) {
             tokio::spawn(sweep_expired(store.clone(), shutdown.clone()));
+            // The lists before the first request is served, then kept fresh.
+            let moderation = self.state.moderation.clone();
+            if let Err(e) = moderation.refresh().await {
+                tracing::warn!(error = %e, "could not read the moderation lists at start");
+            }
+            tokio::spawn(moderation.run(shutdown.clone()));
         }
         let trigger = shutdown.clone();
         tokio::spawn(async move {
@@ -324,6 +333,13 @@ impl Application {
             header_timeout: config.server.header_timeout,
             idle_timeout: config.server.idle_timeout,
             drain: std::time::Duration::from_secs(2),
+            min_send_rate: match config.server.min_send_rate {
+                Some((bytes, window)) => http::server::SendRate { bytes, window },
+                None => http::server::SendRate {
+                    bytes: 0,
+                    window: std::time::Duration::from_secs(1),
+                },
+            },
         };
         let server = tokio::spawn(http::server::serve(
             self.listener,

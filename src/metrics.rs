@@ -114,6 +114,13 @@ struct Metrics {
     previews: Counter,
     event_streams: Gauge,
     grids: Family<OutcomeLabels, Counter>,
+    image_checks: Family<OutcomeLabels, Counter>,
+    moderation_refusals: Family<ListLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ListLabels {
+    list: String,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -210,6 +217,22 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
              before_task) or failed (an image that does not decode)",
             None,
             Family::<OutcomeLabels, Counter>::default(),
+        ),
+        image_checks: registered(
+            r,
+            "image_checks",
+            "Callers' images (uploads and data: URLs) by outcome: decoded (checked in full under \
+             the uploads' decode budget), or refused before any decode (over_quota: the day's \
+             bytes; busy: the account's uploads in progress)",
+            None,
+            Family::<OutcomeLabels, Counter>::default(),
+        ),
+        moderation_refusals: registered(
+            r,
+            "moderation_refusals",
+            "Submits refused at submit by a moderation list, by the list's name",
+            None,
+            Family::<ListLabels, Counter>::default(),
         ),
         registry,
     }
@@ -420,6 +443,24 @@ pub fn retention_removed(tasks: u64) {
 pub fn grid_made(outcome: &'static str) {
     METRICS
         .grids
+        .get_or_create(&OutcomeLabels { outcome })
+        .inc();
+}
+
+/// Count a submit refused by the moderation list `list`.
+pub fn moderation_refusal(list: &str) {
+    METRICS
+        .moderation_refusals
+        .get_or_create(&ListLabels {
+            list: list.to_string(),
+        })
+        .inc();
+}
+
+/// Count a caller's image checked: `decoded`, `over_quota` or `busy`.
+pub fn image_check(outcome: &'static str) {
+    METRICS
+        .image_checks
         .get_or_create(&OutcomeLabels { outcome })
         .inc();
 }

@@ -4,6 +4,7 @@
 //! and `tasks` are a client of a running server ([`client`]). `src/main.rs` only calls [`main`].
 
 pub mod client;
+mod moderation;
 mod operator;
 mod serve;
 
@@ -13,6 +14,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::config::{Config, Overrides};
+pub use moderation::ModerationCommand;
 use operator::{account_or_first, accounts, create_data_dir, keys, open_store};
 pub use operator::{AccountsCommand, KeysCommand};
 use serve::{bench_baseline, serve};
@@ -84,6 +86,11 @@ pub enum Command {
     Accounts {
         #[command(subcommand)]
         command: AccountsCommand,
+    },
+    /// Manage the moderation term lists that refuse prompts at submit.
+    Moderation {
+        #[command(subcommand)]
+        command: ModerationCommand,
     },
     /// Print the account's webhook signing secret (whsec_...).
     SigningSecret {
@@ -196,6 +203,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Keys { command } => keys(config, command).await,
         Command::Accounts { command } => accounts(config, command).await,
+        Command::Moderation { command } => moderation::moderation(config, command).await,
         Command::BenchBaseline { .. } | Command::Client(_) => {
             unreachable!("handled before the settings are read")
         }

@@ -37,6 +37,9 @@ pub struct Limits {
     /// together); past it uploads are refused with 429 until the next day.
     #[serde(deserialize_with = "upload_bytes")]
     pub max_upload_bytes_per_day: u64,
+    /// Most uploads (and submits with `data:` URLs) of one account being checked at once on
+    /// this node; more are refused with 429 before anything is decoded.
+    pub max_uploads_in_progress_per_account: u32,
     /// Most tasks one account may have queued or running at once; more is refused with 429.
     pub max_pending_per_account: u32,
     /// Most tasks one account may have started and not ended (`starting` or `processing`),
@@ -75,6 +78,7 @@ impl Default for Limits {
             input_max_pixels: 25_000_000,
             decode_memory_budget: DecodeMemoryBudget::Auto,
             max_upload_bytes_per_day: 1 << 30,
+            max_uploads_in_progress_per_account: 4,
             max_pending_per_account: 1000,
             max_running_per_account: 0,
             max_running_by_plan: BTreeMap::new(),
@@ -128,8 +132,11 @@ impl Limits {
                 bail!("configuration: decode_memory_budget must be from 1 MiB to 4 TiB");
             }
         }
-        if self.max_upload_bytes_per_day == 0 {
-            bail!("configuration: max_upload_bytes_per_day must be > 0");
+        if self.max_upload_bytes_per_day == 0 || self.max_uploads_in_progress_per_account == 0 {
+            bail!(
+                "configuration: max_upload_bytes_per_day and max_uploads_in_progress_per_account \
+                 must be > 0"
+            );
         }
         if self.mask_body_limit < self.body_limit {
             bail!("configuration: mask_body_limit must be at least body_limit");

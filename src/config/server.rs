@@ -70,6 +70,12 @@ pub struct Server {
     /// `max_connections_per_address`. In the environment: a comma-separated list. Default: none.
     #[serde(with = "networks")]
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// The least a client must take of an answer while the server has more to send it (an
+    /// image download, an event stream that has fallen behind): `SIZE/DURATION`, `1KiB/30s` by
+    /// default; a connection whose client takes less over that window is closed. `0`: no
+    /// minimum (a client that takes nothing at all is still closed after `idle_timeout`).
+    #[serde(with = "send_rate")]
+    pub min_send_rate: Option<(u64, Duration)>,
     /// How long shutdown waits for running tasks and deliveries before releasing them.
     #[serde(with = "duration")]
     pub shutdown_timeout: Duration,
@@ -95,6 +101,7 @@ impl Default for Server {
             max_connections_per_address: 256,
             allowed_hosts: Vec::new(),
             trusted_proxies: Vec::new(),
+            min_send_rate: Some((1024, Duration::from_secs(30))),
             shutdown_timeout: Duration::from_secs(30),
             metrics_listen: None,
             metrics_token: None,
@@ -193,6 +200,79 @@ mod networks {
             let e = super::parse("10.0.0.0/33").unwrap_err();
             assert!(e.contains("\"10.0.0.0/33\""), "{e}");
             assert!(super::parse("proxy.local").is_err());
+        }
+    }
+}
+
+/// `min_send_rate`: `SIZE/DURATION` (`1KiB/30s`, `64KB/1m`), or `0` for none.
+mod send_rate {
+    use std::time::Duration;
+
+    use serde::{de, Deserialize, Deserializer, Serializer};
+
+    use super::super::values::{duration, parse_size};
+
+    pub fn serialize<S: Serializer>(
+        rate: &Option<(u64, Duration)>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match rate {
+            Some((bytes, window)) => {
+                s.serialize_str(&format!("{bytes}/{}", humantime::format_duration(*window)))
+            }
+            None => s.serialize_str("0"),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<(u64, Duration)>, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Number(0) => Ok(None),
+            Raw::Number(n) => Err(de::Error::custom(format!(
+                "min_send_rate must be SIZE/DURATION (like 1KiB/30s) or 0, not {n}"
+            ))),
+            Raw::Text(text) => parse(&text).map_err(de::Error::custom),
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<Option<(u64, Duration)>, String> {
+        let text = text.trim();
+        if text == "0" {
+            return Ok(None);
+        }
+        let bad =
+            || format!("min_send_rate must be SIZE/DURATION (like 1KiB/30s) or 0, not `{text}`");
+        let (size, window) = text.split_once('/').ok_or_else(bad)?;
+        let bytes = parse_size(size).map_err(|_| bad())?;
+        let window = duration::parse(window.trim()).map_err(|_| bad())?;
+        if bytes == 0 || window.is_zero() {
+            return Err(bad());
+        }
+        Ok(Some((bytes, window)))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn a_rate_is_a_size_over_a_duration_or_zero() {
+            assert_eq!(parse("1KiB/30s"), Ok(Some((1024, Duration::from_secs(30)))));
+            assert_eq!(
+                parse("64KB / 1m"),
+                Ok(Some((64_000, Duration::from_secs(60))))
+            );
+            assert_eq!(parse("0"), Ok(None));
+            for bad in ["1KiB", "fast", "0/30s", "1KiB/0s", "1KiB/soon"] {
+                assert!(parse(bad).unwrap_err().contains("SIZE/DURATION"), "{bad}");
+            }
         }
     }
 }

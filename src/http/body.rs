@@ -23,6 +23,9 @@ pub const MASK_ROUTE: &str = "/api/v1/inpaint";
 /// `mask_body_limit`.
 pub const IMAGE_ROUTES: &[&str] = &[MASK_ROUTE, "/api/v1/upload", "/playground/upload"];
 
+/// Where the moderation lists are written (`PUT .../{name}`), read under `mask_body_limit`.
+pub const MODERATION_LISTS: &str = "/api/v1/admin/moderation/lists/";
+
 /// Routes with image fields, which take `data:` URLs: a body that carries one may be up to
 /// `mask_body_limit`, any other keeps `body_limit` (checked once read, see [`read_body`]).
 pub const DATA_URL_ROUTES: &[&str] = &[
@@ -77,7 +80,10 @@ pub struct BodyLimits {
 
 impl BodyLimits {
     fn for_path(&self, path: &str) -> usize {
-        if IMAGE_ROUTES.contains(&path) || DATA_URL_ROUTES.contains(&path) {
+        // A moderation list is written whole: 20,000 terms do not fit in `body_limit`. Only
+        // an operator's key gets as far as reading it.
+        let list = path.starts_with(MODERATION_LISTS);
+        if list || IMAGE_ROUTES.contains(&path) || DATA_URL_ROUTES.contains(&path) {
             self.mask_body_limit
         } else {
             self.body_limit

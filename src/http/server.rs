@@ -66,6 +66,8 @@ pub struct ConnectionLimits {
     pub idle_timeout: Duration,
     /// How long shutdown waits for requests in progress.
     pub drain: Duration,
+    /// The least a client must take of an answer while the server has more to send.
+    pub min_send_rate: SendRate,
 }
 
 /// Serve `app` on `listener` until `shutdown`, then close connections gracefully.
@@ -155,7 +157,7 @@ pub async fn serve<S, B>(
                     })
                 }
             }));
-        let io = ClientStream::new(stream, limits.idle_timeout);
+        let io = ClientStream::new(stream, limits.idle_timeout, limits.min_send_rate);
         let conn = builder
             .serve_connection(TokioIo::new(io), service)
             .into_owned();
@@ -397,9 +399,13 @@ impl Drop for Place {
 const LINGER: Duration = Duration::from_secs(2);
 const LINGER_BYTES: usize = 1024 * 1024;
 
-/// A client's connection, with two additions:
+/// A client's connection, with three additions:
 /// - writes fail with `TimedOut` once the peer has taken nothing for `stall`: a client that
 ///   stops reading an answer would otherwise hold its connection for as long as it likes;
+/// - writes fail with `TimedOut` when, over a window of the send rate's (`min_send_rate`), the
+///   server had more to send than the socket took (a write waited) and the peer took less than
+///   the rate: a client reading a large image at a byte a second would otherwise hold its
+///   connection for hours, always taking a little;
 /// - once the server has closed its side (after answering a request whose body it did not read
 ///   whole, such as a 413), what the client still sends is read and discarded for a moment
 ///   ([`LINGER`], [`LINGER_BYTES`]). Closing a socket with unread data makes the kernel reset
@@ -407,18 +413,33 @@ const LINGER_BYTES: usize = 1024 * 1024;
 struct ClientStream {
     inner: Option<TcpStream>,
     stall: Duration,
+    /// When a write that waits fails (`stall` after it began to wait), if one waits.
+    stalled_at: Option<tokio::time::Instant>,
     deadline: Pin<Box<tokio::time::Sleep>>,
-    armed: bool,
+    rate: SendRate,
+    /// The current window of the send rate: its start, the bytes the peer took in it, and
+    /// whether a write waited in it.
+    window: (tokio::time::Instant, u64, bool),
     shut: bool,
 }
 
+/// The least a client must take while the server has more to send: `bytes` per `window`; 0
+/// bytes: no minimum.
+#[derive(Clone, Copy, Debug)]
+pub struct SendRate {
+    pub bytes: u64,
+    pub window: Duration,
+}
+
 impl ClientStream {
-    fn new(inner: TcpStream, stall: Duration) -> Self {
+    fn new(inner: TcpStream, stall: Duration, rate: SendRate) -> Self {
         ClientStream {
             inner: Some(inner),
             stall,
+            stalled_at: None,
             deadline: Box::pin(tokio::time::sleep(stall)),
-            armed: false,
+            rate,
+            window: (tokio::time::Instant::now(), 0, false),
             shut: false,
         }
     }
@@ -427,32 +448,67 @@ impl ClientStream {
         Pin::new(self.inner.as_mut().expect("present until dropped"))
     }
 
-    /// The outcome of a write attempt: progress disarms the deadline, a pending write arms it
-    /// (once) and fails when it passes.
+    /// Fail the write, and have the close that follows reset the connection: a plain close
+    /// would leave what the socket still holds (megabytes of an image) to be sent to the slow
+    /// reader by the kernel, holding the memory and, to the client, the connection open.
+    fn abort<R>(&mut self, why: &'static str) -> Poll<std::io::Result<R>> {
+        if let Some(stream) = &self.inner {
+            let _ = stream.set_zero_linger();
+        }
+        Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::TimedOut, why)))
+    }
+
+    /// The outcome of a write attempt: progress counts toward the send rate and disarms the
+    /// stall; a pending write arms the stall (once) and marks the rate's window; either fails
+    /// when its deadline passes.
     fn watch<R>(
         &mut self,
         cx: &mut Context<'_>,
         polled: Poll<std::io::Result<R>>,
+        written: impl Fn(&R) -> usize,
     ) -> Poll<std::io::Result<R>> {
-        match polled {
-            Poll::Ready(result) => {
-                self.armed = false;
-                Poll::Ready(result)
+        let now = tokio::time::Instant::now();
+        let waiting = match &polled {
+            Poll::Ready(Ok(r)) => {
+                self.window.1 += written(r) as u64;
+                self.stalled_at = None;
+                false
             }
+            Poll::Ready(Err(_)) => return polled,
             Poll::Pending => {
-                if !self.armed {
-                    let at = tokio::time::Instant::now() + self.stall;
-                    self.deadline.as_mut().reset(at);
-                    self.armed = true;
-                }
-                match self.deadline.as_mut().poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "client stopped reading",
-                    ))),
-                    Poll::Pending => Poll::Pending,
-                }
+                self.window.2 = true;
+                self.stalled_at.get_or_insert(now + self.stall);
+                true
             }
+        };
+        if self.rate.bytes > 0 && now >= self.window.0 + self.rate.window {
+            let (_, took, waited) = self.window;
+            if waited && took < self.rate.bytes {
+                return self.abort("client reads slower than min_send_rate");
+            }
+            self.window = (now, 0, waiting);
+        }
+        if !waiting {
+            return polled;
+        }
+        // Woken at whichever comes first: the stall, or the rate's window's end.
+        let mut at = self.stalled_at.expect("set while waiting");
+        if self.rate.bytes > 0 {
+            at = at.min(self.window.0 + self.rate.window);
+        }
+        if self.deadline.deadline() != at {
+            self.deadline.as_mut().reset(at);
+        }
+        match self.deadline.as_mut().poll(cx) {
+            Poll::Ready(()) if self.stalled_at.is_some_and(|t| t <= now) => {
+                self.abort("client stopped reading")
+            }
+            Poll::Ready(()) => {
+                // The window's end: checked at the next poll, which this wake-up asks for.
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            Poll::Pending => Poll::Pending,
         }
     }
 }
@@ -497,12 +553,12 @@ impl AsyncWrite for ClientStream {
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         let polled = self.stream().poll_write(cx, buf);
-        self.watch(cx, polled)
+        self.watch(cx, polled, |n| *n)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         let polled = self.stream().poll_flush(cx);
-        self.watch(cx, polled)
+        self.watch(cx, polled, |_| 0)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -516,7 +572,7 @@ impl AsyncWrite for ClientStream {
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
         let polled = self.stream().poll_write_vectored(cx, bufs);
-        self.watch(cx, polled)
+        self.watch(cx, polled, |n| *n)
     }
 
     fn is_write_vectored(&self) -> bool {

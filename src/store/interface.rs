@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::domain::moderation::TermList;
 use async_trait::async_trait;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -377,6 +378,13 @@ pub trait Uploads: Send + Sync {
         max_bytes_per_day: u64,
     ) -> StoreResult<UploadAdmitted>;
 
+    /// The bytes the account has uploaded on UTC day `day` (see [`upload_day`]): read before an
+    /// upload is decoded, so that an account past its day is refused without one;
+    /// `insert_upload` decides.
+    ///
+    /// [`upload_day`]: crate::store::upload_day
+    async fn uploaded_bytes(&self, account_id: &str, day: i64) -> StoreResult<i64>;
+
     /// The upload stored at blob key `key`, whoever's it is.
     async fn upload_by_key(&self, key: &str) -> StoreResult<Option<Upload>>;
 
@@ -388,11 +396,31 @@ pub trait Uploads: Send + Sync {
     async fn delete_uploads(&self, ids: &[String], day: i64) -> StoreResult<u64>;
 }
 
+/// The moderation term lists (see `tasks::moderation`), read by every node and written by the
+/// operator's commands.
+#[async_trait]
+pub trait ModerationLists: Send + Sync {
+    /// Every list, by name, with when it was last written (ms).
+    async fn moderation_lists(&self) -> StoreResult<Vec<(TermList, i64)>>;
+
+    /// The terms of the list `name`, if there is one.
+    async fn moderation_list(&self, name: &str) -> StoreResult<Option<Vec<String>>>;
+
+    /// Write `list` whole, replacing a list of its name.
+    async fn put_moderation_list(&self, list: &TermList, at: i64) -> StoreResult<()>;
+
+    /// Remove the list `name`; whether there was one.
+    async fn delete_moderation_list(&self, name: &str) -> StoreResult<bool>;
+
+    /// A value that changes whenever a list is written or removed, cheap to read: nodes poll it.
+    async fn moderation_version(&self) -> StoreResult<(i64, i64)>;
+}
+
 /// Everything easel needs from its store. The API, the workers and the dispatcher hold an
 /// `Arc<dyn Store>` and never learn which database is behind it.
 #[async_trait]
 pub trait Store:
-    TaskQueue + Outbox + Accounts + Views + Retention + Uploads + WebhookTargets
+    TaskQueue + Outbox + Accounts + Views + Retention + Uploads + WebhookTargets + ModerationLists
 {
     /// `sqlite` or `postgres`, for logs.
     fn kind(&self) -> &'static str;

@@ -41,7 +41,8 @@ pub use idempotency::accepted_body;
 pub(crate) use ids::fresh_id_key;
 pub use ids::TaskIds;
 pub use interface::{
-    now_ms, Accounts, Outbox, Retention, SharedStore, Store, TaskQueue, Uploads, Views, Wakeups,
+    now_ms, Accounts, ModerationLists, Outbox, Retention, SharedStore, Store, TaskQueue, Uploads,
+    Views, Wakeups,
 };
 pub use outbox::{
     AttemptRecord, AttemptRow, DueDelivery, FailingDestination, Redelivery, FAILING_SCAN_MAX,

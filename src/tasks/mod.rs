@@ -6,7 +6,9 @@ pub mod body;
 pub mod cancel;
 pub mod events;
 pub mod idempotency;
+pub mod in_progress;
 pub mod list;
+pub mod moderation;
 pub mod queue_position;
 pub mod record;
 pub mod streams;
@@ -42,8 +44,11 @@ pub struct Tasks {
     pub pool: Arc<Pool>,
     /// Checks callers' input image URLs at submit (workers fetch them).
     pub fetcher: ImageFetcher,
-    /// The node's decode memory budget, shared with its workers: uploads are decoded under it.
-    pub decode_budget: DecodeBudget,
+    /// The decode memory budget of callers' images checked at submit (uploads, `data:` URLs):
+    /// a quarter of `decode_memory_budget`, beside the workers' own.
+    pub upload_budget: DecodeBudget,
+    /// The uploads being checked on this node, by account.
+    pub uploads_in_progress: Arc<in_progress::InProgress>,
     /// Where webhooks may be sent.
     pub destinations: DestinationPolicy,
     pub content_policy: ContentPolicy,
@@ -55,6 +60,8 @@ pub struct Tasks {
     pub line: queue_position::QueueLine,
     /// The event streams open on this node, under their limits.
     pub streams: Arc<streams::Streams>,
+    /// The moderation lists, as this node has them.
+    pub moderation: Arc<moderation::Moderation>,
 }
 
 impl Tasks {

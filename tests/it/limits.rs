@@ -428,3 +428,270 @@ async fn input_images_share_the_decode_budget_and_a_set_over_it_fails() {
     let apart = (ends[1] - ends[0]).num_milliseconds().abs();
     assert!(apart >= 900, "the blends ended {apart} ms apart");
 }
+
+/// A PNG of `side` x `side` of noise, which compresses to about its raw size.
+fn noise_png(side: u32) -> Vec<u8> {
+    let mut state: u32 = 0x2545_f491;
+    let data = (0..side * side * 4)
+        .map(|i| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            if i % 4 == 3 {
+                255
+            } else {
+                state as u8
+            }
+        })
+        .collect();
+    encode_png(&RgbaImage {
+        width: side,
+        height: side,
+        data,
+    })
+}
+
+/// A client that takes an answer slower than `min_send_rate` while the server has more to send
+/// is closed; one that takes it at once gets it whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_reading_slower_than_min_send_rate_is_closed() {
+    let app = TestApp::spawn_with(|c| {
+        c.server.min_send_rate = Some((8 * 1024, Duration::from_secs(1)));
+    })
+    .await;
+    let png = noise_png(1200);
+    let res = app
+        .http
+        .post(app.url("/api/v1/upload"))
+        .header("Authorization", &app.key)
+        .header("Content-Type", "image/png")
+        .body(png.clone())
+        .send()
+        .await
+        .unwrap();
+    let (status, upload) = split(res).await;
+    assert_eq!(status, 201, "{upload}");
+    let path = upload["url"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches(&app.base)
+        .to_string();
+    assert_eq!(
+        app.bytes(&upload["url"]).await.len(),
+        png.len(),
+        "a reader at speed"
+    );
+
+    // A small receive buffer, so that the server's writes wait for this reader soon.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut slow = socket.connect(addr(&app).parse().unwrap()).await.unwrap();
+    slow.write_all(format!("GET {path} HTTP/1.1\r\nhost: easel\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let (mut taken, mut closed) = (0usize, false);
+    let mut buf = [0u8; 256];
+    while started.elapsed() < Duration::from_secs(20) {
+        match tokio::time::timeout(Duration::from_secs(2), slow.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => {
+                closed = true;
+                break;
+            }
+            Ok(Ok(n)) => taken += n,
+            Err(_) => {}
+        }
+        // About 2.5 KiB a second: a third of the minimum.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        closed,
+        "still open after {:?}, {taken} bytes taken",
+        started.elapsed()
+    );
+    assert!(
+        taken < png.len() / 4,
+        "closed after {taken} of {} bytes",
+        png.len()
+    );
+}
+
+/// Ten streams of the account resumed with `Last-Event-ID: 0` over 3,000 tasks with 3 KiB of
+/// metadata each, whose clients never read past the head: the server reads the history a page
+/// at a time as each socket drains, so its memory grows by a few pages, not ten histories.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_resumed_from_the_start_and_never_read_keep_memory_bounded() {
+    use futures::StreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let easel = Easel::start(
+        dir.path(),
+        &[
+            ("EASEL_MAX_PENDING_PER_ACCOUNT", "5000"),
+            ("EASEL_WORKERS", "0"),
+        ],
+    );
+    let key = easel.first_key.clone().unwrap();
+    let metadata = json!({"note": "m".repeat(3 * 1024)});
+    futures::stream::iter(0..3000)
+        .for_each_concurrent(8, |i| {
+            let (easel, key, metadata) = (&easel, &key, &metadata);
+            async move {
+                let body = json!({"prompt": format!("task {i}"), "metadata": metadata});
+                let (status, answer) = easel.post(key, "/api/v1/imagine", body).await;
+                assert_eq!(status, 200, "{answer}");
+            }
+        })
+        .await;
+    let before = rss_kib(easel.child.id());
+
+    let target = easel.base.trim_start_matches("http://").to_string();
+    let mut streams = Vec::new();
+    for _ in 0..10 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut s = socket.connect(target.parse().unwrap()).await.unwrap();
+        let request = format!(
+            "GET /api/v1/events HTTP/1.1\r\nhost: easel\r\nauthorization: {key}\r\n\
+             last-event-id: 0\r\n\r\n"
+        );
+        s.write_all(request.as_bytes()).await.unwrap();
+        let mut head = [0u8; 64];
+        let n = s.read(&mut head).await.unwrap();
+        let head = String::from_utf8_lossy(&head[..n]).to_string();
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        streams.push(s);
+    }
+    // Long enough for the server to fill what the sockets hold and then wait.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let during = rss_kib(easel.child.id());
+    eprintln!("RSS {before} KiB before, {during} KiB with 10 unread streams");
+    assert!(
+        during < before + 64 * 1024,
+        "memory stays bounded: {before} KiB -> {during} KiB"
+    );
+    drop(streams);
+}
+
+/// A counter of the binary's `/metrics` (asked with `token`), by its name with labels.
+async fn binary_metric(easel: &Easel, token: &str, name: &str) -> f64 {
+    let text = easel
+        .http
+        .get(format!("{}/metrics", easel.base))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .map_or(0.0, |v| v.trim().parse().unwrap())
+}
+
+/// 40 uploads at once of a PNG of 100 KB that decodes to 100 MB: the account's uploads in
+/// progress are bounded (the rest 429 before any decode), the decodes stay inside the uploads'
+/// quarter of the decode budget, and the node answers `/healthz` meanwhile. Past its day's
+/// bytes, the account's next upload is 429 without a decode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_upload_bombs_stays_in_the_uploads_budget_and_past_the_day_nothing_decodes() {
+    const TOKEN: &str = "upload-bomb-metrics";
+    let bomb = encode_png(&RgbaImage::new(5000, 5000));
+    let dir = tempfile::tempdir().unwrap();
+    let daily = (bomb.len() * 12).to_string();
+    let easel = Easel::start(
+        dir.path(),
+        &[
+            ("EASEL_DECODE_MEMORY_BUDGET", "1GiB"),
+            ("EASEL_MAX_UPLOAD_BYTES_PER_DAY", &daily),
+            ("EASEL_METRICS_TOKEN", TOKEN),
+        ],
+    );
+    let key = easel.first_key.clone().unwrap();
+    let upload = || {
+        easel
+            .http
+            .post(format!("{}/api/v1/upload", easel.base))
+            .header("Authorization", &key)
+            .header("Content-Type", "image/png")
+            .body(bomb.clone())
+            .send()
+    };
+    let before = rss_kib(easel.child.id());
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let watch = async {
+        let (mut slowest, mut peak) = (Duration::ZERO, before);
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            let asked = std::time::Instant::now();
+            let health = reqwest::get(format!("{}/healthz", easel.base))
+                .await
+                .unwrap();
+            assert_eq!(health.status(), 200);
+            slowest = slowest.max(asked.elapsed());
+            peak = peak.max(rss_kib(easel.child.id()));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        (slowest, peak)
+    };
+    let flood = async {
+        let answers = futures::future::join_all((0..40).map(|_| upload())).await;
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        answers
+            .into_iter()
+            .map(|a| a.unwrap().status().as_u16())
+            .collect::<Vec<u16>>()
+    };
+    let (statuses, (slowest, peak)) = tokio::join!(flood, watch);
+    let stored = statuses.iter().filter(|s| **s == 201).count();
+    let refused = statuses.iter().filter(|s| **s == 429).count();
+    eprintln!(
+        "{stored} stored, {refused} refused; RSS {before} KiB before, {peak} KiB at peak; \
+         /healthz at worst {slowest:?}"
+    );
+    assert_eq!(stored + refused, 40, "{statuses:?}");
+    assert!(stored >= 1, "{statuses:?}");
+    let mut outcomes = Vec::new();
+    for outcome in ["decoded", "busy", "over_quota"] {
+        let name = format!("easel_image_checks_total{{outcome=\"{outcome}\"}}");
+        outcomes.push(binary_metric(&easel, TOKEN, &name).await as usize);
+    }
+    assert_eq!(
+        outcomes.iter().sum::<usize>(),
+        40,
+        "each counted once: {outcomes:?}"
+    );
+    assert!(
+        outcomes[1] >= 1,
+        "some waited for none of the decoder: {outcomes:?}"
+    );
+    // The uploads' budget is 256 MiB (a quarter of 1 GiB); the bodies and the server's own
+    // working memory take the rest of the margin.
+    assert!(
+        peak < before + 320 * 1024,
+        "decoding stayed in the uploads' budget: {before} KiB -> {peak} KiB"
+    );
+    assert!(
+        slowest < Duration::from_secs(1),
+        "/healthz took {slowest:?}"
+    );
+
+    // Spend the day, then one more: refused without a decode.
+    for _ in 0..12 {
+        if upload().await.unwrap().status() == 429 {
+            break;
+        }
+    }
+    let decoded = "easel_image_checks_total{outcome=\"decoded\"}";
+    let over = "easel_image_checks_total{outcome=\"over_quota\"}";
+    let (decoded_before, over_before) = (
+        binary_metric(&easel, TOKEN, decoded).await,
+        binary_metric(&easel, TOKEN, over).await,
+    );
+    let refused = upload().await.unwrap();
+    assert_eq!(refused.status(), 429);
+    assert!(refused.headers().contains_key("retry-after"));
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(body["errors"][0]["code"], "quota_exceeded", "{body}");
+    assert_eq!(binary_metric(&easel, TOKEN, decoded).await, decoded_before);
+    assert_eq!(binary_metric(&easel, TOKEN, over).await, over_before + 1.0);
+}

@@ -33,6 +33,7 @@ mod limits;
 mod line_order;
 mod live;
 mod models;
+mod moderation;
 mod observability;
 mod operations;
 mod process;

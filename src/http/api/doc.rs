@@ -80,7 +80,7 @@ const SHARED: [Shared; 8] = [
     Unauthorized::response,
     Retry::response,
     InsufficientCredits::response,
-    TooManyRequests::response,
+    QuotaExceeded::response,
     IdempotencyKeyInUse::response,
     IdempotencyKeyReused::response,
 ];
@@ -157,7 +157,7 @@ shared! {
         "The account's credits do not cover the operation's cost (code insufficient_credits); \
          nothing was stored",
     );
-    TooManyRequests = "TooManyRequests", refused(
+    QuotaExceeded = "QuotaExceeded", refused(
         "quota_exceeded: the account has max_pending_per_account tasks queued or running, or \
          (an upload, a data: URL) its max_upload_bytes_per_day are used until the next UTC day; \
          rate_limited: the key's or the account's request rate limit is spent (per node; see \
@@ -214,7 +214,7 @@ macro_rules! sets {
 
 sets! {
     /// What any request with a key may be answered: no live key, a limit, a moment's outage.
-    Keyed: [] "401" => Unauthorized, "429" => TooManyRequests, "503" => Retry;
+    Keyed: [] "401" => Unauthorized, "429" => QuotaExceeded, "503" => Retry;
     /// A request with a key and something of its own to check (a query, a path, a body).
     Checked: [Keyed] "400" => Refusal;
     /// A request that names one of the caller's tasks: no such task of the caller's is 404.
@@ -223,6 +223,8 @@ sets! {
     Conflict: [] "409" => Refusal;
     /// A request with a body: over its limit, or not of a type the route takes.
     Posted: [Checked] "413" => Refusal, "415" => Refusal;
+    /// An operator's request (an admin key): anyone else's is 404, as for no such route.
+    Operator: [Posted] "404" => Refusal;
     /// What only a submit may be answered: its cost, its parent or images, its idempotency key.
     SubmitRefused: [Posted] "402" => InsufficientCredits, "404" => NotFound,
         "409" => IdempotencyKeyInUse, "422" => IdempotencyKeyReused;

@@ -11,6 +11,7 @@ pub mod events;
 pub mod files;
 pub mod health;
 pub mod models;
+pub mod moderation;
 pub mod records;
 pub mod submit;
 pub mod upload;
@@ -58,6 +59,7 @@ fn registered() -> OpenApiRouter<AppState> {
         .merge(account::routes())
         .merge(models::routes())
         .merge(health::routes())
+        .merge(moderation::routes())
         .routes(routes!(openapi))
         .merge(files::routes())
 }

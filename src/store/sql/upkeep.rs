@@ -43,6 +43,8 @@ const DELETE_UPLOADS: Sql = sql!(
     sqlite: "DELETE FROM uploads WHERE id IN (SELECT value FROM json_each($1))",
     postgres: "DELETE FROM uploads WHERE id = ANY($1)",
 );
+const UPLOADED: Sql =
+    sql!("SELECT COALESCE((SELECT bytes FROM upload_days WHERE account_id = $1 AND day = $2), 0)");
 /// The daily counts no limit reads any more.
 const FORGET_DAYS: Sql = sql!("DELETE FROM upload_days WHERE day < $1");
 
@@ -88,6 +90,12 @@ impl<S: SqlStore> Uploads for S {
     ) -> StoreResult<UploadAdmitted> {
         let max = i64::try_from(max_bytes_per_day).unwrap_or(i64::MAX);
         self.admit_upload(upload, max).await
+    }
+
+    async fn uploaded_bytes(&self, account_id: &str, day: i64) -> StoreResult<i64> {
+        let args = [account_id.into(), day.into()];
+        let (bytes,): (i64,) = self.reader().one(&UPLOADED, &args).await?;
+        Ok(bytes)
     }
 
     async fn upload_by_key(&self, key: &str) -> StoreResult<Option<Upload>> {

@@ -6,7 +6,7 @@ use bytes::Bytes;
 
 use super::super::upload::discard;
 use super::super::upload::inline::{decode_data_url, is_data_url};
-use super::super::upload::{check_image, check_owned, keep_upload, upload_account};
+use super::super::upload::{admit, check_image, check_owned, keep_upload, upload_account};
 use super::super::Tasks;
 use super::draft::Draft;
 use crate::auth::{look_up, PresentedKey};
@@ -58,12 +58,22 @@ impl Draft {
                 check_owned(tasks, &account, field, &blob).await?;
             } else if is_data_url(url) {
                 let bytes = Bytes::from(decode_data_url(field, url)?);
-                let checked = check_image(tasks, field, bytes.clone()).await?;
-                inline.push((field.clone(), url, bytes, checked));
+                inline.push((field.clone(), url, bytes));
             }
         }
-        let mut kept = Vec::with_capacity(inline.len());
-        for (field, url, bytes, checked) in inline {
+        let Some((first, _, _)) = inline.first() else {
+            return Ok(Vec::new());
+        };
+        // The account's turn and day before any pixel is decoded.
+        let total = inline.iter().map(|(_, _, b)| b.len() as u64).sum();
+        let _turn = admit(tasks, &account, first, total).await?;
+        let mut checked = Vec::with_capacity(inline.len());
+        for (field, url, bytes) in inline {
+            let image = check_image(tasks, &field, bytes.clone()).await?;
+            checked.push((field, url, bytes, image));
+        }
+        let mut kept = Vec::with_capacity(checked.len());
+        for (field, url, bytes, checked) in checked {
             match keep_upload(tasks, &account, &field, bytes, checked).await {
                 Ok(upload) => {
                     **url = blobs.url(&upload.key);

@@ -68,7 +68,14 @@ pub async fn submit_keyed(
                 msg: format!("{kind}: no configured backend can run this operation"),
             });
         }
-        Draft::parse(kind, tasks, &body)
+        let draft = Draft::parse(kind, tasks, &body)?;
+        if let Some(prompt) = &draft.prompt {
+            // Every list applies to every account until plans name theirs.
+            tasks
+                .moderation
+                .check("prompt", prompt.as_str(), |_| true)?;
+        }
+        Ok(draft)
     });
     let draft = match draft {
         Ok(draft) => draft.check_mask().await.map(|()| draft),
@@ -138,7 +145,7 @@ async fn accept(tasks: &Tasks, key: &PresentedKey, task: &NewTask) -> Result<Ans
             })
         }
         Submitted::QuotaFull => {
-            return Err(ApiError::TooManyRequests {
+            return Err(ApiError::QuotaExceeded {
                 msg: format!(
                 "the account already has {limit} tasks queued or running; wait for some to finish"
             ),

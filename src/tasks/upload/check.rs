@@ -45,9 +45,12 @@ pub async fn check_image(tasks: &Tasks, field: &str, bytes: Bytes) -> Result<Che
         .map_err(|e| ApiError::Internal(anyhow::anyhow!("image check: {e}")))?
     };
     let header = probed.map_err(|e| bad(e.to_string()))?;
-    // Every pixel, under the budget the workers share: what passes here decodes there.
+    // Every pixel, under the uploads' own budget (the workers' is another): what passes here
+    // decodes there, and a flood of uploads neither waits for the workers' tasks nor makes them
+    // wait.
+    crate::metrics::image_check("decoded");
     tasks
-        .decode_budget
+        .upload_budget
         .decode_all(vec![(field.to_string(), bytes)], limits)
         .await
         .map_err(|e| ApiError::BadRequest {

@@ -3,6 +3,7 @@
 //! account, and a row) for `upload_retention`, counted against the account's bytes for the day.
 //! The dashboard's playground uploads through the same code.
 
+mod admit;
 mod check;
 pub mod inline;
 
@@ -15,8 +16,9 @@ use uuid::Uuid;
 use super::Tasks;
 use crate::domain::rfc3339;
 use crate::refusal::ApiError;
-use crate::store::{now_ms, upload_day, Upload, UploadAdmitted};
+use crate::store::{now_ms, Upload, UploadAdmitted};
 
+pub use admit::admit;
 pub use check::{check_image, Checked};
 
 use crate::blobs::UPLOAD_FOLDER;
@@ -29,6 +31,7 @@ pub async fn store_upload(
     field: &str,
     bytes: Bytes,
 ) -> Result<Upload, ApiError> {
+    let _turn = admit(tasks, account_id, field, bytes.len() as u64).await?;
     let checked = check_image(tasks, field, bytes.clone()).await?;
     keep_upload(tasks, account_id, field, bytes, checked).await
 }
@@ -69,15 +72,8 @@ pub async fn keep_upload(
     match tasks.store.insert_upload(&upload, limit).await? {
         UploadAdmitted::Stored => {}
         UploadAdmitted::OverDailyLimit { used } => {
-            let next_day = (upload_day(now) + 1) * 86_400_000;
-            return Err(ApiError::TooManyRequests {
-                msg: format!(
-                    "{field}: the account may upload {limit} bytes per day (UTC); {used} are \
-                     used and this upload is {} bytes",
-                    upload.byte_size
-                ),
-                retry_after_secs: ((next_day - now) / 1000).max(1) as u64,
-            });
+            let bytes = upload.byte_size as u64;
+            return Err(admit::over_day(field, limit, used, bytes, now));
         }
     }
     if let Err(e) = tasks.blobs.put(&upload.key, bytes.to_vec()).await {
