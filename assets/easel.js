@@ -52,6 +52,15 @@ document.addEventListener("DOMContentLoaded", function () {
           ? "queued, " + data.queue_position + " ahead"
           : "";
     }
+    // A running task whose backend failed waits for it: said until a backend takes it again
+    // (a later progress event or record without `retrying`).
+    var retrying = section.querySelector("[data-retrying]");
+    if (retrying) {
+      var r = data.status === "processing" && data.retrying;
+      retrying.textContent = r
+        ? "Waiting for the backend, retry " + r.attempt + ": " + r.error
+        : "";
+    }
     var box = section.querySelector("[data-preview-box]");
     if (box && data.preview_image_url) {
       var img = box.querySelector("img[data-preview]");

@@ -4,7 +4,8 @@
 //!
 //! - the share of the backends' capacity easel keeps busy while a backlog of tasks is queued:
 //!   the time the backends spent on jobs, summed, over the window's length times their total
-//!   concurrency (goal: at least 95%, with one backend and with three of different speeds);
+//!   concurrency (goal: at least 95%, with one backend and with three of different speeds, and
+//!   with one backend and four workers, whose jobs are handed its one slot in line order);
 //! - easel's own time per task on top of the backend's: a task's time from `started_at` (the
 //!   worker took it) to `finished_at` in its record, minus the time the backend spent on its
 //!   job, with one task at a time, the backend answering PNG or JPEG photo-like pictures
@@ -242,14 +243,15 @@ struct Measured {
     jobs_per_backend: Vec<usize>,
 }
 
-/// Run `tasks` imagine tasks through easel in front of backends of `(ms per job, concurrency)`:
-/// all submitted at once (a backlog), or one after another.
+/// Run `tasks` imagine tasks through easel (with `workers` workers) in front of backends of
+/// `(ms per job, concurrency)`: all submitted at once (a backlog), or one after another.
 #[allow(clippy::too_many_arguments)]
 async fn measure(
     ctx: &Ctx,
     name: &str,
     backends: &[(u64, usize)],
     tasks: usize,
+    workers: usize,
     one_at_a_time: bool,
     image_size: u32,
     answer: Answer,
@@ -278,6 +280,7 @@ async fn measure(
             ("EASEL_CONFIG", config.display().to_string()),
             ("EASEL_IMAGE_SIZE", image_size.to_string()),
             ("EASEL_SQLITE_SYNCHRONOUS", sync.to_string()),
+            ("EASEL_WORKERS", workers.to_string()),
         ],
         &data,
         "easel",
@@ -421,8 +424,12 @@ pub fn percentile(v: &[f64], q: f64) -> f64 {
     v[((v.len() - 1) as f64 * q).round() as usize]
 }
 
-/// A busy-share run: its key, its label, its backends (ms per job, concurrency), its tasks.
-type Setup = (&'static str, &'static str, Vec<(u64, usize)>, usize);
+/// A busy-share run: its key, its label, its backends (ms per job, concurrency), its tasks, and
+/// easel's workers.
+type Setup = (&'static str, &'static str, Vec<(u64, usize)>, usize, usize);
+
+/// easel's default `workers`.
+const DEFAULT_WORKERS: usize = 2;
 
 pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
     let quick = ctx.plan.run_secs < 10;
@@ -430,24 +437,38 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
     let mut rows = Vec::new();
     let mut details = serde_json::Map::new();
 
-    // (a) The busy share with a backlog: one backend, then three of different speeds.
-    let setups: [Setup; 2] = [
+    // (a) The busy share with a backlog: one backend, then three of different speeds; and one
+    // backend with more workers than its slots, whose jobs wait in the node's line for it and
+    // are handed its slot in turn (issue 52): the handoff must not leave it idle.
+    let setups: [Setup; 3] = [
         (
             "one",
             "one backend (100 ms/job, concurrency 1)",
             vec![(100, 1)],
             scale(120),
+            DEFAULT_WORKERS,
         ),
         (
             "three",
             "three backends (100 ms x2, 200 ms x1, 400 ms x1 per job)",
             vec![(100, 2), (200, 1), (400, 1)],
             scale(300),
+            DEFAULT_WORKERS,
+        ),
+        (
+            "one_4_workers",
+            "one backend with 4 workers (100 ms/job, concurrency 1)",
+            vec![(100, 1)],
+            scale(120),
+            4,
         ),
     ];
-    for (key, label, backends, tasks) in setups {
+    for (key, label, backends, tasks, workers) in setups {
         let (size, png) = (IMAGE_SIZE, Answer::Png);
-        let m = measure(ctx, key, &backends, tasks, false, size, png, "full").await?;
+        let m = measure(
+            ctx, key, &backends, tasks, workers, false, size, png, "full",
+        )
+        .await?;
         println!(
             "   busy share, {label}: {:.1}% over {:.1} s ({tasks} tasks queued at once, \
              jobs per backend {:?})",
@@ -456,7 +477,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
         details.insert(
             format!("busy_{key}"),
             json!({"busy_pct": m.busy, "window_secs": m.window_secs, "tasks": tasks,
-                   "backends": backends, "jobs_per_backend": m.jobs_per_backend,
+                   "workers": workers, "backends": backends,
+                   "jobs_per_backend": m.jobs_per_backend,
                    // Under load a task also waits for a free slot: not easel's own time.
                    "taken_to_finished_minus_job_ms_median": median(&m.overhead_ms)}),
         );
@@ -487,6 +509,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
             &format!("alone-{size}-{format}-{sync}"),
             &[(100, 1)],
             tasks,
+            DEFAULT_WORKERS,
             true,
             size,
             answer,

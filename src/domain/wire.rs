@@ -12,7 +12,7 @@ use utoipa::{PartialSchema, ToSchema};
 use super::operation::{AltKind, Dimension, OpKind, Operation, PanDirection, VariationOf};
 use super::schema::{index_or, one_of};
 use super::task::{ProcessMode, TaskStatus};
-use super::{Metadata, Parameters, Settings, WebhookEvent, WebhookEvents};
+use super::{Metadata, Parameters, Retrying, Settings, WebhookEvent, WebhookEvents};
 
 /// One follow-up a finished task offers (see `domain::actions`), ready to send as
 /// `POST /api/v1/{operation}` with `body`.
@@ -260,9 +260,10 @@ pub enum DeliveryStatus {
     Skipped,
 }
 
-/// What a pending or starting task waits for (`waiting_for` in its record): its turn in the
-/// queue, its account's running tasks (the account has `max_running_per_account` running), or a
-/// free backend (a worker took it).
+/// What a task waits for (`waiting_for` in its record): while pending or starting, its turn in
+/// the queue, its account's running tasks (the account has `max_running_per_account` running),
+/// or a free backend (a worker took it); while processing, a backend that failed in a way that
+/// may pass (then `retrying` says which attempt failed, and why).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WaitingFor {
@@ -270,8 +271,46 @@ pub enum WaitingFor {
     Turn,
     /// Its account already has `max_running_per_account` tasks running.
     RunningLimit,
-    /// A backend: a worker has taken it and waits for a free backend.
+    /// A backend: a worker has taken it and waits for a free backend, or (processing) its
+    /// backend failed and it waits to be tried again.
     Backend,
+}
+
+/// The data of an `event: progress` of an event stream (built in `tasks::events`): a waiting
+/// task's place in line, or a running task's progress. Optional fields are left out, never null.
+#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
+pub struct TaskProgress {
+    #[schema(value_type = uuid::Uuid)]
+    pub task_id: String,
+    #[schema(value_type = Waiting)]
+    pub status: &'static str,
+    /// 0 to 100, a string as in the record.
+    pub percentage: String,
+    /// pending and starting tasks, as in the record.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub queue_position: Option<u32>,
+    /// pending and starting tasks; processing tasks while `retrying` is given (`backend`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub waiting_for: Option<WaitingFor>,
+    /// processing tasks whose backend failed and that wait to be tried again; a later progress
+    /// event without it says a backend has taken the task again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub retrying: Option<Retrying>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, format = "uri")]
+    pub preview_image_url: Option<String>,
+}
+
+/// The statuses a task has progress in.
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+pub enum Waiting {
+    Pending,
+    Starting,
+    Processing,
 }
 
 /// A task's record. Times are RFC 3339 UTC with milliseconds; `expires_at` is null until the
@@ -294,9 +333,17 @@ pub struct Record {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub queue_position: Option<u32>,
+    /// pending and starting tasks, and processing tasks whose backend failed and that wait to
+    /// be tried again (`backend`, with `retrying`).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub waiting_for: Option<WaitingFor>,
+    /// processing tasks whose backend failed in a way that may pass (unreachable, timed out,
+    /// 5xx) and that wait to be tried again: the attempt that failed and its error. Absent once a
+    /// backend has taken the task again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub retrying: Option<Retrying>,
     /// processing tasks whose backend gives previews: a small JPEG of the work so far, removed
     /// when the task ends.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -384,6 +431,7 @@ mod tests {
             percentage: "100".into(),
             queue_position: Some(3),
             waiting_for: Some(WaitingFor::RunningLimit),
+            retrying: Some(Retrying::new(1, "connection refused")),
             preview_image_url: Some("u".into()),
             prompt: "p".into(),
             parameters: Parameters {
@@ -471,6 +519,7 @@ mod tests {
         bare.webhook_events = None;
         bare.queue_position = None;
         bare.waiting_for = None;
+        bare.retrying = None;
         bare.preview_image_url = None;
         bare.operation = OperationFields::default();
         bare.result = ResultFields::default();
@@ -480,6 +529,40 @@ mod tests {
         bare.settings = Settings::default();
         let bare = serde_json::to_value(bare).unwrap();
         let mut required: Vec<String> = task["required"]
+            .as_array()
+            .expect("required")
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect();
+        required.sort();
+        assert_eq!(keys(&bare), required);
+    }
+
+    #[test]
+    fn a_progress_event_has_the_fields_of_its_schema_and_never_a_null() {
+        let full = TaskProgress {
+            task_id: "t".into(),
+            status: "processing",
+            percentage: "40".into(),
+            queue_position: Some(0),
+            waiting_for: Some(WaitingFor::Backend),
+            retrying: Some(Retrying::new(2, "the backend answered HTTP 503")),
+            preview_image_url: Some("u".into()),
+        };
+        let progress = schema::<TaskProgress>();
+        let said = serde_json::to_value(&full).unwrap();
+        assert_eq!(keys(&said), keys(&progress["properties"]));
+        assert_eq!(said["retrying"]["attempt"], 2);
+        let bare = TaskProgress {
+            queue_position: None,
+            waiting_for: None,
+            retrying: None,
+            preview_image_url: None,
+            ..full
+        };
+        let bare = serde_json::to_value(bare).unwrap();
+        assert!(bare.as_object().unwrap().values().all(|v| !v.is_null()));
+        let mut required: Vec<String> = progress["required"]
             .as_array()
             .expect("required")
             .iter()

@@ -11,6 +11,7 @@ use std::time::Instant;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::domain::Retrying;
 use crate::images::preview::PreviewImage;
 
 /// A backend's slot while a job holds it. The pool's own type is erased here so that the job's
@@ -52,14 +53,6 @@ struct Shared {
     changed: Notify,
     /// Cancelled once a backend has taken the job (the pool gave it a slot).
     started: CancellationToken,
-}
-
-/// A job whose backend failed in a way that may pass, waiting to be tried again.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Retrying {
-    /// The attempt that failed: 1 for the first.
-    pub attempt: u32,
-    pub error: String,
 }
 
 impl Default for Progress {
@@ -129,10 +122,7 @@ impl Progress {
 
     /// The backend attempt `attempt` failed with `error` and the job waits to be tried again.
     pub fn retrying(&self, attempt: u32, error: &str) {
-        *self.lock_retrying() = Some(Retrying {
-            attempt,
-            error: error.to_string(),
-        });
+        *self.lock_retrying() = Some(Retrying::new(attempt, error));
         self.shared.changed.notify_one();
     }
 

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::broadcast;
 
-use crate::domain::TaskStatus;
+use crate::domain::{Retrying, TaskStatus};
 
 /// Events kept for a task's listeners that have not read them yet; a listener further behind
 /// has lagged (and reads the stored state again, or is dropped).
@@ -37,10 +37,12 @@ pub enum Happened {
     /// Its stored state changed: it is now `status` (read it again for the rest).
     Changed { status: TaskStatus },
     /// Its worker reports progress (`live`: not stored yet), or stored it (with the preview, when
-    /// there is one, at `preview_key`).
+    /// there is one, at `preview_key`, and the failed backend attempt it waits to retry, if it
+    /// does).
     Progress {
         percentage: i64,
         preview_key: Option<String>,
+        retrying: Option<Retrying>,
         live: bool,
     },
 }

@@ -12,7 +12,9 @@ use super::{
     Task, TaskIds, WebhookState,
 };
 use crate::domain::output::OutputColumns;
-use crate::domain::{Extras, OpKind, Operation, Output, TaskStatus, WebhookEvent, WebhookEvents};
+use crate::domain::{
+    Extras, OpKind, Operation, Output, Retrying, TaskStatus, WebhookEvent, WebhookEvents,
+};
 
 /// A task's id from before ids were made from `seq`: SQLite keeps those of the tasks stored
 /// before its migration 0004; PostgreSQL has none.
@@ -36,7 +38,7 @@ pub(crate) const TASK_COLUMNS: Sql = sql!(
     " AS image_keys, t.result, t.error, t.webhook_url, t.extras, d.status AS wh_status,
      d.attempts AS wh_attempts, d.last_status_code AS wh_last_status_code,
      d.last_error AS wh_last_error, d.next_attempt_at AS wh_next_attempt_at, t.data_removed_at,
-     t.event_seq, t.preview_key"
+     t.event_seq, t.preview_key, t.retry_attempt, t.retry_error"
 );
 /// What [`TASK_COLUMNS`] reads beside `tasks t`: its delivery, and on SQLite its parent.
 pub(crate) const TASK_JOINS: Sql = sql!(
@@ -77,6 +79,8 @@ pub(crate) struct TaskRow {
     data_removed_at: Option<i64>,
     event_seq: Option<i64>,
     preview_key: Option<String>,
+    retry_attempt: Option<i64>,
+    retry_error: Option<String>,
 }
 
 /// A stored name decoded into its domain type: a value that is not one of them (a damaged row, or
@@ -159,6 +163,15 @@ impl TaskRow {
             preview_key: self
                 .preview_key
                 .filter(|_| status == TaskStatus::Processing),
+            retrying: match (self.retry_attempt, self.retry_error) {
+                (Some(attempt), Some(error)) if status == TaskStatus::Processing => {
+                    Some(Retrying {
+                        attempt: u32::try_from(attempt).unwrap_or(u32::MAX),
+                        error,
+                    })
+                }
+                _ => None,
+            },
         })
     }
 }

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use crate::domain::output::OutputColumns;
 pub use crate::domain::Outcome;
 use crate::domain::{
-    AspectRatio, Extras, OpKind, Operation, Output, PayloadHead, ProcessMode, TaskStatus,
+    AspectRatio, Extras, OpKind, Operation, Output, PayloadHead, ProcessMode, Retrying, TaskStatus,
 };
 
 /// A task as submitted and validated. Its account is the submitting key's; its id is given
@@ -119,6 +119,9 @@ pub struct Task {
     pub version: i64,
     /// The latest preview of its image while it is processing (a blob key).
     pub preview_key: Option<String>,
+    /// While it is processing: the backend attempt that failed last, when it waits to be tried
+    /// again (its backend went down, say); None once a backend has taken it again.
+    pub retrying: Option<Retrying>,
 }
 
 impl Task {
@@ -222,6 +225,8 @@ pub struct StoredProgress {
     pub percentage: i64,
     /// The latest preview's blob key, if there is one.
     pub preview_key: Option<String>,
+    /// The failed backend attempt the task waits to retry, if it does.
+    pub retrying: Option<Retrying>,
 }
 
 /// One page of an account's tasks, newest first.

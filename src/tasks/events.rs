@@ -16,13 +16,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
-use serde_json::json;
 
 use super::queue_position::{waiting_for_at, waits};
 pub use super::streams::{StreamSlot, Streams};
 use super::Tasks;
-use crate::domain::wire::WaitingFor;
-use crate::domain::{OpKind, TaskStatus};
+use crate::domain::wire::{TaskProgress, WaitingFor};
+use crate::domain::{OpKind, Retrying, TaskStatus};
 use crate::refusal::ApiError;
 use crate::store::{Happened, Heard, Listener, StoreResult, Task, TaskEvent, LIST_LIMIT_MAX};
 
@@ -114,9 +113,9 @@ struct Memory {
     /// The waiting tasks, with their status and last said place in line (and whether their
     /// account was at its running limit).
     waiting: HashMap<i64, (TaskStatus, Option<Place>)>,
-    /// The progress last said of each running task, so that the stored copy of what was said
-    /// live is not said twice.
-    progress: HashMap<i64, (i64, Option<String>)>,
+    /// The progress last said of each running task (its percentage, preview and failed backend
+    /// attempt), so that the stored copy of what was said live is not said twice.
+    progress: HashMap<i64, (i64, Option<String>, Option<Retrying>)>,
     /// Events after stored states (ids `{version}.{n}`).
     n: u64,
     /// The highest version sent.
@@ -296,6 +295,7 @@ impl EventStream {
             Happened::Progress {
                 percentage,
                 preview_key,
+                retrying,
                 live,
             } => {
                 let Some((_, kind)) = known else {
@@ -305,7 +305,7 @@ impl EventStream {
                 if !self.filter.passes(kind, TaskStatus::Processing) {
                     return Ok(());
                 }
-                let said = (*percentage, preview_key.clone());
+                let said = (*percentage, preview_key.clone(), retrying.clone());
                 if self.said.progress.get(&event.seq) == Some(&said) {
                     // Stored as it was said: only the version moves on.
                     self.said.sent.insert(event.seq, (event.version, kind));
@@ -322,19 +322,16 @@ impl EventStream {
                     event.version.to_string()
                 };
                 self.said.waiting.remove(&event.seq);
-                let mut data = json!({
-                    "task_id": self.tasks.store.task_id(event.seq).to_string(),
-                    "status": "processing",
-                    "percentage": percentage.to_string(),
-                });
-                if let Some(key) = preview_key {
-                    data["preview_image_url"] = self.tasks.blobs.url(key).into();
-                }
-                self.said.out.push_back(Said {
-                    event: "progress",
-                    id,
-                    data: data.to_string(),
-                });
+                let data = TaskProgress {
+                    task_id: self.tasks.store.task_id(event.seq).to_string(),
+                    status: TaskStatus::Processing.as_str(),
+                    percentage: percentage.to_string(),
+                    queue_position: None,
+                    waiting_for: retrying.as_ref().map(|_| WaitingFor::Backend),
+                    retrying: retrying.clone(),
+                    preview_image_url: preview_key.as_deref().map(|key| self.tasks.blobs.url(key)),
+                };
+                self.say_progress(id, &data);
                 Ok(())
             }
         }
@@ -500,19 +497,26 @@ impl EventStream {
                 continue;
             }
             self.said.n += 1;
-            let data = json!({
-                "task_id": self.tasks.store.task_id(seq).to_string(),
-                "status": status.as_str(),
-                "percentage": "0",
-                "queue_position": position,
-                "waiting_for": waiting_for_at(status, held),
-            });
-            self.said.out.push_back(Said {
-                event: "progress",
-                id: format!("{version}.{}", self.said.n),
-                data: data.to_string(),
-            });
+            let data = TaskProgress {
+                task_id: self.tasks.store.task_id(seq).to_string(),
+                status: status.as_str(),
+                percentage: "0".into(),
+                queue_position: Some(position),
+                waiting_for: Some(waiting_for_at(status, held)),
+                retrying: None,
+                preview_image_url: None,
+            };
+            self.say_progress(format!("{version}.{}", self.said.n), &data);
         }
+    }
+
+    /// Queue an `event: progress` with `data`, under `id`.
+    fn say_progress(&mut self, id: String, data: &TaskProgress) {
+        self.said.out.push_back(Said {
+            event: "progress",
+            id,
+            data: serde_json::to_string(data).expect("progress serializes"),
+        });
     }
 }
 

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::blobs::Blobs;
 use crate::domain::rfc3339;
-use crate::domain::wire::{Record, WebhookState};
+use crate::domain::wire::{Record, WaitingFor, WebhookState};
 use crate::store::Task;
 
 /// The record of `task`, with its images' URLs made by `blobs`: the fields every task has, its
@@ -27,7 +27,10 @@ pub fn task_record(task: &Task, blobs: &Blobs, retention: Option<Duration>) -> R
         status: task.status.as_str(),
         percentage: task.percentage.to_string(),
         queue_position: None,
-        waiting_for: None,
+        // A running task whose backend failed waits for one again (`Tasks::record` says what a
+        // waiting task waits for).
+        waiting_for: task.retrying.as_ref().map(|_| WaitingFor::Backend),
+        retrying: task.retrying.clone(),
         preview_image_url: task.preview_key.as_deref().map(|key| blobs.url(key)),
         prompt: task.prompt.clone(),
         parameters: task.extras.parameters.clone(),

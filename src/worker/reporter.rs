@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::blobs::Blobs;
 use crate::config::Config;
+use crate::domain::Retrying;
 use crate::generate::Progress;
 use crate::images::preview;
 use crate::store::SharedStore;
@@ -57,6 +58,8 @@ struct Told {
     version: i64,
     processing: bool,
     live_percentage: i64,
+    /// The failed backend attempt last told live (None: none, or it was taken again).
+    live_retrying: Option<Retrying>,
     stored: Option<StoredProgress>,
     stored_at: Option<Instant>,
     preview_key: Option<String>,
@@ -143,24 +146,32 @@ impl Reporter {
         }
     }
 
-    /// Tell the task's listeners of the generator's percentage, if it moved.
+    /// Tell the task's listeners of the generator's percentage, if it moved, and of a backend
+    /// attempt that failed (or of the job taken again after one).
     async fn tell_live(&self, told: &mut Told) {
         let percentage = self.progress.get().min(99);
-        if percentage <= told.live_percentage {
+        let retrying = self.progress.retry_state();
+        let moved = percentage > told.live_percentage;
+        if !moved && retrying == told.live_retrying {
             return;
         }
-        told.live_percentage = percentage;
+        told.live_percentage = told.live_percentage.max(percentage);
+        told.live_retrying = retrying.clone();
         let event = TaskEvent {
             seq: self.seq,
             account_id: self.account_id.clone(),
             version: told.version,
             what: Happened::Progress {
-                percentage,
+                percentage: told.live_percentage,
                 preview_key: told.preview_key.clone(),
+                retrying,
                 live: true,
             },
         };
-        self.offer(percentage, told.preview_key.as_deref());
+        // Progress deliveries say the percentage only (their payload is fixed by the contract).
+        if moved {
+            self.offer(percentage, told.preview_key.as_deref());
+        }
         if let Err(e) = self.store.publish_progress(event).await {
             tracing::debug!(error = %e, "could not tell the task's listeners of its progress");
         }
@@ -171,8 +182,10 @@ impl Reporter {
     async fn store_progress(&self, told: &mut Told) -> Stored {
         let now = Instant::now();
         let percentage = self.progress.get().min(99);
+        let retrying = self.progress.retry_state();
         let changed = self.progress.has_preview()
-            || told.stored.as_ref().map(|s| s.percentage) != Some(percentage);
+            || told.stored.as_ref().map(|s| (s.percentage, &s.retrying))
+                != Some((percentage, &retrying));
         if !changed {
             return Stored::Unchanged;
         }
@@ -188,6 +201,7 @@ impl Reporter {
         let progress = StoredProgress {
             percentage,
             preview_key,
+            retrying,
         };
         if told.stored.as_ref() == Some(&progress) {
             return Stored::Unchanged;

@@ -13,16 +13,16 @@ use serde_json::{json, Value};
 use crate::common::{self, TestApp};
 
 /// A client that keeps cookies and does not follow redirects, so each answer can be checked.
-struct Browser {
+pub(crate) struct Browser {
     base: String,
     http: reqwest::Client,
     cookies: HashMap<String, String>,
 }
 
-struct Page {
-    status: u16,
+pub(crate) struct Page {
+    pub(crate) status: u16,
     headers: HeaderMap,
-    body: String,
+    pub(crate) body: String,
 }
 
 impl Page {
@@ -114,7 +114,7 @@ impl Browser {
         }
     }
 
-    async fn get(&mut self, path: &str) -> Page {
+    pub(crate) async fn get(&mut self, path: &str) -> Page {
         let res = self
             .http
             .get(format!("{}{path}", self.base))
@@ -915,7 +915,7 @@ async fn the_signing_secret_is_shown_and_rotated_on_request_only() {
 
 /// The first account (the operator) signed in, its password set as `easel accounts
 /// set-password` sets it.
-async fn operator(app: &TestApp) -> Browser {
+pub(crate) async fn operator(app: &TestApp) -> Browser {
     let admin = app.store.first_account().await.unwrap().unwrap();
     let hash = easel::accounts::hash_password(PASSWORD.into())
         .await

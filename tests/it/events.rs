@@ -10,21 +10,21 @@ use serde_json::{json, Value};
 
 /// One event read off a stream.
 #[derive(Debug, Clone)]
-struct Ev {
-    event: String,
-    id: String,
-    data: Value,
+pub(crate) struct Ev {
+    pub event: String,
+    pub id: String,
+    pub data: Value,
 }
 
-/// A stream being read.
-struct Events {
+/// A stream being read (line_order.rs reads one too).
+pub(crate) struct Events {
     response: reqwest::Response,
     buffer: String,
 }
 
 impl Events {
     /// Open `path` with `key` (and `Last-Event-ID`); the status, and the stream when 200.
-    async fn open(
+    pub(crate) async fn open(
         app: &TestApp,
         key: &str,
         path: &str,
@@ -53,7 +53,7 @@ impl Events {
     }
 
     /// The next event, or None when the stream ended; panics after `within`.
-    async fn next(&mut self, within: Duration) -> Option<Ev> {
+    pub(crate) async fn next(&mut self, within: Duration) -> Option<Ev> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             if let Some(end) = self.buffer.find("\n\n") {
@@ -89,7 +89,7 @@ impl Events {
     }
 
     /// Every event up to the end of the stream.
-    async fn rest(&mut self, within: Duration) -> Vec<Ev> {
+    pub(crate) async fn rest(&mut self, within: Duration) -> Vec<Ev> {
         let mut all = Vec::new();
         while let Some(ev) = self.next(within).await {
             all.push(ev);

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 
 use crate::backend_mocks::sdwebui::{start_webui, WebUi};
 use crate::common::{self, TestApp};
+use crate::events::Events;
 use easel::config::{BackendConfig, Config};
 
 const WITHIN: Duration = Duration::from_secs(60);
@@ -31,6 +32,11 @@ fn received(ui: &WebUi) -> Vec<String> {
         .iter()
         .map(|(_, body)| body["prompt"].as_str().unwrap_or_default().to_string())
         .collect()
+}
+
+/// The record of the task `id`.
+async fn record(app: &TestApp, id: &str) -> Value {
+    app.get(&format!("/api/v1/tasks/{id}")).await.1
 }
 
 /// A node on `url`'s one-slot backend with `workers` workers.
@@ -141,4 +147,103 @@ async fn a_node_claims_no_further_ahead_than_one_task_beyond_its_free_slots() {
         assert_eq!(app.wait_final(id, WITHIN).await["status"], "finished");
     }
     assert_eq!(received(&ui), ["t0", "t1", "t2", "t3", "t4", "t5"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_task_whose_backend_goes_down_says_it_waits_for_it_until_it_is_back() {
+    // Each job takes 2.5 s: long enough to take the backend down under the first, and to see
+    // the second, once it is back, running with the wait no longer said.
+    let ui = Arc::new(WebUi {
+        shade: 10,
+        delay_ms: 2500,
+        ..WebUi::default()
+    });
+    let url = start_webui(ui.clone()).await;
+    let app = node(&url, 1, |_| {}).await;
+    let id = app.imagine(json!({"prompt": "a lighthouse"})).await;
+    let (status, stream) =
+        Events::open(&app, &app.key, &format!("/api/v1/tasks/{id}/events"), None).await;
+    assert_eq!(status, 200);
+    let mut stream = stream.unwrap();
+    common::wait_for(WITHIN, || async {
+        let r = record(&app, &id).await;
+        (r["status"] == "processing" && ui.running.load(Ordering::SeqCst) == 1).then_some(())
+    })
+    .await
+    .expect("the task runs on the backend");
+    assert!(record(&app, &id).await.get("retrying").is_none());
+
+    // The backend goes down under it: the job fails at its end and is tried again, and the
+    // backend, failing every attempt, is taken out until a probe finds it back.
+    ui.down.store(true, Ordering::SeqCst);
+    let waiting = common::wait_for(WITHIN, || async {
+        let r = record(&app, &id).await;
+        r.get("retrying").is_some().then_some(r)
+    })
+    .await
+    .expect("the record says the task waits for its backend");
+    assert_eq!(waiting["status"], "processing", "{waiting}");
+    assert_eq!(waiting["waiting_for"], "backend", "{waiting}");
+    assert!(waiting.get("queue_position").is_none(), "{waiting}");
+    assert!(waiting["retrying"]["attempt"].as_u64().unwrap() >= 1);
+    let error = waiting["retrying"]["error"].as_str().unwrap();
+    assert!(error.contains("HTTP 503"), "{waiting}");
+    // The dashboard's task page says it too (its live region; the script keeps it current).
+    let mut operator = crate::dashboard::operator(&app).await;
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    loop {
+        let page = operator.get(&format!("/tasks/{id}/progress")).await;
+        assert_eq!(page.status, 200);
+        if page.body.contains("Waiting for the backend, retry ") {
+            assert!(page.body.contains("HTTP 503"), "{}", page.body);
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{}", page.body);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let said = loop {
+        let ev = stream.next(WITHIN).await.expect("the stream goes on");
+        if ev.event == "progress" && ev.data.get("retrying").is_some() {
+            break ev;
+        }
+        assert!(ev.data["status"] != "finished", "{ev:?}");
+    };
+    assert_eq!(said.data["status"], "processing", "{said:?}");
+    assert_eq!(said.data["waiting_for"], "backend", "{said:?}");
+    assert!(said.data["retrying"]["attempt"].as_u64().unwrap() >= 1);
+    assert!(said.data["retrying"]["error"]
+        .as_str()
+        .unwrap()
+        .contains("HTTP 503"));
+    // What it had done so far stays: progress never goes back.
+    assert_eq!(said.data["percentage"], waiting["percentage"]);
+
+    // Back: the probe brings it in, the task runs again, the wait is no longer said, and it ends.
+    ui.down.store(false, Ordering::SeqCst);
+    let again = common::wait_for(WITHIN, || async {
+        let r = record(&app, &id).await;
+        let running = ui.running.load(Ordering::SeqCst) == 1;
+        (r["status"] == "processing" && running && r.get("retrying").is_none()).then_some(r)
+    })
+    .await
+    .expect("the task runs again, no longer said to wait");
+    assert!(again.get("waiting_for").is_none(), "{again}");
+    let rest = stream.rest(WITHIN).await;
+    let last = rest.last().expect("the final record");
+    assert_eq!(last.data["status"], "finished", "{rest:?}");
+    assert!(last.data.get("retrying").is_none() && last.data.get("waiting_for").is_none());
+    // Before the end, the stream said the task was taken again: its last event of the running
+    // task has no `retrying`.
+    let running_last = rest
+        .iter()
+        .rev()
+        .find(|ev| ev.data["status"] == "processing")
+        .expect("the running task said");
+    assert!(
+        running_last.data.get("retrying").is_none()
+            && running_last.data.get("waiting_for").is_none(),
+        "{rest:?}"
+    );
+    assert_eq!(ui.jobs.load(Ordering::SeqCst), 1, "one job ran to its end");
+    assert_eq!(app.wait_final(&id, WITHIN).await["status"], "finished");
 }

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use easel::domain::{OpKind, Output, PayloadHead, TaskStatus};
+use easel::domain::{OpKind, Output, PayloadHead, Retrying, TaskStatus};
 use easel::store::sqlite::SqliteStore;
 use easel::store::{AttemptRecord, Ending, NewTask, Outcome, Redelivery, SharedStore, Submitted};
 
@@ -97,6 +97,7 @@ conformance!(
     a_keyed_submit_stores_its_answer_and_replays_it_without_a_charge,
     an_expired_key_is_stored_over_and_deleted_in_batches,
     submits_with_one_key_at_once_store_one_task_and_the_rest_replay_or_are_in_use,
+    a_failed_backend_attempt_is_stored_and_told_with_the_progress_until_cleared,
 );
 
 fn task(mode: &str, webhook: Option<&str>) -> NewTask {
@@ -1844,10 +1845,115 @@ async fn submits_with_one_key_at_once_store_one_task_and_the_rest_replay_or_are_
     );
 }
 
+/// The next stored progress the listener hears (other events skipped).
+async fn next_stored_progress(
+    listener: &mut easel::store::Listener,
+) -> (i64, Option<String>, Option<Retrying>) {
+    loop {
+        let heard = tokio::time::timeout(Duration::from_secs(10), listener.next())
+            .await
+            .expect("the stored progress is told");
+        if let easel::store::Heard::Event(event) = heard {
+            if let easel::store::Happened::Progress {
+                percentage,
+                preview_key,
+                retrying,
+                live: false,
+            } = &event.what
+            {
+                return (*percentage, preview_key.clone(), retrying.clone());
+            }
+        }
+    }
+}
+
+async fn a_failed_backend_attempt_is_stored_and_told_with_the_progress_until_cleared(
+    s: &SharedStore,
+) {
+    let (account, key) = account_and_key(s, "a@example.com").await;
+    let id = queued(s, &task("fast", None), &key).await;
+    let claim = s.claim_task("w", 60_000).await.unwrap().unwrap();
+    let seq = claim.seq;
+    let mut listener = s.wakeups().events.listen_task(seq, Some(&account));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let _stop_on_drop = stop.clone().drop_guard();
+    if s.kind() == "postgres" {
+        // This node hears its own notes through its listener, which has every listener read
+        // again once it is up.
+        let (store, stop) = (s.clone(), stop.clone());
+        tokio::spawn(async move { store.run_background(stop).await });
+        tokio::time::timeout(Duration::from_secs(10), listener.next())
+            .await
+            .expect("the listener is up");
+    }
+    assert!(s.mark_processing(seq, 1, 60_000).await.unwrap());
+    // The error has spaces and the preview a key: both must come back whole, also through
+    // PostgreSQL's notification.
+    let failed = Retrying::new(2, "the backend answered HTTP 503: went down");
+    let waiting = easel::store::StoredProgress {
+        percentage: 40,
+        preview_key: Some(format!("{id}/1/preview-1.jpg")),
+        retrying: Some(failed.clone()),
+    };
+    assert!(s
+        .heartbeat(seq, 1, 60_000, Some(&waiting))
+        .await
+        .unwrap()
+        .is_some());
+    let task = s.task_for_account(&account, &id).await.unwrap().unwrap();
+    assert_eq!(
+        (task.percentage, task.retrying.as_ref()),
+        (40, Some(&failed))
+    );
+    assert_eq!(
+        next_stored_progress(&mut listener).await,
+        (40, waiting.preview_key.clone(), Some(failed.clone()))
+    );
+    // Without a preview too.
+    let bare = easel::store::StoredProgress {
+        preview_key: None,
+        ..waiting.clone()
+    };
+    s.heartbeat(seq, 1, 60_000, Some(&bare)).await.unwrap();
+    assert_eq!(
+        next_stored_progress(&mut listener).await,
+        (40, None, Some(failed.clone()))
+    );
+    // A backend took it again: cleared in the row and in what is told.
+    s.heartbeat(seq, 1, 60_000, Some(&progress(45)))
+        .await
+        .unwrap();
+    let task = s.task_for_account(&account, &id).await.unwrap().unwrap();
+    assert_eq!((task.percentage, task.retrying), (45, None));
+    assert_eq!(next_stored_progress(&mut listener).await, (45, None, None));
+    // Released while it waited for its backend: the next claim starts without it.
+    s.heartbeat(seq, 1, 60_000, Some(&waiting)).await.unwrap();
+    assert!(s.release_task(seq, 1).await.unwrap());
+    let again = s.claim_task("w", 60_000).await.unwrap().unwrap();
+    assert_eq!(again.seq, seq);
+    assert!(s
+        .mark_processing(seq, again.attempts, 60_000)
+        .await
+        .unwrap());
+    let task = s.task_for_account(&account, &id).await.unwrap().unwrap();
+    assert_eq!((task.status, task.retrying), (TaskStatus::Processing, None));
+    // Only a running task says it: once ended, not.
+    s.heartbeat(seq, again.attempts, 60_000, Some(&waiting))
+        .await
+        .unwrap();
+    assert!(s
+        .complete_task(seq, again.attempts, &finished(&claim.id))
+        .await
+        .unwrap());
+    let done = s.task_for_account(&account, &id).await.unwrap().unwrap();
+    assert_eq!((done.status, done.retrying), (TaskStatus::Finished, None));
+}
+
 /// Progress a worker stores with its heartbeat.
 fn progress(percentage: i64) -> easel::store::StoredProgress {
     easel::store::StoredProgress {
         percentage,
         preview_key: None,
+        retrying: None,
     }
 }

@@ -640,5 +640,6 @@ fn progress(percentage: i64) -> easel::store::StoredProgress {
     easel::store::StoredProgress {
         percentage,
         preview_key: None,
+        retrying: None,
     }
 }

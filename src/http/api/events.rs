@@ -9,14 +9,13 @@ use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::{Stream, StreamExt};
-use serde::Serialize;
 use utoipa::{IntoParams, PartialSchema, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::doc::{Checked, OneTask};
 use crate::auth::Caller;
-use crate::domain::wire::WaitingFor;
+use crate::domain::wire::TaskProgress;
 use crate::http::extract::TaskIdPath;
 use crate::http::state::AppState;
 use crate::refusal::ApiError;
@@ -37,34 +36,6 @@ pub fn routes() -> OpenApiRouter<AppState> {
     let components = router.get_openapi_mut().components.get_or_insert_default();
     components.schemas.extend(progress);
     router
-}
-
-/// The data of an `event: progress` of an event stream (built in `tasks::events`).
-#[derive(Serialize, ToSchema)]
-pub struct TaskProgress {
-    task_id: uuid::Uuid,
-    #[schema(value_type = Waiting)]
-    status: String,
-    /// 0 to 100, a string as in the record.
-    percentage: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    queue_position: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    waiting_for: Option<WaitingFor>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false, format = "uri")]
-    preview_image_url: Option<String>,
-}
-
-/// The statuses a task has progress in.
-#[derive(ToSchema)]
-#[schema(rename_all = "lowercase")]
-pub enum Waiting {
-    Pending,
-    Starting,
-    Processing,
 }
 
 /// `Last-Event-ID`, to resume a stream.

@@ -13,7 +13,7 @@ use super::page::{when, Layout};
 use super::session::{task_id, Posted, SignedIn};
 use super::task_list::{prompt_or_type, TaskCard};
 use super::thumbnails::{preview_path, PREVIEW_WIDTH};
-use crate::domain::{Output, TaskStatus};
+use crate::domain::{Output, Retrying, TaskStatus};
 use crate::http::state::AppState;
 use crate::store::{Redelivery, Task};
 
@@ -45,6 +45,8 @@ pub struct Progress {
     pub queue_position: Option<u32>,
     /// The dashboard's address of its latest preview while it runs.
     pub preview: Option<String>,
+    /// While it runs: the backend attempt that failed, when it waits to be tried again.
+    pub retrying: Option<Retrying>,
 }
 
 pub struct ImageView {
@@ -107,6 +109,7 @@ impl Progress {
                 .as_deref()
                 .filter(|_| !is_final)
                 .and_then(preview_path),
+            retrying: task.retrying.clone(),
         }
     }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use sqlx::{Postgres, Transaction};
 
-use crate::domain::TaskStatus;
+use crate::domain::{Retrying, TaskStatus};
 use crate::store::{Happened, StoreResult, TaskEvent};
 
 /// The channel a commit that queues a task notifies. A submit's payload names its accounts and
@@ -76,18 +76,25 @@ pub(super) fn event_note(event: &TaskEvent) -> String {
         Happened::Progress {
             percentage,
             preview_key,
+            retrying,
             live,
-        } => format!(
-            "p {} {} {} {} {} {}",
-            event.seq,
-            event.version,
-            percentage,
-            u8::from(*live),
-            event.account_id,
-            preview_key.as_deref().unwrap_or("")
-        )
-        .trim_end()
-        .to_string(),
+        } => {
+            let mut note = format!(
+                "p {} {} {} {} {} {}",
+                event.seq,
+                event.version,
+                percentage,
+                u8::from(*live),
+                event.account_id,
+                preview_key.as_deref().unwrap_or("")
+            );
+            // Last, since its error has spaces: a reader takes the rest of the note. A node of an
+            // older version reads the note without it.
+            if let Some(r) = retrying {
+                note.push_str(&format!(" {} {}", r.attempt, r.error));
+            }
+            note.trim_end().to_string()
+        }
     }
 }
 
@@ -113,6 +120,13 @@ pub(super) fn read_event(note: &str) -> Option<TaskEvent> {
             let live = parts.next()? == "1";
             let account_id: Arc<str> = parts.next()?.into();
             let preview_key = parts.next().filter(|k| !k.is_empty()).map(str::to_string);
+            let retrying = match parts.next() {
+                Some(attempt) => Some(Retrying {
+                    attempt: attempt.parse().ok()?,
+                    error: parts.collect::<Vec<_>>().join(" "),
+                }),
+                None => None,
+            };
             Some(TaskEvent {
                 seq,
                 account_id,
@@ -120,6 +134,7 @@ pub(super) fn read_event(note: &str) -> Option<TaskEvent> {
                 what: Happened::Progress {
                     percentage,
                     preview_key,
+                    retrying,
                     live,
                 },
             })
@@ -150,7 +165,30 @@ mod tests {
                 what: Happened::Progress {
                     percentage: 40,
                     preview_key: Some("t/0123/preview-1.jpg".into()),
+                    retrying: None,
                     live: false,
+                },
+            },
+            TaskEvent {
+                seq: 7,
+                account_id: "acc".into(),
+                version: 13,
+                what: Happened::Progress {
+                    percentage: 40,
+                    preview_key: Some("t/0123/preview-1.jpg".into()),
+                    retrying: Some(Retrying::new(2, "connection refused (backend one)")),
+                    live: false,
+                },
+            },
+            TaskEvent {
+                seq: 7,
+                account_id: "acc".into(),
+                version: 14,
+                what: Happened::Progress {
+                    percentage: 40,
+                    preview_key: None,
+                    retrying: Some(Retrying::new(3, "HTTP 503:  loading ")),
+                    live: true,
                 },
             },
             TaskEvent {
@@ -160,6 +198,7 @@ mod tests {
                 what: Happened::Progress {
                     percentage: 41,
                     preview_key: None,
+                    retrying: None,
                     live: true,
                 },
             },

@@ -36,7 +36,8 @@ const CLAIMED: &str = "claimed AS (
              UPDATE tasks SET status = 'starting', attempts = attempts + 1,
                  lease_owner = $1, lease_expires_at = $2,
                  started_at = COALESCE(started_at, $3), percentage = 0,
-                 event_seq = nextval('task_seq'), preview_key = NULL
+                 event_seq = nextval('task_seq'), preview_key = NULL, retry_attempt = NULL,
+                 retry_error = NULL
              FROM picked WHERE tasks.seq = picked.seq
              RETURNING tasks.seq, account_id, task_type, params, prompt, aspect_ratio, seed,
                  attempts, parent_seq, extras, event_seq)";

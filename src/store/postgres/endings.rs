@@ -50,7 +50,8 @@ pub(super) async fn complete_in_tx(
     let ended: Option<Ended> = sqlx::query_as(&format!(
         "UPDATE tasks t SET status = $1, percentage = COALESCE($2, t.percentage), finished_at = $3, grid_key = $4,
              image_keys = $5, result = $9, error = $6, lease_owner = NULL, lease_expires_at = NULL,
-             webhook_secret = NULL, event_seq = nextval('task_seq'), preview_key = NULL
+             webhook_secret = NULL, event_seq = nextval('task_seq'), preview_key = NULL,
+             retry_attempt = NULL, retry_error = NULL
          FROM (SELECT seq, webhook_secret FROM tasks WHERE seq = $7 FOR UPDATE) old
          WHERE t.seq = old.seq AND {}
          RETURNING t.account_id, t.webhook_url, old.webhook_secret, t.cost, t.event_seq",

@@ -145,15 +145,19 @@ impl TaskQueue for PgStore {
             .await?);
         };
         let percentage = progress.percentage.clamp(0, 99);
-        // The note is made in the statement, which knows the new version and the account.
+        let retrying = progress.retrying.as_ref();
+        // The note is made in the statement, which knows the new version and the account; the
+        // form `channels::event_note` writes (a retry's attempt and error last, when there is one).
         Ok(sqlx::query_scalar(&format!(
             "WITH changed AS (
                  UPDATE tasks SET lease_expires_at = $1, percentage = GREATEST(percentage, $2),
-                     preview_key = $3, event_seq = nextval('task_seq')
+                     preview_key = $3, retry_attempt = $6, retry_error = $7,
+                     event_seq = nextval('task_seq')
                  WHERE seq = $4 AND attempts = $5 AND status IN {RUNNING}
                  RETURNING seq, event_seq, account_id)
-             SELECT event_seq, pg_notify('{TASK_EVENT_CHANNEL}', concat_ws(' ', 'p', seq,
-                 event_seq, $2::bigint, 0, account_id, $3::text))
+             SELECT event_seq, pg_notify('{TASK_EVENT_CHANNEL}', rtrim(concat_ws(' ', 'p', seq,
+                 event_seq, $2::bigint, 0, account_id, COALESCE($3::text, ''), $6::bigint,
+                 $7::text)))
              FROM changed"
         ))
         .bind(lease)
@@ -161,6 +165,8 @@ impl TaskQueue for PgStore {
         .bind(&progress.preview_key)
         .bind(seq)
         .bind(attempt)
+        .bind(retrying.map(|r| i64::from(r.attempt)))
+        .bind(retrying.map(|r| r.error.as_str()))
         .fetch_optional(&self.pool)
         .await?)
     }

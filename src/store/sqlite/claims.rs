@@ -20,7 +20,8 @@ fn claim_sql(one_mode: bool, limited: bool) -> String {
         "UPDATE tasks SET status = 'starting', attempts = attempts + 1,
              lease_owner = ?1, lease_expires_at = ?2,
              started_at = COALESCE(started_at, ?3), percentage = 0,
-             event_seq = ?4, preview_key = NULL
+             event_seq = ?4, preview_key = NULL, retry_attempt = NULL,
+             retry_error = NULL
          WHERE seq = (SELECT t.seq FROM tasks t WHERE t.status = 'pending' {mode} {room}
                       ORDER BY t.priority, t.turn, t.seq LIMIT 1)
          RETURNING seq, id, account_id, task_type, params, prompt, aspect_ratio,

@@ -66,7 +66,7 @@ pub(super) fn complete_in_tx(
         .prepare_cached(&format!(
             "UPDATE tasks SET status = ?, percentage = COALESCE(?, percentage), finished_at = ?, grid_key = ?,
                  image_keys = ?, result = ?, error = ?, lease_owner = NULL, lease_expires_at = NULL,
-                 event_seq = ?, preview_key = NULL
+                 event_seq = ?, preview_key = NULL, retry_attempt = NULL, retry_error = NULL
              WHERE seq = ? AND {}
              RETURNING account_id, webhook_url, webhook_secret, id, cost",
             fence.condition("attempts", "status", "?")

@@ -199,10 +199,11 @@ impl TaskQueue for SqliteStore {
                         .optional()?);
                 };
                 let version = next_version(conn)?;
+                let retrying = progress.retrying.as_ref();
                 Ok(conn
                     .prepare_cached(&format!(
                         "UPDATE tasks SET lease_expires_at = ?, percentage = MAX(percentage, ?),
-                         preview_key = ?, event_seq = ?
+                         preview_key = ?, retry_attempt = ?, retry_error = ?, event_seq = ?
                      WHERE seq = ? AND attempts = ? AND status IN {ACTIVE}
                      RETURNING account_id, event_seq"
                     ))?
@@ -211,6 +212,8 @@ impl TaskQueue for SqliteStore {
                             lease,
                             progress.percentage.clamp(0, 99),
                             progress.preview_key,
+                            retrying.map(|r| r.attempt),
+                            retrying.map(|r| r.error.as_str()),
                             version,
                             seq,
                             attempt
@@ -232,6 +235,7 @@ impl TaskQueue for SqliteStore {
                 what: Happened::Progress {
                     percentage: progress.percentage.clamp(0, 99),
                     preview_key: progress.preview_key,
+                    retrying: progress.retrying,
                     live: false,
                 },
             });

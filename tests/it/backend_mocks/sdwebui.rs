@@ -28,7 +28,8 @@ pub struct WebUi {
     pub credentials: Option<(String, String)>,
     /// How it answers its job requests (txt2img, img2img, extra-single-image, interrogate).
     pub script: Script,
-    /// Answer 503 to everything while set.
+    /// Answer 503 to everything while set; a job in flight when it is set fails with 503 at
+    /// the end of its time, as a server restarted under it would (its connection lost).
     pub down: AtomicBool,
     /// txt2img and img2img answer a grid before the batch and a stray image after it, and the
     /// batch's first image as a data URL, as some WebUI versions and extensions do.
@@ -129,6 +130,9 @@ impl WebUi {
         self.most.fetch_max(now, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(self.delay_ms)).await;
         self.running.fetch_sub(1, Ordering::SeqCst);
+        if self.down.load(Ordering::SeqCst) {
+            return Err((StatusCode::SERVICE_UNAVAILABLE, "went down").into_response());
+        }
         self.jobs.fetch_add(1, Ordering::SeqCst);
         Ok(fault)
     }
