@@ -9,6 +9,7 @@ mod names;
 pub mod operation;
 pub mod output;
 pub mod parameters;
+pub mod permutations;
 mod policy;
 mod result;
 pub mod schema;
