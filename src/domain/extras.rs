@@ -8,9 +8,19 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::image_prompts::ImagePrompt;
+use super::operation::ImageInput;
 use super::parameters::Parameters;
 use super::settings::Settings;
 use super::webhook_events::WebhookEvents;
+
+/// One reference image: the parameter it came from (`sref`, `cref`, `oref`), the URL the record
+/// shows and where the worker reads it from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Reference {
+    pub param: String,
+    pub url: String,
+    pub input: ImageInput,
+}
 
 /// Most bytes of a task's `metadata`, serialized.
 pub const METADATA_MAX_BYTES: usize = 4096;
@@ -31,6 +41,10 @@ pub struct Extras {
     /// operation's own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub image_prompts: Vec<ImagePrompt>,
+    /// The prompt's reference images (`--sref`, `--cref`, `--oref` URLs), in the parameters'
+    /// order: inputs the worker reads after the image prompts, for the backends that take them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub references: Vec<Reference>,
     /// The deliveries the caller asked for; None is the default (every final event).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook_events: Option<WebhookEvents>,

@@ -21,7 +21,7 @@ pub struct ImagePrompt {
 }
 
 /// Whether `word` is an image prompt: an `http(s)` or `data:` URL.
-fn is_image_url(word: &str) -> bool {
+pub(crate) fn is_image_url(word: &str) -> bool {
     let lower = |n: usize| word.get(..n).map(str::to_ascii_lowercase);
     lower(8).as_deref() == Some("https://")
         || lower(7).as_deref() == Some("http://")

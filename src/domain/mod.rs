@@ -10,6 +10,7 @@ mod names;
 pub mod operation;
 pub mod output;
 pub mod parameters;
+pub mod permutations;
 mod policy;
 mod result;
 mod retrying;

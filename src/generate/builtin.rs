@@ -122,7 +122,8 @@ fn image_seed(seed: u64, k: u32) -> u64 {
 }
 
 /// What the prompt's parameters ask of the procedural pictures: `--no` (or the body's
-/// `negative_prompt`, which wins over it), `--chaos` and `--tile`; `--ar` is the job's aspect.
+/// `negative_prompt`, which wins over it), `--chaos`, `--tile`, the style codes (`--sref CODE`,
+/// `--p`), `--stop` and `--draft`; `--ar` is the job's aspect.
 fn look(job: &Job) -> procedural::Look {
     let parameters = &job.extras.parameters;
     let negative = job.extras.settings.negative_prompt.as_ref();
@@ -134,6 +135,12 @@ fn look(job: &Job) -> procedural::Look {
             .unwrap_or_default(),
         chaos: parameters.chaos.unwrap_or(0),
         tile: parameters.tile,
+        style: parameters.style_code(),
+        // `--draft` is half the steps elsewhere: half the drawing here.
+        stop: match (parameters.stop, parameters.draft) {
+            (None, false) => None,
+            (stop, draft) => Some(stop.unwrap_or(100) / if draft { 2 } else { 1 }),
+        },
     }
 }
 

@@ -26,6 +26,9 @@ pub struct Job {
     /// generator that clones the job to move it onto a thread does not copy the pixels the
     /// decode budget counted once.
     pub inputs: Arc<[RgbaImage]>,
+    /// The prompt's reference images (`--sref`, `--cref`, `--oref`), decoded, in the order of
+    /// `extras.references`.
+    pub references: Arc<[RgbaImage]>,
     /// Inpaint's mask, decoded, the size of `inputs[0]`; shared for the same reason.
     pub mask: Option<Arc<RgbaImage>>,
     /// The share of the node's decode budget that `inputs` and `mask` hold. It goes with the
@@ -68,6 +71,7 @@ impl Job {
             image_size: 64,
             inputs: Vec::new().into(),
             mask: None,
+            references: Vec::<RgbaImage>::new().into(),
             reservation: None,
             extras: Extras::default(),
         }

@@ -32,13 +32,13 @@ impl From<String> for Refused {
     }
 }
 
-/// The decoded images in `Operation::inputs` order then the image prompts', the mask, and the share of the decode budget
+/// The decoded images in `Operation::inputs` order then the image prompts' and the references', the mask, and the share of the decode budget
 /// they hold (none when there are none).
 type Resolved = (Vec<RgbaImage>, Option<RgbaImage>, Option<Reservation>);
 
 impl Inputs {
-    /// The operation's input images (easel's own read from `blobs`), then the image prompts of
-    /// `extras`, and the mask, decoded; or the
+    /// The operation's input images (easel's own read from `blobs`), then the image prompts and the
+    /// reference images of `extras`, and the mask, decoded; or the
     /// error that fails the task, naming the input. The files are all read first, then decoded
     /// as one set: a task waits here while other tasks' images hold the node's decode budget,
     /// and fails when its own set alone needs more than the whole budget.
@@ -53,10 +53,15 @@ impl Inputs {
             .iter()
             .enumerate()
             .map(|(i, p)| (format!("image_prompts[{i}]"), p.input.clone()));
+        let references = extras
+            .references
+            .iter()
+            .map(|r| (format!("--{}", r.param), r.input.clone()));
         let reads = operation
             .inputs()
             .into_iter()
             .chain(prompts)
+            .chain(references)
             .map(|(name, input)| async move {
                 let bytes = match &input {
                     ImageInput::Stored(image) => match crate::images::grid::follow::get(blobs, &image.key).await {

@@ -235,7 +235,7 @@ impl WorkerContext {
             .inputs
             .resolve(&self.blobs, &operation, &task.extras)
             .await;
-        let (inputs, mask, reservation) = match resolved {
+        let (mut inputs, mask, reservation) = match resolved {
             Ok(resolved) => resolved,
             Err(Refused::Task(error)) => {
                 tracing::info!(error, "an input image could not be used");
@@ -244,6 +244,9 @@ impl WorkerContext {
             Err(Refused::Storage(e)) => return Produced::StorageUnavailable(e),
         };
         progress.report(10);
+        // The reference images come last: they are not the operation's inputs.
+        let references =
+            inputs.split_off(inputs.len().saturating_sub(task.extras.references.len()));
         let job = Job {
             operation,
             prompt: prompt_text(&task.prompt).to_string(),
@@ -252,6 +255,7 @@ impl WorkerContext {
             image_size: self.config.worker.image_size,
             inputs: inputs.into(),
             mask: mask.map(Arc::new),
+            references: references.into(),
             reservation: reservation.map(Arc::new),
             extras: task.extras.clone(),
         };

@@ -72,6 +72,71 @@ fn text() -> impl Strategy<Value = String> {
     ]
 }
 
+/// Prompts made of Midjourney's words: parameters of every kind (today's included), values in
+/// and out of range, `::` weights, URLs, braces, and plain words, in any order.
+fn midjourney_prompt() -> impl Strategy<Value = String> {
+    const WORDS: &[&str] = &[
+        "a",
+        "red",
+        "fox",
+        "--ar",
+        "16:9",
+        "--no",
+        "--seed",
+        "42",
+        "--chaos",
+        "101",
+        "--tile",
+        "--sref",
+        "--sw",
+        "--sv",
+        "--cref",
+        "--cw",
+        "--oref",
+        "--ow",
+        "--p",
+        "--personalize",
+        "--stop",
+        "--draft",
+        "--exp",
+        "--raw",
+        "--fast",
+        "--relax",
+        "--turbo",
+        "--repeat",
+        "--r",
+        "--video",
+        "--motion",
+        "--loop",
+        "--end",
+        "random",
+        "123",
+        "0",
+        "5",
+        "1000",
+        "-1",
+        ".5",
+        "::",
+        "::2",
+        "::-0.5",
+        "a::3",
+        "b::-",
+        "::x",
+        "{red,",
+        "blue}",
+        "\\{",
+        "}",
+        "\u{2014}ar",
+        "https://x.example/a.png",
+        "data:image/png;base64,AA==",
+        "http://[::1]/a.png",
+        "--",
+        "--STOP",
+        "--foo",
+    ];
+    prop::collection::vec(prop::sample::select(WORDS), 0..14).prop_map(|w| w.join(" "))
+}
+
 fn json_value() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         Just(Value::Null),
@@ -214,6 +279,39 @@ proptest! {
             send(req, &key).await
         });
         check(status, got_ct.as_deref(), &text, &key);
+    }
+
+    #[test]
+    fn any_midjourney_prompt_parses_or_is_refused_with_a_rule(prompt in midjourney_prompt()) {
+        use easel::domain::{prompt_text, Parameters};
+        match Parameters::parse(&prompt) {
+            Ok((text, p)) => {
+                prop_assert_eq!(text, prompt_text(&prompt));
+                for part in &p.weights {
+                    prop_assert!(!part.text.is_empty() && text.contains(part.text.as_str()));
+                }
+                if !p.weights.is_empty() {
+                    prop_assert!(p.weights.iter().map(|w| w.weight).sum::<f64>() > 0.0);
+                }
+            }
+            Err(e) => {
+                prop_assert!(!e.message.is_empty());
+                prop_assert!(["invalid_value", "unsupported_operation"].contains(&e.code));
+            }
+        }
+        // Through HTTP: a contract answer, 200 or 400 (never a 500).
+        let s = shared();
+        let body = serde_json::json!({ "prompt": prompt }).to_string();
+        let (status, ct, text) = s.runtime.block_on(async {
+            let req = s
+                .fresh
+                .post(s.app.url("/api/v1/imagine"))
+                .header("Content-Type", "application/json")
+                .body(body);
+            send(req, &Key::Valid).await
+        });
+        check(status, ct.as_deref(), &text, &Key::Valid);
+        prop_assert!(status == 200 || status == 400, "{}: {}", status, text);
     }
 
     #[test]

@@ -25,6 +25,8 @@ pub(super) struct Art {
     pub(super) sun: Option<(f32, f32, f32)>,
     /// Drawn to repeat (`--tile`): no border effects.
     pub(super) tile: bool,
+    /// `--stop`: the share of the drawing done, in percent (100: all of it).
+    pub(super) stop: u32,
 }
 
 impl Art {
@@ -51,6 +53,7 @@ impl Art {
             density,
             sun: None,
             tile: false,
+            stop: 100,
         }
     }
 

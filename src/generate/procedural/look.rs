@@ -1,6 +1,6 @@
 //! What a prompt's parameters change in a picture: `--no` (see [`Theme::parse_without`]),
 //! `--chaos` (the four images of a grid drift apart) and `--tile` (the picture repeats
-//! seamlessly). Each is deterministic: the same look, prompt and seed give the same pixels.
+//! seamlessly), the style codes (palette and shapes) and `--stop` (a partial drawing). Each is deterministic: the same look, prompt and seed give the same pixels.
 
 use super::palette::Palette;
 use super::rng::Rng;
@@ -17,6 +17,20 @@ pub struct Look {
     pub chaos: u32,
     /// `--tile`: opposite edges continue each other.
     pub tile: bool,
+    /// The style and personalization codes (`--sref CODE`, `--p`), hashed: they pick the
+    /// palette and a shape family, the same for the same codes whatever the prompt.
+    pub style: Option<u64>,
+    /// `--stop` (and `--draft`, half): the share of the drawing done, in percent; None is all.
+    pub stop: Option<u32>,
+}
+
+/// What a style code does to a theme: one shape family of its choosing joins the subjects
+/// (unless `--no` names it). The palette's seed is the code's, in `draw`.
+pub(super) fn apply_style(code: u64, theme: &mut Theme) {
+    let fam = FAMILIES[(code % FAMILIES.len() as u64) as usize];
+    if !theme.subjects.contains(&fam) && !theme.without.contains(&fam) {
+        theme.subjects.insert(0, fam);
+    }
 }
 
 /// How far round the colour wheel each of the four images turns at chaos 100: all pairs stay

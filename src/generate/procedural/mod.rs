@@ -62,7 +62,11 @@ pub fn render_look(
 
 fn draw(prompt: &str, seed: u64, variant: u32, width: u32, height: u32, look: &Look) -> RgbaImage {
     let mut theme = Theme::parse_without(prompt, &look.without);
-    let base = seed_hash(prompt, seed, None);
+    if let Some(code) = look.style {
+        look::apply_style(code, &mut theme);
+    }
+    // A style code's palette is the code's, whatever the prompt and seed.
+    let base = look.style.unwrap_or_else(|| seed_hash(prompt, seed, None));
     let vseed = seed_hash(prompt, seed, Some(variant));
     let turns = look::apply_chaos(look.chaos, vseed, variant, &mut theme);
     let mut pal = Palette::build(&theme, base, variant);
@@ -72,6 +76,7 @@ fn draw(prompt: &str, seed: u64, variant: u32, width: u32, height: u32, look: &L
     };
     let mut art = Art::new(pm, Rng(vseed), pal, theme.m);
     art.tile = look.tile;
+    art.stop = look.stop.unwrap_or(100).min(100);
     art.paint(&theme);
     to_straight(&art.pm, width, height)
 }

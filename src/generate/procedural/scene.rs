@@ -82,7 +82,14 @@ impl Art {
             Subj::Lights,
         ];
         let abstract_heavy = self.m.abstract_ || primary_count == 0;
+        // `--stop`: the drawing as it was that far along: that share of its subjects (at least
+        // one), without the finishing overlays.
+        let stopped = self.stop < 100;
+        let mut left = (subjects.len() * self.stop as usize).div_ceil(100).max(1);
         for s in order {
+            if left == 0 {
+                break;
+            }
             if let Some(idx) = subjects.iter().position(|&x| x == s) {
                 // Unknown-word families are accents when real subjects exist.
                 let weight = if idx < primary_count || abstract_heavy {
@@ -91,7 +98,11 @@ impl Art {
                     0.45
                 };
                 self.subject(s, weight);
+                left -= 1;
             }
+        }
+        if stopped {
+            return;
         }
         if self.m.abstract_ {
             self.abstract_overlay();

@@ -433,6 +433,8 @@ fn every_look_is_deterministic() {
         without: "trees".into(),
         chaos: 70,
         tile: true,
+        style: Some(9),
+        stop: Some(60),
     };
     for v in 0..4 {
         let a = render_look("a forest by a lake at dawn", 4, v, 80, 48, &look);
@@ -441,4 +443,42 @@ fn every_look_is_deterministic() {
             render_look("a forest by a lake at dawn", 4, v, 80, 48, &look)
         );
     }
+}
+
+#[test]
+fn a_style_code_picks_the_palette_and_shapes_whatever_the_prompt() {
+    let styled = |code| Look {
+        style: Some(code),
+        ..Look::default()
+    };
+    let a = render_look("a red sunset over the ocean", 3, 0, 64, 64, &styled(11));
+    // The same code, the same picture; another code, another.
+    assert_eq!(
+        a,
+        render_look("a red sunset over the ocean", 3, 0, 64, 64, &styled(11))
+    );
+    assert!(
+        mad(
+            &a,
+            &render_look("a red sunset over the ocean", 3, 0, 64, 64, &styled(12))
+        ) > 1.0
+    );
+    assert!(mad(&a, &render("a red sunset over the ocean", 3, 0, 64, 64)) > 1.0);
+}
+
+#[test]
+fn stop_draws_less() {
+    let stopped = Look {
+        stop: Some(20),
+        ..Look::default()
+    };
+    let prompt = "a cat and a dog under the moon with trees and stars";
+    let whole = render(prompt, 3, 0, 64, 64);
+    let part = render_look(prompt, 3, 0, 64, 64, &stopped);
+    assert!(mad(&whole, &part) > 1.0);
+    let all = Look {
+        stop: Some(100),
+        ..Look::default()
+    };
+    assert_eq!(render_look(prompt, 3, 0, 64, 64, &all), whole);
 }

@@ -86,7 +86,12 @@ impl Draft {
             raw.map(|Text(raw)| {
                 let invalid = |e: String| ApiError::field("prompt", "invalid_value", e);
                 let whole = Prompt::parse(&raw).map_err(invalid)?;
-                let (text, parameters) = Parameters::parse(whole.as_str()).map_err(invalid)?;
+                let (text, mut parameters) = Parameters::parse(whole.as_str())
+                    .map_err(|e| ApiError::field("prompt", e.code, e.message))?;
+                parameters.pick_random_codes(rand::random::<u32>);
+                for (field, url) in parameters.references_mut() {
+                    *url = check_url(tasks, &field, url)?;
+                }
                 Ok((Prompt::parse(text).map_err(invalid)?, parameters))
             })
             .transpose()
@@ -217,7 +222,13 @@ impl Draft {
         }
         if takes_mode(kind) {
             let Mode { process_mode } = fields(body)?;
-            d.mode = process_mode.map_or(ProcessMode::Fast, |Choice(m)| m);
+            // The body's `process_mode` wins over the prompt's `--fast`, `--relax`, `--turbo`.
+            let asked = d.extras.parameters.process_mode.as_deref();
+            let prompted = asked.and_then(|m| m.parse().ok());
+            d.mode = process_mode
+                .map(|Choice(m)| m)
+                .or(prompted)
+                .unwrap_or(ProcessMode::Fast);
         }
         let delivery: Delivery = fields(body)?;
         // The body's `seed` wins over the prompt's `--seed`.

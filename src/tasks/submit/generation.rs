@@ -149,7 +149,14 @@ fn resolve(model: &Model, asked: Asked, parameters: &Parameters) -> Result<Setti
             }
             Some(n as u32)
         }
+        // `--draft`: half the model's default steps (the body's `steps` wins over it).
+        None if parameters.draft => model.steps.map(|s| (s / 2).max(1)),
         None => model.steps,
+    };
+    // `--stop N`: the image as it was at N% of the steps, so that share of them (at least one).
+    let steps = match parameters.stop {
+        Some(stop) => steps.map(|s| (s * stop.min(100)).div_ceil(100).max(1)),
+        None => steps,
     };
     let cfg_scale = match asked.cfg_scale {
         Some(c) => {
@@ -272,6 +279,37 @@ mod tests {
         let settings = resolve(&model, asked, &prompt).unwrap();
         assert_eq!(settings.negative_prompt.as_deref(), Some("fog"));
         assert_eq!(settings.cfg_scale, Some(12.0));
+    }
+
+    #[test]
+    fn draft_halves_the_default_steps_and_stop_keeps_its_share_of_them() {
+        let model = model();
+        let steps = |p: Parameters, asked: Option<i64>| {
+            let asked = Asked {
+                steps: asked,
+                ..Asked::default()
+            };
+            resolve(&model, asked, &p).unwrap().steps
+        };
+        let draft = Parameters {
+            draft: true,
+            ..Parameters::default()
+        };
+        assert_eq!(steps(draft.clone(), None), Some(15));
+        assert_eq!(steps(draft, Some(20)), Some(20), "the body's steps win");
+        let stop = |n| Parameters {
+            stop: Some(n),
+            ..Parameters::default()
+        };
+        assert_eq!(steps(stop(80), None), Some(24));
+        assert_eq!(steps(stop(10), Some(1)), Some(1), "at least one");
+        assert_eq!(steps(stop(100), None), Some(30));
+        let both = Parameters {
+            draft: true,
+            stop: Some(50),
+            ..Parameters::default()
+        };
+        assert_eq!(steps(both, None), Some(8));
     }
 
     #[test]

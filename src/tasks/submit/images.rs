@@ -26,6 +26,8 @@ impl Draft {
         for (i, url) in self.image_prompts.iter_mut().enumerate() {
             slots.push((format!("image_prompts[{i}]"), url));
         }
+        // `--sref`, `--cref`, `--oref` images take the same rules.
+        slots.extend(self.extras.parameters.references_mut());
         slots
     }
 

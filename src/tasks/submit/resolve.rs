@@ -9,6 +9,7 @@ use super::draft::{invalid_parent, Draft, FOLLOW_UP_MAX_SIDE};
 use super::generation;
 use super::request::Index;
 use crate::auth::PresentedKey;
+use crate::domain::extras::Reference;
 use crate::domain::image_prompts::ImagePrompt;
 use crate::domain::operation::{ImageInput, StoredImage, VariationOf};
 use crate::domain::{AspectRatio, OpKind, Operation, Parameters, Shape};
@@ -239,6 +240,16 @@ impl Draft {
                 return Err(e);
             }
         };
+        extras.references = extras
+            .parameters
+            .references()
+            .into_iter()
+            .map(|(param, url)| Reference {
+                param: param.to_string(),
+                url: url.to_string(),
+                input: input_of(tasks, url),
+            })
+            .collect();
         extras.image_prompts = if self.image_prompts.is_empty() {
             inherited
         } else {

@@ -294,6 +294,7 @@ fn imagine() -> Job {
         image_size: 64,
         inputs: Vec::new().into(),
         mask: None,
+        references: Vec::<easel::images::RgbaImage>::new().into(),
         reservation: None,
         extras: Default::default(),
     }

@@ -125,6 +125,7 @@ fn job(operation: Operation, aspect: (u32, u32), image_size: u32) -> Job {
         image_size,
         inputs: Vec::new().into(),
         mask: None,
+        references: Vec::<easel::images::RgbaImage>::new().into(),
         reservation: None,
         extras: Default::default(),
     }

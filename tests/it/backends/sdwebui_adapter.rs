@@ -75,6 +75,7 @@ fn job(operation: Operation, inputs: Vec<RgbaImage>) -> Job {
         image_size: 64,
         inputs: inputs.into(),
         mask: None,
+        references: Vec::<easel::images::RgbaImage>::new().into(),
         reservation: None,
         extras: Default::default(),
     }

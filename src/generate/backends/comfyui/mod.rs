@@ -26,6 +26,7 @@ use super::edits::strength;
 use super::{checkpoint_of, kind_can, until_cut, BackendConfig, Checkpoints};
 use crate::domain::{OpKind, Shape};
 use crate::generate::{Answered, GenerateError, Generation, Generator, Job, Product, Progress};
+use crate::images::encode_png;
 use client::{finished, output_files, Client};
 use inputs::prepare_inputs;
 use workflow::Workflow;
@@ -149,6 +150,15 @@ impl ComfyUi {
             &names,
             mask_name.as_deref(),
         )?;
+        // The prompt's reference images, into the placeholders the workflow declares for them.
+        let mut references = Vec::new();
+        for k in wf.references_taken(job) {
+            let param = job.extras.references[k].param.as_str();
+            let png = encode_png(&job.references[k]);
+            let name = format!("easel-{tag}-{param}-{k}.png");
+            references.push((param, self.client.upload(name, &png).await?));
+        }
+        wf.fill_references(&mut graph, &references);
         wf.settle(&mut graph, job, checkpoint_of(job, &self.checkpoints, None));
         if wf.takes_image_prompts(job) {
             let (Some(sampler), Some(image)) = (wf.sampler.as_deref(), names.first()) else {

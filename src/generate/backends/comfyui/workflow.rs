@@ -8,6 +8,7 @@ use serde_json::{json, Map, Value};
 
 use super::inputs::Prepared;
 use crate::config::samplers;
+use crate::domain::parameters::REFERENCES;
 use crate::domain::{OpKind, Operation, Shape};
 use crate::generate::backends::edits::size_for;
 use crate::generate::{GenerateError, Job};
@@ -47,6 +48,9 @@ pub(super) struct Workflow {
     pub(super) outputs: Vec<String>,
     /// ImageScaleBy / LatentUpscaleBy nodes, whose factor an upscale sets.
     pub(super) scalers: Vec<String>,
+    /// The placeholders for the prompt's reference images: `nodes.sref`, `nodes.cref`,
+    /// `nodes.oref`, each a list of image loaders, with the parameter's name.
+    pub(super) references: Vec<(&'static str, Vec<String>)>,
 }
 
 /// Node ids sort as numbers where they are numbers.
@@ -267,21 +271,37 @@ impl Workflow {
             Some(id) => Some(id),
             None => nodes_of(&graph, MASK_LOADER).into_iter().next(),
         };
-        let images: Vec<String> = match names.get("image") {
-            Some(list) => {
-                let ids: Vec<String> = list.split(',').map(|s| s.trim().to_string()).collect();
-                for id in &ids {
-                    if !graph.contains_key(id) {
-                        return Err(format!(
-                            "nodes.image names node {id}, which it does not have"
-                        ));
-                    }
+        let listed = |key: &str| -> Result<Option<Vec<String>>, String> {
+            let Some(list) = names.get(key) else {
+                return Ok(None);
+            };
+            let ids: Vec<String> = list.split(',').map(|s| s.trim().to_string()).collect();
+            for id in &ids {
+                if !graph.contains_key(id) {
+                    return Err(format!(
+                        "nodes.{key} names node {id}, which it does not have"
+                    ));
                 }
-                ids
+                if key != "image" && !has_input(&graph, id, "image") {
+                    return Err(format!(
+                        "nodes.{key} names node {id}, which has no image input (a LoadImage)"
+                    ));
+                }
             }
+            Ok(Some(ids))
+        };
+        let mut references = Vec::new();
+        for key in REFERENCES {
+            if let Some(ids) = listed(key)? {
+                references.push((key, ids));
+            }
+        }
+        let placeholders: Vec<&String> = references.iter().flat_map(|(_, ids)| ids).collect();
+        let images: Vec<String> = match listed("image")? {
+            Some(ids) => ids,
             None => nodes_of(&graph, IMAGE_LOADER)
                 .into_iter()
-                .filter(|id| Some(id) != mask.as_ref())
+                .filter(|id| Some(id) != mask.as_ref() && !placeholders.contains(&id))
                 .collect(),
         };
         let reads_images = !from_text;
@@ -311,6 +331,7 @@ impl Workflow {
             mask: if reads_images { mask } else { None },
             outputs,
             scalers,
+            references,
         })
     }
 
@@ -370,8 +391,10 @@ impl Workflow {
         uploaded: &[String],
         mask: Option<&str>,
     ) -> Result<(), GenerateError> {
+        // `::` weights in ComfyUI's `(text:w)`, as its text encoders read them.
+        let prompt = job.extras.parameters.weighted_prompt(&job.prompt);
         for (node, input) in &self.prompt {
-            set_input(graph, node, input, json!(job.prompt));
+            set_input(graph, node, input, json!(prompt));
         }
         if let Some((node, input)) = &self.seed {
             set_input(graph, node, input, json!(job.seed));
@@ -440,5 +463,37 @@ impl Workflow {
             set_input(graph, node, "image", json!(name));
         }
         Ok(())
+    }
+
+    /// Which of `job`'s reference images have a placeholder here: their indexes in
+    /// `job.references`.
+    pub(super) fn references_taken(&self, job: &Job) -> Vec<usize> {
+        let params = job.extras.references.iter().map(|r| r.param.as_str());
+        params
+            .enumerate()
+            .filter(|(k, param)| {
+                *k < job.references.len() && self.references.iter().any(|(p, _)| p == param)
+            })
+            .map(|(k, _)| k)
+            .collect()
+    }
+
+    /// Write the uploaded reference images (`uploaded`: the parameter and the file name, in
+    /// the job's order) into their placeholders: each parameter's images fill its loaders in
+    /// turn, used again when there are fewer images than loaders.
+    pub(super) fn fill_references(&self, graph: &mut Graph, uploaded: &[(&str, String)]) {
+        for (param, nodes) in &self.references {
+            let files: Vec<&String> = uploaded
+                .iter()
+                .filter(|(p, _)| p == param)
+                .map(|(_, name)| name)
+                .collect();
+            if files.is_empty() {
+                continue;
+            }
+            for (k, node) in nodes.iter().enumerate() {
+                set_input(graph, node, "image", json!(files[k % files.len()]));
+            }
+        }
     }
 }

@@ -143,9 +143,11 @@ pub(super) fn plan(job: &Job, model: Option<&str>) -> Result<Call, GenerateError
 pub(super) fn generation(job: &Job, model: Option<&str>, width: u32, height: u32) -> Value {
     let settings = &job.extras.settings;
     let parameters = &job.extras.parameters;
+    // `::` weights in the WebUI's `(text:w)`.
+    let prompt = parameters.weighted_prompt(&job.prompt);
     let mut body = json!({
         // stable-diffusion.cpp's server reads settings from tags in a prompt: none from a caller.
-        "prompt": neutralize(&job.prompt),
+        "prompt": neutralize(&prompt),
         // The prompt's `--no` words are in the settings' negative prompt, not the job's text.
         "negative_prompt": neutralize(settings.negative_prompt.as_deref().unwrap_or("")),
         "seed": job.seed,
