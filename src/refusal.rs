@@ -39,6 +39,9 @@ pub enum ApiError {
     /// 402: the account's credits do not cover the task.
     #[error("{msg}")]
     InsufficientCredits { msg: String },
+    /// 402 `account_expired`: the account's `expires_at` has passed.
+    #[error("the account has expired; its operator can extend it")]
+    AccountExpired,
     #[error("{msg}")]
     TooManyRequests { msg: String, retry_after_secs: u64 },
     #[error("{msg}")]

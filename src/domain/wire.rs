@@ -261,14 +261,14 @@ pub enum DeliveryStatus {
 }
 
 /// What a pending or starting task waits for (`waiting_for` in its record): its turn in the
-/// queue, its account's running tasks (the account has `max_running_per_account` running), or a
+/// queue, its account's running tasks (the account has its plan's `max_running` running), or a
 /// free backend (a worker took it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WaitingFor {
     /// Its turn: the tasks ahead of it in the queue.
     Turn,
-    /// Its account already has `max_running_per_account` tasks running.
+    /// Its account already has its plan's `max_running` tasks running.
     RunningLimit,
     /// A backend: a worker has taken it and waits for a free backend.
     Backend,

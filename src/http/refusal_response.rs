@@ -59,6 +59,7 @@ pub fn status_and_code(error: &ApiError) -> (StatusCode, &'static str) {
         ApiError::InsufficientCredits { .. } => {
             (StatusCode::PAYMENT_REQUIRED, "insufficient_credits")
         }
+        ApiError::AccountExpired => (StatusCode::PAYMENT_REQUIRED, "account_expired"),
         ApiError::TooManyRequests { .. } => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
         ApiError::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
         ApiError::RateLimited(_) => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),

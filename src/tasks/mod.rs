@@ -55,6 +55,8 @@ pub struct Tasks {
     pub line: queue_position::QueueLine,
     /// The event streams open on this node, under their limits.
     pub streams: Arc<streams::Streams>,
+    /// Each plan's `max_pending`, made once: submits are a hot path.
+    pub pending: crate::store::PendingLimits,
 }
 
 impl Tasks {

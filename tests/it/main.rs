@@ -35,6 +35,7 @@ mod live;
 mod models;
 mod observability;
 mod operations;
+mod plans;
 mod process;
 mod progress_hooks;
 mod prompt;

@@ -15,6 +15,7 @@
 //! statements here that both share ([`queue_outbox`]).
 
 mod accounts;
+mod operators;
 pub(crate) mod queue_outbox;
 mod reader;
 mod text;
