@@ -13,6 +13,9 @@ pub enum ApiError {
     BadRequest { code: &'static str, msg: String },
     #[error("task not found")]
     TaskNotFound,
+    /// 404 `account_not_found`: an operator named an account that does not exist.
+    #[error("account not found")]
+    AccountNotFound,
     #[error("no such route")]
     RouteNotFound,
     #[error("file not found")]

@@ -119,12 +119,12 @@ pub async fn change_account(
         after,
     };
     if !change.is_empty() && !store.change_account(&account.id, change, &audit).await? {
-        return Err(ApiError::RouteNotFound);
+        return Err(ApiError::AccountNotFound);
     }
     store
         .account_by_id(&account.id)
         .await?
-        .ok_or(ApiError::RouteNotFound)
+        .ok_or(ApiError::AccountNotFound)
 }
 
 /// The changed fields' values before and after, as the audit log keeps them.

@@ -43,6 +43,7 @@ pub fn status_and_code(error: &ApiError) -> (StatusCode, &'static str) {
         ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
         ApiError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
         ApiError::TaskNotFound => (StatusCode::NOT_FOUND, "task_not_found"),
+        ApiError::AccountNotFound => (StatusCode::NOT_FOUND, "account_not_found"),
         ApiError::RouteNotFound => (StatusCode::NOT_FOUND, "route_not_found"),
         ApiError::FileNotFound => (StatusCode::NOT_FOUND, "file_not_found"),
         ApiError::UploadNotFound { .. } => (StatusCode::NOT_FOUND, "upload_not_found"),

@@ -202,8 +202,9 @@ async fn bad_changes_are_400_naming_the_field_and_change_nothing() {
     );
     let (_, audit) = app.get("/api/v1/admin/audit").await;
     assert_eq!(audit["entries"], json!([]), "nothing recorded");
-    let (status, _) = patch(&app, &app.key, "no-such-account", json!({ "plan": "pro" })).await;
+    let (status, body) = patch(&app, &app.key, "no-such-account", json!({ "plan": "pro" })).await;
     assert_eq!(status, 404);
+    assert_eq!(body["errors"][0]["code"], "account_not_found");
 }
 
 #[tokio::test]

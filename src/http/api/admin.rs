@@ -215,7 +215,7 @@ async fn account(state: &AppState, id: &str) -> Result<Account, ApiError> {
         .store
         .account_by_id(id)
         .await?
-        .ok_or(ApiError::RouteNotFound)
+        .ok_or(ApiError::AccountNotFound)
 }
 
 /// One account

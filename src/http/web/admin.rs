@@ -308,7 +308,7 @@ pub async fn update_account(
     .await
     {
         Ok(_) => Ok(Redirect::to("/admin").into_response()),
-        Err(ApiError::RouteNotFound) => Err(WebError::NotFound),
+        Err(ApiError::AccountNotFound) => Err(WebError::NotFound),
         Err(e @ ApiError::BadRequest { .. }) => Err(refused(e)),
         Err(ApiError::Store {
             unavailable: true, ..
