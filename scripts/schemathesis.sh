@@ -20,8 +20,8 @@ work=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 # No task ever ends, so a request with `Prefer: wait` is held for all of `max_wait`: 1 s here,
 # well inside schemathesis' timeout.
-EASEL_DATA_DIR="$work/data" EASEL_LISTEN="127.0.0.1:$port" EASEL_WORKERS=0 EASEL_MAX_WAIT=1s \
-  EASEL_MAX_PENDING_PER_ACCOUNT=1000000 RUST_LOG=warn \
+env 'EASEL_PLANS__SELF-HOSTED__MAX_PENDING=1000000' EASEL_DATA_DIR="$work/data" EASEL_LISTEN="127.0.0.1:$port" EASEL_WORKERS=0 EASEL_MAX_WAIT=1s \
+  RUST_LOG=warn \
   target/debug/easel serve >"$work/out" 2>"$work/err" &
 pid=$!
 trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$work"' EXIT

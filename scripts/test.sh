@@ -48,7 +48,8 @@ if [ -n "${EASEL_TEST_POSTGRES:-}" ]; then
   EASEL_TEST_STORE=postgres cargo test --locked --test it "$@" -- \
     api:: tasks:: webhooks:: reliability:: fuzz:: operations:: accounts:: dashboard:: \
     observability:: storage_faults:: cancel_and_wait:: retention:: idempotency:: prompt:: \
-    models:: uploads:: follow_ups:: events:: live:: webhook_events:: fairness:: line_order:: moderation::
+    models:: uploads:: follow_ups:: events:: live:: webhook_events:: fairness:: line_order:: \
+    plans:: moderation::
 fi
 
 SCHEMATHESIS_MAX_TIME="${SCHEMATHESIS_MAX_TIME:-90}" bash scripts/schemathesis.sh

@@ -65,9 +65,14 @@ pub async fn create_key(store: &dyn Store, account_id: &str, name: &str) -> anyh
     Ok(key.secret)
 }
 
-/// The live key's owner, looked up in the store; 401 when there is none.
+/// The live key's owner, looked up in the store; 401 when there is none, 402
+/// `account_expired` when its account's `expires_at` has passed.
 pub async fn look_up(store: &dyn Store, hash: &[u8; 32]) -> Result<KeyOwner, ApiError> {
-    store.key_owner(hash).await?.ok_or(ApiError::Unauthorized)
+    let owner = store.key_owner(hash).await?.ok_or(ApiError::Unauthorized)?;
+    if owner.account.expired(now_ms()) {
+        return Err(ApiError::AccountExpired);
+    }
+    Ok(owner)
 }
 
 /// Record the key's use, at most once per `KEY_TOUCH_EVERY_MS`, off the request's path.

@@ -165,12 +165,13 @@ impl Application {
                 idempotency: Default::default(),
                 line: tasks::queue_position::QueueLine::new(
                     store.clone(),
-                    store::ClaimRules::of(&config.limits),
+                    store::ClaimRules::of(&config.plans),
                 ),
                 streams: Arc::new(tasks::streams::Streams::new(&config.limits)),
                 moderation: Arc::new(tasks::moderation::Moderation::new(store.clone())),
+                pending: store::PendingLimits::of_plans(&config.plans),
             }),
-            rate_limits: ratelimit::RateLimits::new(&config.limits.rate_limits),
+            rate_limits: ratelimit::RateLimits::new(&config.plans),
             hosts: http::hosts::DashboardHosts::new(
                 config.server.public_url.as_deref(),
                 &config.server.allowed_hosts,
@@ -317,6 +318,11 @@ impl Application {
                 tracing::warn!(error = %e, "could not read the moderation lists at start");
             }
             tokio::spawn(moderation.run(shutdown.clone()));
+            tokio::spawn(accounts::grants::run(
+                store.clone(),
+                config.plans.clone(),
+                shutdown.clone(),
+            ));
         }
         let trigger = shutdown.clone();
         tokio::spawn(async move {

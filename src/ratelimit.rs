@@ -1,5 +1,5 @@
-//! Request rate limits by account plan, per API key and per account (`rate_limits` in the
-//! settings; docs/api.md).
+//! Request rate limits by account plan, per API key and per account (each plan's `rate` in the
+//! settings; docs/api.md). An account on a plan that is not configured has the default plan's.
 //!
 //! Each limit is a GCRA (the `governor` crate): a sustained rate and a burst. The state is in
 //! this node's memory, so with N API nodes a caller may get up to N times the configured rate; a
@@ -10,7 +10,7 @@
 //! and plan) is kept here for `OWNER_TTL` after one lookup, so that only the first request of a
 //! key in that time costs a query. A changed plan applies within that time.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{HashMap, HashSet};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -21,7 +21,7 @@ use governor::middleware::StateInformationMiddleware;
 use governor::state::keyed::DashMapStateStore;
 use governor::{Quota, RateLimiter};
 
-use crate::config::PlanRate;
+use crate::config::Plans;
 use crate::refusal::{RateRefusal as Refusal, RateScope as Scope};
 use crate::store::{Store, StoreResult};
 
@@ -74,25 +74,32 @@ struct PlanLimiters {
 /// The limiters of every plan with a limit, and the owners of recently seen keys.
 pub struct RateLimits {
     plans: HashMap<String, PlanLimiters>,
+    /// The configured plans' names, and the plan of accounts on any other.
+    configured: HashSet<String>,
+    default_plan: String,
     owners: Mutex<HashMap<[u8; 32], (Instant, String, String)>>,
     checks: AtomicU64,
 }
 
 impl RateLimits {
-    pub fn new(plans: &BTreeMap<String, PlanRate>) -> RateLimits {
-        let plans = plans
-            .iter()
+    pub fn new(settings: &Plans) -> RateLimits {
+        let plans = settings
+            .each()
+            .into_iter()
+            .filter_map(|(plan, settings)| Some((plan, settings.rate.as_ref()?)))
             .map(|(plan, limit)| {
                 let (account_rate, account_burst) = limit.account();
                 let limiters = PlanLimiters {
                     keys: Limit::new(limit.rate, limit.burst),
                     accounts: Limit::new(account_rate, account_burst),
                 };
-                (plan.clone(), limiters)
+                (plan.to_string(), limiters)
             })
             .collect();
         RateLimits {
             plans,
+            configured: settings.names().into_iter().map(String::from).collect(),
+            default_plan: settings.default_plan.clone(),
             owners: Mutex::new(HashMap::new()),
             checks: AtomicU64::new(0),
         }
@@ -106,6 +113,11 @@ impl RateLimits {
     /// Count one request of the key hashed `key` of `account_id` on `plan`; the refusal when
     /// either the key's or the account's limit is spent.
     pub fn check(&self, key: &[u8; 32], account_id: &str, plan: &str) -> Result<(), Refusal> {
+        let plan = if self.configured.contains(plan) {
+            plan
+        } else {
+            &self.default_plan
+        };
         let Some(limits) = self.plans.get(plan) else {
             return Ok(());
         };
@@ -171,15 +183,24 @@ impl RateLimits {
 mod tests {
     use super::*;
 
+    use crate::config::{Plan, PlanRate};
+
     fn limits(rate: f64, burst: u32) -> RateLimits {
-        let mut plans = BTreeMap::new();
-        plans.insert(
+        let mut plans = Plans {
+            default_plan: "unlimited".into(),
+            ..Plans::default()
+        };
+        plans.plans.insert("unlimited".into(), Plan::default());
+        plans.plans.insert(
             "free".to_string(),
-            PlanRate {
-                rate,
-                burst,
-                account_rate: None,
-                account_burst: None,
+            Plan {
+                rate: Some(PlanRate {
+                    rate,
+                    burst,
+                    account_rate: None,
+                    account_burst: None,
+                }),
+                ..Plan::default()
             },
         );
         RateLimits::new(&plans)
@@ -195,9 +216,10 @@ mod tests {
         let refusal = l.check(&key, "acct", "free").unwrap_err();
         assert_eq!(refusal.retry_after_secs, 1);
         assert_eq!(refusal.window_secs, 3);
-        // A plan without a limit is never refused.
+        // A plan without a limit is never refused, nor one not configured (the default plan's).
         for _ in 0..100 {
             l.check(&key, "acct", "unlimited").unwrap();
+            l.check(&key, "acct", "not-configured").unwrap();
         }
     }
 }

@@ -13,6 +13,9 @@ pub enum ApiError {
     BadRequest { code: &'static str, msg: String },
     #[error("task not found")]
     TaskNotFound,
+    /// 404 `account_not_found`: an operator named an account that does not exist.
+    #[error("account not found")]
+    AccountNotFound,
     #[error("no such route")]
     RouteNotFound,
     #[error("file not found")]
@@ -42,6 +45,9 @@ pub enum ApiError {
     /// 402: the account's credits do not cover the task.
     #[error("{msg}")]
     InsufficientCredits { msg: String },
+    /// 402 `account_expired`: the account's `expires_at` has passed.
+    #[error("the account has expired; its operator can extend it")]
+    AccountExpired,
     /// 429 `quota_exceeded`: a quota of the account's (tasks pending, upload bytes a day,
     /// event streams open) is spent.
     #[error("{msg}")]

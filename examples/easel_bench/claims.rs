@@ -165,7 +165,7 @@ async fn fill(store: &SharedStore, shape: Shape) -> anyhow::Result<f64> {
                     return Ok::<_, anyhow::Error>(());
                 }
                 let key = &keys[n % keys.len()];
-                let done = store.submit(&bench_task(), key, u32::MAX).await?;
+                let done = store.submit(&bench_task(), key, &u32::MAX.into()).await?;
                 anyhow::ensure!(
                     matches!(done, Submitted::Queued { .. }),
                     "the store refused a submit: {done:?}"

@@ -90,7 +90,10 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
             ("EASEL_WORKERS", service_workers.to_string()),
             ("EASEL_IMAGE_SIZE", size.to_string()),
             ("EASEL_SQLITE_SYNCHRONOUS", ctx.plan.e2e_sync.clone()),
-            ("EASEL_MAX_PENDING_PER_ACCOUNT", (n + 100).to_string()),
+            (
+                "EASEL_PLANS__SELF-HOSTED__MAX_PENDING",
+                (n + 100).to_string(),
+            ),
         ],
         &data,
         "easel",

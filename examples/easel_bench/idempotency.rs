@@ -36,7 +36,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
                 ("EASEL_DATA_DIR", data.display().to_string()),
                 ("EASEL_LISTEN", "127.0.0.1:0".into()),
                 ("EASEL_WORKERS", "0".into()),
-                ("EASEL_MAX_PENDING_PER_ACCOUNT", "4000000000".into()),
+                ("EASEL_PLANS__SELF-HOSTED__MAX_PENDING", "4000000000".into()),
             ],
             &data,
             "easel",

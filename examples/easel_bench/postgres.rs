@@ -270,7 +270,10 @@ async fn submit_once(
     let mut extra = vec![
         ("EASEL_WORKERS", "0".to_string()),
         // Workers are stopped, so every submitted task stays queued.
-        ("EASEL_MAX_PENDING_PER_ACCOUNT", "4000000000".to_string()),
+        (
+            "EASEL_PLANS__SELF-HOSTED__MAX_PENDING",
+            "4000000000".to_string(),
+        ),
     ];
     extra.extend(store_env.iter().cloned());
     let server = Server::start(
@@ -528,7 +531,10 @@ async fn lifecycle(
         let mut extra = vec![
             ("EASEL_WORKERS", workers.to_string()),
             ("EASEL_IMAGE_SIZE", size.to_string()),
-            ("EASEL_MAX_PENDING_PER_ACCOUNT", (n + 100).to_string()),
+            (
+                "EASEL_PLANS__SELF-HOSTED__MAX_PENDING",
+                (n + 100).to_string(),
+            ),
             ("EASEL_WEBHOOK_ALLOW_HTTP", "true".to_string()),
             ("EASEL_WEBHOOK_ALLOW_PRIVATE", "true".to_string()),
         ];

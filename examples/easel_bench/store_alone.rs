@@ -67,7 +67,7 @@ pub async fn submits(
                         return Ok::<_, anyhow::Error>(latencies);
                     }
                     let task = bench_task();
-                    let done = store.submit(&task, &key_hash, u32::MAX).await?;
+                    let done = store.submit(&task, &key_hash, &u32::MAX.into()).await?;
                     anyhow::ensure!(
                         matches!(done, Submitted::Queued { .. }),
                         "the store refused a submit: {done:?}"

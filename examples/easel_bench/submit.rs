@@ -48,7 +48,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
                     ("EASEL_WORKERS", "0".into()),
                     ("EASEL_SQLITE_SYNCHRONOUS", mode.into()),
                     // Workers are stopped, so every submitted task stays queued.
-                    ("EASEL_MAX_PENDING_PER_ACCOUNT", "4000000000".into()),
+                    ("EASEL_PLANS__SELF-HOSTED__MAX_PENDING", "4000000000".into()),
                 ],
                 &data,
                 "easel",

@@ -18,6 +18,8 @@ use sha2::{Digest, Sha256};
 
 use crate::store::{now_ms, Store};
 
+pub mod grants;
+pub mod operators;
 pub mod throttle;
 
 /// How many characters (not bytes) a password may have. The upper bound keeps one hash's cost

@@ -4,8 +4,9 @@
 use anyhow::Context;
 use clap::Subcommand;
 
+use crate::accounts::operators;
 use crate::config::Config;
-use crate::store::{SharedStore, Store};
+use crate::store::{AccountChange, SharedStore, Store};
 use crate::{auth, webhooks, FIRST_ACCOUNT_EMAIL};
 
 #[derive(Subcommand)]
@@ -44,6 +45,16 @@ pub enum AccountsCommand {
     List,
     /// Set an account's credits: a number, or `unlimited`.
     Credits { email: String, credits: String },
+    /// Put an account on a plan (one of the configured `[plans.NAME]`). Applies to its next
+    /// submit and claim at once, to its request rate within 30 s on every node.
+    Plan { email: String, plan: String },
+    /// Set when an account expires: an RFC 3339 time, a date (the end of that day, UTC), or
+    /// `never`. After it, its keys get 402 `account_expired`; its queued tasks still run.
+    Expire {
+        email: String,
+        #[arg(value_name = "DATE|never")]
+        when: String,
+    },
     /// Disable an account: its keys and sessions are refused at once.
     Disable { email: String },
     /// Enable a disabled account again.
@@ -127,6 +138,16 @@ pub(super) async fn keys(config: Config, command: KeysCommand) -> anyhow::Result
         }
         KeysCommand::Revoke { id } => {
             if store.revoke_api_key(&id).await? {
+                let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+                store
+                    .record_audit(&crate::store::NewAudit {
+                        actor: format!("cli:{user}"),
+                        action: "key.revoke".into(),
+                        account_id: None,
+                        before: serde_json::json!({ "key": id, "revoked": false }),
+                        after: serde_json::json!({ "key": id, "revoked": true }),
+                    })
+                    .await?;
                 println!("revoked {id}");
             } else {
                 anyhow::bail!("no live key with id {id}");
@@ -223,19 +244,52 @@ pub(super) async fn accounts(config: Config, command: AccountsCommand) -> anyhow
             }
         }
         AccountsCommand::Credits { email, credits } => {
-            let credits = parse_credits(&credits)?;
-            let account = find(email).await?;
-            store.set_credits(&account.id, credits).await?;
+            let credits = operators::parse_credits(&credits)?;
+            let change = AccountChange {
+                credits: Some(credits),
+                ..Default::default()
+            };
+            let account = operate(&store, &config, find(email).await?, &change).await?;
             println!("credits of {} set", account.email);
         }
+        AccountsCommand::Plan { email, plan } => {
+            let change = AccountChange {
+                plan: Some(plan),
+                ..Default::default()
+            };
+            let account = operate(&store, &config, find(email).await?, &change).await?;
+            println!("{} is on the plan {}", account.email, account.plan);
+        }
+        AccountsCommand::Expire { email, when } => {
+            let expires_at = operators::parse_expiry(&when, crate::store::now_ms())?;
+            let change = AccountChange {
+                expires_at: Some(expires_at),
+                ..Default::default()
+            };
+            let account = operate(&store, &config, find(email).await?, &change).await?;
+            match account.expires_at {
+                Some(at) => println!(
+                    "{} expires at {}",
+                    account.email,
+                    crate::domain::rfc3339(at)
+                ),
+                None => println!("{} never expires", account.email),
+            }
+        }
         AccountsCommand::Disable { email } => {
-            let account = find(email).await?;
-            store.set_disabled(&account.id, true).await?;
+            let change = AccountChange {
+                disabled: Some(true),
+                ..Default::default()
+            };
+            let account = operate(&store, &config, find(email).await?, &change).await?;
             println!("disabled {}", account.email);
         }
         AccountsCommand::Enable { email } => {
-            let account = find(email).await?;
-            store.set_disabled(&account.id, false).await?;
+            let change = AccountChange {
+                disabled: Some(false),
+                ..Default::default()
+            };
+            let account = operate(&store, &config, find(email).await?, &change).await?;
             println!("enabled {}", account.email);
         }
         AccountsCommand::Unlock { email } => {
@@ -253,10 +307,24 @@ pub(super) async fn accounts(config: Config, command: AccountsCommand) -> anyhow
 
 /// A balance as the command line gives it: a whole number, 0 or more, or `unlimited` (None).
 fn parse_credits(credits: &str) -> anyhow::Result<Option<i64>> {
-    match credits {
-        "unlimited" => Ok(None),
-        n => Ok(Some(n.parse::<i64>().ok().filter(|n| *n >= 0).context(
-            "credits: must be a whole number of credits, 0 or more, or `unlimited`",
-        )?)),
-    }
+    Ok(operators::parse_credits(credits)?)
+}
+
+/// Apply an operator's change from the command line, recorded in the audit log as
+/// `cli:<user>`; the account after it.
+async fn operate(
+    store: &SharedStore,
+    config: &Config,
+    account: crate::store::Account,
+    change: &AccountChange,
+) -> anyhow::Result<crate::store::Account> {
+    let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+    Ok(operators::change_account(
+        store.as_ref(),
+        &config.plans,
+        &format!("cli:{user}"),
+        &account,
+        change,
+    )
+    .await?)
 }

@@ -1,8 +1,7 @@
 //! What one request, one account and one input image may ask of a node: body sizes, input image
-//! limits and the memory their decoding may take, pending tasks, `Prefer: wait`, idempotency and
-//! request rates.
+//! limits and the memory their decoding may take, `Prefer: wait` and idempotency. What differs
+//! by plan (pending and running tasks, request rates) is in [`super::plans`].
 
-use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
@@ -40,15 +39,6 @@ pub struct Limits {
     /// Most uploads (and submits with `data:` URLs) of one account being checked at once on
     /// this node; more are refused with 429 before anything is decoded.
     pub max_uploads_in_progress_per_account: u32,
-    /// Most tasks one account may have queued or running at once; more is refused with 429.
-    pub max_pending_per_account: u32,
-    /// Most tasks one account may have started and not ended (`starting` or `processing`),
-    /// over every node; its other tasks wait, without holding back other accounts' tasks.
-    /// 0: no limit.
-    pub max_running_per_account: u32,
-    /// `max_running_per_account` for the accounts on these plans (`[limits.max_running_by_plan]`
-    /// of plan = limit; 0: no limit); other plans have `max_running_per_account`.
-    pub max_running_by_plan: BTreeMap<String, u32>,
     /// Most event streams (`GET /api/v1/events`, `/api/v1/tasks/{id}/events`) one account may
     /// hold open on this node; more are refused with 429.
     pub max_streams_per_account: u32,
@@ -62,10 +52,6 @@ pub struct Limits {
     /// wait asked for is served this long, and `Preference-Applied` says so.
     #[serde(with = "duration")]
     pub max_wait: Duration,
-    /// Request rate limits by account plan (`[rate_limits.<plan>]` tables), applied per API key
-    /// and per account, on each node separately. A plan not listed is not limited; empty by
-    /// default.
-    pub rate_limits: BTreeMap<String, PlanRate>,
 }
 
 impl Default for Limits {
@@ -79,19 +65,15 @@ impl Default for Limits {
             decode_memory_budget: DecodeMemoryBudget::Auto,
             max_upload_bytes_per_day: 1 << 30,
             max_uploads_in_progress_per_account: 4,
-            max_pending_per_account: 1000,
-            max_running_per_account: 0,
-            max_running_by_plan: BTreeMap::new(),
             max_streams_per_account: 100,
             max_streams: 10_000,
             idempotency_ttl: Duration::from_secs(86_400),
             max_wait: Duration::from_secs(WAIT_MAX_SECS),
-            rate_limits: BTreeMap::new(),
         }
     }
 }
 
-/// One plan's request rate limits: per API key, a sustained `rate` (requests per second, may be
+/// One plan's request rate limits (`rate` of `[plans.NAME]`): per API key, a sustained `rate` (requests per second, may be
 /// fractional) and a `burst` of requests allowed at once; per account (all its keys together),
 /// `account_rate` and `account_burst`, by default the same as the key's.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -149,22 +131,6 @@ impl Limits {
             || self.max_wait.subsec_nanos() != 0
         {
             bail!("configuration: max_wait must be whole seconds from 1 s to 60 s");
-        }
-        for (plan, limit) in &self.rate_limits {
-            let (account_rate, account_burst) = limit.account();
-            for (name, rate) in [("rate", limit.rate), ("account_rate", account_rate)] {
-                if !(rate.is_finite() && (0.001..=1_000_000.0).contains(&rate)) {
-                    bail!(
-                        "configuration: rate_limits.{plan}.{name} must be between 0.001 and \
-                         1000000 requests per second"
-                    );
-                }
-            }
-            if limit.burst == 0 || account_burst == 0 {
-                bail!(
-                    "configuration: rate_limits.{plan}: burst and account_burst must be at least 1"
-                );
-            }
         }
         Ok(())
     }

@@ -3,7 +3,7 @@
 //! program only sees a [`Config`] that is known to be usable.
 //!
 //! The file stays flat (`workers = 4`, `webhook_timeout = "5s"`, `[[backends]]`,
-//! `[rate_limits.<plan>]`, `[costs]`), and `EASEL_<KEY>` sets the same key. In the program the
+//! `[plans.<name>]`, `[costs]`), and `EASEL_<KEY>` sets the same key. In the program the
 //! settings are grouped by concern, one struct per section, each checking its own values. A key
 //! in the file that no section knows is refused by its name.
 
@@ -13,6 +13,7 @@ pub mod blobs;
 pub mod database;
 pub mod limits;
 pub mod models;
+pub mod plans;
 pub mod retention;
 pub mod samplers;
 pub mod server;
@@ -39,6 +40,7 @@ pub use limits::{
     WAIT_MAX_SECS,
 };
 pub use models::{Catalogue, Model, ModelConfig};
+pub use plans::{Period, Plan, Plans, SELF_HOSTED};
 pub use retention::{Retention, RETENTION_MIN};
 pub use server::{LogFormat, Role, Server};
 pub use values::{duration, redact};
@@ -75,6 +77,8 @@ pub struct Config {
     #[serde(flatten)]
     pub accounts: Accounts,
     #[serde(flatten)]
+    pub plans: Plans,
+    #[serde(flatten)]
     pub retention: Retention,
 }
 
@@ -91,6 +95,7 @@ impl Default for Config {
             limits: Limits::default(),
             webhooks: Webhooks::default(),
             accounts: Accounts::default(),
+            plans: Plans::default(),
             retention: Retention::default(),
         }
     }
@@ -121,10 +126,12 @@ impl Config {
         let file = file
             .or_else(|| std::env::var_os("EASEL_CONFIG").map(PathBuf::from))
             .unwrap_or_else(|| PathBuf::from("easel.toml"));
+        refuse_moved_keys(&file)?;
         refuse_unknown_keys(&file)?;
+        // `__` nests: `EASEL_PLANS__FREE__MAX_PENDING` is `max_pending` of `[plans.free]`.
         let figment = Figment::from(Serialized::defaults(Config::default()))
             .merge(Toml::file(&file))
-            .merge(Env::prefixed("EASEL_").ignore(&["config"]))
+            .merge(Env::prefixed("EASEL_").ignore(&["config"]).split("__"))
             .merge(Serialized::defaults(overrides));
         // Section by section, so that an error names the key and where it was set.
         let fail = |e: figment::Error| anyhow::anyhow!("configuration: {e}");
@@ -139,6 +146,7 @@ impl Config {
             limits: figment.extract().map_err(fail)?,
             webhooks: figment.extract().map_err(fail)?,
             accounts: figment.extract().map_err(fail)?,
+            plans: figment.extract().map_err(fail)?,
             retention: figment.extract().map_err(fail)?,
         };
         if let Some(dir) = file.parent() {
@@ -151,7 +159,9 @@ impl Config {
     /// Check the values that types alone do not, section by section.
     pub fn validate(&self) -> anyhow::Result<()> {
         backends::validate(&self.backends)?;
-        self.catalogue()?;
+        let catalogue = self.catalogue()?;
+        let models: Vec<&str> = catalogue.models.iter().map(|m| m.name.as_str()).collect();
+        self.plans.validate(&models)?;
         self.server.validate()?;
         self.database.validate()?;
         self.blobs.validate()?;
@@ -165,8 +175,12 @@ impl Config {
 
     /// The models, every default and limit filled in; an error naming the broken setting.
     pub fn catalogue(&self) -> anyhow::Result<Catalogue> {
-        Catalogue::build(&self.models, &self.backends)
-            .map_err(|e| anyhow::anyhow!("configuration: {e}"))
+        let mut catalogue = Catalogue::build(&self.models, &self.backends)
+            .map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
+        for model in &mut catalogue.models {
+            model.plans = self.plans.allowed_for(&model.name);
+        }
+        Ok(catalogue)
     }
 
     /// What one submit of `kind` costs, in credits.
@@ -198,10 +212,35 @@ impl Config {
     }
 }
 
+/// A key that moved into `[plans.NAME]` (in the file, a `[[models]]` table, or the
+/// environment) is refused saying where it went.
+fn refuse_moved_keys(file: &Path) -> anyhow::Result<()> {
+    let data = Toml::file(file)
+        .data()
+        .map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
+    let mut top = Vec::new();
+    let mut models = Vec::new();
+    for dict in data.values() {
+        top.extend(dict.keys().cloned());
+        if let Some(list) = dict.get("models").and_then(|m| m.as_array()) {
+            for model in list {
+                if let Some(table) = model.as_dict() {
+                    models.push(table.keys().cloned().collect());
+                }
+            }
+        }
+    }
+    let env: Vec<String> = std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .filter(|k| k.starts_with("EASEL_"))
+        .collect();
+    plans::refuse_moved(&top, &models, &env)
+}
+
 /// A key in the file that no setting has (a misspelt key, or a misspelt table such as
 /// `[[backend]]`) is refused by its name rather than silently ignored. Only the file is checked:
 /// the environment holds other programs' `EASEL_*` variables too, and tables below the top
-/// (`[[backends]]`, `[[models]]`, `[rate_limits.<plan>]`, `[costs]`) check their own keys.
+/// (`[[backends]]`, `[[models]]`, `[plans.<name>]`, `[costs]`) check their own keys.
 fn refuse_unknown_keys(file: &Path) -> anyhow::Result<()> {
     let data = Toml::file(file)
         .data()

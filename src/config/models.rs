@@ -1,6 +1,6 @@
 //! The models callers may pick (`[[models]]` tables): which backends serve each, the checkpoint
-//! (or workflow's checkpoint, or OpenAI model) it names, its defaults and limits, and which
-//! plans may use it. Without `[[models]]`, each backend is its own model under its own name with
+//! (or workflow's checkpoint, or OpenAI model) it names, its defaults and limits (which plans may use it is the
+//! plans' `models`, [`super::plans`]). Without `[[models]]`, each backend is its own model under its own name with
 //! its kind's defaults ([`kind_defaults`]), so no adapter needs a step count of its own.
 //!
 //! The settings are checked here once at start and turned into a [`Catalogue`], which submits,
@@ -42,9 +42,6 @@ pub struct ModelConfig {
     /// the first model is the default.
     #[serde(default)]
     pub default: bool,
-    /// Only accounts on these plans may use it (and see it listed); unset: every plan.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plans: Option<Vec<String>>,
 }
 
 /// A model's defaults; each unset one is its backends' kind's.
@@ -119,6 +116,7 @@ pub struct Model {
     pub steps_range: [u32; 2],
     pub cfg_range: [f64; 2],
     pub default: bool,
+    /// The plans that may use it (`models` of `[plans.NAME]`); None: every plan.
     #[serde(skip)]
     pub plans: Option<Vec<String>>,
 }
@@ -225,14 +223,6 @@ impl Catalogue {
                     ));
                 };
                 kinds.push(*kind);
-            }
-            if let Some(plans) = &config.plans {
-                if plans.is_empty() || plans.iter().any(|p| p.trim().is_empty()) {
-                    return Err(format!(
-                        "{}: must name at least one plan, none of them empty",
-                        at("plans")
-                    ));
-                }
             }
             models.push(fill(config, kinds)?);
         }
@@ -413,6 +403,6 @@ fn fill(config: &ModelConfig, kinds: Vec<BackendKind>) -> Result<Model, String> 
         steps_range,
         cfg_range,
         default: config.default,
-        plans: config.plans.clone(),
+        plans: None,
     })
 }

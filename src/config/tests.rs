@@ -103,6 +103,7 @@ fn every_section_reads_its_keys_from_the_environment() {
             ("EASEL_SIGNUPS_PER_HOUR", "30"),
             ("EASEL_RETENTION_SWEEP_INTERVAL", "5m"),
             ("EASEL_WEBHOOK_CONCURRENCY", "3"),
+            ("EASEL_PLANS__SELF-HOSTED__MAX_PENDING", "7"),
             // Not settings: test switches and other programs' variables are left alone.
             ("EASEL_TEST_STORE", "sqlite"),
             ("EASEL_SOMETHING_ELSE", "1"),
@@ -127,6 +128,7 @@ fn every_section_reads_its_keys_from_the_environment() {
         assert_eq!(c.accounts.signups_per_hour, 30);
         assert_eq!(c.retention.sweep_interval, Duration::from_secs(300));
         assert_eq!(c.webhooks.concurrency, 3);
+        assert_eq!(c.plans.of("self-hosted").max_pending, 7);
         Ok(())
     });
 }
@@ -141,19 +143,126 @@ fn the_example_file_holds_the_defaults() {
 }
 
 #[test]
-fn running_limits_are_read_by_plan() {
-    let c = loaded("max_running_per_account = 3\n[max_running_by_plan]\npro = 12\nfree = 0\n");
-    assert_eq!(c.limits.max_running_per_account, 3);
-    // What the limits mean (0: none; other plans fall back) is the store's rule, tested with
-    // `ClaimRules` in store/queue.rs.
+fn plans_hold_every_per_plan_setting_in_one_table() {
+    let c = loaded(
+        r#"default_plan = "free"
+[plans.free]
+max_running = 1
+max_pending = 5
+[plans.pro]
+credits_per_period = 2000
+period = "week"
+max_running = 4
+max_pending = 500
+rate = { rate = 20, burst = 40 }
+models = ["procedural"]
+batch_max = 40
+moderation = ["default", "brand-safety"]
+"#,
+    );
+    let pro = c.plans.of("pro");
+    assert_eq!(pro.credits_per_period, Some(2000));
+    assert_eq!(pro.period, Period::Week);
     assert_eq!(
-        c.limits.max_running_by_plan,
-        [("free".to_string(), 0), ("pro".to_string(), 12)].into()
+        (pro.max_running, pro.max_pending, pro.batch_max),
+        (4, 500, 40)
     );
-    assert_refused(
-        "max_running_per_account = -1\n",
-        &["max_running_per_account"],
+    assert_eq!(
+        pro.rate.as_ref().map(|r| (r.rate, r.burst)),
+        Some((20.0, 40))
     );
+    assert_eq!(pro.moderation.as_deref().map(<[String]>::len), Some(2));
+    // An account on a plan that is not configured has the default plan's settings.
+    assert_eq!(c.plans.resolve("self-hosted"), "free");
+    assert_eq!(c.plans.of("self-hosted").max_pending, 5);
+    assert_eq!(
+        c.plans.of("free").period,
+        Period::Month,
+        "the default period"
+    );
+    assert_eq!(c.plans.names(), ["free", "pro"]);
+    // How the claims and submits take the limits: `store::quota`'s tests.
+    // Without plans, every account is on `self-hosted` with every default.
+    let d = Config::default();
+    assert_eq!(d.plans.names(), ["self-hosted"]);
+    assert_eq!(d.plans.of("anything").max_pending, 1000);
+    assert_eq!(d.plans.of("anything").batch_max, 20);
+}
+
+#[test]
+#[allow(clippy::result_large_err)] // figment's Jail API returns figment::Error
+fn an_old_per_plan_key_is_refused_saying_where_it_went() {
+    for (file, went) in [
+        (
+            "max_pending_per_account = 10\n",
+            "`max_pending` of a `[plans.NAME]`",
+        ),
+        (
+            "max_running_per_account = 3\n",
+            "`max_running` of a `[plans.NAME]`",
+        ),
+        (
+            "[max_running_by_plan]\npro = 12\n",
+            "`max_running` of a `[plans.NAME]`",
+        ),
+        (
+            "[rate_limits.free]\nrate = 1.0\nburst = 5\n",
+            "`rate` of a `[plans.NAME]`",
+        ),
+        (
+            "[[models]]\nname = \"m\"\nbackends = [\"procedural\"]\nplans = [\"pro\"]\n",
+            "`[plans.NAME]` table's `models`",
+        ),
+    ] {
+        assert_refused(file, &["moved", went]);
+    }
+    let mut error = String::new();
+    figment::Jail::expect_with(|jail| {
+        jail.set_env("EASEL_MAX_PENDING_PER_ACCOUNT", "5");
+        error = load_in_jail(jail, "").unwrap_err();
+        Ok(())
+    });
+    assert!(
+        error.contains("`EASEL_MAX_PENDING_PER_ACCOUNT` moved"),
+        "{error}"
+    );
+}
+
+#[test]
+fn broken_plans_are_refused_naming_the_setting() {
+    for (file, named) in [
+        (
+            "default_plan = \"gold\"\n[plans.free]\n",
+            "default_plan: `gold` is not a plan; the plans are `free`",
+        ),
+        (
+            "[plans.self-hosted]\nmodels = [\"sdxl\"]\n",
+            "plans.self-hosted.models: no model is named `sdxl` (the models are procedural)",
+        ),
+        (
+            "[plans.self-hosted]\nrate = { rate = 0.0, burst = 5 }\n",
+            "plans.self-hosted.rate.rate: must be between",
+        ),
+        (
+            "[plans.self-hosted]\nrate = { rate = 1.0, burst = 0 }\n",
+            "plans.self-hosted.rate: burst and account_burst must be at least 1",
+        ),
+        (
+            "[plans.self-hosted]\nmax_pending = 0\n",
+            "plans.self-hosted.max_pending",
+        ),
+        (
+            "[plans.self-hosted]\nbatch_max = 0\n",
+            "plans.self-hosted.batch_max",
+        ),
+        (
+            "[plans.self-hosted]\nperiod = \"year\"\n",
+            "period must be `day`, `week` or `month`",
+        ),
+        ("[plans.self-hosted]\nmax_runing = 2\n", "max_runing"),
+    ] {
+        assert_refused(file, &[named]);
+    }
 }
 
 #[test]
@@ -176,7 +285,7 @@ fn a_misspelt_key_or_table_is_refused_by_its_name() {
         &["concurency"],
     );
     assert_refused(
-        "[rate_limits.free]\nrate = 1.0\nburst = 5\nbrust = 6\n",
+        "[plans.free]\nrate = { rate = 1.0, burst = 5, brust = 6 }\n",
         &["brust"],
     );
     assert_refused("[costs]\nimagin = 1\n", &["imagin"]);
@@ -307,7 +416,7 @@ fn account_settings_are_merged_and_checked() {
 }
 
 #[test]
-fn metrics_and_rate_limit_settings_are_checked() {
+fn metrics_settings_are_checked() {
     let mut c = Config::default();
     c.server.metrics_token = Some("short".into());
     let e = c.validate().unwrap_err().to_string();
@@ -316,25 +425,6 @@ fn metrics_and_rate_limit_settings_are_checked() {
     c.server.metrics_token = Some("a-secret-metrics-token".into());
     let shown = format!("{c:?}");
     assert!(!shown.contains("a-secret-metrics-token"), "{shown}");
-    for (rate, burst, account_burst) in [
-        (0.0, 5, None),
-        (f64::NAN, 5, None),
-        (1.0, 0, None),
-        (1.0, 5, Some(0)),
-    ] {
-        let mut c = Config::default();
-        c.limits.rate_limits.insert(
-            "free".into(),
-            PlanRate {
-                rate,
-                burst,
-                account_rate: None,
-                account_burst,
-            },
-        );
-        let e = c.validate().unwrap_err().to_string();
-        assert!(e.contains("rate_limits.free"), "{e}");
-    }
 }
 
 #[test]
@@ -455,7 +545,11 @@ limits = {{ steps = [1, 50], cfg_scale = [1, 20] }}
 name = "xl"
 backends = ["gpu-b"]
 default = true
-plans = ["pro"]
+
+[plans.self-hosted]
+models = ["sd15"]
+
+[plans.pro]
 "#
     );
     let c = loaded(&file);
@@ -472,6 +566,10 @@ plans = ["pro"]
     assert_eq!((xl.steps, xl.sampler.as_deref()), (Some(20), Some("euler")));
     assert_eq!(catalogue.default_model().unwrap().name, "xl");
     assert!(xl.allows("pro") && !xl.allows("self-hosted"));
+    assert!(
+        sd15.plans.is_none(),
+        "every plan may use it: no lookup of the caller's plan"
+    );
     assert_eq!(catalogue.served_by("gpu-b"), ["sd15", "xl"]);
     assert_eq!(
         catalogue.checkpoint("sd15"),
@@ -562,10 +660,6 @@ fn broken_models_stop_easel_naming_the_setting() {
         (
             table("name = \"m\"\nbackends = [\"gpu-a\"]"),
             "backends.gpu-b: serves no model",
-        ),
-        (
-            table("name = \"m\"\nbackends = [\"gpu-a\", \"gpu-b\"]\nplans = []"),
-            "models.m.plans: must name at least one plan",
         ),
         (
             table("name = \"m\"\nbackends = [\"gpu-a\", \"gpu-b\"]\nstep = 3"),

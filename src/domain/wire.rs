@@ -261,7 +261,7 @@ pub enum DeliveryStatus {
 }
 
 /// What a task waits for (`waiting_for` in its record): while pending or starting, its turn in
-/// the queue, its account's running tasks (the account has `max_running_per_account` running),
+/// the queue, its account's running tasks (the account has its plan's `max_running` running),
 /// or a free backend (a worker took it); while processing, a backend that failed in a way that
 /// may pass (then `retrying` says which attempt failed, and why).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
@@ -269,7 +269,7 @@ pub enum DeliveryStatus {
 pub enum WaitingFor {
     /// Its turn: the tasks ahead of it in the queue.
     Turn,
-    /// Its account already has `max_running_per_account` tasks running.
+    /// Its account already has its plan's `max_running` tasks running.
     RunningLimit,
     /// A backend: a worker has taken it and waits for a free backend, or (processing) its
     /// backend failed and it waits to be tried again.

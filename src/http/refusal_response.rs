@@ -43,6 +43,7 @@ pub fn status_and_code(error: &ApiError) -> (StatusCode, &'static str) {
         ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
         ApiError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
         ApiError::TaskNotFound => (StatusCode::NOT_FOUND, "task_not_found"),
+        ApiError::AccountNotFound => (StatusCode::NOT_FOUND, "account_not_found"),
         ApiError::RouteNotFound => (StatusCode::NOT_FOUND, "route_not_found"),
         ApiError::FileNotFound => (StatusCode::NOT_FOUND, "file_not_found"),
         ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
@@ -60,6 +61,7 @@ pub fn status_and_code(error: &ApiError) -> (StatusCode, &'static str) {
         ApiError::InsufficientCredits { .. } => {
             (StatusCode::PAYMENT_REQUIRED, "insufficient_credits")
         }
+        ApiError::AccountExpired => (StatusCode::PAYMENT_REQUIRED, "account_expired"),
         ApiError::QuotaExceeded { .. } => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
         ApiError::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
         ApiError::RateLimited(_) => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),

@@ -31,7 +31,7 @@ pub struct Shared {
     /// The use cases' context; handlers reach its fields directly (`state.store`). Shared, so
     /// that an event stream can keep it past its handler.
     pub tasks: Arc<Tasks>,
-    /// The request rate limits by plan (`rate_limits`), checked where the key is read.
+    /// The request rate limits by plan (each plan's `rate`), checked where the key is read.
     pub rate_limits: RateLimits,
     /// The host names the dashboard answers to.
     pub hosts: DashboardHosts,

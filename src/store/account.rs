@@ -17,6 +17,15 @@ pub struct Account {
     pub created_at: i64,
     /// Whether a password was ever set (accounts made by `easel keys create` have none).
     pub has_password: bool,
+    /// Unix ms after which its keys are refused (402 `account_expired`); None: never.
+    pub expires_at: Option<i64>,
+}
+
+impl Account {
+    /// Whether it has expired by `now` (Unix ms).
+    pub fn expired(&self, now: i64) -> bool {
+        self.expires_at.is_some_and(|at| at <= now)
+    }
 }
 
 /// A new account. The email is kept as given and compared without regard to case.

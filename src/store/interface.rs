@@ -13,8 +13,10 @@ use super::account::{Account, ApiKeyInfo, KeyOwner, KeyRow, LedgerRow, LiveKey, 
 use super::error::{Failure, StoreError, StoreResult};
 use super::events::TaskEvent;
 use super::events::TaskEvents;
+use super::operators::Operators;
 use super::outbox::{AttemptRecord, AttemptRow, DueDelivery, FailingDestination, Redelivery};
 use super::queue::{AccountLoad, ClaimRules, PlanLoad, Waiting};
+use super::quota::PendingLimits;
 use super::targets::WebhookTargets;
 use super::task::{
     ClaimedTask, DayUsage, Ending, ExpiredTask, NewTask, QueueRow, StoredProgress, Submitted, Task,
@@ -26,14 +28,14 @@ use super::uploads::{Upload, UploadAdmitted};
 #[async_trait]
 pub trait TaskQueue: Send + Sync {
     /// Store a new task submitted with the key hashed `key_hash`, unless that key is no longer
-    /// live or the account already has `max_active` tasks queued or running; both are checked in
-    /// the transaction that inserts. Durable when it returns `Queued`, and idle workers on every
-    /// node are woken.
+    /// live or the account already has as many tasks queued or running as `limits` give its
+    /// plan; both are checked in the transaction that inserts. Durable when it returns
+    /// `Queued`, and idle workers on every node are woken.
     async fn submit(
         &self,
         task: &NewTask,
         key_hash: &[u8; 32],
-        max_active: u32,
+        limits: &PendingLimits,
     ) -> StoreResult<Submitted>;
 
     /// The task `task_id` if it is the key's account's, checked in one statement with the key
@@ -420,7 +422,15 @@ pub trait ModerationLists: Send + Sync {
 /// `Arc<dyn Store>` and never learn which database is behind it.
 #[async_trait]
 pub trait Store:
-    TaskQueue + Outbox + Accounts + Views + Retention + Uploads + WebhookTargets + ModerationLists
+    TaskQueue
+    + Outbox
+    + Accounts
+    + Views
+    + Retention
+    + Uploads
+    + WebhookTargets
+    + Operators
+    + ModerationLists
 {
     /// `sqlite` or `postgres`, for logs.
     fn kind(&self) -> &'static str;

@@ -20,6 +20,7 @@ mod idempotency;
 mod ids;
 mod interface;
 mod open;
+mod operators;
 mod outbox;
 pub mod postgres;
 pub mod queue;
@@ -44,9 +45,11 @@ pub use interface::{
     now_ms, Accounts, ModerationLists, Outbox, Retention, SharedStore, Store, TaskQueue, Uploads,
     Views, Wakeups,
 };
+pub use operators::{AccountChange, AuditEntry, Grant, NewAudit, Operators};
 pub use outbox::{
     AttemptRecord, AttemptRow, DueDelivery, FailingDestination, Redelivery, FAILING_SCAN_MAX,
 };
+pub use quota::PendingLimits;
 pub(crate) use quota::{Quota, Refused};
 pub use targets::{WebhookTarget, WebhookTargets};
 pub(crate) use task::{usage_since, worker_lost, Fence, RUNNING};

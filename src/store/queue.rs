@@ -58,11 +58,16 @@ impl ClaimRules {
         }
     }
 
-    /// The rules of the configured limits (no mode first).
-    pub fn of(limits: &crate::config::Limits) -> ClaimRules {
+    /// The rules of the configured plans (no mode first): each plan's `max_running`, and the
+    /// default plan's for accounts on a plan that is not configured.
+    pub fn of(plans: &crate::config::Plans) -> ClaimRules {
         ClaimRules::new(
-            limits.max_running_per_account,
-            limits.max_running_by_plan.clone(),
+            plans.of(&plans.default_plan).max_running,
+            plans
+                .each()
+                .into_iter()
+                .map(|(name, plan)| (name.to_string(), plan.max_running))
+                .collect(),
         )
     }
 

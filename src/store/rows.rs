@@ -267,6 +267,7 @@ pub(crate) struct KeyOwnerRow {
     disabled: bool,
     created_at: i64,
     has_password: bool,
+    expires_at: Option<i64>,
 }
 
 impl KeyOwnerRow {
@@ -285,6 +286,7 @@ impl KeyOwnerRow {
                 disabled: self.disabled,
                 created_at: self.created_at,
                 has_password: self.has_password,
+                expires_at: self.expires_at,
             },
         }
     }
@@ -293,7 +295,8 @@ impl KeyOwnerRow {
 /// The columns of an account as [`Account`] decodes them, in both databases (`a` is the
 /// accounts table).
 pub(crate) const ACCOUNT_COLUMNS: &str = "a.id, a.email, a.plan, a.credits, a.total_images,
-    a.signing_secret, a.admin, a.disabled, a.created_at, a.password_hash IS NOT NULL AS has_password";
+    a.signing_secret, a.admin, a.disabled, a.created_at, a.password_hash IS NOT NULL AS has_password,
+    a.expires_at";
 
 /// The delivery event of a final status.
 fn final_event(status: TaskStatus) -> Option<WebhookEvent> {

@@ -70,6 +70,8 @@ pub enum Submitted {
     KeyNotLive,
     /// Nothing stored: the account's balance is below the task's cost.
     InsufficientCredits,
+    /// Nothing stored: the account's `expires_at` has passed.
+    AccountExpired,
     /// Nothing stored: an unexpired first answer with this idempotency key and the same
     /// request, to be sent again as it was.
     Replayed {

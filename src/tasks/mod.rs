@@ -62,6 +62,8 @@ pub struct Tasks {
     pub streams: Arc<streams::Streams>,
     /// The moderation lists, as this node has them.
     pub moderation: Arc<moderation::Moderation>,
+    /// Each plan's `max_pending`, made once: submits are a hot path.
+    pub pending: crate::store::PendingLimits,
 }
 
 impl Tasks {

@@ -79,7 +79,7 @@ pub struct Claims {
 
 impl Claims {
     pub fn new(config: &Config) -> Claims {
-        let rules = ClaimRules::of(&config.limits);
+        let rules = ClaimRules::of(&config.plans);
         let mut relax_first = rules.clone();
         relax_first.prefer = Some(ProcessMode::Relax);
         Claims {

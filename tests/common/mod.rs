@@ -75,7 +75,7 @@ pub async fn insert(
     task: &easel::store::NewTask,
     key: &[u8; 32],
 ) -> uuid::Uuid {
-    match store.submit(task, key, 100).await.unwrap() {
+    match store.submit(task, key, &100.into()).await.unwrap() {
         easel::store::Submitted::Queued { task_id, .. } => task_id,
         other => panic!("not queued: {other:?}"),
     }

@@ -491,7 +491,7 @@ async fn accounts_see_only_their_own_tasks() {
 #[tokio::test]
 async fn pending_task_quota_answers_429_with_retry_after() {
     let app = TestApp::spawn_with(|c| {
-        c.limits.max_pending_per_account = 3;
+        c.plans.default_mut().max_pending = 3;
         // Keep the worker busy so tasks stay queued.
         c.worker.workers = 1;
         c.worker.procedural_min_duration = std::time::Duration::from_secs(30);
@@ -621,7 +621,7 @@ async fn every_documented_route_is_served_and_unknown_ones_are_not() {
 #[tokio::test]
 async fn concurrent_submits_never_overshoot_the_quota() {
     let app = TestApp::spawn_with(|c| {
-        c.limits.max_pending_per_account = 10;
+        c.plans.default_mut().max_pending = 10;
         c.worker.workers = 0;
         c.database.sqlite_synchronous = easel::config::SqliteSynchronous::Full;
     })

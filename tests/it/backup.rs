@@ -42,7 +42,7 @@ async fn a_backup_under_load_restores_every_acknowledged_task_with_its_images() 
     }
     let original = tempfile::tempdir().unwrap();
     let env = [
-        ("EASEL_MAX_PENDING_PER_ACCOUNT", "5000"),
+        ("EASEL_PLANS__SELF-HOSTED__MAX_PENDING", "5000"),
         ("EASEL_WORKERS", "4"),
     ];
     let easel = Easel::start(original.path(), &env);

@@ -60,7 +60,7 @@ async fn a_queued_task_is_canceled_at_once_its_credits_come_back_and_its_webhook
     // No workers: the task stays queued. One queued task at most per account.
     let app = TestApp::spawn_with(|c| {
         c.worker.workers = 0;
-        c.limits.max_pending_per_account = 1;
+        c.plans.default_mut().max_pending = 1;
     })
     .await;
     let (_, key) = app.account_with("canceler@example.com", Some(10)).await;

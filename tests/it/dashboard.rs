@@ -930,7 +930,7 @@ pub(crate) async fn operator(app: &TestApp) -> Browser {
 async fn the_operators_page_lists_the_accounts_with_work_and_their_running_limit() {
     let app = TestApp::spawn_with(|c| {
         c.worker.workers = 0;
-        c.limits.max_running_per_account = 2;
+        c.plans.default_mut().max_running = 2;
     })
     .await;
     let mut op = operator(&app).await;

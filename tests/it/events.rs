@@ -448,7 +448,7 @@ async fn a_stream_whose_client_reads_nothing_slows_no_other() {
     use tokio::io::AsyncWriteExt;
     let app = TestApp::spawn_with(|c| {
         c.worker.workers = 0;
-        c.limits.max_pending_per_account = 10_000;
+        c.plans.default_mut().max_pending = 10_000;
     })
     .await;
     // A client with a tiny receive window that asks for the account's stream and never reads.

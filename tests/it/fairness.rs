@@ -169,7 +169,7 @@ async fn accounts_with_backlogs_of_different_lengths_are_served_in_turn() {
 
 #[tokio::test]
 async fn a_waiting_tasks_record_says_where_it_stands_and_why() {
-    let app = queue_only(|c| c.limits.max_running_per_account = 1).await;
+    let app = queue_only(|c| c.plans.default_mut().max_running = 1).await;
     let (_, a) = app.account_with("a@example.com", None).await;
     let (_, b) = app.account_with("b@example.com", None).await;
     let a_ids = submit(&app, &a, 2, "fast").await;
@@ -229,8 +229,14 @@ async fn a_restart_keeps_the_round_being_served() {
 #[tokio::test]
 async fn an_account_at_its_running_limit_does_not_hold_back_another() {
     let app = queue_only(|c| {
-        c.limits.max_running_per_account = 1;
-        c.limits.max_running_by_plan.insert("pro".into(), 2);
+        c.plans.default_mut().max_running = 1;
+        c.plans.plans.insert(
+            "pro".into(),
+            easel::config::Plan {
+                max_running: 2,
+                ..Default::default()
+            },
+        );
     })
     .await;
     let (a_id, a) = app.account_with("limited@example.com", None).await;
@@ -359,7 +365,7 @@ async fn two_postgresql_nodes_share_the_queue_fairly_and_claim_each_task_once() 
             config.database.url = Some(url);
             config.worker.workers = workers;
             config.worker.procedural_min_duration = Duration::from_millis(150);
-            config.limits.max_running_per_account = 1;
+            config.plans.default_mut().max_running = 1;
             TestApp::start(dir, config).await
         }
     };

@@ -32,7 +32,7 @@ fn shared() -> &'static Shared {
             .unwrap();
         let app = runtime.block_on(TestApp::spawn_with(|c| {
             c.worker.image_size = 64;
-            c.limits.max_pending_per_account = 100_000;
+            c.plans.default_mut().max_pending = 100_000;
         }));
         let fresh = reqwest::Client::builder()
             .pool_max_idle_per_host(0)

@@ -36,6 +36,7 @@ mod models;
 mod moderation;
 mod observability;
 mod operations;
+mod plans;
 mod process;
 mod progress_hooks;
 mod prompt;

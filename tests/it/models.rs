@@ -118,8 +118,15 @@ async fn bad_settings_are_refused_naming_the_field_and_the_rule_and_nothing_is_s
             cfg_scale: Some([1.0, 9.0]),
         };
         small.default = true;
-        let mut pro = model("pro", &["p"]);
-        pro.plans = Some(vec!["pro".into()]);
+        let pro = model("pro", &["p"]);
+        c.plans.plans.insert(
+            "self-hosted".into(),
+            easel::config::Plan {
+                models: Some(vec!["small".into()]),
+                ..Default::default()
+            },
+        );
+        c.plans.plans.insert("pro".into(), Default::default());
         c.backends =
             vec![serde_json::from_value(json!({"name": "p", "kind": "procedural"})).unwrap()];
         c.models = vec![small, pro];

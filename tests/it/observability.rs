@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::common::{self, split, TestApp};
-use easel::config::PlanRate;
+use easel::config::{Plan, PlanRate};
 use serde_json::{json, Value};
 
 const IMAGINE: &str = "/api/v1/imagine";
@@ -198,12 +198,15 @@ async fn metrics_on_a_separate_listener_show_the_queue_and_not_on_the_main_one()
 // ---------------------------------------------------------------------------------------------
 // Rate limits
 
-fn plan(rate: f64, burst: u32, account_burst: Option<u32>) -> PlanRate {
-    PlanRate {
-        rate,
-        burst,
-        account_rate: None,
-        account_burst,
+fn plan(rate: f64, burst: u32, account_burst: Option<u32>) -> Plan {
+    Plan {
+        rate: Some(PlanRate {
+            rate,
+            burst,
+            account_rate: None,
+            account_burst,
+        }),
+        ..Plan::default()
     }
 }
 
@@ -228,8 +231,8 @@ fn header<'a>(headers: &'a reqwest::header::HeaderMap, name: &str) -> &'a str {
 async fn a_burst_then_429_with_the_ratelimit_headers_then_recovery() {
     let app = TestApp::spawn_with(|c| {
         c.worker.workers = 0;
-        c.limits
-            .rate_limits
+        c.plans
+            .plans
             .insert("self-hosted".into(), plan(1.0, 3, Some(100)));
     })
     .await;
@@ -263,8 +266,8 @@ async fn keys_and_accounts_have_separate_limits() {
     // Slow refill, so that the counts below are not blurred by time passing.
     let app = TestApp::spawn_with(|c| {
         c.worker.workers = 0;
-        c.limits
-            .rate_limits
+        c.plans
+            .plans
             .insert("self-hosted".into(), plan(0.1, 2, Some(3)));
     })
     .await;
@@ -300,23 +303,24 @@ async fn keys_and_accounts_have_separate_limits() {
 }
 
 #[tokio::test]
-async fn plans_have_their_own_limits_and_unlisted_plans_none() {
+async fn plans_have_their_own_limits_and_unconfigured_plans_the_default_plans() {
     let app = TestApp::spawn_with(|c| {
         c.worker.workers = 0;
-        c.limits
-            .rate_limits
+        c.plans
+            .plans
             .insert("self-hosted".into(), plan(0.1, 2, None));
-        c.limits
-            .rate_limits
-            .insert("pro".into(), plan(0.1, 6, None));
+        c.plans.plans.insert("pro".into(), plan(0.1, 6, None));
+        c.plans.plans.insert("internal".into(), Plan::default());
     })
     .await;
     let pro_key = app.key_for("pro@example.com").await;
     let free_for_all = app.key_for("internal@example.com").await;
+    let legacy = app.key_for("legacy@example.com").await;
     let mut db = common::database(&app.config).await;
     for (email, plan) in [
         ("pro@example.com", "pro"),
         ("internal@example.com", "internal"),
+        ("legacy@example.com", "gone"),
     ] {
         sqlx::query(&format!(
             "UPDATE accounts SET plan = '{plan}' WHERE email = '{email}'"
@@ -345,7 +349,16 @@ async fn plans_have_their_own_limits_and_unlisted_plans_none() {
     };
     assert_eq!(allowed(app.key.clone()).await, 2);
     assert_eq!(allowed(pro_key).await, 6);
-    assert_eq!(allowed(free_for_all).await, 10);
+    assert_eq!(
+        allowed(free_for_all).await,
+        10,
+        "a plan without a rate is not limited"
+    );
+    assert_eq!(
+        allowed(legacy).await,
+        2,
+        "an unconfigured plan has the default plan's"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

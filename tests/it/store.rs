@@ -124,7 +124,7 @@ async fn account_and_key(store: &SharedStore, email: &str) -> (String, [u8; 32])
 }
 
 async fn queued(store: &SharedStore, t: &NewTask, key: &[u8; 32]) -> uuid::Uuid {
-    match store.submit(t, key, 1000).await.unwrap() {
+    match store.submit(t, key, &1000.into()).await.unwrap() {
         Submitted::Queued { task_id, .. } => task_id,
         other => panic!("not queued: {other:?}"),
     }
@@ -159,7 +159,12 @@ async fn submits_check_the_key_and_the_quota_in_the_transaction_that_inserts(s: 
     for i in 0..30 {
         let s = s.clone();
         let (key, limit) = if i % 2 == 0 { (key, 7) } else { (other, 1000) };
-        calls.spawn(async move { (i % 2, s.submit(&task("fast", None), &key, limit).await) });
+        calls.spawn(async move {
+            (
+                i % 2,
+                s.submit(&task("fast", None), &key, &limit.into()).await,
+            )
+        });
     }
     let mut counts = [(0, 0); 2];
     let mut ids = HashSet::new();
@@ -185,7 +190,7 @@ async fn submits_check_the_key_and_the_quota_in_the_transaction_that_inserts(s: 
     assert_eq!(counts, [(7, 8), (15, 0)]);
     // Unknown and revoked keys store nothing.
     assert_eq!(
-        s.submit(&task("fast", None), &[9u8; 32], 1000)
+        s.submit(&task("fast", None), &[9u8; 32], &1000.into())
             .await
             .unwrap(),
         Submitted::KeyNotLive
@@ -193,14 +198,18 @@ async fn submits_check_the_key_and_the_quota_in_the_transaction_that_inserts(s: 
     let owner = s.key_owner(&other).await.unwrap().unwrap();
     assert!(s.revoke_api_key(&owner.key_id).await.unwrap());
     assert_eq!(
-        s.submit(&task("fast", None), &other, 1000).await.unwrap(),
+        s.submit(&task("fast", None), &other, &1000.into())
+            .await
+            .unwrap(),
         Submitted::KeyNotLive
     );
     let counts: i64 = s.task_counts().await.unwrap().iter().map(|(_, n)| n).sum();
     assert_eq!(counts, 22);
     // A task's end frees its place in the quota.
     assert_eq!(
-        s.submit(&task("fast", None), &key, 7).await.unwrap(),
+        s.submit(&task("fast", None), &key, &7.into())
+            .await
+            .unwrap(),
         Submitted::QuotaFull
     );
     loop {
@@ -213,7 +222,10 @@ async fn submits_check_the_key_and_the_quota_in_the_transaction_that_inserts(s: 
             break;
         }
     }
-    let freed = s.submit(&task("fast", None), &key, 7).await.unwrap();
+    let freed = s
+        .submit(&task("fast", None), &key, &7.into())
+        .await
+        .unwrap();
     assert!(matches!(freed, Submitted::Queued { .. }), "{freed:?}");
 }
 
@@ -743,7 +755,7 @@ async fn postgres_nodes_share_migrations_ids_wakeups_the_quota_and_revocations()
     let mut calls = tokio::task::JoinSet::new();
     for i in 0..30 {
         let node = if i % 2 == 0 { a.clone() } else { b.clone() };
-        calls.spawn(async move { node.submit(&task("fast", None), &limited, 7).await });
+        calls.spawn(async move { node.submit(&task("fast", None), &limited, &7.into()).await });
     }
     let mut queued_there = 0;
     while let Some(done) = calls.join_next().await {
@@ -759,7 +771,9 @@ async fn postgres_nodes_share_migrations_ids_wakeups_the_quota_and_revocations()
     assert!(a.revoke_api_key(&owner.key_id).await.unwrap());
     assert!(c.key_owner(&limited).await.unwrap().is_none());
     assert_eq!(
-        c.submit(&task("fast", None), &limited, 1000).await.unwrap(),
+        c.submit(&task("fast", None), &limited, &1000.into())
+            .await
+            .unwrap(),
         Submitted::KeyNotLive
     );
 
@@ -1111,7 +1125,9 @@ async fn a_disabled_account_is_refused_everywhere_until_enabled(s: &SharedStore)
     assert!(s.task_for_key(&key, &id).await.unwrap().is_none());
     assert!(s.tasks_for_key(&key, &[id]).await.unwrap().is_none());
     assert_eq!(
-        s.submit(&task("fast", None), &key, 100).await.unwrap(),
+        s.submit(&task("fast", None), &key, &100.into())
+            .await
+            .unwrap(),
         Submitted::KeyNotLive
     );
     assert!(s.session_account(&[4u8; 32], now).await.unwrap().is_none());
@@ -1188,7 +1204,7 @@ async fn credits_are_charged_in_the_insert_refunded_on_failure_and_ledgered(s: &
     let mut calls = tokio::task::JoinSet::new();
     for _ in 0..12 {
         let s = s.clone();
-        calls.spawn(async move { s.submit(&costly(3), &key, 1000).await.unwrap() });
+        calls.spawn(async move { s.submit(&costly(3), &key, &1000.into()).await.unwrap() });
     }
     let (mut queued_ids, mut short) = (Vec::new(), 0);
     while let Some(done) = calls.join_next().await {
@@ -1205,16 +1221,16 @@ async fn credits_are_charged_in_the_insert_refunded_on_failure_and_ledgered(s: &
     assert_eq!(balance(s.clone(), account.clone()).await, Some(1));
     // A free task always fits; one of 2 does not.
     assert!(matches!(
-        s.submit(&costly(0), &key, 1000).await.unwrap(),
+        s.submit(&costly(0), &key, &1000.into()).await.unwrap(),
         Submitted::Queued { .. }
     ));
     assert_eq!(
-        s.submit(&costly(2), &key, 1000).await.unwrap(),
+        s.submit(&costly(2), &key, &1000.into()).await.unwrap(),
         Submitted::InsufficientCredits
     );
     // The quota still comes first when both would refuse.
     assert_eq!(
-        s.submit(&costly(2), &key, 4).await.unwrap(),
+        s.submit(&costly(2), &key, &4.into()).await.unwrap(),
         Submitted::QuotaFull
     );
 
@@ -1258,7 +1274,7 @@ async fn credits_are_charged_in_the_insert_refunded_on_failure_and_ledgered(s: &
     assert_eq!(s.credit_ledger(&account, 1).await.unwrap()[0].delta, -5);
     assert!(s.set_credits(&account, None).await.unwrap());
     assert!(matches!(
-        s.submit(&costly(50), &key, 1000).await.unwrap(),
+        s.submit(&costly(50), &key, &1000.into()).await.unwrap(),
         Submitted::Queued { .. }
     ));
     assert_eq!(
@@ -1737,7 +1753,7 @@ async fn a_keyed_submit_stores_its_answer_and_replays_it_without_a_charge(s: &Sh
     let id = queued(s, &costly(1), &key).await;
     for _ in 0..2 {
         assert_eq!(
-            s.submit(&costly(1), &key, 1000).await.unwrap(),
+            s.submit(&costly(1), &key, &1000.into()).await.unwrap(),
             Submitted::Replayed {
                 task_id: id.to_string(),
                 status: 200,
@@ -1746,7 +1762,7 @@ async fn a_keyed_submit_stores_its_answer_and_replays_it_without_a_charge(s: &Sh
         );
     }
     assert_eq!(
-        s.submit(&costly(2), &key, 1000).await.unwrap(),
+        s.submit(&costly(2), &key, &1000.into()).await.unwrap(),
         Submitted::IdempotencyKeyReused
     );
     // Replays are not charged and do not count in the quota: the account is at its one task.
@@ -1755,7 +1771,7 @@ async fn a_keyed_submit_stores_its_answer_and_replays_it_without_a_charge(s: &Sh
         Some(7)
     );
     assert!(matches!(
-        s.submit(&costly(1), &key, 1).await.unwrap(),
+        s.submit(&costly(1), &key, &1.into()).await.unwrap(),
         Submitted::Replayed { .. }
     ));
     // Another account's same key is its own.
@@ -1776,7 +1792,7 @@ async fn an_expired_key_is_stored_over_and_deleted_in_batches(s: &SharedStore) {
     let second = queued(s, &keyed(task("fast", None), "k", 2, 60_000), &key).await;
     assert_ne!(first, second);
     assert!(matches!(
-        s.submit(&keyed(task("fast", None), "k", 2, 60_000), &key, 1000).await.unwrap(),
+        s.submit(&keyed(task("fast", None), "k", 2, 60_000), &key, &1000.into()).await.unwrap(),
         Submitted::Replayed { task_id, .. } if task_id == second.to_string()
     ));
     for name in ["a", "b", "c"] {
@@ -1788,9 +1804,13 @@ async fn an_expired_key_is_stored_over_and_deleted_in_batches(s: &SharedStore) {
     assert_eq!(s.delete_expired_idempotency_keys(now, 2).await.unwrap(), 0);
     // The unexpired one stays.
     assert!(matches!(
-        s.submit(&keyed(task("fast", None), "k", 2, 60_000), &key, 1000)
-            .await
-            .unwrap(),
+        s.submit(
+            &keyed(task("fast", None), "k", 2, 60_000),
+            &key,
+            &1000.into()
+        )
+        .await
+        .unwrap(),
         Submitted::Replayed { .. }
     ));
     assert_eq!(pending(s).await, 5);
@@ -1805,7 +1825,7 @@ async fn submits_with_one_key_at_once_store_one_task_and_the_rest_replay_or_are_
         let s = s.clone();
         calls.spawn(async move {
             let t = keyed(task("fast", None), "crowd", 1, 60_000);
-            s.submit(&t, &key, 1000).await.unwrap()
+            s.submit(&t, &key, &1000.into()).await.unwrap()
         });
     }
     let mut queued_ids = Vec::new();
@@ -1827,7 +1847,8 @@ async fn submits_with_one_key_at_once_store_one_task_and_the_rest_replay_or_are_
     for round in 0..50 {
         let name = format!("pair-{round}");
         let t = keyed(task("fast", None), &name, 1, 60_000);
-        let (a, b) = tokio::join!(s.submit(&t, &key, 1000), s.submit(&t, &key, 1000));
+        let limits = 1000.into();
+        let (a, b) = tokio::join!(s.submit(&t, &key, &limits), s.submit(&t, &key, &limits));
         let outcomes = [a.unwrap(), b.unwrap()];
         let queued_n = outcomes
             .iter()

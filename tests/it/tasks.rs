@@ -207,7 +207,7 @@ async fn the_queue_serves_turbo_then_fast_then_relax_first_come_first_served() {
     let mut ids = Vec::new();
     for (mode, priority) in order {
         let t = common::new_task(mode, priority);
-        match store.submit(&t, &key, 100).await.unwrap() {
+        match store.submit(&t, &key, &100.into()).await.unwrap() {
             Submitted::Queued {
                 account_id,
                 task_id,
@@ -328,7 +328,7 @@ async fn accepted_tasks_survive_a_restart_and_finish() {
 #[tokio::test]
 async fn the_quota_frees_up_as_tasks_end() {
     let app = TestApp::spawn_with(|c| {
-        c.limits.max_pending_per_account = 2;
+        c.plans.default_mut().max_pending = 2;
         c.worker.blocked_terms = vec!["blocked".into()];
     })
     .await;
@@ -494,7 +494,10 @@ async fn submits_sharing_a_transaction_each_get_their_own_answer_and_the_counter
         };
         calls.spawn(async move {
             let task = common::new_task("fast", 1);
-            (i % 3, store.submit(&task, &key, limit).await.unwrap())
+            (
+                i % 3,
+                store.submit(&task, &key, &limit.into()).await.unwrap(),
+            )
         });
     }
     let mut queued = [0; 3];
@@ -584,7 +587,7 @@ async fn a_write_that_fails_inside_a_shared_transaction_fails_alone() {
             if poison {
                 task.prompt = "poison".into();
             }
-            (poison, store.submit(&task, &key, 1000).await)
+            (poison, store.submit(&task, &key, &1000.into()).await)
         });
     }
     let mut keys = tokio::task::JoinSet::new();

@@ -397,7 +397,7 @@ async fn the_queue_and_the_outbox_can_be_driven_one_step_at_a_time() {
         extras: Default::default(),
     };
     let key = common::key_hash(app.store().as_ref(), &account.id).await;
-    let task_id = match app.store().submit(&task, &key, 10).await.unwrap() {
+    let task_id = match app.store().submit(&task, &key, &10.into()).await.unwrap() {
         easel::store::Submitted::Queued {
             account_id,
             task_id,

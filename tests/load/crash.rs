@@ -35,7 +35,7 @@ async fn nothing_acknowledged_is_lost_when_easel_is_killed_under_load() {
     let env = [
         ("EASEL_LISTEN", listen.as_str()),
         ("EASEL_IMAGE_SIZE", "64"),
-        ("EASEL_MAX_PENDING_PER_ACCOUNT", "100000"),
+        ("EASEL_PLANS__SELF-HOSTED__MAX_PENDING", "100000"),
         ("EASEL_SHUTDOWN_TIMEOUT", "1s"),
     ];
     let mut easel = Easel::start(dir.path(), &env);

@@ -71,7 +71,7 @@ fn cluster_env(database_url: &str, endpoint: &str, bucket: &str) -> Vec<(String,
         // Long enough that every node has work in flight when one is killed.
         ("EASEL_PROCEDURAL_MIN_DURATION", "20ms"),
         // The whole batch may be queued at once (a retried submit may add one more).
-        ("EASEL_MAX_PENDING_PER_ACCOUNT", "2000"),
+        ("EASEL_PLANS__SELF-HOSTED__MAX_PENDING", "2000"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))

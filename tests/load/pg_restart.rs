@@ -247,7 +247,7 @@ impl Node {
             ("EASEL_WORKERS", "2"),
             ("EASEL_PROCEDURAL_MIN_DURATION", "20ms"),
             ("EASEL_IMAGE_SIZE", "64"),
-            ("EASEL_MAX_PENDING_PER_ACCOUNT", "100000"),
+            ("EASEL_PLANS__SELF-HOSTED__MAX_PENDING", "100000"),
         ];
         env.extend_from_slice(extra_env);
         let mut child = common::binary::command(dir.path(), &env)

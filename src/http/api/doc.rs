@@ -62,7 +62,10 @@ pub fn finish(doc: &mut OpenApi) {
         }
     }
     for item in doc.paths.paths.values_mut() {
-        for operation in [&mut item.get, &mut item.post].into_iter().flatten() {
+        for operation in [&mut item.get, &mut item.post, &mut item.patch]
+            .into_iter()
+            .flatten()
+        {
             if let Some(summary) = operation.summary.as_mut() {
                 *summary = summary.replace('\n', " ");
             }
@@ -154,11 +157,11 @@ shared! {
     /// 503: the store or the server, for a moment.
     Retry = "Retry", refused("Try again later").header("Retry-After", retry_after(None));
     InsufficientCredits = "InsufficientCredits", refused(
-        "The account's credits do not cover the operation's cost (code insufficient_credits); \
-         nothing was stored",
+        "The account's credits do not cover the operation's cost (code insufficient_credits), \
+         or its expires_at has passed (code account_expired); nothing was stored",
     );
     QuotaExceeded = "QuotaExceeded", refused(
-        "quota_exceeded: the account has max_pending_per_account tasks queued or running, or \
+        "quota_exceeded: the account has its plan's max_pending tasks queued or running, or \
          (an upload, a data: URL) its max_upload_bytes_per_day are used until the next UTC day; \
          rate_limited: the key's or the account's request rate limit is spent (per node; see \
          docs/api.md)",

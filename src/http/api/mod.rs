@@ -5,6 +5,7 @@
 //! documented unserved.
 
 pub mod account;
+pub mod admin;
 pub mod deliveries;
 pub mod doc;
 pub mod events;
@@ -57,6 +58,7 @@ fn registered() -> OpenApiRouter<AppState> {
         .merge(events::routes())
         .merge(upload::routes())
         .merge(account::routes())
+        .merge(admin::routes())
         .merge(models::routes())
         .merge(health::routes())
         .merge(moderation::routes())

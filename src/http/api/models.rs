@@ -91,7 +91,7 @@ pub async fn list_models(
         .catalogue()
         .models
         .iter()
-        .filter(|m| m.allows(&account.plan))
+        .filter(|m| m.allows(state.config.plans.resolve(&account.plan)))
         .map(|m| Model {
             name: m.name.clone(),
             description: m.description.clone(),

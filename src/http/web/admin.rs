@@ -1,5 +1,5 @@
-//! The operators' page (accounts marked admin; 404 for anyone else): accounts with their
-//! credits, disabling; the queue by status and mode; the backends' health; failing webhook
+//! The operators' page (accounts marked admin; 404 for anyone else): accounts with their plan,
+//! credits, expiry and disabling (each recorded in the audit log, whose newest rows it shows); the queue by status and mode; the backends' health; failing webhook
 //! destinations.
 
 use askama::Template;
@@ -12,9 +12,11 @@ use serde::Deserialize;
 use super::error_page::{render, WebError};
 use super::page::{when, Layout};
 use super::session::{Admin, Posted};
+use crate::accounts::operators;
 use crate::generate::pool::BackendHealth;
 use crate::http::state::AppState;
-use crate::store::{now_ms, ClaimRules, QueueRow};
+use crate::refusal::ApiError;
+use crate::store::{now_ms, AccountChange, ClaimRules, QueueRow};
 
 /// The routes of these pages, beside their handlers.
 pub(super) fn routes() -> Router<AppState> {
@@ -29,12 +31,31 @@ pub const FAILING_SINCE_MS: i64 = 24 * 60 * 60 * 1000;
 pub struct AccountView {
     id: String,
     email: String,
+    plan: String,
+    /// Whether its plan is one of the configured ones (else it has the default plan's).
+    plan_known: bool,
     credits: String,
+    /// When it expires (empty: never), and that day for the date field.
+    expires: String,
+    expires_day: String,
     total_images: i64,
     admin: bool,
     disabled: bool,
     created: String,
 }
+
+/// One row of the audit log.
+pub struct AuditView {
+    at: String,
+    actor: String,
+    action: String,
+    account: String,
+    before: String,
+    after: String,
+}
+
+/// How many audit rows the page shows.
+const AUDIT_SHOWN: i64 = 50;
 
 pub struct DestinationView {
     host: String,
@@ -71,6 +92,9 @@ struct AdminPage {
     csrf: String,
     self_id: String,
     accounts: Vec<AccountView>,
+    plans: Vec<String>,
+    default_plan: String,
+    audit: Vec<AuditView>,
     queue: Vec<(QueueRow, String)>,
     busiest: Vec<BusyView>,
     running_limit: Option<u32>,
@@ -90,14 +114,22 @@ async fn admin_page(
     user: &super::session::SignedIn,
     notice: Option<String>,
 ) -> Result<Response, WebError> {
-    let accounts = state
+    let plans = &state.config.plans;
+    let accounts: Vec<AccountView> = state
         .store
         .list_accounts()
         .await?
         .into_iter()
         .map(|a| AccountView {
+            plan_known: plans.knows(&a.plan),
+            expires: a.expires_at.map(when).unwrap_or_default(),
+            expires_day: a
+                .expires_at
+                .map(|at| crate::domain::rfc3339(at)[..10].to_string())
+                .unwrap_or_default(),
             id: a.id,
             email: a.email,
+            plan: a.plan,
             credits: a
                 .credits
                 .map(|c| c.to_string())
@@ -118,7 +150,29 @@ async fn admin_page(
             (q, oldest)
         })
         .collect();
-    let rules = ClaimRules::of(&state.config.limits);
+    let emails: std::collections::HashMap<&str, &str> = accounts
+        .iter()
+        .map(|a| (a.id.as_str(), a.email.as_str()))
+        .collect();
+    let audit = state
+        .store
+        .audit_log(None, AUDIT_SHOWN)
+        .await?
+        .into_iter()
+        .map(|e| AuditView {
+            at: when(e.at),
+            actor: e.actor,
+            action: e.action,
+            account: e
+                .account_id
+                .as_deref()
+                .map(|id| emails.get(id).copied().unwrap_or(id).to_string())
+                .unwrap_or_default(),
+            before: e.before.to_string(),
+            after: e.after.to_string(),
+        })
+        .collect();
+    let rules = ClaimRules::of(&state.config.plans);
     let busiest = state
         .store
         .busiest_accounts(BUSIEST_SHOWN)
@@ -158,6 +212,9 @@ async fn admin_page(
         csrf: user.csrf.clone(),
         self_id: user.account.id.clone(),
         accounts,
+        plans: plans.names().into_iter().map(String::from).collect(),
+        default_plan: plans.default_plan.clone(),
+        audit,
         queue,
         busiest,
         running_limit: rules.limit_of(""),
@@ -186,10 +243,15 @@ pub struct AccountForm {
     action: String,
     #[serde(default)]
     credits: String,
+    #[serde(default)]
+    plan: String,
+    #[serde(default)]
+    expires_at: String,
 }
 
-/// `POST /admin/accounts/{account_id}`: `action` is `disable`, `enable` or `credits` (with
-/// `credits`: a whole number, or empty for unlimited).
+/// `POST /admin/accounts/{account_id}`: `action` is `disable`, `enable`, `credits` (with
+/// `credits`: a whole number, or empty for unlimited), `plan` (with `plan`) or `expiry` (with
+/// `expires_at`: a date, or empty for never). Each is recorded in the audit log.
 pub async fn update_account(
     State(state): State<AppState>,
     Path(account_id): Path<String>,
@@ -198,8 +260,8 @@ pub async fn update_account(
     if !user.account.admin {
         return Err(WebError::NotFound);
     }
-    let store = &state.store;
-    let done = match form.action.as_str() {
+    let refused = |e: ApiError| WebError::BadForm(format!("{e}."));
+    let change = match form.action.as_str() {
         "disable" if account_id == user.account.id => {
             return admin_page(
                 &state,
@@ -208,26 +270,49 @@ pub async fn update_account(
             )
             .await;
         }
-        "disable" => store.set_disabled(&account_id, true).await?,
-        "enable" => store.set_disabled(&account_id, false).await?,
-        "credits" => {
-            let credits = match form.credits.trim() {
+        "disable" | "enable" => AccountChange {
+            disabled: Some(form.action == "disable"),
+            ..Default::default()
+        },
+        "credits" => AccountChange {
+            credits: Some(match form.credits.trim() {
                 "" => None,
-                n => match n.parse::<i64>() {
-                    Ok(n) if n >= 0 => Some(n),
-                    _ => {
-                        return Err(WebError::BadForm(
-                            "Credits: a whole number of 0 or more, or empty for unlimited.".into(),
-                        ))
-                    }
-                },
-            };
-            store.set_credits(&account_id, credits).await?
-        }
+                n => operators::parse_credits(n).map_err(refused)?,
+            }),
+            ..Default::default()
+        },
+        "plan" => AccountChange {
+            plan: Some(form.plan.trim().to_string()),
+            ..Default::default()
+        },
+        "expiry" => AccountChange {
+            expires_at: Some(match form.expires_at.trim() {
+                "" => None,
+                day => operators::parse_expiry(day, now_ms()).map_err(refused)?,
+            }),
+            ..Default::default()
+        },
         _ => return Err(WebError::BadForm("Unknown action.".into())),
     };
-    if !done {
+    let Some(account) = state.store.account_by_id(&account_id).await? else {
         return Err(WebError::NotFound);
+    };
+    let actor = format!("admin:{}", user.account.email);
+    match operators::change_account(
+        state.store.as_ref(),
+        &state.config.plans,
+        &actor,
+        &account,
+        &change,
+    )
+    .await
+    {
+        Ok(_) => Ok(Redirect::to("/admin").into_response()),
+        Err(ApiError::AccountNotFound) => Err(WebError::NotFound),
+        Err(e @ ApiError::BadRequest { .. }) => Err(refused(e)),
+        Err(ApiError::Store {
+            unavailable: true, ..
+        }) => Err(WebError::Unavailable),
+        Err(e) => Err(WebError::Internal(e.into())),
     }
-    Ok(Redirect::to("/admin").into_response())
 }

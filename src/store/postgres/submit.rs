@@ -21,8 +21,8 @@ use crate::store::error::postgres_session_ended;
 use crate::store::idempotency::{KeyedGroup, StoredAnswer};
 use crate::store::queue::next_turn;
 use crate::store::{
-    accepted_body, now_ms, Idempotency, NewTask, Quota, Refused, StoreError, StoreResult,
-    Submitted, TaskIds, KEY_TOUCH_EVERY_MS,
+    accepted_body, now_ms, Idempotency, NewTask, PendingLimits, Quota, Refused, StoreError,
+    StoreResult, Submitted, TaskIds, KEY_TOUCH_EVERY_MS,
 };
 
 /// Most submits one transaction takes.
@@ -33,7 +33,7 @@ const QUEUE: usize = 4096;
 struct Job {
     task: NewTask,
     key_hash: [u8; 32],
-    max_active: u32,
+    limits: PendingLimits,
     reply: oneshot::Sender<StoreResult<Submitted>>,
 }
 
@@ -77,13 +77,13 @@ impl Submitter {
         &self,
         task: &NewTask,
         key_hash: &[u8; 32],
-        max_active: u32,
+        limits: &PendingLimits,
     ) -> StoreResult<Submitted> {
         let (reply, answer) = oneshot::channel();
         let job = Job {
             task: task.clone(),
             key_hash: *key_hash,
-            max_active,
+            limits: limits.clone(),
             reply,
         };
         let closed = || StoreError::unavailable("the store is closed");
@@ -248,6 +248,8 @@ async fn apply(
     type Live = (
         Vec<u8>,
         String,
+        String,
+        Option<i64>,
         i64,
         Option<i64>,
         Vec<Option<i64>>,
@@ -269,7 +271,7 @@ async fn apply(
                      COALESCE((SELECT turn FROM tasks WHERE status = 'pending' AND priority = m
                                ORDER BY turn LIMIT 1), 0)) END
                  FROM generate_series(0, 2) m ORDER BY m) AS at)
-         SELECT k.key_hash, k.account_id, a.active_tasks, a.credits,
+         SELECT k.key_hash, k.account_id, a.plan, a.expires_at, a.active_tasks, a.credits,
              ARRAY(SELECT CASE WHEN m = ANY($2) THEN
                               (SELECT t.turn FROM tasks t
                                WHERE t.account_id = a.id AND t.status = 'pending'
@@ -290,14 +292,22 @@ async fn apply(
     .await?;
     // No live key: nothing is stored, and no seq was drawn (every submit is refused below).
     let seqs: Vec<i64> = match live.first() {
-        Some(row) => row.6.clone(),
+        Some(row) => row.8.clone(),
         None => vec![0; group.len()],
     };
     let mut quota = Quota::default();
     let mut accounts: HashMap<Vec<u8>, String> = HashMap::new();
     let mut lines: HashMap<(String, i64), i64> = HashMap::new();
-    for (hash, account, active, credits, newest, heads, _) in live {
-        quota.set(&account, active, credits);
+    let mut expired: std::collections::HashSet<String> = Default::default();
+    for (hash, account, plan, expires_at, active, credits, newest, heads, _) in live {
+        if expires_at.is_some_and(|at| at <= now) {
+            expired.insert(account.clone());
+        }
+        let limits = group
+            .iter()
+            .find(|j| j.key_hash.as_slice() == hash.as_slice());
+        let max_active = limits.map_or(0, |j| j.limits.of(&plan));
+        quota.set(&account, active, max_active, credits);
         for (priority, (newest, head)) in (0..).zip(newest.into_iter().zip(heads)) {
             if let Some(head) = head {
                 lines.insert((account.clone(), priority), next_turn(newest, head));
@@ -317,6 +327,10 @@ async fn apply(
             outcomes.push(Submitted::KeyNotLive);
             continue;
         };
+        if expired.contains(account) {
+            outcomes.push(Submitted::AccountExpired);
+            continue;
+        }
         if let Some(idem) = &job.task.idempotency {
             let stored = answers.get(&(account.clone(), idem.key.clone()));
             if let Some(answer) = keyed.decide(account, idem, stored, now) {
@@ -324,7 +338,7 @@ async fn apply(
                 continue;
             }
         }
-        let charged = match quota.admit(account, job.max_active, job.task.cost) {
+        let charged = match quota.admit(account, job.task.cost) {
             Ok(charged) => charged,
             Err(Refused::Quota) => {
                 outcomes.push(Submitted::QuotaFull);

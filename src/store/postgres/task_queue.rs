@@ -13,8 +13,8 @@ use crate::store::rows::{into_tasks, key_and_tasks, TaskRow, KEY_THEN_TASKS};
 use crate::store::rows::{TASK_COLUMNS, TASK_JOINS};
 use crate::store::sql::queue_outbox;
 use crate::store::{
-    now_ms, worker_lost, ClaimRules, ClaimedTask, Ending, Fence, LiveKey, NewTask, StoreResult,
-    StoredProgress, Submitted, Task, TaskEvent, TaskQueue, Waiting, RUNNING,
+    now_ms, worker_lost, ClaimRules, ClaimedTask, Ending, Fence, LiveKey, NewTask, PendingLimits,
+    StoreResult, StoredProgress, Submitted, Task, TaskEvent, TaskQueue, Waiting, RUNNING,
 };
 
 impl PgStore {
@@ -30,9 +30,9 @@ impl TaskQueue for PgStore {
         &self,
         task: &NewTask,
         key_hash: &[u8; 32],
-        max_active: u32,
+        limits: &PendingLimits,
     ) -> StoreResult<Submitted> {
-        let submitted = self.submits.submit(task, key_hash, max_active).await?;
+        let submitted = self.submits.submit(task, key_hash, limits).await?;
         if matches!(submitted, Submitted::Queued { .. }) {
             // This node's workers need not wait for the notification's round trip.
             self.wakeups.queue.notify_one();

@@ -16,6 +16,7 @@
 
 mod accounts;
 mod moderation;
+mod operators;
 pub(crate) mod queue_outbox;
 mod reader;
 mod text;

@@ -10,17 +10,17 @@ use super::ledger::ledger;
 use crate::store::idempotency::{KeyedGroup, StoredAnswer, STORED_STATUS};
 use crate::store::queue::{next_turn, Heads};
 use crate::store::{
-    accepted_body, chunks, now_ms, Idempotency, NewTask, Quota, Refused, Submitted, TaskIds,
-    KEY_TOUCH_EVERY_MS,
+    accepted_body, chunks, now_ms, Idempotency, NewTask, PendingLimits, Quota, Refused, Submitted,
+    TaskIds, KEY_TOUCH_EVERY_MS,
 };
 
-/// A submit, for the writer's group of submits: insert unless the account already has
-/// `max_active` tasks queued or running.
+/// A submit, for the writer's group of submits: insert unless the account already has as many
+/// tasks queued or running as `limits` give its plan.
 pub(super) struct InsertTask {
     /// Boxed: the writer's queue of jobs is as large as its largest job.
     pub(super) task: Box<NewTask>,
     pub(super) key_hash: [u8; 32],
-    pub(super) max_active: u32,
+    pub(super) limits: PendingLimits,
 }
 
 /// What the writer keeps for submits from one drain to the next: the ids' key, and when it last
@@ -63,10 +63,11 @@ pub(super) fn apply_submits(
         )?
         .query_row([], |r| r.get(0))?;
     let mut live: HashMap<[u8; 32], String> = HashMap::new();
+    let mut expired: std::collections::HashSet<String> = Default::default();
     let mut quota = Quota::default();
     {
         let mut key = conn.prepare_cached(
-            "SELECT k.account_id, a.active_tasks, a.credits
+            "SELECT k.account_id, a.active_tasks, a.credits, a.plan, a.expires_at
              FROM api_keys k JOIN accounts a ON a.id = k.account_id
              WHERE k.key_hash = ? AND k.revoked_at IS NULL AND a.disabled = 0",
         )?;
@@ -78,11 +79,18 @@ pub(super) fn apply_submits(
                         r.get::<_, String>(0)?,
                         r.get::<_, i64>(1)?,
                         r.get::<_, Option<i64>>(2)?,
+                        r.get::<_, String>(3)?,
+                        r.get::<_, Option<i64>>(4)?,
                     ))
                 })
                 .optional()?;
-            if let Some((account, n, credits)) = found {
-                quota.set(&account, n, credits);
+            if let Some((account, n, credits, plan, expires_at)) = found {
+                if expires_at.is_some_and(|at| at <= now) {
+                    expired.insert(account.clone());
+                }
+                let limits = batch.iter().find(|w| &w.key_hash == hash);
+                let max_active = limits.map_or(0, |w| w.limits.of(&plan));
+                quota.set(&account, n, max_active, credits);
                 live.insert(*hash, account);
             }
         }
@@ -98,6 +106,9 @@ pub(super) fn apply_submits(
             let Some(account) = live.get(&w.key_hash) else {
                 return Err(Submitted::KeyNotLive);
             };
+            if expired.contains(account) {
+                return Err(Submitted::AccountExpired);
+            }
             if let Some(idem) = &w.task.idempotency {
                 let stored = answers.get(&(account.clone(), idem.key.clone()));
                 if let Some(answer) = keyed.decide(account, idem, stored, now) {
@@ -105,7 +116,7 @@ pub(super) fn apply_submits(
                 }
             }
             let charged = quota
-                .admit(account, w.max_active, w.task.cost)
+                .admit(account, w.task.cost)
                 .map_err(|refused| match refused {
                     Refused::Quota => Submitted::QuotaFull,
                     Refused::Credits => Submitted::InsufficientCredits,

@@ -17,7 +17,8 @@ use crate::store::rows::{TASK_COLUMNS, TASK_JOINS};
 use crate::store::sql::{json, queue_outbox, Durability};
 use crate::store::{
     now_ms, worker_lost, ClaimRules, ClaimedTask, Ending, Fence, Happened, LiveKey, NewTask,
-    StoreResult, StoredProgress, Submitted, Task, TaskEvent, TaskQueue, Waiting, RUNNING,
+    PendingLimits, StoreResult, StoredProgress, Submitted, Task, TaskEvent, TaskQueue, Waiting,
+    RUNNING,
 };
 
 /// Only a live key: not revoked, and its account not disabled.
@@ -39,14 +40,14 @@ impl TaskQueue for SqliteStore {
         &self,
         task: &NewTask,
         key_hash: &[u8; 32],
-        max_active: u32,
+        limits: &PendingLimits,
     ) -> StoreResult<Submitted> {
         let submitted = self
             .writer
             .submit(InsertTask {
                 task: Box::new(task.clone()),
                 key_hash: *key_hash,
-                max_active,
+                limits: limits.clone(),
             })
             .await?;
         if let Submitted::Queued {

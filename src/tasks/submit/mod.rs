@@ -123,8 +123,7 @@ async fn accept(tasks: &Tasks, key: &PresentedKey, task: &NewTask) -> Result<Ans
             retry_after_secs: 5,
         });
     }
-    let limit = tasks.config.limits.max_pending_per_account;
-    let id = match tasks.store.submit(task, &key.0, limit).await? {
+    let id = match tasks.store.submit(task, &key.0, &tasks.pending).await? {
         Submitted::Queued {
             account_id,
             task_id,
@@ -135,6 +134,7 @@ async fn accept(tasks: &Tasks, key: &PresentedKey, task: &NewTask) -> Result<Ans
             task_id
         }
         Submitted::KeyNotLive => return Err(ApiError::Unauthorized),
+        Submitted::AccountExpired => return Err(ApiError::AccountExpired),
         Submitted::InsufficientCredits => {
             return Err(ApiError::InsufficientCredits {
                 msg: format!(
@@ -146,9 +146,9 @@ async fn accept(tasks: &Tasks, key: &PresentedKey, task: &NewTask) -> Result<Ans
         }
         Submitted::QuotaFull => {
             return Err(ApiError::QuotaExceeded {
-                msg: format!(
-                "the account already has {limit} tasks queued or running; wait for some to finish"
-            ),
+                msg: "the account already has its plan's max_pending tasks queued or running; \
+                      wait for some to finish"
+                    .into(),
                 retry_after_secs: 10,
             })
         }
