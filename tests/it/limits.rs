@@ -526,7 +526,7 @@ async fn streams_resumed_from_the_start_and_never_read_keep_memory_bounded() {
     let easel = Easel::start(
         dir.path(),
         &[
-            ("EASEL_MAX_PENDING_PER_ACCOUNT", "5000"),
+            ("EASEL_PLANS__SELF-HOSTED__MAX_PENDING", "5000"),
             ("EASEL_WORKERS", "0"),
         ],
     );
