@@ -40,8 +40,12 @@ key=$(grep -o 'easel_[A-Za-z0-9_-]*' "$work/out" | head -n 1)
 # unsupported_operation: all documented. schemathesis warns about them; that is expected.
 # The event streams are left out: they answer as long as the task (or the account) lives, and
 # schemathesis reads an answer whole; tests/it/events.rs checks them.
+# The operators' routes (/api/v1/admin/...) are left out too: the key here is the operator's, so
+# their PATCHes and PUTs would change the account and the moderation lists every other operation
+# runs under, and schemathesis 4's coverage phase crashed inside hypothesis on their query (a
+# runtime error of the tool, not an answer); tests/it/plans.rs and moderation.rs check them.
 "$VENV/bin/schemathesis" run "http://127.0.0.1:$port/api/v1/openapi.json" \
-  --header "Authorization: $key" --exclude-path-regex 'events$' \
+  --header "Authorization: $key" --exclude-path-regex 'events$|^/api/v1/admin/' \
   --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance \
   --mode all --max-examples "${SCHEMATHESIS_EXAMPLES:-40}" --max-time "${SCHEMATHESIS_MAX_TIME:-90}" \
   --seed "${SCHEMATHESIS_SEED:-20261121}" --suppress-health-check too_slow,filter_too_much \

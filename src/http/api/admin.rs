@@ -36,8 +36,7 @@ pub struct AdminAccount {
     id: String,
     email: String,
     plan: String,
-    /// A number, or `"unlimited"`.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Credits)]
     credits: Value,
     /// RFC 3339, or null: never.
     #[schema(required = true)]
@@ -110,14 +109,37 @@ pub struct AuditPage {
     next: Option<i64>,
 }
 
+/// A balance: a whole number of credits, or `"unlimited"`.
+pub struct Credits;
+
+impl utoipa::PartialSchema for Credits {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Type};
+        OneOfBuilder::new()
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .minimum(Some(0)),
+            )
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some(["unlimited"])),
+            )
+            .description(Some("A whole number of credits, or \"unlimited\"."))
+            .into()
+    }
+}
+
+impl ToSchema for Credits {}
+
 /// What `PATCH /api/v1/admin/accounts/{id}` takes; every field optional.
 #[derive(ToSchema)]
 #[allow(dead_code)] // the document's schema; the handler reads the object field by field
 pub struct AccountPatch {
     /// One of the configured plans.
     plan: Option<String>,
-    /// A whole number of credits, or `"unlimited"`.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Credits>)]
     credits: Option<Value>,
     /// RFC 3339 (not in the past), or null: never.
     expires_at: Option<String>,
