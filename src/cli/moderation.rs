@@ -31,6 +31,10 @@ pub(super) async fn moderation(config: Config, command: ModerationCommand) -> an
     let store = open_store(&config).await?;
     let lists = Moderation::new(store.clone());
     let refused = |e: crate::refusal::ApiError| anyhow::anyhow!("{e}");
+    let actor = format!(
+        "cli:{}",
+        std::env::var("USER").unwrap_or_else(|_| "unknown".into())
+    );
     let existing = |name: &str| {
         let store = store.clone();
         let name = name.to_string();
@@ -67,12 +71,12 @@ pub(super) async fn moderation(config: Config, command: ModerationCommand) -> an
                 }
             }
             let added = all.len() - before;
-            lists.put(&name, all).await.map_err(refused)?;
+            lists.put(&actor, &name, all).await.map_err(refused)?;
             println!("{name}: {added} terms added");
         }
         ModerationCommand::Remove { name, terms } if terms.is_empty() => {
             lists
-                .remove(&name)
+                .remove(&actor, &name)
                 .await
                 .map_err(refused)?
                 .with_context(|| format!("no moderation list {name}"))?;
@@ -83,7 +87,7 @@ pub(super) async fn moderation(config: Config, command: ModerationCommand) -> an
             let before = all.len();
             all.retain(|t| !terms.contains(t));
             let removed = before - all.len();
-            lists.put(&name, all).await.map_err(refused)?;
+            lists.put(&actor, &name, all).await.map_err(refused)?;
             println!("{name}: {removed} terms removed");
         }
         ModerationCommand::Import { name, file } => {
@@ -99,7 +103,7 @@ pub(super) async fn moderation(config: Config, command: ModerationCommand) -> an
                 .map(str::to_string)
                 .collect();
             let count = terms.len();
-            lists.put(&name, terms).await.map_err(refused)?;
+            lists.put(&actor, &name, terms).await.map_err(refused)?;
             println!("{name}: {count} terms");
         }
     }

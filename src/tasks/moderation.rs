@@ -7,11 +7,12 @@
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::moderation::{check_list_name, Matcher, TermList};
 use crate::refusal::ApiError;
-use crate::store::{now_ms, SharedStore, StoreResult};
+use crate::store::{now_ms, NewAudit, SharedStore, StoreResult};
 
 /// How often each node reads the lists' version (a count and a sum: one indexed read).
 pub const REFRESH: Duration = Duration::from_secs(2);
@@ -104,10 +105,12 @@ impl Moderation {
         })
     }
 
-    /// Write the list `name` whole, checked first (nothing written when a term cannot be
-    /// used); the terms it had before, if it existed.
+    /// Write the list `name` whole for `actor` (as the audit log names operators), checked
+    /// first (nothing written when a term cannot be used); the terms it had before, if it
+    /// existed.
     pub async fn put(
         &self,
+        actor: &str,
         name: &str,
         terms: Vec<String>,
     ) -> Result<Option<Vec<String>>, ApiError> {
@@ -122,15 +125,41 @@ impl Moderation {
         })?;
         let before = self.store.moderation_list(name).await?;
         self.store.put_moderation_list(&list, now_ms()).await?;
+        self.audit(actor, "moderation.put", name, &before, Some(&list.terms))
+            .await?;
         self.refresh().await?;
         Ok(before)
     }
 
-    /// Remove the list `name`; the terms it had, or None when there was none.
-    pub async fn remove(&self, name: &str) -> Result<Option<Vec<String>>, ApiError> {
+    /// Record a change of the list `name` in the audit log, after it was written (a crash in
+    /// between leaves the change unrecorded; the list itself says what it is).
+    async fn audit(
+        &self,
+        actor: &str,
+        action: &str,
+        name: &str,
+        before: &Option<Vec<String>>,
+        after: Option<&Vec<String>>,
+    ) -> StoreResult<()> {
+        let state = |terms: Option<&Vec<String>>| json!({ "list": name, "terms": terms });
+        self.store
+            .record_audit(&NewAudit {
+                actor: actor.to_string(),
+                action: action.to_string(),
+                account_id: None,
+                before: state(before.as_ref()),
+                after: state(after),
+            })
+            .await
+    }
+
+    /// Remove the list `name` for `actor`; the terms it had, or None when there was none.
+    pub async fn remove(&self, actor: &str, name: &str) -> Result<Option<Vec<String>>, ApiError> {
         let before = self.store.moderation_list(name).await?;
         if before.is_some() {
             self.store.delete_moderation_list(name).await?;
+            self.audit(actor, "moderation.remove", name, &before, None)
+                .await?;
             self.refresh().await?;
         }
         Ok(before)

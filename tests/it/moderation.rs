@@ -118,6 +118,36 @@ async fn a_list_written_while_serving_refuses_the_next_submit_through_evasions()
         .await
         .unwrap();
     assert_eq!(again.status(), 404);
+
+    // Each change is in the audit log, who and what, before and after; the refused ones are not.
+    let (status, audit) = app.get("/api/v1/admin/audit").await;
+    assert_eq!(status, 200, "{audit}");
+    let changes: Vec<&Value> = audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            e["action"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("moderation.")
+        })
+        .collect();
+    assert_eq!(changes.len(), 2, "{audit}");
+    let removed = changes[0];
+    assert_eq!(
+        removed["action"], "moderation.remove",
+        "newest first: {audit}"
+    );
+    assert_eq!(removed["before"]["terms"].as_array().unwrap().len(), 3);
+    assert!(removed["after"]["terms"].is_null());
+    let put = changes[1];
+    assert_eq!(put["action"], "moderation.put");
+    assert!(
+        put["actor"].as_str().unwrap().starts_with("admin:"),
+        "{put}"
+    );
+    assert_eq!(put["after"]["list"], "adult");
 }
 
 /// Two nodes on one PostgreSQL database; a list added with `easel moderation add` (against the

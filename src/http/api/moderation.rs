@@ -83,7 +83,7 @@ pub async fn lists(
 )]
 pub async fn put_list(
     State(state): State<AppState>,
-    Admin(_): Admin,
+    Admin(caller): Admin,
     Path(name): Path<String>,
     JsonObject(body): JsonObject,
 ) -> Result<Json<List>, ApiError> {
@@ -122,7 +122,8 @@ pub async fn put_list(
             format!("at most {TERMS_MAX} terms (got {})", terms.len()),
         ));
     }
-    state.moderation.put(&name, terms.clone()).await?;
+    let actor = format!("admin:{}", caller.email);
+    state.moderation.put(&actor, &name, terms.clone()).await?;
     Ok(Json(List {
         name,
         terms,
@@ -138,10 +139,11 @@ pub async fn put_list(
 )]
 pub async fn delete_list(
     State(state): State<AppState>,
-    Admin(_): Admin,
+    Admin(caller): Admin,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    match state.moderation.remove(&name).await? {
+    let actor = format!("admin:{}", caller.email);
+    match state.moderation.remove(&actor, &name).await? {
         Some(_) => Ok(StatusCode::NO_CONTENT),
         None => Err(ApiError::NotFound(format!("no moderation list {name}"))),
     }
