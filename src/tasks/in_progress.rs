@@ -1,14 +1,41 @@
-//! The uploads being checked on this node, by account, under
+//! Counts of things in progress by account on this node (event streams, uploads being checked),
+//! each under a per-account limit, and the uploads' own count under
 //! `max_uploads_in_progress_per_account` (see `upload::admit`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+/// How many of something each account has in progress; accounts with none are not kept.
+#[derive(Default)]
+pub struct Counts(HashMap<String, u32>);
+
+impl Counts {
+    /// Count one more for `account_id` unless it has `most` already; whether it was counted.
+    pub fn take(&mut self, account_id: &str, most: u32) -> bool {
+        let mine = self.0.get(account_id).copied().unwrap_or(0);
+        if mine >= most {
+            return false;
+        }
+        self.0.insert(account_id.to_string(), mine + 1);
+        true
+    }
+
+    /// Count one fewer for `account_id`.
+    pub fn give(&mut self, account_id: &str) {
+        if let Some(n) = self.0.get_mut(account_id) {
+            *n -= 1;
+            if *n == 0 {
+                self.0.remove(account_id);
+            }
+        }
+    }
+}
+
 /// The uploads being checked on this node, by account, under
 /// `max_uploads_in_progress_per_account`.
 #[derive(Default)]
 pub struct InProgress {
-    by_account: Mutex<HashMap<String, u32>>,
+    by_account: Mutex<Counts>,
 }
 
 /// One upload's place, given back when dropped.
@@ -19,19 +46,13 @@ pub struct Turn {
 
 impl InProgress {
     pub(super) fn take(of: &Arc<InProgress>, account_id: &str, most: u32) -> Option<Turn> {
-        let mut counts = of.lock();
-        let mine = counts.entry(account_id.to_string()).or_default();
-        if *mine >= most {
-            return None;
-        }
-        *mine += 1;
-        Some(Turn {
+        of.lock().take(account_id, most).then(|| Turn {
             account_id: account_id.to_string(),
             of: of.clone(),
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Counts> {
         // The counts are left consistent by every holder.
         self.by_account.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -39,12 +60,6 @@ impl InProgress {
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        let mut counts = self.of.lock();
-        if let Some(n) = counts.get_mut(&self.account_id) {
-            *n -= 1;
-            if *n == 0 {
-                counts.remove(&self.account_id);
-            }
-        }
+        self.of.lock().give(&self.account_id);
     }
 }

@@ -1,8 +1,8 @@
 //! The event streams open on this node, counted under their limits.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use super::in_progress::Counts;
 use crate::config::limits::Limits;
 use crate::refusal::ApiError;
 
@@ -16,7 +16,7 @@ pub struct Streams {
 
 #[derive(Default)]
 struct Open {
-    by_account: HashMap<String, u32>,
+    by_account: Counts,
     total: u32,
 }
 
@@ -53,8 +53,7 @@ impl Streams {
                 retry_after_secs: 5,
             });
         }
-        let mine = open.by_account.entry(account_id.to_string()).or_default();
-        if *mine >= streams.per_account {
+        if !open.by_account.take(account_id, streams.per_account) {
             return Err(ApiError::QuotaExceeded {
                 msg: format!(
                     "the account has its most event streams open on this node ({}); close one \
@@ -64,7 +63,6 @@ impl Streams {
                 retry_after_secs: 5,
             });
         }
-        *mine += 1;
         open.total += 1;
         crate::metrics::event_streams(1);
         Ok(StreamSlot {
@@ -78,12 +76,7 @@ impl Drop for StreamSlot {
     fn drop(&mut self) {
         let mut open = self.streams.lock();
         open.total -= 1;
-        if let Some(n) = open.by_account.get_mut(&self.account_id) {
-            *n -= 1;
-            if *n == 0 {
-                open.by_account.remove(&self.account_id);
-            }
-        }
+        open.by_account.give(&self.account_id);
         crate::metrics::event_streams(-1);
     }
 }
