@@ -170,4 +170,47 @@ mod tests {
             assert!(rule.starts_with(WEBHOOK_EVENTS_RULE), "{rule}");
         }
     }
+
+    /// Names near the real ones, and anything else: a list of known names is the set of them,
+    /// anything else one of the two refusals; never a panic.
+    fn item() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        prop_oneof![
+            proptest::sample::select(vec!["progress", "completed", "failed", "canceled"])
+                .prop_map(|n| json!(n)),
+            "[a-zA-Z\\u{0}-\\u{7f}\\u{ff10}-\\u{ff5a}]{0,12}".prop_map(|n| json!(n)),
+            any::<i64>().prop_map(|n| json!(n)),
+            Just(json!(null)),
+            Just(json!({"progress": true})),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            cases: crate::domain::fuzz_cases(),
+            failure_persistence: None,
+            ..proptest::test_runner::Config::default()
+        })]
+
+        #[test]
+        fn any_list_is_a_set_of_known_events_or_refused(
+            items in proptest::collection::vec(item(), 0..8),
+            as_list in proptest::bool::weighted(0.9),
+        ) {
+            let value = if as_list { json!(items) } else { items.first().cloned().unwrap_or(json!(null)) };
+            match WebhookEvents::parse(&value) {
+                Ok(set) => {
+                    let names: Vec<&str> = items.iter().map(|i| i.as_str().unwrap()).collect();
+                    for event in set.iter() {
+                        proptest::prop_assert!(names.contains(&event.as_str()));
+                    }
+                    proptest::prop_assert!(!items.is_empty());
+                }
+                Err((code, rule)) => {
+                    proptest::prop_assert!(code == "invalid_type" || code == "invalid_value");
+                    proptest::prop_assert!(rule.starts_with(WEBHOOK_EVENTS_RULE));
+                }
+            }
+        }
+    }
 }

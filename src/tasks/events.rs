@@ -532,4 +532,29 @@ mod tests {
         assert_eq!(read_event_id("-3"), None);
         assert_eq!(read_event_id(""), None);
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            cases: crate::domain::fuzz_cases(),
+            failure_persistence: None,
+            ..proptest::test_runner::Config::default()
+        })]
+
+        /// Any header text (as `Last-Event-ID` gives it: visible ASCII) is a version this stream
+        /// can resume from, or none; a version is never negative and is the id's leading number.
+        #[test]
+        fn any_last_event_id_is_a_version_or_none(id in "[ -~]{0,40}|[0-9]{1,25}(\\.[0-9]{0,25})?") {
+            match read_event_id(&id) {
+                Some(version) => {
+                    proptest::prop_assert!(version >= 0);
+                    let head = id.split_once('.').map_or(id.as_str(), |(v, _)| v);
+                    proptest::prop_assert_eq!(head.parse::<i64>().ok(), Some(version));
+                }
+                None => {
+                    let head = id.split_once('.').map_or(id.as_str(), |(v, _)| v);
+                    proptest::prop_assert!(head.parse::<i64>().map_or(true, |v| v < 0));
+                }
+            }
+        }
+    }
 }

@@ -284,3 +284,120 @@ fn style_codes_pick_the_same_look_and_random_is_recorded_as_a_code() {
     p.pick_random_codes(|| 77);
     assert_eq!(p.sref, vec!["77".to_string(), "5".to_string()]);
 }
+
+/// Words a prompt is made of in the property test below: every parameter (and near misses),
+/// values in and out of range, weights, and other text.
+const VOCABULARY: &[&str] = &[
+    "--ar",
+    "--aspect",
+    "--chaos",
+    "--c",
+    "--no",
+    "--q",
+    "--quality",
+    "--seed",
+    "--stop",
+    "--style",
+    "--stylize",
+    "--s",
+    "--tile",
+    "--weird",
+    "--w",
+    "--iw",
+    "--v",
+    "--version",
+    "--niji",
+    "--sref",
+    "--sw",
+    "--sv",
+    "--cref",
+    "--cw",
+    "--oref",
+    "--ow",
+    "--p",
+    "--personalize",
+    "--repeat",
+    "--r",
+    "--draft",
+    "--exp",
+    "--raw",
+    "--fast",
+    "--relax",
+    "--turbo",
+    "--video",
+    "--motion",
+    "--loop",
+    "--end",
+    "--zzz",
+    "—ar",
+    "--",
+    "-",
+    "16:9",
+    "1:1",
+    "0:0",
+    "0",
+    "1",
+    "42",
+    "100",
+    "1000",
+    "4294967296",
+    "-5",
+    ".5",
+    "1.5",
+    "abc",
+    "raw",
+    "random",
+    "https://example.com/a.png",
+    "data:image/png;base64,AAAA",
+    "::",
+    "::2",
+    "::-0.5",
+    "cat::",
+    "fox::1.5",
+    "a",
+    "red",
+    "fox",
+    "ｎｏ",
+    "{a,b}",
+    "\u{202e}",
+    "\t",
+    "\n",
+];
+
+use proptest::prelude::*;
+
+proptest::proptest! {
+    #![proptest_config(proptest::test_runner::Config {
+        cases: crate::domain::fuzz_cases(),
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    })]
+
+    /// Any prompt is its text and parameters, or a refusal with a code and a message; the text
+    /// is the prompt's beginning and holds no parameter of its own.
+    #[test]
+    fn any_prompt_is_read_in_one_pass_or_refused(
+        words in proptest::collection::vec(
+            proptest::prop_oneof![
+                8 => proptest::sample::select(VOCABULARY).prop_map(str::to_string),
+                1 => "[ -~]{0,12}",
+                1 => "\\PC{0,6}",
+            ],
+            0..16,
+        ),
+        joiner in proptest::sample::select(vec![" ", "  ", "\t", " \u{3000}"]),
+    ) {
+        let prompt = words.join(joiner);
+        match Parameters::parse(&prompt) {
+            Ok((text, _)) => {
+                prop_assert!(prompt.starts_with(text));
+                let again = Parameters::parse(text);
+                prop_assert!(matches!(again, Ok((same, _)) if same == text), "{again:?}");
+            }
+            Err(refused) => {
+                prop_assert!(!refused.code.is_empty());
+                prop_assert!(!refused.message.is_empty());
+            }
+        }
+    }
+}

@@ -72,13 +72,13 @@ pub async fn upload(
     Caller(account): Caller,
     req: Request,
 ) -> Result<Response, ApiError> {
-    let (field, bytes) = image_of(req, &state).await?;
+    let (field, bytes) = image_of(req).await?;
     let stored = upload::store_upload(&state, &account.id, &field, bytes).await?;
     Ok((StatusCode::CREATED, Json(upload::answer(&state, &stored))).into_response())
 }
 
 /// The image the request carries and the name of its field (`image` for a raw body).
-pub async fn image_of(req: Request, state: &AppState) -> Result<(String, Bytes), ApiError> {
+pub async fn image_of(req: Request) -> Result<(String, Bytes), ApiError> {
     let media = req
         .headers()
         .get(header::CONTENT_TYPE)
@@ -97,22 +97,19 @@ pub async fn image_of(req: Request, state: &AppState) -> Result<(String, Bytes),
     }
     let (parts, body) = req.into_parts();
     let bytes = body::read_body(&parts, body).await?;
-    let missing = || {
-        ApiError::field(
-            "image",
-            "missing_field",
-            "is required: a file part named image (or file), or the image as the body",
-        )
-    };
     if !multipart {
         if bytes.is_empty() {
-            return Err(missing());
+            return Err(missing_image());
         }
         return Ok(("image".to_string(), bytes));
     }
     // The whole body is in hand (read under its limit): the form is parsed from memory.
-    let req = Request::from_parts(parts, Body::from(bytes));
-    let mut form = Multipart::from_request(req, state)
+    form_image(Request::from_parts(parts, Body::from(bytes))).await
+}
+
+/// The first file part named `image` or `file` of a form held in memory, and its name.
+async fn form_image(req: Request) -> Result<(String, Bytes), ApiError> {
+    let mut form = Multipart::from_request(req, &())
         .await
         .map_err(|e| ApiError::field("body", "invalid_body", e.body_text()))?;
     let broken = |e: axum::extract::multipart::MultipartError| {
@@ -136,5 +133,16 @@ pub async fn image_of(req: Request, state: &AppState) -> Result<(String, Bytes),
         }
         return Ok((name, data));
     }
-    Err(missing())
+    Err(missing_image())
 }
+
+fn missing_image() -> ApiError {
+    ApiError::field(
+        "image",
+        "missing_field",
+        "is required: a file part named image (or file), or the image as the body",
+    )
+}
+
+#[cfg(test)]
+mod fuzz;

@@ -17,6 +17,8 @@ mod budget;
 mod decode;
 mod fetch;
 #[cfg(test)]
+mod fuzz;
+#[cfg(test)]
 mod metered;
 #[cfg(test)]
 mod samples;
