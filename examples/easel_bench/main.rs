@@ -18,6 +18,7 @@ mod decode;
 mod e2e;
 mod events;
 mod idempotency;
+mod moderation;
 mod listing;
 mod operations;
 mod postgres;
@@ -55,6 +56,7 @@ const BENCHMARKS: &[&str] = &[
     "listing",
     "wait",
     "idempotency",
+    "moderation",
     "decode",
     "events",
     "claims",
@@ -344,6 +346,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             "operations" => operations::run(&ctx).await,
             "decode" => decode::run(&ctx).await,
             "idempotency" => idempotency::run(&ctx).await,
+            "moderation" => moderation::run(&ctx).await,
             "backends" => backends::run(&ctx).await,
             "listing" => {
                 // On PostgreSQL too when its server answers; SQLite alone otherwise.
