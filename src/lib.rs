@@ -69,6 +69,8 @@ pub struct Application {
 impl Application {
     pub async fn build(config: Config) -> anyhow::Result<Application> {
         config.validate()?;
+        // What a reload compares with: the settings as loaded, before the node adjusts them.
+        let loaded = config.clone();
         metrics::set_route_templates(http::api::route_templates());
         std::fs::create_dir_all(&config.data_dir)?;
         let store = store::open(&config.database, &config.data_dir).await?;
@@ -141,6 +143,16 @@ impl Application {
         }
         let fetcher = ImageFetcher::new(destinations, limits, &webhooks::user_agent())
             .map_err(|e| anyhow::anyhow!("input image client: {e}"))?;
+        let moderation_services = Arc::new(config::Live::new(
+            net::moderation::ModerationServices::new(
+                &config.moderation,
+                destinations,
+                &webhooks::user_agent(),
+            )
+            .map_err(|e| anyhow::anyhow!("configuration: {e}"))?,
+        ));
+        let claims = worker::Claims::new(&config);
+        let rate_limits = Arc::new(ratelimit::RateLimits::new(&config.plans));
         let pool = Arc::new(generate::backends::build(&config)?);
         for backend in pool.health() {
             tracing::info!(
@@ -150,28 +162,42 @@ impl Application {
             );
         }
         let generator: Arc<dyn Generator> = pool.clone();
+        let tasks = Arc::new(tasks::Tasks {
+            config: config.clone(),
+            store: store.clone(),
+            blobs: blobs.clone(),
+            pool: pool.clone(),
+            fetcher: fetcher.clone(),
+            upload_budget: DecodeBudget::new(decode_budget.bytes() / 4),
+            uploads_in_progress: Default::default(),
+            destinations,
+            content_policy: content_policy.clone(),
+            shutdown: CancellationToken::new(),
+            idempotency: Default::default(),
+            line: tasks::queue_position::QueueLine::new(
+                store.clone(),
+                store::ClaimRules::of(&config.plans),
+            ),
+            streams: Arc::new(tasks::streams::Streams::new(&config.limits)),
+            moderation: Arc::new(
+                tasks::moderation::Moderation::new(store.clone())
+                    .with_services(moderation_services.clone()),
+            ),
+            pending: config::Live::new(store::PendingLimits::of_plans(&config.plans)),
+            plans: Arc::new(config::Live::new(config.plans.clone())),
+        });
+        let reloader = Arc::new(deploy::reload::Reloader::new(
+            loaded,
+            tasks.clone(),
+            rate_limits.clone(),
+            claims.clone(),
+            moderation_services.clone(),
+            destinations,
+        ));
         let state = AppState::new(Shared {
-            tasks: Arc::new(tasks::Tasks {
-                config: config.clone(),
-                store: store.clone(),
-                blobs: blobs.clone(),
-                pool: pool.clone(),
-                fetcher: fetcher.clone(),
-                upload_budget: DecodeBudget::new(decode_budget.bytes() / 4),
-                uploads_in_progress: Default::default(),
-                destinations,
-                content_policy: content_policy.clone(),
-                shutdown: CancellationToken::new(),
-                idempotency: Default::default(),
-                line: tasks::queue_position::QueueLine::new(
-                    store.clone(),
-                    store::ClaimRules::of(&config.plans),
-                ),
-                streams: Arc::new(tasks::streams::Streams::new(&config.limits)),
-                moderation: Arc::new(tasks::moderation::Moderation::new(store.clone())),
-                pending: store::PendingLimits::of_plans(&config.plans),
-            }),
-            rate_limits: ratelimit::RateLimits::new(&config.plans),
+            tasks,
+            rate_limits,
+            reloader,
             hosts: http::hosts::DashboardHosts::new(
                 config.server.public_url.as_deref(),
                 &config.server.allowed_hosts,
@@ -208,7 +234,8 @@ impl Application {
             room,
             claiming: Arc::default(),
             progress_hooks: progress.clone(),
-            claims: worker::Claims::new(&config),
+            claims,
+            moderation: moderation_services,
             owner: format!(
                 "{}-{}",
                 std::process::id(),
@@ -262,6 +289,17 @@ impl Application {
 
     pub fn store(&self) -> &SharedStore {
         &self.state.store
+    }
+
+    /// Where a reload (`easel reload`, SIGHUP, `POST /api/v1/admin/reload`) reads the settings
+    /// again: `easel serve` gives the file and flags it was started with.
+    pub fn set_config_source(&self, source: deploy::reload::ConfigSource) {
+        self.state.reloader.set_source(source);
+    }
+
+    /// The reloader, for tests and tools that reload without a signal.
+    pub fn reloader(&self) -> Arc<deploy::reload::Reloader> {
+        self.state.reloader.clone()
     }
 
     /// The worker, for driving the queue one task at a time (`run_one_task`) in tests and tools.
@@ -320,10 +358,15 @@ impl Application {
             tokio::spawn(moderation.run(shutdown.clone()));
             tokio::spawn(accounts::grants::run(
                 store.clone(),
-                config.plans.clone(),
+                self.state.plans.clone(),
                 shutdown.clone(),
             ));
         }
+        #[cfg(unix)]
+        tokio::spawn(reload_on_hangup(
+            self.state.reloader.clone(),
+            shutdown.clone(),
+        ));
         let trigger = shutdown.clone();
         tokio::spawn(async move {
             signal.await;
@@ -415,5 +458,25 @@ async fn sweep_expired(store: SharedStore, stop: CancellationToken) {
         }
         accounts::forget_expired_sessions(store.as_ref()).await;
         tasks::idempotency::forget_expired(store.as_ref(), &stop).await;
+    }
+}
+
+/// Reload the settings on each SIGHUP until `stop`; a refused reload is logged, and the
+/// running settings stay.
+#[cfg(unix)]
+async fn reload_on_hangup(reloader: Arc<deploy::reload::Reloader>, stop: CancellationToken) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP; reload with POST /api/v1/admin/reload");
+        return;
+    };
+    loop {
+        tokio::select! {
+            got = hangups.recv() => if got.is_none() { return },
+            _ = stop.cancelled() => return,
+        }
+        if let Err(refused) = reloader.reload("signal:SIGHUP").await {
+            tracing::error!(error = %refused, "reload refused");
+        }
     }
 }

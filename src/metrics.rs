@@ -116,6 +116,13 @@ struct Metrics {
     grids: Family<OutcomeLabels, Counter>,
     image_checks: Family<OutcomeLabels, Counter>,
     moderation_refusals: Family<ListLabels, Counter>,
+    moderation_checks: Family<CheckLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CheckLabels {
+    checker: &'static str,
+    outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -233,6 +240,13 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
             "Submits refused at submit by a moderation list, by the list's name",
             None,
             Family::<ListLabels, Counter>::default(),
+        ),
+        moderation_checks: registered(
+            r,
+            "moderation_checks",
+            "Answers of the operator's moderation checkers, by checker (prompt, image) and outcome (pass, flagged, unavailable)",
+            None,
+            Family::<CheckLabels, Counter>::default(),
         ),
         registry,
     }
@@ -454,6 +468,15 @@ pub fn moderation_refusal(list: &str) {
         .get_or_create(&ListLabels {
             list: list.to_string(),
         })
+        .inc();
+}
+
+/// Count one answer of an operator's checker (`prompt` or `image`): `pass`, `flagged` or
+/// `unavailable`.
+pub fn moderation_check(checker: &'static str, outcome: &'static str) {
+    METRICS
+        .moderation_checks
+        .get_or_create(&CheckLabels { checker, outcome })
         .inc();
 }
 

@@ -21,7 +21,7 @@ use governor::middleware::StateInformationMiddleware;
 use governor::state::keyed::DashMapStateStore;
 use governor::{Quota, RateLimiter};
 
-use crate::config::Plans;
+use crate::config::{Live, Plans};
 use crate::refusal::{RateRefusal as Refusal, RateScope as Scope};
 use crate::store::{Store, StoreResult};
 
@@ -71,18 +71,16 @@ struct PlanLimiters {
     accounts: Limit<String>,
 }
 
-/// The limiters of every plan with a limit, and the owners of recently seen keys.
-pub struct RateLimits {
+/// The limiters of the plans of one version of the settings.
+struct Table {
     plans: HashMap<String, PlanLimiters>,
     /// The configured plans' names, and the plan of accounts on any other.
     configured: HashSet<String>,
     default_plan: String,
-    owners: Mutex<HashMap<[u8; 32], (Instant, String, String)>>,
-    checks: AtomicU64,
 }
 
-impl RateLimits {
-    pub fn new(settings: &Plans) -> RateLimits {
+impl Table {
+    fn of(settings: &Plans) -> Table {
         let plans = settings
             .each()
             .into_iter()
@@ -96,29 +94,51 @@ impl RateLimits {
                 (plan.to_string(), limiters)
             })
             .collect();
-        RateLimits {
+        Table {
             plans,
             configured: settings.names().into_iter().map(String::from).collect(),
             default_plan: settings.default_plan.clone(),
+        }
+    }
+}
+
+/// The limiters of every plan with a limit, and the owners of recently seen keys.
+pub struct RateLimits {
+    /// Replaced whole by a reload (the counts start afresh).
+    table: Live<Table>,
+    owners: Mutex<HashMap<[u8; 32], (Instant, String, String)>>,
+    checks: AtomicU64,
+}
+
+impl RateLimits {
+    pub fn new(settings: &Plans) -> RateLimits {
+        RateLimits {
+            table: Live::new(Table::of(settings)),
             owners: Mutex::new(HashMap::new()),
             checks: AtomicU64::new(0),
         }
     }
 
+    /// Take the plans' limits of reloaded settings; every count starts afresh.
+    pub fn reload(&self, settings: &Plans) {
+        self.table.set(Table::of(settings));
+    }
+
     /// Whether any plan is limited; when not, checking costs nothing.
     pub fn enabled(&self) -> bool {
-        !self.plans.is_empty()
+        !self.table.get().plans.is_empty()
     }
 
     /// Count one request of the key hashed `key` of `account_id` on `plan`; the refusal when
     /// either the key's or the account's limit is spent.
     pub fn check(&self, key: &[u8; 32], account_id: &str, plan: &str) -> Result<(), Refusal> {
-        let plan = if self.configured.contains(plan) {
+        let table = self.table.get();
+        let plan = if table.configured.contains(plan) {
             plan
         } else {
-            &self.default_plan
+            &table.default_plan
         };
-        let Some(limits) = self.plans.get(plan) else {
+        let Some(limits) = table.plans.get(plan) else {
             return Ok(());
         };
         if self.checks.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
@@ -168,7 +188,7 @@ impl RateLimits {
     }
 
     fn sweep(&self) {
-        for limits in self.plans.values() {
+        for limits in self.table.get().plans.values() {
             limits.keys.limiter.retain_recent();
             limits.accounts.limiter.retain_recent();
         }

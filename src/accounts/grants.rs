@@ -5,11 +5,12 @@
 //! whatever the number of nodes, restarts, or a node down across the boundary (the next try
 //! grants the current period; a period missed whole by every node is not granted late).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Plans;
+use crate::config::{Live, Plans};
 use crate::store::{now_ms, Grant, SharedStore, Store, StoreResult};
 
 /// How often a node looks for grants due.
@@ -38,20 +39,21 @@ pub async fn grant_due(store: &dyn Store, plans: &Plans, now: i64) -> StoreResul
     Ok(granted)
 }
 
-/// Give grants as they fall due, at start and every [`GRANT_EVERY`], until `stop`.
-pub async fn run(store: SharedStore, plans: Plans, stop: CancellationToken) {
-    if plans
-        .each()
-        .iter()
-        .all(|(_, p)| p.credits_per_period.is_none())
-    {
-        return;
-    }
+/// Give grants as they fall due, at start and every [`GRANT_EVERY`], until `stop`, under the
+/// plans as they are at each pass (a reload may add a plan with grants).
+pub async fn run(store: SharedStore, plans: Arc<Live<Plans>>, stop: CancellationToken) {
     loop {
-        match grant_due(store.as_ref(), &plans, now_ms()).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(accounts = n, "periodic credits granted"),
-            Err(e) => tracing::warn!(error = %e, "could not grant periodic credits"),
+        let now = plans.get();
+        let grants = now
+            .each()
+            .iter()
+            .any(|(_, p)| p.credits_per_period.is_some());
+        if grants {
+            match grant_due(store.as_ref(), &now, now_ms()).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(accounts = n, "periodic credits granted"),
+                Err(e) => tracing::warn!(error = %e, "could not grant periodic credits"),
+            }
         }
         tokio::select! {
             _ = tokio::time::sleep(GRANT_EVERY) => {}

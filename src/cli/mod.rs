@@ -6,6 +6,7 @@
 pub mod client;
 mod moderation;
 mod operator;
+mod reload;
 mod serve;
 
 use std::net::SocketAddr;
@@ -74,6 +75,13 @@ pub enum Command {
     /// Exit 0 when the server answers GET /healthz with 200, 1 otherwise (for containers).
     Healthcheck {
         /// The server's base URL (default: the `listen` address, a wildcard one on loopback).
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+    },
+    /// Ask a running node to read its settings again (backends, models, plans, moderation),
+    /// with an operator's key in EASEL_API_KEY; SIGHUP does the same. Each node reloads itself.
+    Reload {
+        /// The node's base URL (default: the `listen` address, a wildcard one on loopback).
         #[arg(long, value_name = "URL")]
         url: Option<String>,
     },
@@ -159,10 +167,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         overrides.workers = *workers;
         overrides.roles = role.clone();
     }
+    let source = crate::deploy::reload::ConfigSource {
+        file: config.clone(),
+        overrides: overrides.clone(),
+    };
     let config = Config::load(config, &overrides)?;
 
     match command {
-        Command::Serve { .. } => serve(config).await,
+        Command::Serve { .. } => serve(config, source).await,
         Command::Migrate => {
             create_data_dir(&config)?;
             crate::store::migrate(&config.database, &config.data_dir).await?;
@@ -200,6 +212,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 None => crate::deploy::health::local_url(config.server.listen)?,
             };
             crate::deploy::health::check(&url).await
+        }
+        Command::Reload { url } => {
+            let url = match url {
+                Some(url) => url,
+                None => crate::deploy::health::local_url(config.server.listen)?,
+            };
+            reload::reload(&url).await
         }
         Command::Keys { command } => keys(config, command).await,
         Command::Accounts { command } => accounts(config, command).await,

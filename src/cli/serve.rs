@@ -5,11 +5,13 @@ use std::net::SocketAddr;
 use anyhow::Context;
 
 use crate::config::Config;
+use crate::deploy::reload::ConfigSource;
 use crate::{Application, FIRST_ACCOUNT_EMAIL};
 
-pub(super) async fn serve(config: Config) -> anyhow::Result<()> {
+pub(super) async fn serve(config: Config, source: ConfigSource) -> anyhow::Result<()> {
     let _logs = crate::telemetry::init(config.server.log_format.as_str());
     let app = Application::build(config).await?;
+    app.set_config_source(source);
     if let Some(key) = app.first_key() {
         println!("easel: created the first account ({FIRST_ACCOUNT_EMAIL}) and its API key.");
         println!("easel: this key is shown only once; keep it somewhere safe:");

@@ -12,7 +12,9 @@ pub mod backends;
 pub mod blobs;
 pub mod database;
 pub mod limits;
+pub mod live;
 pub mod models;
+pub mod moderation;
 pub mod plans;
 pub mod retention;
 pub mod samplers;
@@ -39,7 +41,9 @@ pub use limits::{
     DecodeMemoryBudget, Limits, PlanRate, DECODE_MEMORY_BUDGET_RANGE, IDEMPOTENCY_TTL_RANGE,
     WAIT_MAX_SECS,
 };
+pub use live::Live;
 pub use models::{Catalogue, Model, ModelConfig};
+pub use moderation::{Checkers, OnError};
 pub use plans::{Period, Plan, Plans, SELF_HOSTED};
 pub use retention::{Retention, RETENTION_MIN};
 pub use server::{LogFormat, Role, Server};
@@ -80,6 +84,8 @@ pub struct Config {
     pub plans: Plans,
     #[serde(flatten)]
     pub retention: Retention,
+    /// The operator's moderation services (`[moderation]` table).
+    pub moderation: Checkers,
 }
 
 impl Default for Config {
@@ -97,6 +103,7 @@ impl Default for Config {
             accounts: Accounts::default(),
             plans: Plans::default(),
             retention: Retention::default(),
+            moderation: Checkers::default(),
         }
     }
 }
@@ -148,6 +155,7 @@ impl Config {
             accounts: figment.extract().map_err(fail)?,
             plans: figment.extract().map_err(fail)?,
             retention: figment.extract().map_err(fail)?,
+            moderation: figment.extract_inner("moderation").map_err(fail)?,
         };
         if let Some(dir) = file.parent() {
             backends::resolve_workflows(&mut config.backends, dir);
@@ -170,6 +178,7 @@ impl Config {
         self.webhooks.validate()?;
         self.accounts.validate()?;
         self.retention.validate()?;
+        self.moderation.validate()?;
         Ok(())
     }
 
@@ -281,6 +290,7 @@ impl std::fmt::Debug for Config {
         let mut shown = self.clone();
         shown.database.url = shown.database.url.as_deref().map(crate::config::redact);
         shown.server.metrics_token = shown.server.metrics_token.map(|_| "***".into());
+        shown.moderation.api_key = shown.moderation.api_key.map(|_| "***".into());
         match serde_json::to_string(&shown) {
             Ok(json) => write!(f, "Config {json}"),
             Err(_) => f.write_str("Config { .. }"),

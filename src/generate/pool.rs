@@ -26,7 +26,7 @@ pub use member::{BackendHealth, DOWN_AFTER};
 use member::{Health, Member};
 
 use super::job::{GenerateError, Generator, Job, Product, Progress};
-use crate::config::Catalogue;
+use crate::config::{Catalogue, Live};
 use crate::domain::OpKind;
 
 /// How often a backend that is out is probed.
@@ -57,19 +57,33 @@ impl Drop for Slot {
 
 /// Every backend, as one generator.
 pub struct Pool {
-    members: Arc<[Arc<Member>]>,
+    /// The backends and models now; a reload replaces them (see [`Pool::replace`]).
+    lineup: Live<Lineup>,
     /// How long one job may keep trying, over every backend, before it fails.
     budget: Duration,
-    /// The jobs waiting for a slot, in the order of their places.
+    /// The jobs waiting for a slot, in the order of their places: one line for the pool's
+    /// life, whatever the reloads.
     line: Arc<Line>,
+}
+
+/// The backends and the models, as one version of the settings gives them.
+struct Lineup {
+    members: Vec<Arc<Member>>,
     /// The models, and which backends serve each.
     catalogue: Arc<Catalogue>,
+}
+
+/// What a reload changed in the pool: the backends added and removed, by name.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Replaced {
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
 }
 
 impl Pool {
     /// A pool of `backends`, each with its concurrency; `budget` bounds the retries of one job.
     pub fn new(backends: Vec<(Arc<dyn Generator>, usize)>, budget: Duration) -> Pool {
-        let members: Arc<[Arc<Member>]> = backends
+        let members: Vec<Arc<Member>> = backends
             .into_iter()
             .map(|(generator, concurrency)| {
                 let concurrency = concurrency.max(1);
@@ -81,20 +95,26 @@ impl Pool {
                     health: Mutex::new(Health::default()),
                     models: None,
                     bookkeeping: false,
+                    fingerprint: String::new(),
                 })
             })
             .collect();
+        Pool::of(members, Arc::new(Catalogue::default()), budget)
+    }
+
+    fn of(members: Vec<Arc<Member>>, catalogue: Arc<Catalogue>, budget: Duration) -> Pool {
         Pool {
             line: Arc::new(Line::new(members.clone())),
-            members,
+            lineup: Live::new(Lineup { members, catalogue }),
             budget,
-            catalogue: Arc::new(Catalogue::default()),
         }
     }
 
     /// The pool with each backend serving the models `catalogue` gives it (by its name).
     pub fn with_catalogue(self, catalogue: Catalogue) -> Pool {
-        let members: Arc<[Arc<Member>]> = self
+        let members: Vec<Arc<Member>> = self
+            .lineup
+            .get()
             .members
             .iter()
             .map(|member| {
@@ -106,15 +126,74 @@ impl Pool {
                     health: Mutex::new(Health::default()),
                     models: Some(catalogue.served_by(member.generator.name())),
                     bookkeeping: member.bookkeeping,
+                    fingerprint: member.fingerprint.clone(),
                 })
             })
             .collect();
-        Pool {
-            line: Arc::new(Line::new(members.clone())),
+        Pool::of(members, Arc::new(catalogue), self.budget)
+    }
+
+    /// The pool with each backend, in order, marked with what it was built from (its settings),
+    /// so that a reload keeps a backend whose settings did not change, its slots, jobs in
+    /// flight and health with it.
+    pub fn with_fingerprints(self, prints: Vec<String>) -> Pool {
+        let lineup = self.lineup.get();
+        let members: Vec<Arc<Member>> = lineup
+            .members
+            .iter()
+            .zip(prints.into_iter().map(Some).chain(std::iter::repeat(None)))
+            .map(|(member, print)| {
+                Arc::new(Member {
+                    generator: member.generator.clone(),
+                    concurrency: member.concurrency,
+                    slots: member.slots.clone(),
+                    in_flight: AtomicUsize::new(0),
+                    health: Mutex::new(Health::default()),
+                    models: member.models.clone(),
+                    bookkeeping: member.bookkeeping,
+                    fingerprint: print.unwrap_or_default(),
+                })
+            })
+            .collect();
+        Pool::of(members, lineup.catalogue.clone(), self.budget)
+    }
+
+    /// Take the backends and models of `new` (a pool built from reloaded settings): a backend
+    /// whose settings are unchanged stays as it is (its slots, the jobs it runs, its health);
+    /// one that is gone gets no new job, and the jobs it runs finish on it; one that is new is
+    /// in line at once. Jobs waiting for a slot stay in line at their places.
+    pub fn replace(&self, new: Pool) -> Replaced {
+        let old = self.lineup.get();
+        let incoming = new.lineup.get();
+        let mut replaced = Replaced::default();
+        let members: Vec<Arc<Member>> = incoming
+            .members
+            .iter()
+            .map(
+                |member| match old.members.iter().find(|o| o.same_as(member)) {
+                    Some(kept) => kept.clone(),
+                    None => {
+                        if !member.bookkeeping {
+                            replaced.added.push(member.generator.name().to_string());
+                        }
+                        member.clone()
+                    }
+                },
+            )
+            .collect();
+        replaced.removed = old
+            .members
+            .iter()
+            .filter(|o| !o.bookkeeping && !members.iter().any(|m| Arc::ptr_eq(m, o)))
+            .map(|o| o.generator.name().to_string())
+            .collect();
+        self.line.set_members(members.clone());
+        self.lineup.set(Lineup {
             members,
-            budget: self.budget,
-            catalogue: Arc::new(catalogue),
-        }
+            catalogue: incoming.catalogue.clone(),
+        });
+        self.line.dispatch();
+        replaced
     }
 
     /// The pool with a built-in member that makes `upscale-1x` (a crop: the parent's stored
@@ -123,7 +202,7 @@ impl Pool {
     /// keeps it there: the operator routed it. Its slots are not counted as free ones: a crop
     /// is never what the line waits for.
     pub fn with_crop(self, crop: Arc<dyn Generator>, concurrency: usize) -> Pool {
-        let catalogue = self.catalogue.clone();
+        let catalogue = self.catalogue();
         let lacking: Vec<String> = catalogue
             .models
             .iter()
@@ -133,7 +212,7 @@ impl Pool {
         if lacking.is_empty() && self.supports(OpKind::Upscale1x) {
             return self;
         }
-        let mut members: Vec<Arc<Member>> = self.members.iter().cloned().collect();
+        let mut members = self.lineup.get().members.clone();
         members.push(Arc::new(Member {
             generator: crop,
             concurrency: concurrency.max(1),
@@ -142,41 +221,42 @@ impl Pool {
             health: Mutex::new(Health::default()),
             models: Some(lacking),
             bookkeeping: true,
+            fingerprint: format!("crop:{concurrency}"),
         }));
-        let members: Arc<[Arc<Member>]> = members.into();
-        Pool {
-            line: Arc::new(Line::new(members.clone())),
-            members,
-            budget: self.budget,
-            catalogue,
-        }
+        Pool::of(members, catalogue, self.budget)
     }
 
     /// The free slots of the backends that are in now: how many more jobs could start at once
     /// (the workers claim no further ahead than this).
     pub fn free_slots(&self) -> usize {
         let now = Instant::now();
-        self.members
+        self.lineup
+            .get()
+            .members
             .iter()
             .filter(|m| !m.bookkeeping && m.available(now))
             .map(|m| m.slots.available_permits())
             .sum()
     }
 
-    /// The models callers may pick.
-    pub fn catalogue(&self) -> &Catalogue {
-        &self.catalogue
+    /// The models callers may pick, as the settings give them now.
+    pub fn catalogue(&self) -> Arc<Catalogue> {
+        self.lineup.get().catalogue.clone()
     }
 
     /// Whether some backend serving `model` runs `kind` (whether up or not).
     pub fn supports_on(&self, kind: OpKind, model: Option<&str>) -> bool {
-        self.members.iter().any(|m| m.runs(kind, model))
+        self.lineup
+            .get()
+            .members
+            .iter()
+            .any(|m| m.runs(kind, model))
     }
 
     /// Whether some backend serving `model` is up now.
     pub fn model_up(&self, model: &str) -> bool {
         let now = Instant::now();
-        self.members.iter().any(|m| {
+        self.lineup.get().members.iter().any(|m| {
             !m.bookkeeping
                 && m.models
                     .as_ref()
@@ -187,7 +267,9 @@ impl Pool {
 
     /// Each backend's state (the built-in bookkeeping member is no backend).
     pub fn health(&self) -> Vec<BackendHealth> {
-        self.members
+        self.lineup
+            .get()
+            .members
             .iter()
             .filter(|m| !m.bookkeeping)
             .map(|m| {
@@ -207,7 +289,9 @@ impl Pool {
     /// Whether some backend that is in can run `kind`.
     pub fn can_run_now(&self, kind: OpKind) -> bool {
         let now = Instant::now();
-        self.members
+        self.lineup
+            .get()
+            .members
             .iter()
             .any(|m| m.generator.supports(kind) && m.available(now))
     }
@@ -225,7 +309,7 @@ impl Pool {
             if probe_up {
                 last_up_probe = Instant::now();
             }
-            for member in self.members.iter() {
+            for member in self.lineup.get().members.iter() {
                 let down = member.health.lock().expect("not poisoned").down;
                 if !(down || probe_up) {
                     continue;
@@ -262,6 +346,8 @@ impl Pool {
     /// ` (name: error; ...)`, or nothing when none is out.
     fn why_out(&self, kind: OpKind, model: Option<&str>) -> String {
         let out: Vec<String> = self
+            .lineup
+            .get()
             .members
             .iter()
             .filter(|m| m.runs(kind, model))
@@ -367,7 +453,7 @@ impl Pool {
                         return Err(last.expect("set above"));
                     }
                     // Another backend that is free need not wait for this one's backoff.
-                    let elsewhere = self.members.iter().any(|m| {
+                    let elsewhere = self.lineup.get().members.iter().any(|m| {
                         !Arc::ptr_eq(m, &member)
                             && m.runs(kind, model)
                             && m.available(Instant::now())
@@ -391,7 +477,11 @@ impl Generator for Pool {
     }
 
     fn supports(&self, kind: OpKind) -> bool {
-        self.members.iter().any(|m| m.generator.supports(kind))
+        self.lineup
+            .get()
+            .members
+            .iter()
+            .any(|m| m.generator.supports(kind))
     }
 
     fn free_slots(&self) -> Option<usize> {

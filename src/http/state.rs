@@ -32,7 +32,9 @@ pub struct Shared {
     /// that an event stream can keep it past its handler.
     pub tasks: Arc<Tasks>,
     /// The request rate limits by plan (each plan's `rate`), checked where the key is read.
-    pub rate_limits: RateLimits,
+    pub rate_limits: Arc<RateLimits>,
+    /// Reads the settings again and puts what changed in place.
+    pub reloader: Arc<crate::deploy::reload::Reloader>,
     /// The host names the dashboard answers to.
     pub hosts: DashboardHosts,
     /// Keys found live a moment ago, so a submit's key is checked before its body is read

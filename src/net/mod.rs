@@ -7,6 +7,7 @@ pub mod address;
 pub mod client;
 pub mod destination;
 pub mod failure;
+pub mod moderation;
 #[cfg(test)]
 pub(crate) mod testing;
 

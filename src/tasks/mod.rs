@@ -62,8 +62,11 @@ pub struct Tasks {
     pub streams: Arc<streams::Streams>,
     /// The moderation lists, as this node has them.
     pub moderation: Arc<moderation::Moderation>,
-    /// Each plan's `max_pending`, made once: submits are a hot path.
-    pub pending: crate::store::PendingLimits,
+    /// Each plan's `max_pending`, made once per version of the settings: submits are a hot
+    /// path.
+    pub pending: crate::config::Live<crate::store::PendingLimits>,
+    /// The plans now (a reload replaces them; `config.plans` is what the node started with).
+    pub plans: Arc<crate::config::Live<crate::config::Plans>>,
 }
 
 impl Tasks {

@@ -10,7 +10,9 @@ use std::time::Duration;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::{Live, OnError};
 use crate::domain::moderation::{check_list_name, Matcher, TermList};
+use crate::net::moderation::{ModerationServices, Verdict};
 use crate::refusal::ApiError;
 use crate::store::{now_ms, NewAudit, SharedStore, StoreResult};
 
@@ -23,6 +25,8 @@ pub struct Moderation {
     matcher: RwLock<Arc<Matcher>>,
     /// The store's version of the lists when they were last read.
     version: Mutex<Option<(i64, i64)>>,
+    /// The operator's own checkers (`[moderation]`), if any; a reload replaces them.
+    services: Arc<Live<Option<ModerationServices>>>,
 }
 
 impl Moderation {
@@ -31,7 +35,14 @@ impl Moderation {
             store,
             matcher: RwLock::default(),
             version: Mutex::new(None),
+            services: Arc::default(),
         }
+    }
+
+    /// The lists, and the operator's checkers asked after them.
+    pub fn with_services(mut self, services: Arc<Live<Option<ModerationServices>>>) -> Moderation {
+        self.services = services;
+        self
     }
 
     fn matcher(&self) -> Arc<Matcher> {
@@ -103,6 +114,42 @@ impl Moderation {
                 found.list
             ),
         })
+    }
+
+    /// Ask the operator's prompt checker (`[moderation] prompt_url`), when there is one: 400
+    /// `content_policy` when it flags `text`; when it cannot be asked, 503 under `on_error =
+    /// "closed"` and a pass, logged and counted, under `"open"`.
+    pub async fn check_with_service(&self, field: &str, text: &str) -> Result<(), ApiError> {
+        let services = self.services.get();
+        let Some(services) = services.as_ref().as_ref().filter(|s| s.checks_prompts()) else {
+            return Ok(());
+        };
+        match services.check_prompt(text).await {
+            Verdict::Pass => {
+                crate::metrics::moderation_check("prompt", "pass");
+                Ok(())
+            }
+            Verdict::Flagged(categories) => {
+                crate::metrics::moderation_check("prompt", "flagged");
+                crate::metrics::moderation_refusal("prompt_url");
+                tracing::info!(?categories, "prompt flagged by the prompt checker");
+                Err(ApiError::BadRequest {
+                    code: "content_policy",
+                    msg: format!("{field}: refused by the content policy (the prompt checker)"),
+                })
+            }
+            Verdict::Unavailable(why) => {
+                crate::metrics::moderation_check("prompt", "unavailable");
+                tracing::warn!(error = why, on_error = %services.on_error(), "prompt checker unavailable");
+                match services.on_error() {
+                    OnError::Open => Ok(()),
+                    OnError::Closed => Err(ApiError::Unavailable {
+                        msg: "the content checker is unavailable; try again shortly".into(),
+                        retry_after_secs: 5,
+                    }),
+                }
+            }
+        }
     }
 
     /// Write the list `name` whole for `actor` (as the audit log names operators), checked

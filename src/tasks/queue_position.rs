@@ -60,7 +60,8 @@ impl Line {
 /// The queue's order as last read.
 pub struct QueueLine {
     store: SharedStore,
-    rules: ClaimRules,
+    /// The plans' running limits (a reload replaces them).
+    rules: crate::config::Live<ClaimRules>,
     read: Mutex<Option<(Instant, Positions)>>,
 }
 
@@ -68,9 +69,14 @@ impl QueueLine {
     pub fn new(store: SharedStore, rules: ClaimRules) -> QueueLine {
         QueueLine {
             store,
-            rules,
+            rules: crate::config::Live::new(rules),
             read: Mutex::new(None),
         }
+    }
+
+    /// Take the running limits of reloaded plans (from the next read of the queue's order).
+    pub fn reload(&self, rules: ClaimRules) {
+        self.rules.set(rules);
     }
 
     /// The positions of the waiting tasks, by `seq`, at most [`LINE_MAX_AGE`] old. Callers
@@ -82,7 +88,8 @@ impl QueueLine {
                 return positions.clone();
             }
         }
-        match self.store.queue_order(LINE_COUNTED, &self.rules).await {
+        let rules = self.rules.get();
+        match self.store.queue_order(LINE_COUNTED, &rules).await {
             Ok(order) => {
                 let positions = Arc::new(Line::of(&order));
                 *read = Some((Instant::now(), positions.clone()));

@@ -20,6 +20,7 @@ mod reporter;
 pub mod retention;
 pub mod room;
 mod run;
+mod screen;
 mod sweep;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::blobs::Blobs;
-use crate::config::Config;
+use crate::config::{Config, Live, Plans};
 use crate::domain::{ContentPolicy, ProcessMode};
 use crate::generate::Generator;
 use crate::store::{ClaimRules, SharedStore, StoreResult};
@@ -64,40 +65,48 @@ pub struct WorkerContext {
     pub progress_hooks: crate::webhooks::progress::ProgressHooks,
     /// How this node's claims share the queue.
     pub claims: Claims,
+    /// The operator's checkers: result images go to its image checker before they are kept.
+    pub moderation: Arc<Live<Option<crate::net::moderation::ModerationServices>>>,
 }
 
 /// How this node's workers claim: the running limits, and relax first once in `relax_every`
 /// claims (counted over the node's workers together).
 #[derive(Clone)]
 pub struct Claims {
-    rules: Arc<ClaimRules>,
-    /// The same rules with relax first.
-    relax_first: Arc<ClaimRules>,
+    /// The plans' rules, and the same with relax first; a reload replaces both.
+    rules: Arc<Live<(ClaimRules, ClaimRules)>>,
     relax_every: u64,
     made: Arc<AtomicU64>,
 }
 
 impl Claims {
     pub fn new(config: &Config) -> Claims {
-        let rules = ClaimRules::of(&config.plans);
-        let mut relax_first = rules.clone();
-        relax_first.prefer = Some(ProcessMode::Relax);
         Claims {
-            rules: Arc::new(rules),
-            relax_first: Arc::new(relax_first),
+            rules: Arc::new(Live::new(Claims::rules_of(&config.plans))),
             relax_every: u64::from(config.worker.relax_every),
             made: Arc::default(),
         }
     }
 
-    /// The rules of the next claim.
-    fn next(&self) -> &ClaimRules {
+    fn rules_of(plans: &Plans) -> (ClaimRules, ClaimRules) {
+        let rules = ClaimRules::of(plans);
+        let mut relax_first = rules.clone();
+        relax_first.prefer = Some(ProcessMode::Relax);
+        (rules, relax_first)
+    }
+
+    /// Take the running limits of reloaded plans (for the claims after this one).
+    pub fn reload(&self, plans: &Plans) {
+        self.rules.set(Claims::rules_of(plans));
+    }
+
+    /// The rules now, and whether the next claim takes relax first (the second of them).
+    fn next(&self) -> (Arc<(ClaimRules, ClaimRules)>, bool) {
         let n = self.made.fetch_add(1, Ordering::Relaxed) + 1;
-        if self.relax_every > 0 && n % self.relax_every == 0 {
-            &self.relax_first
-        } else {
-            &self.rules
-        }
+        (
+            self.rules.get(),
+            self.relax_every > 0 && n % self.relax_every == 0,
+        )
     }
 }
 
@@ -147,7 +156,8 @@ impl WorkerContext {
         let turn = tokio::time::timeout(CLAIM_TURN, self.claiming.clone().lock_owned())
             .await
             .ok();
-        let rules = self.claims.next();
+        let (rules, relax_first) = self.claims.next();
+        let rules = if relax_first { &rules.1 } else { &rules.0 };
         let Some(task) = self
             .store
             .claim_next(&self.owner, self.lease_ms(), rules)

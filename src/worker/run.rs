@@ -361,6 +361,9 @@ impl WorkerContext {
                 return Produced::Done(Outcome::Finished(Output::Seed { seed }), None, None)
             }
         };
+        if let Some(refused) = self.screen(&files).await {
+            return Produced::Done(refused, None, None);
+        }
         let bytes: u64 = files.iter().map(|(_, png)| png.len() as u64).sum();
         // Every write ends before the outcome is judged, so that a failure's clean-up finds all
         // that was written.

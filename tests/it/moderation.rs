@@ -6,6 +6,7 @@ use std::io::Write;
 use std::process::Stdio;
 use std::time::Duration;
 
+use easel::config::Plan;
 use serde_json::{json, Value};
 
 use crate::common::{self, binary::Easel, TestApp};
@@ -148,6 +149,75 @@ async fn a_list_written_while_serving_refuses_the_next_submit_through_evasions()
         "{put}"
     );
     assert_eq!(put["after"]["list"], "adult");
+}
+
+/// Each plan applies the lists it names; a plan that names none gets every list. A plan change
+/// by an operator applies to the next submit.
+#[tokio::test]
+async fn each_plan_applies_the_lists_it_names_and_a_plan_change_applies_at_once() {
+    let app = TestApp::spawn_with(|c| {
+        c.worker.workers = 0;
+        c.plans.plans.insert(
+            "self-hosted".into(),
+            Plan {
+                moderation: Some(vec!["adult".into()]),
+                ..Plan::default()
+            },
+        );
+        c.plans.plans.insert(
+            "brands".into(),
+            Plan {
+                moderation: Some(vec!["brand-safety".into()]),
+                ..Plan::default()
+            },
+        );
+        c.plans.plans.insert("every".into(), Plan::default());
+    })
+    .await;
+    for (name, term) in [("adult", "nsfw"), ("brand-safety", "acme")] {
+        let (status, body) = put(&app, &app.key, name, json!({ "terms": [term] })).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let (id, key) = app.account_with("plans@example.com", None).await;
+    let submit = |prompt: &'static str| {
+        let key = key.clone();
+        let app = &app;
+        async move {
+            let (status, body) = app
+                .post_as(&key, "/api/v1/imagine", &json!({ "prompt": prompt }))
+                .await;
+            match status {
+                200 => None,
+                400 => Some(body["errors"][0]["msg"].as_str().unwrap().to_string()),
+                other => panic!("{prompt}: {other} {body}"),
+            }
+        }
+    };
+    // The default plan names `adult` only.
+    assert!(submit("a nsfw cat").await.unwrap().contains("\"adult\""));
+    assert_eq!(submit("an acme anvil").await, None);
+
+    for (plan, nsfw, acme) in [
+        ("brands", false, true),
+        ("every", true, true),
+        ("self-hosted", true, false),
+    ] {
+        let res = app
+            .http
+            .patch(app.url(&format!("/api/v1/admin/accounts/{id}")))
+            .header("Authorization", &app.key)
+            .json(&json!({ "plan": plan }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200, "{plan}");
+        assert_eq!(submit("a nsfw cat").await.is_some(), nsfw, "{plan}: nsfw");
+        assert_eq!(
+            submit("an acme anvil").await.is_some(),
+            acme,
+            "{plan}: acme"
+        );
+    }
 }
 
 /// Two nodes on one PostgreSQL database; a list added with `easel moderation add` (against the

@@ -14,9 +14,15 @@ use crate::generate::{Generator, Procedural};
 pub fn build(config: &Config) -> anyhow::Result<Pool> {
     let catalogue = config.catalogue()?;
     let mut members: Vec<(Arc<dyn Generator>, usize)> = Vec::new();
+    // What each backend is built from: a reload keeps the backends whose prints are the same.
+    let mut prints: Vec<String> = Vec::new();
     if config.backends.is_empty() {
         let procedural = Procedural::new(config.worker.procedural_min_duration);
         members.push((Arc::new(procedural), config.worker.workers.max(1)));
+        prints.push(format!(
+            "builtin:{:?}",
+            config.worker.procedural_min_duration
+        ));
     }
     for backend in &config.backends {
         let fail = |e: String| anyhow::anyhow!("configuration: {e}");
@@ -52,6 +58,14 @@ pub fn build(config: &Config) -> anyhow::Result<Pool> {
             ),
         };
         members.push((generator, backend.concurrency));
+        prints.push(
+            serde_json::json!({
+                "backend": backend,
+                "checkpoints": checkpoints_print(&catalogue, &backend.name),
+                "procedural_min_duration": format!("{:?}", config.worker.procedural_min_duration),
+            })
+            .to_string(),
+        );
     }
     // `upscale-1x` is a crop of the parent's stored image: it needs no model, so a model whose
     // backends do not make it gets the built-in one.
@@ -61,6 +75,21 @@ pub fn build(config: &Config) -> anyhow::Result<Pool> {
         only: Some(vec![crate::domain::OpKind::Upscale1x]),
     };
     Ok(Pool::new(members, config.worker.generation_budget)
+        .with_fingerprints(prints)
         .with_catalogue(catalogue)
         .with_crop(Arc::new(crop), config.worker.workers.max(1)))
+}
+
+/// The checkpoints of the models `backend` serves, in a stable order.
+fn checkpoints_print(catalogue: &crate::config::Catalogue, backend: &str) -> Vec<(String, String)> {
+    let mut prints: Vec<(String, String)> = catalogue
+        .served_by(backend)
+        .into_iter()
+        .map(|m| {
+            let checkpoint = catalogue.checkpoint(&m).unwrap_or_default().to_string();
+            (m, checkpoint)
+        })
+        .collect();
+    prints.sort();
+    prints
 }

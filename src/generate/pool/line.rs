@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
 use super::member::Member;
+use crate::config::Live;
 use crate::domain::OpKind;
 use crate::generate::{GenerateError, Progress};
 
@@ -37,18 +38,24 @@ struct Waiter {
 type Key = (Instant, u64);
 
 pub(super) struct Line {
-    members: Arc<[Arc<Member>]>,
+    /// The backends now (a reload replaces them; waiters keep their places).
+    members: Live<Vec<Arc<Member>>>,
     waiting: Mutex<BTreeMap<Key, Waiter>>,
     arrivals: AtomicU64,
 }
 
 impl Line {
-    pub fn new(members: Arc<[Arc<Member>]>) -> Line {
+    pub fn new(members: Vec<Arc<Member>>) -> Line {
         Line {
-            members,
+            members: Live::new(members),
             waiting: Mutex::new(BTreeMap::new()),
             arrivals: AtomicU64::new(0),
         }
+    }
+
+    /// The backends after a reload.
+    pub fn set_members(&self, members: Vec<Arc<Member>>) {
+        self.members.set(members);
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<Key, Waiter>> {
@@ -112,8 +119,9 @@ impl Line {
         let mut waiting = self.lock();
         let now = Instant::now();
         let keys: Vec<Key> = waiting.keys().copied().collect();
+        let members = self.members.get();
         for key in keys {
-            if !self.members.iter().any(|m| m.slots.available_permits() > 0) {
+            if !members.iter().any(|m| m.slots.available_permits() > 0) {
                 break;
             }
             let waiter = &waiting[&key];
@@ -121,7 +129,7 @@ impl Line {
                 waiting.remove(&key);
                 continue;
             }
-            let Some(granted) = self.pick(waiter.kind, waiter.model.as_deref(), now) else {
+            let Some(granted) = pick(&members, waiter.kind, waiter.model.as_deref(), now) else {
                 continue;
             };
             let waiter = waiting.remove(&key).expect("read above");
@@ -130,24 +138,28 @@ impl Line {
             let _ = waiter.grant.send(granted);
         }
     }
+}
 
-    /// The least loaded backend that runs `kind` on `model`, is in and has a free slot, with its
-    /// slot.
-    fn pick(&self, kind: OpKind, model: Option<&str>, now: Instant) -> Option<Granted> {
-        let mut candidates: Vec<&Arc<Member>> = self
-            .members
-            .iter()
-            .filter(|m| m.runs(kind, model) && m.available(now))
-            .collect();
-        candidates.sort_by(|a, b| a.load().total_cmp(&b.load()));
-        candidates.into_iter().find_map(|m| {
-            let permit = m.slots.clone().try_acquire_owned().ok()?;
-            Some(Granted {
-                member: m.clone(),
-                permit,
-            })
+/// The least loaded of `members` that runs `kind` on `model`, is in and has a free slot, with
+/// its slot.
+fn pick(
+    members: &[Arc<Member>],
+    kind: OpKind,
+    model: Option<&str>,
+    now: Instant,
+) -> Option<Granted> {
+    let mut candidates: Vec<&Arc<Member>> = members
+        .iter()
+        .filter(|m| m.runs(kind, model) && m.available(now))
+        .collect();
+    candidates.sort_by(|a, b| a.load().total_cmp(&b.load()));
+    candidates.into_iter().find_map(|m| {
+        let permit = m.slots.clone().try_acquire_owned().ok()?;
+        Some(Granted {
+            member: m.clone(),
+            permit,
         })
-    }
+    })
 }
 
 /// A waiter's place while it stands in line; leaving (or being dropped, when the job's future

@@ -25,6 +25,9 @@ pub(super) struct Member {
     /// A built-in member for bookkeeping work (the crop of `upscale-1x`), not a backend: its
     /// slots are not counted among the free ones that claims wait for.
     pub bookkeeping: bool,
+    /// What it was built from (its settings), when known: a reload keeps the member whose
+    /// settings are the same.
+    pub fingerprint: String,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -52,6 +55,16 @@ pub struct BackendHealth {
 }
 
 impl Member {
+    /// Whether `other`, built from reloaded settings, is this backend unchanged.
+    pub fn same_as(&self, other: &Member) -> bool {
+        !self.fingerprint.is_empty()
+            && self.fingerprint == other.fingerprint
+            && self.generator.name() == other.generator.name()
+            && self.concurrency == other.concurrency
+            && self.models == other.models
+            && self.bookkeeping == other.bookkeeping
+    }
+
     pub fn load(&self) -> f64 {
         self.in_flight.load(Ordering::Relaxed) as f64 / self.concurrency as f64
     }

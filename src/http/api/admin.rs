@@ -274,7 +274,8 @@ pub async fn patch_account(
 ) -> Result<Json<AdminAccount>, ApiError> {
     let JsonObject(body) = body?;
     let target = account(&state, &id).await?;
-    let change = patch_of(&body, &state.config.plans)?;
+    let plans = state.plans.get();
+    let change = patch_of(&body, &plans)?;
     if change.disabled == Some(true) && target.id == caller.id {
         return Err(ApiError::field(
             "disabled",
@@ -283,14 +284,8 @@ pub async fn patch_account(
         ));
     }
     let actor = format!("admin:{}", caller.email);
-    let after = operators::change_account(
-        state.store.as_ref(),
-        &state.config.plans,
-        &actor,
-        &target,
-        &change,
-    )
-    .await?;
+    let after =
+        operators::change_account(state.store.as_ref(), &plans, &actor, &target, &change).await?;
     Ok(Json(after.into()))
 }
 

@@ -14,6 +14,7 @@ pub mod health;
 pub mod models;
 pub mod moderation;
 pub mod records;
+pub mod reload;
 pub mod submit;
 pub mod upload;
 
@@ -62,6 +63,7 @@ fn registered() -> OpenApiRouter<AppState> {
         .merge(models::routes())
         .merge(health::routes())
         .merge(moderation::routes())
+        .merge(reload::routes())
         .routes(routes!(openapi))
         .merge(files::routes())
 }

@@ -87,11 +87,12 @@ pub async fn list_models(
     Caller(account): Caller,
 ) -> Json<ModelList> {
     let pool = &state.pool;
+    let plans = state.plans.get();
     let models = pool
         .catalogue()
         .models
         .iter()
-        .filter(|m| m.allows(state.config.plans.resolve(&account.plan)))
+        .filter(|m| m.allows(plans.resolve(&account.plan)))
         .map(|m| Model {
             name: m.name.clone(),
             description: m.description.clone(),

@@ -114,7 +114,7 @@ async fn admin_page(
     user: &super::session::SignedIn,
     notice: Option<String>,
 ) -> Result<Response, WebError> {
-    let plans = &state.config.plans;
+    let plans = &*state.plans.get();
     let accounts: Vec<AccountView> = state
         .store
         .list_accounts()
@@ -172,7 +172,7 @@ async fn admin_page(
             after: e.after.to_string(),
         })
         .collect();
-    let rules = ClaimRules::of(&state.config.plans);
+    let rules = ClaimRules::of(&state.plans.get());
     let busiest = state
         .store
         .busiest_accounts(BUSIEST_SHOWN)
@@ -300,7 +300,7 @@ pub async fn update_account(
     let actor = format!("admin:{}", user.account.email);
     match operators::change_account(
         state.store.as_ref(),
-        &state.config.plans,
+        &state.plans.get(),
         &actor,
         &account,
         &change,

@@ -111,7 +111,7 @@ pub(super) async fn settle(
     if model.plans.is_some() {
         // Only a restricted model costs the lookup of the caller's plan.
         let owner = look_up(tasks.store.as_ref(), &key.0).await?;
-        if !model.allows(tasks.config.plans.resolve(&owner.account.plan)) {
+        if !model.allows(tasks.plans.get().resolve(&owner.account.plan)) {
             return Err(ApiError::field(
                 "model",
                 "invalid_value",

@@ -68,17 +68,13 @@ pub async fn submit_keyed(
                 msg: format!("{kind}: no configured backend can run this operation"),
             });
         }
-        let draft = Draft::parse(kind, tasks, &body)?;
-        if let Some(prompt) = &draft.prompt {
-            // Every list applies to every account until plans name theirs.
-            tasks
-                .moderation
-                .check("prompt", prompt.as_str(), |_| true)?;
-        }
-        Ok(draft)
+        Draft::parse(kind, tasks, &body)
     });
     let draft = match draft {
-        Ok(draft) => draft.check_mask().await.map(|()| draft),
+        Ok(draft) => match moderate(tasks, key, &draft).await {
+            Ok(()) => draft.check_mask().await.map(|()| draft),
+            Err(e) => Err(e),
+        },
         Err(e) => Err(e),
     };
     let mut draft = match draft {
@@ -96,6 +92,42 @@ pub async fn submit_keyed(
         super::upload::discard(tasks, &kept).await;
     }
     answer
+}
+
+/// Refuse the draft's prompt when a moderation list of the caller's plan holds one of its
+/// terms, or the operator's prompt checker flags it. Only when some plan names its lists is the key's plan looked up (one indexed read,
+/// so a plan change applies to the next submit); otherwise every list applies to everyone.
+async fn moderate(tasks: &Tasks, key: &PresentedKey, draft: &Draft) -> Result<(), ApiError> {
+    let Some(prompt) = &draft.prompt else {
+        return Ok(());
+    };
+    let plans = tasks.plans.get();
+    let names_lists =
+        |plan: &crate::config::Plan| plan.moderation.as_ref().is_some_and(|l| !l.is_empty());
+    if !plans.plans.values().any(names_lists) {
+        tasks
+            .moderation
+            .check("prompt", prompt.as_str(), |_| true)?;
+        return tasks
+            .moderation
+            .check_with_service("prompt", prompt.as_str())
+            .await;
+    }
+    let owner = crate::auth::look_up(tasks.store.as_ref(), &key.0).await?;
+    let listed = match &plans.of(&owner.account.plan).moderation {
+        Some(lists) if !lists.is_empty() => {
+            tasks.moderation.check("prompt", prompt.as_str(), |list| {
+                lists.iter().any(|named| named == list)
+            })
+        }
+        // A plan that names no list gets every list (the contract's rule).
+        _ => tasks.moderation.check("prompt", prompt.as_str(), |_| true),
+    };
+    listed?;
+    tasks
+        .moderation
+        .check_with_service("prompt", prompt.as_str())
+        .await
 }
 
 /// The rest of a submit, once its body has passed: the parent, the task, the store.
@@ -123,7 +155,11 @@ async fn accept(tasks: &Tasks, key: &PresentedKey, task: &NewTask) -> Result<Ans
             retry_after_secs: 5,
         });
     }
-    let id = match tasks.store.submit(task, &key.0, &tasks.pending).await? {
+    let id = match tasks
+        .store
+        .submit(task, &key.0, &tasks.pending.get())
+        .await?
+    {
         Submitted::Queued {
             account_id,
             task_id,
