@@ -35,6 +35,7 @@ mod live;
 mod models;
 mod moderation;
 mod observability;
+mod openai;
 mod operations;
 mod plans;
 mod process;

@@ -62,6 +62,7 @@ fn registered() -> OpenApiRouter<AppState> {
         .merge(models::routes())
         .merge(health::routes())
         .merge(moderation::routes())
+        .merge(crate::http::openai::routes())
         .routes(routes!(openapi))
         .merge(files::routes())
 }
