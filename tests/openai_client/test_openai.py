@@ -13,10 +13,14 @@ import os
 import struct
 import sys
 import urllib.request
+import warnings
 import zlib
 
 import openai
 from openai import OpenAI
+
+# OpenAI deprecates variations (dall-e-2's route); easel keeps answering it.
+warnings.filterwarnings("ignore", message="deprecated", category=DeprecationWarning)
 
 BASE = os.environ["EASEL_BASE"]
 KEY = os.environ["EASEL_KEY"]
