@@ -375,6 +375,38 @@ async fn edits_and_variations_become_easels_operations() {
     }
     let (status, body) = post_form(&app, "/v1/images/edits", form(image.clone(), None, &[])).await;
     assert_eq!(error_of(status, &body).1, Some("prompt"), "{body}");
+    // A prompt the moderation lists refuse: 400 before the masked edit's upscale is stored.
+    let res = app
+        .http
+        .put(app.url("/api/v1/admin/moderation/lists/test"))
+        .header("authorization", &app.key)
+        .json(&json!({"terms": ["forbidden"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let mask = png(64, 48, |x, _| if x < 32 { 0 } else { 255 });
+    let (status, body) = post_form(
+        &app,
+        "/v1/images/edits",
+        form(image.clone(), Some(mask), &[("prompt", "a forbidden lake")]),
+    )
+    .await;
+    assert_eq!(
+        error_of(status, &body),
+        (400, Some("prompt"), Some("content_policy"))
+    );
+    let (status, body) = post_json(
+        &app,
+        &bearer(&app),
+        "/v1/images/generations",
+        &json!({"prompt": "a forbidden fox"}),
+    )
+    .await;
+    assert_eq!(
+        error_of(status, &body),
+        (400, Some("prompt"), Some("content_policy"))
+    );
     assert_eq!(tasks_listed(&app).await.len(), before);
 
     // Variations: upscale-highres 2x, then variations of it.
@@ -463,4 +495,29 @@ async fn a_stream_sends_openais_events_and_a_gone_client_leaves_its_task() {
     })
     .await;
     assert!(hare.is_some(), "the task of a gone stream finishes");
+}
+
+#[tokio::test]
+async fn a_call_refused_part_way_stores_nothing_that_runs_and_charges_nothing() {
+    // Paced, so that the first task is still running when the second is refused.
+    let app =
+        TestApp::spawn_with(|c| c.worker.procedural_min_duration = Duration::from_secs(3)).await;
+    // Credits for one imagine (4): n = 8 needs two.
+    let (_, key) = app.account_with("poor@example.com", Some(4)).await;
+    let (status, body) = post_json(
+        &app,
+        &format!("Bearer {key}"),
+        "/v1/images/generations",
+        &json!({"prompt": "two foxes", "n": 8}),
+    )
+    .await;
+    assert_eq!(status, 402, "{body}");
+    assert_eq!(body["error"]["type"], "insufficient_quota");
+    assert_eq!(body["error"]["code"], "insufficient_credits");
+    let (_, listed) = app.get_as(&key, "/api/v1/tasks?limit=100").await;
+    let tasks = listed["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 1, "{listed}");
+    assert_eq!(tasks[0]["status"], "canceled", "the first task is canceled");
+    let (_, account) = app.get_as(&key, "/api/v1/account").await;
+    assert_eq!(account["credits"], 4, "its credits came back: {account}");
 }

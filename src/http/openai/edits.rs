@@ -248,6 +248,9 @@ pub async fn edits(
         )
         .await;
     };
+    // The inpaint's prompt is checked by the moderation lists before the upscale is stored, so
+    // that a refused prompt leaves no task behind.
+    state.moderation.check("prompt", &prompt, |_| true)?;
     let image = form.images[0].clone();
     let (parent_id, original, size) = parent(&state, &who, image, Some(mask), until).await?;
     let max = state.config.limits.input_max_pixels;
