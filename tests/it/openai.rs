@@ -521,3 +521,35 @@ async fn a_call_refused_part_way_stores_nothing_that_runs_and_charges_nothing() 
     let (_, account) = app.get_as(&key, "/api/v1/account").await;
     assert_eq!(account["credits"], 4, "its credits came back: {account}");
 }
+
+#[tokio::test]
+async fn a_call_not_ready_within_openai_wait_is_504_and_its_task_goes_on() {
+    let app = TestApp::spawn_with(|c| {
+        c.worker.workers = 0;
+        c.limits.openai_wait = Duration::from_secs(1);
+    })
+    .await;
+    let res = app
+        .http
+        .post(app.url("/v1/images/generations"))
+        .header("authorization", bearer(&app))
+        .json(&json!({"prompt": "a slow fox"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        res.headers()["x-should-retry"],
+        "false",
+        "the SDKs must not submit again"
+    );
+    let (status, body) = split(res).await;
+    assert_eq!(error_of(status, &body), (504, None, Some("timeout")));
+    let tasks = tasks_listed(&app).await;
+    assert_eq!(tasks.len(), 1);
+    assert_eq!(tasks[0]["status"], "pending");
+    let id = tasks[0]["task_id"].as_str().unwrap();
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains(id),
+        "{body}"
+    );
+}
