@@ -12,8 +12,11 @@
 #  2. the dashboard in a real headless Chromium with axe-core (scripts/browser-test.sh, npm
 #     packages from tests/browser/package-lock.json; skipped with one line where there is no
 #     chromium, except under CI=true);
-#  3. the integration suites again with PostgreSQL as the store (EASEL_TEST_STORE=postgres);
-#  4. schemathesis (installed from PyPI into target/) against the running API's OpenAPI document.
+#  3. the real `openai` Python client (PyPI, pinned; installed into target/openai-venv) against a
+#     running easel's OpenAI Images API (scripts/openai-client-test.sh; under CI=true it may not
+#     be skipped);
+#  4. the integration suites again with PostgreSQL as the store (EASEL_TEST_STORE=postgres);
+#  5. schemathesis (installed from PyPI into target/) against the running API's OpenAPI document.
 # Needs the Rust toolchain, Python 3 and, for the PostgreSQL half, a PostgreSQL server with psql
 # (skipped with one line where there is none, except under CI=true); run from anywhere inside
 # the repository.
@@ -40,6 +43,9 @@ cargo test --locked --test sd_server -- --ignored --test-threads 2
 echo "== the dashboard in a real browser"
 bash scripts/browser-test.sh
 
+echo "== the real openai client against the OpenAI Images API"
+bash scripts/openai-client-test.sh
+
 if [ -n "${EASEL_TEST_POSTGRES:-}" ]; then
   echo "== the integration suites again, on PostgreSQL"
   # The modules of tests/it that run on either store (the others are about one store, the real
@@ -49,7 +55,7 @@ if [ -n "${EASEL_TEST_POSTGRES:-}" ]; then
     api:: tasks:: webhooks:: reliability:: fuzz:: operations:: accounts:: dashboard:: \
     observability:: storage_faults:: cancel_and_wait:: retention:: idempotency:: prompt:: \
     models:: uploads:: follow_ups:: events:: live:: webhook_events:: fairness:: line_order:: \
-    plans:: moderation:: moderation_services::
+    plans:: moderation:: moderation_services:: openai::
 fi
 
 SCHEMATHESIS_MAX_TIME="${SCHEMATHESIS_MAX_TIME:-90}" bash scripts/schemathesis.sh

@@ -11,6 +11,9 @@ use super::values::{bytes_or_text, duration};
 
 /// The longest `Prefer: wait` any node serves, in seconds; `max_wait` may only lower it.
 pub const WAIT_MAX_SECS: u64 = 60;
+/// The longest `openai_wait`: past it a client's own timeout (the `openai` SDKs': 10 minutes)
+/// has long given up.
+pub const OPENAI_WAIT_MAX: Duration = Duration::from_secs(3600);
 /// Shortest and longest `idempotency_ttl`.
 pub const IDEMPOTENCY_TTL_RANGE: RangeInclusive<Duration> =
     Duration::from_secs(60)..=Duration::from_secs(30 * 86_400);
@@ -52,6 +55,10 @@ pub struct Limits {
     /// wait asked for is served this long, and `Preference-Applied` says so.
     #[serde(with = "duration")]
     pub max_wait: Duration,
+    /// The longest a call of the OpenAI Images API (`/v1/images/...`) waits for its tasks
+    /// (1 s to 1 hour, whole seconds); then it answers 504 and the tasks go on.
+    #[serde(with = "duration")]
+    pub openai_wait: Duration,
 }
 
 impl Default for Limits {
@@ -69,6 +76,7 @@ impl Default for Limits {
             max_streams: 10_000,
             idempotency_ttl: Duration::from_secs(86_400),
             max_wait: Duration::from_secs(WAIT_MAX_SECS),
+            openai_wait: Duration::from_secs(300),
         }
     }
 }
@@ -131,6 +139,11 @@ impl Limits {
             || self.max_wait.subsec_nanos() != 0
         {
             bail!("configuration: max_wait must be whole seconds from 1 s to 60 s");
+        }
+        if !(Duration::from_secs(1)..=OPENAI_WAIT_MAX).contains(&self.openai_wait)
+            || self.openai_wait.subsec_nanos() != 0
+        {
+            bail!("configuration: openai_wait must be whole seconds from 1 s to 1 hour");
         }
         Ok(())
     }

@@ -21,7 +21,14 @@ pub const MASK_ROUTE: &str = "/api/v1/inpaint";
 
 /// Routes whose bodies are an image or may carry one whole (a mask, an upload): read under
 /// `mask_body_limit`.
-pub const IMAGE_ROUTES: &[&str] = &[MASK_ROUTE, "/api/v1/upload", "/playground/upload"];
+pub const IMAGE_ROUTES: &[&str] = &[
+    MASK_ROUTE,
+    "/api/v1/upload",
+    "/playground/upload",
+    // The OpenAI Images API's multipart forms.
+    "/v1/images/edits",
+    "/v1/images/variations",
+];
 
 /// Where the moderation lists are written (`PUT .../{name}`), read under `mask_body_limit`.
 pub const MODERATION_LISTS: &str = "/api/v1/admin/moderation/lists/";

@@ -12,6 +12,7 @@ pub mod extract;
 pub mod hosts;
 pub mod idempotency;
 pub mod metrics;
+pub mod openai;
 pub mod prefer;
 pub mod refusal_response;
 pub mod server;

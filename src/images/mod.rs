@@ -5,6 +5,7 @@
 //! and images from callers: fetched, sniffed and decoded under limits ([`inputs`]). Nothing in
 //! here knows anything about prompts or pictures.
 
+pub mod convert;
 pub mod grid;
 pub mod inputs;
 pub mod parallel;

@@ -36,6 +36,7 @@ mod models;
 mod moderation;
 mod moderation_services;
 mod observability;
+mod openai;
 mod operations;
 mod plans;
 mod process;

@@ -64,6 +64,7 @@ fn registered() -> OpenApiRouter<AppState> {
         .merge(health::routes())
         .merge(moderation::routes())
         .merge(reload::routes())
+        .merge(crate::http::openai::routes())
         .routes(routes!(openapi))
         .merge(files::routes())
 }

@@ -1,0 +1,81 @@
+//! `POST /v1/images/generations`: ceil(n/4) imagine tasks of the prompt, answered with their
+//! first `n` images.
+
+use axum::extract::{FromRequest, Request, State};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Map};
+
+use super::auth::OpenAiCaller;
+use super::doc::{GenerationRequest, ImagesResponse};
+use super::error::{Body, OpenAiError};
+use super::fields::{Common, Fields};
+use super::run::{self, Who};
+use super::stream::{self, Streamed};
+use crate::domain::OpKind;
+use crate::http::state::AppState;
+use crate::tasks::body::JsonObject;
+use crate::tasks::events::open_slot;
+
+/// Create images from a prompt (OpenAI's Images API)
+///
+/// Submits ceil(n/4) imagine tasks of the account (charged, queued fairly, listed and in the
+/// dashboard like any other), waits for them (at most `openai_wait`), and answers their first
+/// `n` images; with `stream`, Server-Sent Events. See docs/openai.md.
+#[utoipa::path(
+    post,
+    path = "/v1/images/generations",
+    operation_id = "openaiImagesGenerate",
+    tag = "OpenAI Images API",
+    request_body(content = GenerationRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The images; with `stream`, `text/event-stream`",
+            body = ImagesResponse),
+        (status = 400, description = "A field is wrong: `param` names it", body = Body),
+        (status = 401, description = "No easel API key, or not a live one", body = Body),
+        (status = 413, description = "The body is over `body_limit`", body = Body),
+        (status = 429, description = "A rate limit or quota", body = Body),
+        (status = 504, description = "Not ready within `openai_wait`; the tasks go on",
+            body = Body),
+    )
+)]
+pub async fn generations(
+    State(state): State<AppState>,
+    caller: OpenAiCaller,
+    req: Request,
+) -> Result<Response, OpenAiError> {
+    let JsonObject(map) = JsonObject::from_request(req, &state).await?;
+    let fields = Fields { map, form: false };
+    let prompt = fields.required("prompt")?.to_string();
+    let common = Common::read(&fields, &state)?;
+    let mut body = Map::new();
+    body.insert("prompt".into(), json!(prompt));
+    if let Some(aspect) = &common.aspect_ratio {
+        body.insert("aspect_ratio".into(), json!(aspect));
+    }
+    let body = common.task_body(body);
+    let bodies = vec![body; run::task_count(common.shape.n)];
+    let who = Who {
+        key: &caller.key,
+        account_id: &caller.account.id,
+    };
+    let until = run::deadline(&state);
+    if common.stream {
+        // The stream's place first: a refused stream stores no task.
+        let slot = open_slot(&state.tasks, &caller.account.id)?;
+        let ids = run::submit_all(&state, &who, OpKind::Imagine, bodies).await?;
+        return Ok(stream::respond(Streamed {
+            tasks: state.tasks.clone(),
+            key: caller.key,
+            account_id: caller.account.id,
+            ids,
+            shape: common.shape,
+            partial_images: common.partial_images,
+            prefix: "image_generation",
+            until,
+            slot,
+        }));
+    }
+    let answer = run::run(&state, &who, OpKind::Imagine, bodies, &common.shape, until).await?;
+    Ok(Json(answer).into_response())
+}
