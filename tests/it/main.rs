@@ -46,5 +46,6 @@ mod storage_faults;
 mod store;
 mod tasks;
 mod uploads;
+mod usage;
 mod webhook_events;
 mod webhooks;

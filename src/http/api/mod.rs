@@ -16,6 +16,7 @@ pub mod moderation;
 pub mod records;
 pub mod submit;
 pub mod upload;
+pub mod usage;
 
 use std::sync::LazyLock;
 
@@ -58,6 +59,7 @@ fn registered() -> OpenApiRouter<AppState> {
         .merge(events::routes())
         .merge(upload::routes())
         .merge(account::routes())
+        .merge(usage::routes())
         .merge(admin::routes())
         .merge(models::routes())
         .merge(health::routes())
