@@ -335,7 +335,11 @@ mod tests {
             .await
             .expect("started at once");
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert_eq!(progress.backend_time(), Duration::ZERO, "counted once given back");
+        assert_eq!(
+            progress.backend_time(),
+            Duration::ZERO,
+            "counted once given back"
+        );
         let slot = held.lock().unwrap().take();
         drop(slot);
         assert_eq!(progress.backend().as_deref(), Some("b1"));

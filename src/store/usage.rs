@@ -85,7 +85,13 @@ mod tests {
         assert_eq!(parse_day(&day_text(20_000)), Some(20_000));
         assert_eq!(usage_day(DAY_MS - 1), 0);
         assert_eq!(usage_day(-1), -1);
-        for bad in ["2026-1-05", "2026-02-30", "yesterday", "", "2026-01-05T00:00:00Z"] {
+        for bad in [
+            "2026-1-05",
+            "2026-02-30",
+            "yesterday",
+            "",
+            "2026-01-05T00:00:00Z",
+        ] {
             assert_eq!(parse_day(bad), None, "{bad}");
         }
     }

@@ -57,7 +57,9 @@ impl WorkerContext {
                     "content policy violation: the prompt contains the blocked term \"{term}\""
                 ),
             };
-            return self.record(&task, &outcome, None, used_by(&task, None)).await;
+            return self
+                .record(&task, &outcome, None, used_by(&task, None))
+                .await;
         }
         // The task stays `starting` (waiting, with its place in line) until a backend takes
         // it: the reporter then marks it `processing`.

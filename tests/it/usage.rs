@@ -47,11 +47,17 @@ async fn records_and_webhooks_say_cost_and_usage_and_they_add_up_to_the_ledger()
         )
         .await;
     let plain = app
-        .imagine_as(&key, json!({ "prompt": "a blue fox", "webhook_url": receiver.url }))
+        .imagine_as(
+            &key,
+            json!({ "prompt": "a blue fox", "webhook_url": receiver.url }),
+        )
         .await;
     // Blocked at the worker: it fails and its credits go back.
     let failed = app
-        .imagine_as(&key, json!({ "prompt": "nsfw fox", "metadata": { "n": 2 } }))
+        .imagine_as(
+            &key,
+            json!({ "prompt": "nsfw fox", "metadata": { "n": 2 } }),
+        )
         .await;
     let mut records = HashMap::new();
     for id in [&told, &plain, &failed] {
@@ -71,7 +77,11 @@ async fn records_and_webhooks_say_cost_and_usage_and_they_add_up_to_the_ledger()
     assert_eq!(no["cost"], 0, "refunded: {no}");
     assert_eq!(no["usage"]["images"], 0, "{no}");
     assert_eq!(no["usage"]["pixels"], 0, "{no}");
-    assert_eq!(no["usage"]["backend"], Value::Null, "never reached a backend: {no}");
+    assert_eq!(
+        no["usage"]["backend"],
+        Value::Null,
+        "never reached a backend: {no}"
+    );
 
     // Each record's cost is what the ledger kept of its charge.
     let spent = ledger_by_task(&app, &account).await;
@@ -100,11 +110,20 @@ async fn records_and_webhooks_say_cost_and_usage_and_they_add_up_to_the_ledger()
         .iter()
         .map(|r| serde_json::from_slice(&r.body).unwrap())
         .collect();
-    let hook = bodies.iter().find(|b| b["task_id"] == told.as_str()).unwrap();
+    let hook = bodies
+        .iter()
+        .find(|b| b["task_id"] == told.as_str())
+        .unwrap();
     assert_eq!(hook["cost"], 3, "{hook}");
     assert_eq!(hook["usage"], done["usage"], "{hook}");
-    let bare = bodies.iter().find(|b| b["task_id"] == plain.as_str()).unwrap();
-    assert!(bare.get("cost").is_none() && bare.get("usage").is_none(), "{bare}");
+    let bare = bodies
+        .iter()
+        .find(|b| b["task_id"] == plain.as_str())
+        .unwrap();
+    assert!(
+        bare.get("cost").is_none() && bare.get("usage").is_none(),
+        "{bare}"
+    );
 
     // The usage of the day, model and key: from the rollup moved with each end.
     let day = usage(&app, &key, "").await;
@@ -119,12 +138,17 @@ async fn records_and_webhooks_say_cost_and_usage_and_they_add_up_to_the_ledger()
     let by_model = usage(&app, &key, "?group=model").await;
     assert_eq!(by_model["rows"][0]["model"], "", "{by_model}");
     assert_eq!(by_model["rows"][0]["tasks"], 3);
-    let key_id = app.store.account_keys(&account).await.unwrap()[0].id.clone();
+    let key_id = app.store.account_keys(&account).await.unwrap()[0]
+        .id
+        .clone();
     let by_key = usage(&app, &key, "?group=key").await;
-    assert_eq!(by_key["rows"], json!([{
-        "key_id": key_id, "tasks": 3, "images": 8, "pixels": 8 * 128 * 128,
-        "backend_seconds": rows[0]["backend_seconds"], "cost": total
-    }]));
+    assert_eq!(
+        by_key["rows"],
+        json!([{
+            "key_id": key_id, "tasks": 3, "images": 8, "pixels": 8 * 128 * 128,
+            "backend_seconds": rows[0]["backend_seconds"], "cost": total
+        }])
+    );
 
     // As CSV, read with Python's csv module.
     let res = app
@@ -143,7 +167,14 @@ async fn records_and_webhooks_say_cost_and_usage_and_they_add_up_to_the_ledger()
     let parsed = python_csv(&res.text().await.unwrap());
     assert_eq!(
         parsed["columns"],
-        json!(["key_id", "tasks", "images", "pixels", "backend_seconds", "cost"])
+        json!([
+            "key_id",
+            "tasks",
+            "images",
+            "pixels",
+            "backend_seconds",
+            "cost"
+        ])
     );
     assert_eq!(parsed["rows"][0]["key_id"], key_id.as_str());
     assert_eq!(parsed["rows"][0]["tasks"], "3");

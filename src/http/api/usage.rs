@@ -102,16 +102,19 @@ fn asked(raw: Option<&str>) -> Result<Asked, ApiError> {
             _ => continue,
         };
         if slot.replace(value.into_owned()).is_some() {
-            return Err(ApiError::field(&name, "invalid_value", "must be given once"));
+            return Err(ApiError::field(
+                &name,
+                "invalid_value",
+                "must be given once",
+            ));
         }
     }
     Ok(asked)
 }
 
 fn day_of(field: &str, text: &str) -> Result<i64, ApiError> {
-    parse_day(text).ok_or_else(|| {
-        ApiError::field(field, "invalid_value", "must be a date, YYYY-MM-DD (UTC)")
-    })
+    parse_day(text)
+        .ok_or_else(|| ApiError::field(field, "invalid_value", "must be a date, YYYY-MM-DD (UTC)"))
 }
 
 /// The query `asked` makes for `caller`, checked: the range's ends, its length, the group, and

@@ -49,7 +49,14 @@ pub(super) async fn complete_in_tx(
     // read it from there) and no second copy stays.
     // Canceled tasks have no usage: their columns stay NULL.
     let usage = ending.usage_columns();
-    type Ended = (String, Option<String>, Option<String>, i64, i64, Option<String>);
+    type Ended = (
+        String,
+        Option<String>,
+        Option<String>,
+        i64,
+        i64,
+        Option<String>,
+    );
     let ended: Option<Ended> = sqlx::query_as(&format!(
         "UPDATE tasks t SET status = $1, percentage = COALESCE($2, t.percentage), finished_at = $3, grid_key = $4,
              image_keys = $5, result = $9, error = $6, lease_owner = NULL, lease_expires_at = NULL,

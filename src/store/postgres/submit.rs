@@ -357,7 +357,9 @@ async fn apply(
         let line = lines
             .entry((account.clone(), job.task.priority))
             .or_insert(0);
-        let key_id = key_ids.get(job.key_hash.as_slice()).map_or("", String::as_str);
+        let key_id = key_ids
+            .get(job.key_hash.as_slice())
+            .map_or("", String::as_str);
         rows.push(seq, account, key_id, &job.task, charged, *line);
         *line += 1;
         if let Some(idem) = &job.task.idempotency {

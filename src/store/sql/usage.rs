@@ -74,7 +74,10 @@ const ALL_BY_KEY: Sql = usage_read!(
 type Sums = (String, String, i64, i64, i64, i64, i64);
 
 /// The rows `query` asks for, in the order of their group.
-pub(crate) async fn usage<S: SqlStore>(store: &S, query: &UsageQuery) -> StoreResult<Vec<UsageRow>> {
+pub(crate) async fn usage<S: SqlStore>(
+    store: &S,
+    query: &UsageQuery,
+) -> StoreResult<Vec<UsageRow>> {
     let statement = match (&query.account_id, query.group) {
         (Some(_), UsageGroup::Day) => &BY_DAY,
         (Some(_), UsageGroup::Model) => &BY_MODEL,
@@ -95,17 +98,19 @@ pub(crate) async fn usage<S: SqlStore>(store: &S, query: &UsageQuery) -> StoreRe
     };
     Ok(rows
         .into_iter()
-        .map(|(account_id, group, tasks, images, pixels, backend_ms, cost)| UsageRow {
-            account_id: query.account_id.is_none().then_some(account_id),
-            group: match query.group {
-                UsageGroup::Day => group.parse().map(day_text).unwrap_or(group),
-                UsageGroup::Model | UsageGroup::Key => group,
+        .map(
+            |(account_id, group, tasks, images, pixels, backend_ms, cost)| UsageRow {
+                account_id: query.account_id.is_none().then_some(account_id),
+                group: match query.group {
+                    UsageGroup::Day => group.parse().map(day_text).unwrap_or(group),
+                    UsageGroup::Model | UsageGroup::Key => group,
+                },
+                tasks,
+                images,
+                pixels,
+                backend_ms,
+                cost,
             },
-            tasks,
-            images,
-            pixels,
-            backend_ms,
-            cost,
-        })
+        )
         .collect())
 }

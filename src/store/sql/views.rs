@@ -5,8 +5,8 @@ use uuid::Uuid;
 
 use super::{sql, Sql, SqlStore};
 use crate::store::rows::TASK_JOINS;
-use crate::store::usage::{UsageQuery, UsageRow};
 use crate::store::rows::{by_destination, into_tasks, FailedAttempt, TASK_COLUMNS};
+use crate::store::usage::{UsageQuery, UsageRow};
 use crate::store::{
     usage_since, AccountLoad, DayUsage, FailingDestination, PlanLoad, QueueRow, StoreResult, Task,
     TaskFilter, TaskPage, Views, FAILING_SCAN_MAX, LIST_LIMIT_MAX,

@@ -144,7 +144,8 @@ pub(super) fn apply_submits(
     let turns = turns(
         conn,
         &state.heads,
-        rows.iter().map(|&(t, _, account, _, _)| (account, t.priority)),
+        rows.iter()
+            .map(|&(t, _, account, _, _)| (account, t.priority)),
     )?;
     let mut turn = turns.iter();
     for (k, chunk) in chunks(&rows, INSERT_CHUNK_MAX) {
