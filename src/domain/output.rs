@@ -68,6 +68,16 @@ impl Output {
         }
     }
 
+    /// The pixels of its images (a grid's four, not the grid made of them).
+    pub fn pixels(&self) -> i64 {
+        match self {
+            Output::Grid { width, height, .. } | Output::Single { width, height, .. } => {
+                self.images() * i64::from(*width) * i64::from(*height)
+            }
+            Output::Text { .. } | Output::Seed { .. } => 0,
+        }
+    }
+
     pub fn to_columns(&self) -> OutputColumns {
         let result = |r: ResultColumn| Some(serde_json::to_string(&r).expect("serializes"));
         match self {

@@ -3,7 +3,7 @@ use super::extras::Metadata;
 use super::output::Output;
 use super::task::TaskStatus;
 use super::webhook_events::{WebhookEvent, WebhookEvents};
-use super::wire::{OperationFields, Payload, ResultFields};
+use super::wire::{OperationFields, Payload, ResultFields, TaskUsage};
 
 /// How a task ended, as the worker reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,6 +30,11 @@ pub struct PayloadHead<'a> {
     pub actions: Vec<Action>,
     /// The caller's `webhook_events` (None: every final event): whether the ending is sent.
     pub webhook_events: Option<WebhookEvents>,
+    /// The credits a finished task was charged, when its payload carries cost and usage (a
+    /// failed task's payload says 0: its credits go back).
+    pub cost: Option<i64>,
+    /// What the task used, when its payload carries cost and usage.
+    pub usage: Option<TaskUsage>,
 }
 
 impl PayloadHead<'_> {
@@ -90,6 +95,8 @@ impl Outcome {
             result: ResultFields::default(),
             actions: None,
             metadata: head.metadata,
+            cost: None,
+            usage: None,
         };
         match self {
             Outcome::Finished(output) => {
@@ -97,11 +104,15 @@ impl Outcome {
                 payload.parent_task_id = head.parent_task_id;
                 payload.result = output.public_fields(url);
                 payload.actions = Some(&head.actions[..]).filter(|a| !a.is_empty());
+                payload.cost = head.cost;
+                payload.usage = head.usage.as_ref();
             }
             Outcome::Failed { error } => {
                 payload.status = TaskStatus::Failed.as_str();
                 payload.error = Some(error);
                 payload.operation = &NO_FIELDS;
+                payload.usage = head.usage.as_ref();
+                payload.cost = payload.usage.map(|_| 0);
             }
             Outcome::Canceled => {
                 payload.status = TaskStatus::Canceled.as_str();
@@ -172,6 +183,8 @@ mod tests {
             metadata: None,
             actions: Vec::new(),
             webhook_events: None,
+            cost: None,
+            usage: None,
         };
         let url = |key: &str| format!("https://x/files/{key}");
         let v: serde_json::Value = serde_json::from_str(&ok.webhook_payload(&head, &url)).unwrap();

@@ -198,6 +198,47 @@ pub struct ResultFields {
     pub seed: Option<i64>,
 }
 
+/// What a finished or failed task used (`usage` in its record and, for a caller that sent
+/// `metadata`, its final webhook).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, ToSchema)]
+pub struct TaskUsage {
+    /// The backend that answered last (its configured name); null when no backend took it.
+    #[schema(required = true)]
+    pub backend: Option<String>,
+    /// The model it ran on; null for operations that run on none, or without `[[models]]`.
+    #[schema(required = true)]
+    pub model: Option<String>,
+    /// Seconds it held backend slots, from each slot taken to the answer read, summed over
+    /// attempts (millisecond precision).
+    #[schema(minimum = 0)]
+    pub backend_seconds: f64,
+    /// Images it made (a grid counts its four).
+    #[schema(minimum = 0)]
+    pub images: i64,
+    /// The pixels of those images.
+    #[schema(minimum = 0)]
+    pub pixels: i64,
+}
+
+impl TaskUsage {
+    /// Usage as stored: backend time in milliseconds.
+    pub fn new(
+        backend: Option<String>,
+        model: Option<String>,
+        backend_ms: i64,
+        images: i64,
+        pixels: i64,
+    ) -> TaskUsage {
+        TaskUsage {
+            backend,
+            model,
+            backend_seconds: backend_ms.max(0) as f64 / 1000.0,
+            images,
+            pixels,
+        }
+    }
+}
+
 /// A URL easel serves, in a list of them.
 #[derive(ToSchema)]
 #[schema(value_type = String, format = "uri")]
@@ -224,6 +265,13 @@ pub struct Payload<'a> {
     /// The follow-ups it offers (a finished image task's, for a caller that opted in).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub actions: Option<&'a [Action]>,
+    /// Finished and failed tasks, for a caller that opted in: the credits charged, net of a
+    /// refund.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<i64>,
+    /// Finished and failed tasks, for a caller that opted in: what it used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<&'a TaskUsage>,
     /// The caller's own object, unchanged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metadata: Option<&'a Metadata>,
@@ -410,6 +458,16 @@ pub struct Record {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Object)]
     pub metadata: Option<Metadata>,
+    /// Finished and failed tasks: the credits charged, net of a refund (a failed task whose
+    /// credits went back: 0; an account with unlimited credits: 0). The account's ledger rows
+    /// for the task sum to minus this.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, minimum = 0)]
+    pub cost: Option<i64>,
+    /// Finished and failed tasks: what they used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub usage: Option<TaskUsage>,
     // The model and the values its backend was sent (`model`, `negative_prompt`, `steps`,
     // `cfg_scale`, `sampler`), each absent where it does not apply.
     #[serde(flatten)]
@@ -482,6 +540,8 @@ mod tests {
                 body: serde_json::json!({"parent_task_id": "t"}),
             }]),
             metadata: Some(Metadata::parse(serde_json::json!({"order": 1})).unwrap()),
+            cost: Some(2),
+            usage: Some(TaskUsage::new(Some("b".into()), None, 1500, 4, 4096)),
             settings: Settings {
                 model: Some("sd15".into()),
                 negative_prompt: Some("trees".into()),
@@ -524,6 +584,8 @@ mod tests {
         bare.operation = OperationFields::default();
         bare.result = ResultFields::default();
         bare.metadata = None;
+        bare.cost = None;
+        bare.usage = None;
         bare.actions = None;
         bare.parameters = Parameters::default();
         bare.settings = Settings::default();
@@ -573,6 +635,23 @@ mod tests {
     }
 
     #[test]
+    fn usage_has_exactly_the_fields_of_its_schema_and_says_null() {
+        let record = serde_json::to_value(full()).unwrap();
+        let usage = schema::<TaskUsage>();
+        assert_eq!(keys(&record["usage"]), keys(&usage["properties"]));
+        assert_eq!(record["usage"]["model"], Value::Null);
+        assert_eq!(record["usage"]["backend_seconds"], 1.5);
+        let mut required: Vec<String> = usage["required"]
+            .as_array()
+            .expect("required")
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect();
+        required.sort();
+        assert_eq!(keys(&record["usage"]), required);
+    }
+
+    #[test]
     fn the_webhook_state_has_exactly_the_fields_of_its_schema() {
         let record = serde_json::to_value(full()).unwrap();
         assert_eq!(
@@ -585,6 +664,7 @@ mod tests {
     fn a_payload_names_no_field_the_record_does_not() {
         let operation = full().operation;
         let metadata = full().metadata;
+        let usage = full().usage;
         let payload = Payload {
             task_id: "t",
             task_type: "seed",
@@ -599,6 +679,8 @@ mod tests {
             },
             actions: None,
             metadata: metadata.as_ref(),
+            cost: Some(1),
+            usage: usage.as_ref(),
         };
         let payload = serde_json::to_value(payload).unwrap();
         let record = keys(&serde_json::to_value(full()).unwrap());

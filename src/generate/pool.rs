@@ -401,11 +401,14 @@ impl Pool {
                     Err(stopped) => return Err(stopped),
                 };
             member.in_flight.fetch_add(1, Ordering::Relaxed);
-            let (on_backend, held) = progress.holding(Slot {
-                member: member.clone(),
-                permit: Some(permit),
-                line: self.line.clone(),
-            });
+            let (on_backend, held) = progress.holding(
+                Slot {
+                    member: member.clone(),
+                    permit: Some(permit),
+                    line: self.line.clone(),
+                },
+                member.generator.name(),
+            );
             let started = Instant::now();
             let result = member.generator.run(job, &on_backend).await;
             let outcome = match &result {

@@ -4,9 +4,9 @@
 //! writes, the worker's reporter reads: a change wakes the reporter at once, which passes it on
 //! to the task's subscribers and, at most once a second, to the store.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -53,6 +53,27 @@ struct Shared {
     changed: Notify,
     /// Cancelled once a backend has taken the job (the pool gave it a slot).
     started: CancellationToken,
+    /// The backend that took the job last (its name), for the task's `usage`.
+    backend: Mutex<Option<String>>,
+    /// How long the job has held backend slots, in microseconds: each from the slot taken to
+    /// its release (the answer read, or the attempt's end), summed over attempts.
+    held_us: AtomicU64,
+}
+
+/// A slot as the job holds it: its holding time is added to the job's when it is released.
+struct Timed {
+    slot: Option<Box<dyn Send>>,
+    since: Instant,
+    shared: Arc<Shared>,
+}
+
+impl Drop for Timed {
+    fn drop(&mut self) {
+        // The slot first, so that the time counted ends when the backend is free again.
+        drop(self.slot.take());
+        let held = u64::try_from(self.since.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.shared.held_us.fetch_add(held, Ordering::Relaxed);
+    }
 }
 
 impl Default for Progress {
@@ -80,6 +101,8 @@ impl Progress {
                 preview: Mutex::new(None),
                 changed: Notify::new(),
                 started: CancellationToken::new(),
+                backend: Mutex::new(None),
+                held_us: AtomicU64::new(0),
             }),
             slot: None,
             stop: CancellationToken::new(),
@@ -199,10 +222,21 @@ impl Progress {
         self.shared.started.is_cancelled()
     }
 
-    /// The same progress, carrying `slot` until the generator calls `backend_done` (or the
-    /// holder takes it back). Taking a slot starts the job.
-    pub(crate) fn holding(&self, slot: impl Send + 'static) -> (Progress, Held) {
-        let held: Held = Arc::new(Mutex::new(Some(Box::new(slot))));
+    /// The same progress, carrying `slot` of `backend` until the generator calls
+    /// `backend_done` (or the holder takes it back). Taking a slot starts the job, and the time
+    /// until it is given back counts as the job's backend time.
+    pub(crate) fn holding(&self, slot: impl Send + 'static, backend: &str) -> (Progress, Held) {
+        *self
+            .shared
+            .backend
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(backend.to_string());
+        let timed = Timed {
+            slot: Some(Box::new(slot)),
+            since: Instant::now(),
+            shared: self.shared.clone(),
+        };
+        let held: Held = Arc::new(Mutex::new(Some(Box::new(timed))));
         let progress = Progress {
             shared: self.shared.clone(),
             slot: Some(held.clone()),
@@ -210,6 +244,20 @@ impl Progress {
         };
         self.start();
         (progress, held)
+    }
+
+    /// The backend that took the job last, if one did.
+    pub fn backend(&self) -> Option<String> {
+        self.shared
+            .backend
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// How long the job held backend slots (those given back so far), summed over attempts.
+    pub fn backend_time(&self) -> Duration {
+        Duration::from_micros(self.shared.held_us.load(Ordering::Relaxed))
     }
 
     /// Ask the generation to stop: its result is no longer wanted.
@@ -281,11 +329,20 @@ mod tests {
             other => panic!("the latest preview, got {other:?}"),
         }
         assert!(progress.take_preview().is_none());
-        let (_on_backend, held) = progress.holding(());
+        let (_on_backend, held) = progress.holding((), "b1");
         assert!(progress.is_started());
         tokio::time::timeout(Duration::from_secs(1), progress.started())
             .await
             .expect("started at once");
-        drop(held);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(
+            progress.backend_time(),
+            Duration::ZERO,
+            "counted once given back"
+        );
+        let slot = held.lock().unwrap().take();
+        drop(slot);
+        assert_eq!(progress.backend().as_deref(), Some("b1"));
+        assert!(progress.backend_time() >= Duration::from_millis(20));
     }
 }

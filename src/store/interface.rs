@@ -23,6 +23,7 @@ use super::task::{
     TaskFilter, TaskPage,
 };
 use super::uploads::{Upload, UploadAdmitted};
+use super::usage::{UsageQuery, UsageRow};
 
 /// The queue: submit, read, claim with a lease, heartbeat, end fenced by attempt.
 #[async_trait]
@@ -335,6 +336,9 @@ pub trait Views: Send + Sync {
         days: u32,
         now: i64,
     ) -> StoreResult<Vec<DayUsage>>;
+    /// Ended tasks' usage over a range of days, grouped (see `store::usage`): read from the
+    /// rollup, a few rows per day, never from the tasks.
+    async fn usage(&self, query: &UsageQuery) -> StoreResult<Vec<UsageRow>>;
     /// Tasks queued or running, by status and mode, with the oldest's submit time.
     async fn queue_by_status_and_mode(&self) -> StoreResult<Vec<QueueRow>>;
 

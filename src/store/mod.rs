@@ -31,6 +31,7 @@ pub mod sqlite;
 mod targets;
 mod task;
 mod uploads;
+pub mod usage;
 
 pub use account::{
     Account, ApiKeyInfo, KeyOwner, KeyRow, LedgerRow, LiveKey, NewAccount, KEY_TOUCH_EVERY_MS,
@@ -55,7 +56,7 @@ pub use targets::{WebhookTarget, WebhookTargets};
 pub(crate) use task::{usage_since, worker_lost, Fence, RUNNING};
 pub use task::{
     ClaimedTask, DayUsage, Ending, ExpiredTask, Idempotency, NewTask, Outcome, QueueRow,
-    StoredProgress, Submitted, Task, TaskFilter, TaskPage, WebhookState, LIST_LIMIT_MAX,
+    StoredProgress, Submitted, Task, TaskFilter, TaskPage, Used, WebhookState, LIST_LIMIT_MAX,
 };
 pub use uploads::{upload_day, Upload, UploadAdmitted};
 pub(crate) use uploads::{upload_of, UploadRow, UPLOAD_COLUMNS};

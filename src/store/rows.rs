@@ -12,6 +12,7 @@ use super::{
     Task, TaskIds, WebhookState,
 };
 use crate::domain::output::OutputColumns;
+use crate::domain::wire::TaskUsage;
 use crate::domain::{
     Extras, OpKind, Operation, Output, Retrying, TaskStatus, WebhookEvent, WebhookEvents,
 };
@@ -38,7 +39,8 @@ pub(crate) const TASK_COLUMNS: Sql = sql!(
     " AS image_keys, t.result, t.error, t.webhook_url, t.extras, d.status AS wh_status,
      d.attempts AS wh_attempts, d.last_status_code AS wh_last_status_code,
      d.last_error AS wh_last_error, d.next_attempt_at AS wh_next_attempt_at, t.data_removed_at,
-     t.event_seq, t.preview_key, t.retry_attempt, t.retry_error"
+     t.event_seq, t.preview_key, t.retry_attempt, t.retry_error, t.cost, t.usage_backend,
+     t.usage_model, t.backend_ms, t.usage_images, t.usage_pixels"
 );
 /// What [`TASK_COLUMNS`] reads beside `tasks t`: its delivery, and on SQLite its parent.
 pub(crate) const TASK_JOINS: Sql = sql!(
@@ -81,6 +83,12 @@ pub(crate) struct TaskRow {
     preview_key: Option<String>,
     retry_attempt: Option<i64>,
     retry_error: Option<String>,
+    cost: i64,
+    usage_backend: Option<String>,
+    usage_model: Option<String>,
+    backend_ms: Option<i64>,
+    usage_images: Option<i64>,
+    usage_pixels: Option<i64>,
 }
 
 /// A stored name decoded into its domain type: a value that is not one of them (a damaged row, or
@@ -172,6 +180,17 @@ impl TaskRow {
                 }
                 _ => None,
             },
+            cost: self.cost,
+            // Written with the end of a finished or failed task, all together.
+            usage: self.backend_ms.map(|ms| {
+                TaskUsage::new(
+                    self.usage_backend,
+                    self.usage_model,
+                    ms,
+                    self.usage_images.unwrap_or(0),
+                    self.usage_pixels.unwrap_or(0),
+                )
+            }),
         })
     }
 }

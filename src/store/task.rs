@@ -7,6 +7,7 @@
 use uuid::Uuid;
 
 use crate::domain::output::OutputColumns;
+use crate::domain::wire::TaskUsage;
 pub use crate::domain::Outcome;
 use crate::domain::{
     AspectRatio, Extras, OpKind, Operation, Output, PayloadHead, ProcessMode, Retrying, TaskStatus,
@@ -124,6 +125,11 @@ pub struct Task {
     /// While it is processing: the backend attempt that failed last, when it waits to be tried
     /// again (its backend went down, say); None once a backend has taken it again.
     pub retrying: Option<Retrying>,
+    /// Credits charged at submit; once it has ended, net of a refund.
+    pub cost: i64,
+    /// What it used: set when it finished or failed (tasks that ended before usage was kept
+    /// have none).
+    pub usage: Option<TaskUsage>,
 }
 
 impl Task {
@@ -323,6 +329,8 @@ impl ClaimedTask {
             metadata: self.extras.metadata.as_ref(),
             actions: Vec::new(),
             webhook_events: self.extras.webhook_events,
+            cost: None,
+            usage: None,
         }
     }
 }
@@ -335,7 +343,42 @@ pub struct Ending {
     pub payload: String,
     /// Whether its webhook is sent; decided once, here, for the worker, cancel and the reaper.
     pub delivers: bool,
+    /// What the task used of the backends (none for a cancel or the reaper's failure).
+    pub used: Used,
 }
+
+/// What a task used of the backends, as its worker measured it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Used {
+    /// The backend that took it last.
+    pub backend: Option<String>,
+    /// The model it ran on.
+    pub model: Option<String>,
+    /// How long it held backend slots, in milliseconds.
+    pub backend_ms: i64,
+}
+
+impl Used {
+    /// The usage of a task that ended with `outcome` after using this: None for a cancel.
+    pub fn usage(&self, outcome: &Outcome) -> Option<TaskUsage> {
+        let (images, pixels) = match outcome {
+            Outcome::Finished(output) => (output.images(), output.pixels()),
+            Outcome::Failed { .. } => (0, 0),
+            Outcome::Canceled => return None,
+        };
+        Some(TaskUsage::new(
+            self.backend.clone(),
+            self.model.clone(),
+            self.backend_ms,
+            images,
+            pixels,
+        ))
+    }
+}
+
+/// A finished or failed task's usage columns, as both stores write them at its end: backend,
+/// model, backend milliseconds, images, pixels.
+type UsageColumns<'a> = (Option<&'a str>, Option<&'a str>, i64, i64, i64);
 
 impl Ending {
     pub fn new(outcome: Outcome, head: &PayloadHead<'_>, url: &dyn Fn(&str) -> String) -> Ending {
@@ -345,7 +388,34 @@ impl Ending {
             outcome,
             payload,
             delivers,
+            used: Used::default(),
         }
+    }
+
+    /// The same ending, with what the task used.
+    pub fn using(self, used: Used) -> Ending {
+        Ending { used, ..self }
+    }
+
+    /// The usage columns written at its end: None for a cancel (canceled tasks have no usage).
+    pub(crate) fn usage_columns(&self) -> Option<UsageColumns<'_>> {
+        let pixels = match &self.outcome {
+            Outcome::Finished(output) => output.pixels(),
+            Outcome::Failed { .. } => 0,
+            Outcome::Canceled => return None,
+        };
+        Some((
+            self.used.backend.as_deref(),
+            self.used.model.as_deref(),
+            self.used.backend_ms,
+            self.images(),
+            pixels,
+        ))
+    }
+
+    /// Its usage as the record and the payload show it (None for a cancel).
+    pub fn usage(&self) -> Option<TaskUsage> {
+        self.used.usage(&self.outcome)
     }
 
     /// How many images the task made (counted into the account's total).

@@ -43,6 +43,8 @@ fn canceled(tasks: &Tasks, task: &Task) -> Ending {
         metadata: task.extras.metadata.as_ref(),
         actions: Vec::new(),
         webhook_events: task.extras.webhook_events,
+        cost: None,
+        usage: None,
     };
     Ending::new(Outcome::Canceled, &head, &|key| tasks.blobs.url(key))
 }

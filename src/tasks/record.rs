@@ -70,6 +70,9 @@ pub fn task_record(task: &Task, blobs: &Blobs, retention: Option<Duration>) -> R
         result,
         actions: None,
         metadata: task.extras.metadata.clone(),
+        // Written together when the task finished or failed.
+        cost: task.usage.as_ref().map(|_| task.cost),
+        usage: task.usage.clone(),
         settings: task.extras.settings.clone(),
     }
 }

@@ -21,7 +21,7 @@ use crate::domain::{prompt_text, Outcome, Output, TaskStatus};
 use crate::generate::{Job, Product, Progress};
 use crate::images::grid;
 use crate::images::grid::follow::{self as grids, PendingGrid};
-use crate::store::{ClaimedTask, Ending, StoreError, StoreResult};
+use crate::store::{ClaimedTask, Ending, StoreError, StoreResult, Used};
 use crate::webhooks::progress::{ProgressSender, ProgressTarget};
 
 /// What generating and storing a task's images came to.
@@ -57,7 +57,9 @@ impl WorkerContext {
                     "content policy violation: the prompt contains the blocked term \"{term}\""
                 ),
             };
-            return self.record(&task, &outcome, None).await;
+            return self
+                .record(&task, &outcome, None, used_by(&task, None))
+                .await;
         }
         // The task stays `starting` (waiting, with its place in line) until a backend takes
         // it: the reporter then marks it `processing`.
@@ -129,7 +131,9 @@ impl WorkerContext {
                     Some(grid) => Some(grids::making(&grid.key).await),
                     None => None,
                 };
-                let ran = self.record(&task, &outcome, folder).await?;
+                let ran = self
+                    .record(&task, &outcome, folder, used_by(&task, Some(&progress)))
+                    .await?;
                 if let (Some(grid), Some(making), Ran::Completed) = (grid, making, &ran) {
                     grids::make_after(&self.blobs, *grid, making).await;
                 }
@@ -384,9 +388,17 @@ impl WorkerContext {
         task: &ClaimedTask,
         outcome: &Outcome,
         folder: Option<String>,
+        used: Used,
     ) -> StoreResult<Ran> {
         let url = |key: &str| self.blobs.url(key);
         let mut head = task.payload_head();
+        // As `actions`: cost and usage only for callers who sent `metadata`.
+        if task.extras.metadata.is_some() {
+            head.usage = used.usage(outcome);
+            if let (Outcome::Finished(_), Some(_)) = (outcome, &head.usage) {
+                head.cost = Some(self.charged(task).await);
+            }
+        }
         // The seed's payloads stay as they were for callers who asked for nothing new.
         if let (Outcome::Finished(output), Some(_)) = (outcome, &task.extras.metadata) {
             head.actions = Offer {
@@ -398,7 +410,7 @@ impl WorkerContext {
             }
             .actions();
         }
-        let ending = Ending::new(outcome.clone(), &head, &url);
+        let ending = Ending::new(outcome.clone(), &head, &url).using(used);
         let written = self
             .persist(|| self.store.complete_task(task.seq, task.attempts, &ending))
             .await;
@@ -437,6 +449,34 @@ impl WorkerContext {
             // Counted by the worker loop, which sees every store error of a task's run.
             Err(e) => Err(e),
         }
+    }
+}
+
+impl WorkerContext {
+    /// The credits `task` was charged at submit (what a finished task costs), for its payload.
+    async fn charged(&self, task: &ClaimedTask) -> i64 {
+        let Ok(id) = uuid::Uuid::try_parse(&task.id) else {
+            return 0;
+        };
+        match self.store.tasks_by_id(&[id]).await {
+            Ok(found) => found.first().map_or(0, |t| t.cost),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the task's cost for its webhook");
+                0
+            }
+        }
+    }
+}
+
+/// What `task` used of the backends: the backend that took it last and how long it held
+/// slots, as its `progress` says (none when it never reached a backend), and its model.
+fn used_by(task: &ClaimedTask, progress: Option<&Progress>) -> Used {
+    Used {
+        backend: progress.and_then(Progress::backend),
+        model: task.extras.settings.model.clone(),
+        backend_ms: progress.map_or(0, |p| {
+            i64::try_from(p.backend_time().as_millis()).unwrap_or(i64::MAX)
+        }),
     }
 }
 

@@ -49,5 +49,6 @@ mod storage_faults;
 mod store;
 mod tasks;
 mod uploads;
+mod usage;
 mod webhook_events;
 mod webhooks;

@@ -17,6 +17,7 @@ pub mod records;
 pub mod reload;
 pub mod submit;
 pub mod upload;
+pub mod usage;
 
 use std::sync::LazyLock;
 
@@ -59,6 +60,7 @@ fn registered() -> OpenApiRouter<AppState> {
         .merge(events::routes())
         .merge(upload::routes())
         .merge(account::routes())
+        .merge(usage::routes())
         .merge(admin::routes())
         .merge(models::routes())
         .merge(health::routes())

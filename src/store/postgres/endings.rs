@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 use super::channels::{event_note, notify, OUTBOX_CHANNEL, TASK_EVENT_CHANNEL};
 use super::PgStore;
+use crate::store::sql::usage::{usage_day, ROLL_UP};
 use crate::store::{now_ms, Ending, Fence, Happened, StoreResult, TaskEvent};
 
 impl PgStore {
@@ -46,15 +47,26 @@ pub(super) async fn complete_in_tx(
     let percentage = ending.percentage();
     // The old secret is read under the row's lock, then cleared: it moves to the delivery (claims
     // read it from there) and no second copy stays.
-    type Ended = (String, Option<String>, Option<String>, i64, i64);
+    // Canceled tasks have no usage: their columns stay NULL.
+    let usage = ending.usage_columns();
+    type Ended = (
+        String,
+        Option<String>,
+        Option<String>,
+        i64,
+        i64,
+        Option<String>,
+    );
     let ended: Option<Ended> = sqlx::query_as(&format!(
         "UPDATE tasks t SET status = $1, percentage = COALESCE($2, t.percentage), finished_at = $3, grid_key = $4,
              image_keys = $5, result = $9, error = $6, lease_owner = NULL, lease_expires_at = NULL,
              webhook_secret = NULL, event_seq = nextval('task_seq'), preview_key = NULL,
-             retry_attempt = NULL, retry_error = NULL
+             retry_attempt = NULL, retry_error = NULL, usage_backend = $10, usage_model = $11,
+             backend_ms = $12, usage_images = $13, usage_pixels = $14
          FROM (SELECT seq, webhook_secret FROM tasks WHERE seq = $7 FOR UPDATE) old
          WHERE t.seq = old.seq AND {}
-         RETURNING t.account_id, t.webhook_url, old.webhook_secret, t.cost, t.event_seq",
+         RETURNING t.account_id, t.webhook_url, old.webhook_secret, t.cost, t.event_seq,
+             t.key_id",
         fence.condition("t.attempts", "t.status", "$8::bigint")
     ))
     .bind(status.as_str())
@@ -66,9 +78,14 @@ pub(super) async fn complete_in_tx(
     .bind(seq)
     .bind(fence.attempt())
     .bind(&output.result)
+    .bind(usage.and_then(|u| u.0))
+    .bind(usage.and_then(|u| u.1))
+    .bind(usage.map(|u| u.2))
+    .bind(usage.map(|u| u.3))
+    .bind(usage.map(|u| u.4))
     .fetch_optional(&mut **tx)
     .await?;
-    let Some((account_id, webhook_url, webhook_secret, cost, version)) = ended else {
+    let Some((account_id, webhook_url, webhook_secret, cost, version, key_id)) = ended else {
         return Ok(None);
     };
     let ended = TaskEvent {
@@ -95,8 +112,28 @@ pub(super) async fn complete_in_tx(
     .bind(refund)
     .fetch_one(&mut **tx)
     .await?;
+    // The task's cost net of a refund: what the record and the rollup say.
+    let mut net = cost;
     if refund > 0 && refunded.is_some() {
         ledger(tx, &account_id, Some(seq), refund, "refund", now).await?;
+        net = 0;
+        sqlx::query("UPDATE tasks SET cost = 0 WHERE seq = $1")
+            .bind(seq)
+            .execute(&mut **tx)
+            .await?;
+    }
+    if let Some((_, model, backend_ms, images, pixels)) = usage {
+        sqlx::query(ROLL_UP.postgres)
+            .bind(&account_id)
+            .bind(usage_day(now))
+            .bind(model.unwrap_or(""))
+            .bind(key_id.as_deref().unwrap_or(""))
+            .bind(images)
+            .bind(pixels)
+            .bind(backend_ms)
+            .bind(net)
+            .execute(&mut **tx)
+            .await?;
     }
     // An ending the caller left out of `webhook_events` queues nothing.
     let Some(url) = webhook_url.filter(|_| ending.delivers) else {

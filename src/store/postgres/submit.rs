@@ -255,6 +255,7 @@ async fn apply(
         Vec<Option<i64>>,
         Vec<Option<i64>>,
         Vec<i64>,
+        String,
     );
     // The group's seqs are drawn by the same statement (an InitPlan, evaluated once), which
     // saves the group a round trip of its own.
@@ -279,7 +280,8 @@ async fn apply(
                                ORDER BY t.turn DESC LIMIT 1) END
                    FROM generate_series(0, 2) m ORDER BY m),
              (SELECT at FROM heads),
-             (SELECT drawn FROM seqs)
+             (SELECT drawn FROM seqs),
+             k.id
          FROM api_keys k JOIN accounts a ON a.id = k.account_id
          WHERE k.key_hash = ANY($1) AND k.revoked_at IS NULL AND NOT a.disabled
          ORDER BY a.id
@@ -297,9 +299,12 @@ async fn apply(
     };
     let mut quota = Quota::default();
     let mut accounts: HashMap<Vec<u8>, String> = HashMap::new();
+    // Each live key's id, which its tasks keep (usage by key).
+    let mut key_ids: HashMap<Vec<u8>, String> = HashMap::new();
     let mut lines: HashMap<(String, i64), i64> = HashMap::new();
     let mut expired: std::collections::HashSet<String> = Default::default();
-    for (hash, account, plan, expires_at, active, credits, newest, heads, _) in live {
+    for (hash, account, plan, expires_at, active, credits, newest, heads, _, key_id) in live {
+        key_ids.insert(hash.clone(), key_id);
         if expires_at.is_some_and(|at| at <= now) {
             expired.insert(account.clone());
         }
@@ -352,7 +357,10 @@ async fn apply(
         let line = lines
             .entry((account.clone(), job.task.priority))
             .or_insert(0);
-        rows.push(seq, account, &job.task, charged, *line);
+        let key_id = key_ids
+            .get(job.key_hash.as_slice())
+            .map_or("", String::as_str);
+        rows.push(seq, account, key_id, &job.task, charged, *line);
         *line += 1;
         if let Some(idem) = &job.task.idempotency {
             remembered.push(account, idem, &task_id, now);
@@ -408,6 +416,7 @@ async fn apply(
         .bind(&spent)
         .bind(&rows.extras)
         .bind(&rows.turn)
+        .bind(&rows.key_id)
         .bind_idempotency(&remembered)
         .fetch_one(&mut *conn)
         .await?;
@@ -439,16 +448,17 @@ fn first_seqs(rows: &Rows) -> Vec<(&str, i64)> {
 const SUBMIT: &str = "WITH inserted AS (
              INSERT INTO tasks (seq, account_id, task_type, params, parent_seq, status,
                  priority, prompt, aspect_ratio, process_mode, seed, created_at, webhook_url,
-                 webhook_secret, cost, extras, turn)
+                 webhook_secret, cost, extras, turn, key_id)
              SELECT seq, account_id, task_type, params, parent_seq, 'pending', priority, prompt,
                  aspect_ratio, process_mode, seed, $9, webhook_url, webhook_secret, cost, extras,
-                 turn
+                 turn, key_id
              FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::text[],
                          $6::text[], $7::text[], $8::bigint[], $10::text[], $11::text[],
-                         $17::text[], $18::bigint[], $19::bigint[], $21::text[], $22::bigint[])
+                         $17::text[], $18::bigint[], $19::bigint[], $21::text[], $22::bigint[],
+                         $23::text[])
                   AS t(seq, account_id, task_type, priority, prompt, aspect_ratio,
                        process_mode, seed, webhook_url, webhook_secret, params, parent_seq, cost,
-                       extras, turn)
+                       extras, turn, key_id)
              RETURNING 1),
          ledgered AS (
              INSERT INTO credit_ledger (account_id, task_seq, delta, reason, created_at)
@@ -482,8 +492,8 @@ const REMEMBER: &str = ",
              INSERT INTO idempotency_keys (account_id, idempotency_key, fingerprint, task_id,
                  status, body, created_at, expires_at)
              SELECT account_id, idempotency_key, fingerprint, task_id, 200, body, $9, expires_at
-             FROM UNNEST($23::text[], $24::text[], $25::bytea[], $26::text[], $27::text[],
-                         $28::bigint[])
+             FROM UNNEST($24::text[], $25::text[], $26::bytea[], $27::text[], $28::text[],
+                         $29::bigint[])
                   AS i(account_id, idempotency_key, fingerprint, task_id, body, expires_at)
              ON CONFLICT (account_id, idempotency_key) DO UPDATE SET
                  fingerprint = excluded.fingerprint, task_id = excluded.task_id,
@@ -600,11 +610,22 @@ struct Rows {
     cost: Vec<i64>,
     extras: Vec<Option<String>>,
     turn: Vec<i64>,
+    /// The key each was submitted with.
+    key_id: Vec<String>,
 }
 
 impl Rows {
-    fn push(&mut self, seq: i64, account: &str, task: &NewTask, charged: i64, turn: i64) {
+    fn push(
+        &mut self,
+        seq: i64,
+        account: &str,
+        key_id: &str,
+        task: &NewTask,
+        charged: i64,
+        turn: i64,
+    ) {
         self.seq.push(seq);
+        self.key_id.push(key_id.to_string());
         self.turn.push(turn);
         self.cost.push(charged);
         self.account_id.push(account.to_string());

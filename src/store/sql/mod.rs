@@ -21,6 +21,7 @@ pub(crate) mod queue_outbox;
 mod reader;
 mod text;
 mod upkeep;
+pub(crate) mod usage;
 mod views;
 
 use std::future::Future;

@@ -6,6 +6,7 @@ use uuid::Uuid;
 use super::{sql, Sql, SqlStore};
 use crate::store::rows::TASK_JOINS;
 use crate::store::rows::{by_destination, into_tasks, FailedAttempt, TASK_COLUMNS};
+use crate::store::usage::{UsageQuery, UsageRow};
 use crate::store::{
     usage_since, AccountLoad, DayUsage, FailingDestination, PlanLoad, QueueRow, StoreResult, Task,
     TaskFilter, TaskPage, Views, FAILING_SCAN_MAX, LIST_LIMIT_MAX,
@@ -171,6 +172,10 @@ impl<S: SqlStore> Views for S {
             .into_iter()
             .map(|(day, tasks, images)| DayUsage { day, tasks, images })
             .collect())
+    }
+
+    async fn usage(&self, query: &UsageQuery) -> StoreResult<Vec<UsageRow>> {
+        super::usage::usage(self, query).await
     }
 
     async fn queue_by_status_and_mode(&self) -> StoreResult<Vec<QueueRow>> {

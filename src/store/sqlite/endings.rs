@@ -9,6 +9,7 @@ use super::ledger::ledger;
 use super::versions::next_version;
 use super::SqliteStore;
 use crate::domain::TaskStatus;
+use crate::store::sql::usage::{usage_day, ROLL_UP};
 use crate::store::{now_ms, Ending, Fence, Happened, StoreResult, TaskEvent, TaskIds};
 
 impl SqliteStore {
@@ -61,14 +62,32 @@ pub(super) fn complete_in_tx(
         .image_keys
         .map(|keys| serde_json::to_string(&keys).expect("keys serialize"));
     let percentage = ending.percentage();
-    type Row = (String, Option<String>, Option<String>, Option<String>, i64);
+    let usage = ending.usage_columns();
+    // Canceled tasks have none: their columns stay NULL.
+    let used = (
+        usage.and_then(|u| u.0),
+        usage.and_then(|u| u.1),
+        usage.map(|u| u.2),
+        usage.map(|u| u.3),
+        usage.map(|u| u.4),
+    );
+    type Row = (
+        String,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        i64,
+        Option<String>,
+    );
     let ended: Option<Row> = conn
         .prepare_cached(&format!(
             "UPDATE tasks SET status = ?, percentage = COALESCE(?, percentage), finished_at = ?, grid_key = ?,
                  image_keys = ?, result = ?, error = ?, lease_owner = NULL, lease_expires_at = NULL,
-                 event_seq = ?, preview_key = NULL, retry_attempt = NULL, retry_error = NULL
+                 event_seq = ?, preview_key = NULL, retry_attempt = NULL, retry_error = NULL,
+                 usage_backend = ?, usage_model = ?, backend_ms = ?, usage_images = ?,
+                 usage_pixels = ?
              WHERE seq = ? AND {}
-             RETURNING account_id, webhook_url, webhook_secret, id, cost",
+             RETURNING account_id, webhook_url, webhook_secret, id, cost, key_id",
             fence.condition("attempts", "status", "?")
         ))?
         .query_row(
@@ -81,13 +100,27 @@ pub(super) fn complete_in_tx(
                 output.result,
                 error,
                 version,
+                used.0,
+                used.1,
+                used.2,
+                used.3,
+                used.4,
                 seq,
                 fence.attempt()
             ],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+            |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                ))
+            },
         )
         .optional()?;
-    let Some((account_id, webhook_url, webhook_secret, legacy_id, cost)) = ended else {
+    let Some((account_id, webhook_url, webhook_secret, legacy_id, cost, key_id)) = ended else {
         return Ok(None);
     };
     let mut ended = Ended {
@@ -96,6 +129,8 @@ pub(super) fn complete_in_tx(
         version,
         status,
     };
+    // The task's cost net of a refund: what the rollup counts.
+    let mut net = cost;
     if ending.refunds() && cost > 0 {
         // A failed or canceled task gives its credits back, in the transaction that records its
         // end (an account made unlimited since has no balance to give them to).
@@ -106,7 +141,22 @@ pub(super) fn complete_in_tx(
             .execute(params![cost, account_id])?;
         if refunded == 1 {
             ledger(conn, &account_id, Some(seq), cost, "refund", now)?;
+            net = 0;
+            conn.prepare_cached("UPDATE tasks SET cost = 0 WHERE seq = ?")?
+                .execute(params![seq])?;
         }
+    }
+    if let Some((_, model, backend_ms, images, pixels)) = usage {
+        conn.prepare_cached(ROLL_UP.sqlite)?.execute(params![
+            account_id,
+            usage_day(now),
+            model.unwrap_or(""),
+            key_id.as_deref().unwrap_or(""),
+            images,
+            pixels,
+            backend_ms,
+            net,
+        ])?;
     }
     let images = ending.images();
     if images > 0 {

@@ -63,11 +63,13 @@ pub(super) fn apply_submits(
         )?
         .query_row([], |r| r.get(0))?;
     let mut live: HashMap<[u8; 32], String> = HashMap::new();
+    // Each live key's id, which its tasks keep (usage by key).
+    let mut key_ids: HashMap<[u8; 32], String> = HashMap::new();
     let mut expired: std::collections::HashSet<String> = Default::default();
     let mut quota = Quota::default();
     {
         let mut key = conn.prepare_cached(
-            "SELECT k.account_id, a.active_tasks, a.credits, a.plan, a.expires_at
+            "SELECT k.account_id, a.active_tasks, a.credits, a.plan, a.expires_at, k.id
              FROM api_keys k JOIN accounts a ON a.id = k.account_id
              WHERE k.key_hash = ? AND k.revoked_at IS NULL AND a.disabled = 0",
         )?;
@@ -81,10 +83,12 @@ pub(super) fn apply_submits(
                         r.get::<_, Option<i64>>(2)?,
                         r.get::<_, String>(3)?,
                         r.get::<_, Option<i64>>(4)?,
+                        r.get::<_, String>(5)?,
                     ))
                 })
                 .optional()?;
-            if let Some((account, n, credits, plan, expires_at)) = found {
+            if let Some((account, n, credits, plan, expires_at, key_id)) = found {
+                key_ids.insert(*hash, key_id);
                 if expires_at.is_some_and(|at| at <= now) {
                     expired.insert(account.clone());
                 }
@@ -127,29 +131,31 @@ pub(super) fn apply_submits(
         .collect();
     // Several rows per statement: an `INSERT` sets up its cursors and, for the AUTOINCREMENT
     // key, writes `sqlite_sequence` once per statement, not once per row.
-    let rows: Vec<(&NewTask, i64, &str, i64)> = batch
+    let rows: Vec<(&NewTask, i64, &str, i64, &str)> = batch
         .iter()
         .zip(&outcomes)
         .filter_map(|(w, o)| {
-            o.as_ref()
-                .ok()
-                .map(|&(seq, account, charged)| (&*w.task, seq, account, charged))
+            o.as_ref().ok().map(|&(seq, account, charged)| {
+                let key_id = key_ids.get(&w.key_hash).map_or("", String::as_str);
+                (&*w.task, seq, account, charged, key_id)
+            })
         })
         .collect();
     let turns = turns(
         conn,
         &state.heads,
-        rows.iter().map(|&(t, _, account, _)| (account, t.priority)),
+        rows.iter()
+            .map(|&(t, _, account, _, _)| (account, t.priority)),
     )?;
     let mut turn = turns.iter();
     for (k, chunk) in chunks(&rows, INSERT_CHUNK_MAX) {
         let mut insert = conn.prepare_cached(&INSERT_TASKS[k])?;
-        let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 16);
+        let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 17);
         // The stored forms of the typed fields, kept alive beside the borrowed values.
         type Stored<'a> = (&'a str, Option<String>, String, &'a str, Option<String>);
         let stored: Vec<Stored> = chunk
             .iter()
-            .map(|(t, _, _, _)| {
+            .map(|(t, _, _, _, _)| {
                 (
                     t.task_type().as_str(),
                     t.operation.to_params(),
@@ -159,8 +165,10 @@ pub(super) fn apply_submits(
                 )
             })
             .collect();
-        for ((t, seq, account, charged), (task_type, params, aspect_ratio, process_mode, extras)) in
-            chunk.iter().zip(&stored)
+        for (
+            (t, seq, account, charged, key_id),
+            (task_type, params, aspect_ratio, process_mode, extras),
+        ) in chunk.iter().zip(&stored)
         {
             values.extend_from_slice(&[
                 seq as &dyn rusqlite::ToSql,
@@ -179,6 +187,7 @@ pub(super) fn apply_submits(
                 charged,
                 extras,
                 turn.next().expect("a turn per row"),
+                key_id,
             ]);
         }
         insert.execute(rusqlite::params_from_iter(values))?;
@@ -195,7 +204,7 @@ pub(super) fn apply_submits(
         for (account, spent) in quota.charged() {
             charge.execute(params![spent, account])?;
         }
-        for &(_, seq, account, charged) in rows.iter().filter(|r| r.3 > 0) {
+        for &(_, seq, account, charged, _) in rows.iter().filter(|r| r.3 > 0) {
             ledger(conn, account, Some(seq), -charged, "submit", now)?;
         }
     }
@@ -385,14 +394,14 @@ const INSERT_CHUNK_MAX: usize = 64;
 
 /// The `INSERT` for 2^k tasks at index k, bound parameters only, in `apply_submits`' order.
 static INSERT_TASKS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
-    let row = "(?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    let row = "(?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     (0..=INSERT_CHUNK_MAX.ilog2())
         .map(|k| {
             format!(
                 "INSERT INTO tasks (seq, account_id, task_type, params, parent_seq, status,
                      priority, prompt,
                      aspect_ratio, process_mode, seed, created_at, webhook_url, webhook_secret,
-                     cost, extras, turn)
+                     cost, extras, turn, key_id)
                  VALUES {}",
                 vec![row; 1 << k].join(", ")
             )
