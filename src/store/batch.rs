@@ -3,7 +3,6 @@
 
 use uuid::Uuid;
 
-use super::sql::{sql, Sql};
 use super::task::{Idempotency, NewTask, Submitted};
 
 /// Tasks submitted together by one key: all stored, or none.
@@ -97,10 +96,6 @@ impl BatchSubmitted {
         }
     }
 }
-
-/// The batch's answer over the one its first task's key stored, in the same transaction.
-pub(crate) const REMEMBER_BATCH: Sql =
-    sql!("UPDATE idempotency_keys SET body = $1 WHERE account_id = $2 AND idempotency_key = $3");
 
 #[cfg(test)]
 mod tests {

@@ -4,7 +4,7 @@
 
 use super::submit::{apply, Submit};
 use super::PgStore;
-use crate::store::batch::REMEMBER_BATCH;
+use crate::store::sql::queue_outbox::REMEMBER_BATCH;
 use crate::store::{BatchSubmitted, NewBatch, PendingLimits, StoreResult};
 
 impl PgStore {

@@ -8,8 +8,8 @@ use rusqlite::{params, Connection};
 
 use super::submit::{apply_submits, InsertTask, SubmitState};
 use super::SqliteStore;
-use crate::store::batch::REMEMBER_BATCH;
 use crate::store::queue::Heads;
+use crate::store::sql::queue_outbox::REMEMBER_BATCH;
 use crate::store::sql::Durability;
 use crate::store::{BatchSubmitted, NewBatch, PendingLimits, StoreError, StoreResult, TaskIds};
 

@@ -7,7 +7,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::draft::Draft;
-use super::{confirmed, parse, prepare, refusal, shutting_down, Answer};
+use super::steps::{confirmed, parse, prepare, refusal, shutting_down, Answer};
 use crate::auth::{look_up, PresentedKey};
 use crate::domain::{permutations, OpKind};
 use crate::refusal::ApiError;
