@@ -18,7 +18,8 @@ use crate::telemetry::request as noted;
 
 /// How many tasks a submit's body makes.
 pub(super) enum Drafts {
-    One(Draft),
+    /// Boxed: a draft is large beside a vector.
+    One(Box<Draft>),
     /// In order: each permutation, its `--repeat` copies together.
     Many(Vec<Draft>),
 }
@@ -64,7 +65,7 @@ pub(super) async fn drafts(
             Err(e) => return Err(confirmed(tasks, key, e).await),
         };
         if kind != OpKind::Imagine || draft.extras.parameters.repeat.is_none() {
-            return Ok(Drafts::One(draft));
+            return Ok(Drafts::One(Box::new(draft)));
         }
         first = Some(draft);
     }

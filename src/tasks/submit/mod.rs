@@ -59,7 +59,7 @@ pub async fn submit_keyed(
         Err(e) => return Err(confirmed(tasks, key, e).await),
     };
     let draft = match batch::drafts(tasks, kind, key, &body).await? {
-        batch::Drafts::One(draft) => draft,
+        batch::Drafts::One(draft) => *draft,
         batch::Drafts::Many(drafts) => {
             return batch::submit_drafts(
                 tasks,
