@@ -77,7 +77,9 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
                 anyhow::Ok(())
             }
         };
-        println!("  {clients} clients: no list and {TERMS} terms, {ROUNDS} runs of each ({secs} s each)");
+        println!(
+            "  {clients} clients: no list and {TERMS} terms, {ROUNDS} runs of each ({secs} s each)"
+        );
         set(true).await?;
         ctx.wrk
             .run("submit_idempotent.lua", &url, clients, warmup, &env)

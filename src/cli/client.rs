@@ -1,6 +1,8 @@
-//! The command-line client: `easel imagine`, `upscale`, `fetch`, `tasks`, `models` and `upload`
-//! talk to a running server over its HTTP API, with the key in `EASEL_API_KEY` (docs/cli.md).
-//! What each command takes is in [`commands`].
+//! The command-line client: a command per operation (`easel imagine`, `upscale`, `variations`,
+//! `reroll`, `pan`, `zoom`, `inpaint`, `blend`, `describe`), `batch`, `fetch`, `tasks`, `models`,
+//! `cancel` and `upload` talk to a running server over its HTTP API, with the key in
+//! `EASEL_API_KEY` (docs/cli.md). What each command takes is in [`commands`], the bodies of the
+//! operations in [`operations`].
 
 use std::io::IsTerminal;
 use std::path::Path;
@@ -13,6 +15,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
 
 mod commands;
+mod operations;
 
 pub use commands::{Generation, Making, Request, Server, Waiting};
 
@@ -32,37 +35,39 @@ pub async fn run(request: Request) -> anyhow::Result<()> {
     let server = match &request {
         Request::Imagine { server, .. }
         | Request::Upscale { server, .. }
+        | Request::Variations { server, .. }
+        | Request::Reroll { server, .. }
+        | Request::Pan { server, .. }
+        | Request::Zoom { server, .. }
+        | Request::Inpaint { server, .. }
+        | Request::Blend { server, .. }
+        | Request::Describe { server, .. }
+        | Request::Batch { server, .. }
         | Request::Fetch { server, .. }
         | Request::Tasks { server }
         | Request::Models { server }
         | Request::Cancel { server, .. }
         | Request::Upload { server, .. } => server.clone(),
     };
+    // The body is made (files read) before the key is needed.
+    if let Some((op, body, making)) = operations::operation(&request)? {
+        let client = Client::new(&server)?;
+        return client.make(op, body, making, server.json).await;
+    }
     let client = Client::new(&server)?;
     match request {
-        Request::Imagine {
-            prompt,
-            aspect_ratio,
-            making,
-            ..
-        } => {
-            let mut body = json!({ "prompt": prompt });
-            if let Some(ar) = aspect_ratio {
-                body["aspect_ratio"] = json!(ar);
-            }
-            client.make("imagine", body, &making, server.json).await
-        }
-        Request::Upscale {
-            task,
-            index,
-            making,
-            ..
-        } => {
-            if !(1..=4).contains(&index) {
-                bail!("the image index must be 1, 2, 3 or 4");
-            }
-            let body = json!({ "parent_task_id": task, "index": index });
-            client.make("upscale-1x", body, &making, server.json).await
+        Request::Batch { file, waiting, .. } => {
+            let requests = operations::batch_requests(&file)?;
+            let path = "/api/v1/batch";
+            let url = format!("{}{path}", client.base);
+            let answer = client
+                .call(
+                    client.http.post(url).json(&json!({ "requests": requests })),
+                    &format!("POST {path}"),
+                )
+                .await?;
+            let ids = task_ids(&answer)?;
+            client.follow_all(&ids, &waiting, server.json).await
         }
         Request::Fetch { task, output, .. } => {
             let record = client.task(&task).await?;
@@ -143,7 +148,23 @@ pub async fn run(request: Request) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        making => unreachable!("a command that submits an operation: {making:?}"),
     }
+}
+
+/// The ids a submit answered: `task_ids` (a batch, `--repeat`, permutations), else `task_id`.
+fn task_ids(answer: &Value) -> anyhow::Result<Vec<String>> {
+    if let Some(ids) = answer["task_ids"].as_array() {
+        return ids
+            .iter()
+            .map(|id| id.as_str().map(str::to_string))
+            .collect::<Option<Vec<_>>>()
+            .context("the server's task_ids are not strings");
+    }
+    answer["task_id"]
+        .as_str()
+        .map(|id| vec![id.to_string()])
+        .context("the server's answer has no task_id")
 }
 
 /// `value` as indented JSON on stdout (what `--json` prints).
@@ -216,29 +237,36 @@ impl Client {
         Ok(Some(list))
     }
 
-    /// Submit `op` with `body` and the settings of `making`, and follow the task as it asks.
-    async fn make(
-        &self,
-        op: &str,
-        mut body: Value,
-        making: &Making,
-        json: bool,
-    ) -> anyhow::Result<()> {
-        making.generation.add_to(&mut body);
-        let id = self.submit(op, &body).await?;
-        self.follow(&id, &making.waiting, json).await
-    }
-
-    async fn submit(&self, op: &str, body: &Value) -> anyhow::Result<String> {
+    /// Submit `op` with `body` (made with the settings of `making`), and follow its task (or
+    /// tasks, for a prompt's `--repeat`) as it asks.
+    async fn make(&self, op: &str, body: Value, making: &Making, json: bool) -> anyhow::Result<()> {
         let path = format!("/api/v1/{op}");
         let url = format!("{}{path}", self.base);
         let answer = self
-            .call(self.http.post(url).json(body), &format!("POST {path}"))
+            .call(self.http.post(url).json(&body), &format!("POST {path}"))
             .await?;
-        answer["task_id"]
-            .as_str()
-            .map(str::to_string)
-            .context("the server's answer has no task_id")
+        let ids = task_ids(&answer)?;
+        self.follow_all(&ids, &making.waiting, json).await
+    }
+
+    /// [`Client::follow`] each task in turn; the first failure is the answer, once every task
+    /// has been shown.
+    async fn follow_all(
+        &self,
+        ids: &[String],
+        waiting: &Waiting,
+        json: bool,
+    ) -> anyhow::Result<()> {
+        let mut first_failure = None;
+        for id in ids {
+            if let Err(e) = self.follow(id, waiting, json).await {
+                if ids.len() > 1 {
+                    eprintln!("easel: {e:#}");
+                }
+                first_failure.get_or_insert(e);
+            }
+        }
+        first_failure.map_or(Ok(()), Err)
     }
 
     async fn task(&self, id: &str) -> anyhow::Result<Value> {

@@ -41,6 +41,8 @@ pub const DATA_URL_ROUTES: &[&str] = &[
     "/api/v1/describe",
     "/api/v1/upscale-highres",
     "/api/v1/faceswap",
+    // A batch's requests may carry any of those, and an inpaint's mask.
+    "/api/v1/batch",
 ];
 
 /// The limit of a body on a [`DATA_URL_ROUTES`] route that carries no `data:` URL.

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::account::{Account, ApiKeyInfo, KeyOwner, KeyRow, LedgerRow, LiveKey, NewAccount};
+use super::batch::{BatchSubmitted, NewBatch};
 use super::error::{Failure, StoreError, StoreResult};
 use super::events::TaskEvent;
 use super::events::TaskEvents;
@@ -38,6 +39,17 @@ pub trait TaskQueue: Send + Sync {
         key_hash: &[u8; 32],
         limits: &PendingLimits,
     ) -> StoreResult<Submitted>;
+
+    /// Store every task of `batch` for the key hashed `key_hash` in one transaction, or none:
+    /// each checked as [`TaskQueue::submit`] checks one (the group's own earlier tasks count
+    /// for the quota and the credits), the batch's idempotency key decided once. Durable when it
+    /// returns `Queued`, and idle workers on every node are woken.
+    async fn submit_batch(
+        &self,
+        batch: &NewBatch,
+        key_hash: &[u8; 32],
+        limits: &PendingLimits,
+    ) -> StoreResult<BatchSubmitted>;
 
     /// The task `task_id` if it is the key's account's, checked in one statement with the key
     /// itself: None when the key is not live, else the key and the task if found.

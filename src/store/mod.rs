@@ -13,6 +13,7 @@
 //! of it; each implementation holds what its database does its own way.
 
 mod account;
+mod batch;
 mod chunks;
 mod error;
 mod events;
@@ -36,6 +37,7 @@ pub mod usage;
 pub use account::{
     Account, ApiKeyInfo, KeyOwner, KeyRow, LedgerRow, LiveKey, NewAccount, KEY_TOUCH_EVERY_MS,
 };
+pub use batch::{BatchAnswer, BatchSubmitted, NewBatch};
 pub(crate) use chunks::chunks;
 pub use error::{Cause, Failure, StoreError, StoreResult};
 pub use events::{Happened, Heard, Listener, TaskEvent, TaskEvents};

@@ -34,11 +34,19 @@ pub fn check_key(bytes: &[u8]) -> Result<String, ApiError> {
 /// with every object's keys sorted, so the same request with its fields in another order is the
 /// same request, and the same body sent to another operation is not.
 pub fn fingerprint(kind: OpKind, body: &Map<String, Value>) -> [u8; 32] {
+    fingerprint_of(kind.as_str(), body)
+}
+
+/// The name a batch's requests are fingerprinted under: no operation has it.
+pub const BATCH: &str = "batch";
+
+/// [`fingerprint`] of a request to the route `name` (an operation's, or [`BATCH`]).
+pub fn fingerprint_of(name: &str, body: &Map<String, Value>) -> [u8; 32] {
     let mut canonical = Value::Object(body.clone());
     // `preserve_order` keeps objects in the order received; sorting makes it canonical.
     canonical.sort_all_objects();
     let mut hash = Sha256::new();
-    hash.update(kind.as_str().as_bytes());
+    hash.update(name.as_bytes());
     hash.update([0]);
     hash.update(serde_json::to_vec(&canonical).expect("a JSON value serializes"));
     hash.finalize().into()

@@ -65,7 +65,7 @@ async fn submit(app: &TestApp, key: &str, n: usize, mode: &str) -> Vec<String> {
 }
 
 /// A node with no workers, so that what is submitted waits; `adjust` sets the rest.
-async fn queue_only(adjust: impl FnOnce(&mut Config)) -> TestApp {
+pub(crate) async fn queue_only(adjust: impl FnOnce(&mut Config)) -> TestApp {
     TestApp::spawn_with(|c| {
         c.worker.workers = 0;
         adjust(c);

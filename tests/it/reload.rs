@@ -65,7 +65,11 @@ async fn a_sighup_swaps_backends_while_tasks_run_and_loses_none() {
     assert_eq!(backends_up(&easel).await, ["first"]);
     let mut tasks = Vec::new();
     for i in 0..6 {
-        tasks.push(easel.imagine(&key, json!({ "prompt": format!("before {i}") })).await);
+        tasks.push(
+            easel
+                .imagine(&key, json!({ "prompt": format!("before {i}") }))
+                .await,
+        );
     }
     // Running on `first` now.
     easel
@@ -117,7 +121,10 @@ async fn a_sighup_swaps_backends_while_tasks_run_and_loses_none() {
 async fn a_reload_applies_plans_at_once_and_a_bad_file_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let plan = |pending: u32| {
-        format!("workers = 0\n{}[plans.self-hosted]\nmax_pending = {pending}\n", backend("only"))
+        format!(
+            "workers = 0\n{}[plans.self-hosted]\nmax_pending = {pending}\n",
+            backend("only")
+        )
     };
     let file = write_config(dir.path(), &plan(1));
     let easel = Easel::start_serve(
@@ -128,7 +135,9 @@ async fn a_reload_applies_plans_at_once_and_a_bad_file_changes_nothing() {
     );
     let key = easel.first_key.clone().unwrap();
     let submit = || async {
-        let (status, body) = easel.post(&key, "/api/v1/imagine", json!({"prompt": "a"})).await;
+        let (status, body) = easel
+            .post(&key, "/api/v1/imagine", json!({"prompt": "a"}))
+            .await;
         assert!(status == 200 || status == 429, "{status} {body}");
         status
     };
@@ -139,7 +148,11 @@ async fn a_reload_applies_plans_at_once_and_a_bad_file_changes_nothing() {
     let (status, body) = reload(&easel, &key).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["changed"], json!(["plans"]), "{body}");
-    assert_eq!(body["backends_added"], json!([]), "an unchanged backend stays: {body}");
+    assert_eq!(
+        body["backends_added"],
+        json!([]),
+        "an unchanged backend stays: {body}"
+    );
     assert_eq!(submit().await, 200);
     assert_eq!(submit().await, 200);
     assert_eq!(submit().await, 429, "three pending at most");
@@ -147,12 +160,21 @@ async fn a_reload_applies_plans_at_once_and_a_bad_file_changes_nothing() {
     // A file that does not validate: refused with its reason, and the running settings stay.
     write_config(
         dir.path(),
-        &format!("{}[plans.self-hosted]\nmax_pending = 100\nbatch_max = 0\n", backend("only")),
+        &format!(
+            "{}[plans.self-hosted]\nmax_pending = 100\nbatch_max = 0\n",
+            backend("only")
+        ),
     );
     let (status, body) = reload(&easel, &key).await;
     assert_eq!(status, 409, "{body}");
     assert_eq!(body["errors"][0]["code"], "invalid_configuration", "{body}");
-    assert!(body["errors"][0]["msg"].as_str().unwrap().contains("batch_max"), "{body}");
+    assert!(
+        body["errors"][0]["msg"]
+            .as_str()
+            .unwrap()
+            .contains("batch_max"),
+        "{body}"
+    );
     assert_eq!(submit().await, 429, "still three");
 
     // A setting only a restart applies: refused naming it.
@@ -160,14 +182,27 @@ async fn a_reload_applies_plans_at_once_and_a_bad_file_changes_nothing() {
     let (status, body) = reload(&easel, &key).await;
     assert_eq!(status, 409, "{body}");
     assert_eq!(body["errors"][0]["code"], "restart_required", "{body}");
-    assert!(body["errors"][0]["msg"].as_str().unwrap().contains("max_connections"), "{body}");
+    assert!(
+        body["errors"][0]["msg"]
+            .as_str()
+            .unwrap()
+            .contains("max_connections"),
+        "{body}"
+    );
     assert_eq!(submit().await, 429, "still three");
     assert_eq!(backends_up(&easel).await, ["only"]);
 
     // Only operators may reload.
     let (ok, out) = crate::common::binary::run_cli(
         dir.path(),
-        &["keys", "create", "--name", "user", "--account", "user@example.com"],
+        &[
+            "keys",
+            "create",
+            "--name",
+            "user",
+            "--account",
+            "user@example.com",
+        ],
     );
     assert!(ok, "{out}");
     let (status, _) = reload(&easel, out.trim()).await;
@@ -180,7 +215,11 @@ async fn a_reload_applies_plans_at_once_and_a_bad_file_changes_nothing() {
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{said} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{said} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(said.contains("reloaded; changed: plans"), "{said}");
     assert_eq!(submit().await, 200, "four now");
 }

@@ -60,11 +60,14 @@ impl Generation {
 }
 
 /// What a command that makes images takes besides its own arguments: the generation settings,
-/// and how it ends.
+/// the caller's metadata, and how it ends.
 #[derive(clap::Args, Clone, Debug)]
 pub struct Making {
     #[command(flatten)]
     pub generation: Generation,
+    /// A JSON object kept with the task and echoed in its record and webhooks.
+    #[arg(long, value_name = "JSON")]
+    pub metadata: Option<String>,
     #[command(flatten)]
     pub waiting: Waiting,
 }
@@ -96,6 +99,10 @@ pub enum Request {
         /// Aspect ratio, like 16:9.
         #[arg(long = "ar", value_name = "W:H")]
         aspect_ratio: Option<String>,
+        /// Make N tasks of the prompt (its `--repeat N`), stored together; at most the plan's
+        /// batch_max.
+        #[arg(long, value_name = "N")]
+        repeat: Option<u32>,
         #[command(flatten)]
         making: Making,
         #[command(flatten)]
@@ -107,6 +114,97 @@ pub enum Request {
         index: u8,
         #[command(flatten)]
         making: Making,
+        #[command(flatten)]
+        server: Server,
+    },
+    /// Client: four variations of image INDEX (1 to 4, or strong/subtle of an upscale).
+    Variations {
+        task: String,
+        index: String,
+        /// A new prompt (default: the parent's).
+        #[arg(long)]
+        prompt: Option<String>,
+        #[command(flatten)]
+        making: Making,
+        #[command(flatten)]
+        server: Server,
+    },
+    /// Client: a grid task's prompt again, with a new seed.
+    Reroll {
+        task: String,
+        /// A new prompt (default: the parent's).
+        #[arg(long)]
+        prompt: Option<String>,
+        #[command(flatten)]
+        making: Making,
+        #[command(flatten)]
+        server: Server,
+    },
+    /// Client: extend an upscaled image in one direction (up, down, left or right).
+    Pan {
+        task: String,
+        direction: String,
+        /// A new prompt (default: the parent's).
+        #[arg(long)]
+        prompt: Option<String>,
+        #[command(flatten)]
+        making: Making,
+        #[command(flatten)]
+        server: Server,
+    },
+    /// Client: zoom out of an upscaled image by RATIO (1 to 2; 1 makes it square), drawing the
+    /// surroundings (the outpaint operation).
+    Zoom {
+        task: String,
+        ratio: f64,
+        /// A new prompt (default: the parent's).
+        #[arg(long)]
+        prompt: Option<String>,
+        #[command(flatten)]
+        making: Making,
+        #[command(flatten)]
+        server: Server,
+    },
+    /// Client: redraw the part of an upscaled image that the mask marks (white, opaque pixels).
+    Inpaint {
+        task: String,
+        /// A PNG the size of the parent's image.
+        #[arg(long, value_name = "FILE")]
+        mask: PathBuf,
+        /// A new prompt (default: the parent's).
+        #[arg(long)]
+        prompt: Option<String>,
+        #[command(flatten)]
+        making: Making,
+        #[command(flatten)]
+        server: Server,
+    },
+    /// Client: a grid mixing 2 to 5 images (URLs or files).
+    Blend {
+        #[arg(num_args = 2..=5, required = true, value_name = "IMAGE")]
+        images: Vec<String>,
+        /// square, portrait or landscape.
+        #[arg(long)]
+        dimension: Option<String>,
+        #[command(flatten)]
+        making: Making,
+        #[command(flatten)]
+        server: Server,
+    },
+    /// Client: four prompts that could have made an image (a URL or a file).
+    Describe {
+        image: String,
+        #[command(flatten)]
+        making: Making,
+        #[command(flatten)]
+        server: Server,
+    },
+    /// Client: submit the requests of FILE (JSON Lines, one `{"operation": ..., "body": {...}}`
+    /// a line) as one batch (POST /api/v1/batch): all stored, or none.
+    Batch {
+        file: PathBuf,
+        #[command(flatten)]
+        waiting: Waiting,
         #[command(flatten)]
         server: Server,
     },

@@ -6,6 +6,7 @@
 
 pub mod account;
 pub mod admin;
+pub mod batch;
 pub mod deliveries;
 pub mod doc;
 pub mod events;
@@ -55,6 +56,7 @@ static API: LazyLock<Api> = LazyLock::new(|| {
 fn registered() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(doc::base())
         .merge(submit::routes())
+        .merge(batch::routes())
         .merge(records::routes())
         .merge(deliveries::routes())
         .merge(events::routes())

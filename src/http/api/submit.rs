@@ -39,11 +39,16 @@ use crate::webhooks::progress::ProgressPayload;
 /// Named schemas, for `components/schemas`.
 type Named = Vec<(String, RefOr<Schema>)>;
 
-/// The answer to a submit: the new task's id.
+/// The answer to a submit: the new task's id; for an imagine prompt with `--repeat` or `{...}`
+/// permutations, the first of its tasks' and all of them in order.
 #[derive(serde::Serialize, ToSchema)]
 #[schema(as = TaskId)]
 pub struct Accepted {
     task_id: Uuid,
+    /// Only for a prompt that made several tasks (`--repeat`, permutations): their ids, in order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    task_ids: Option<Vec<Uuid>>,
 }
 
 /// Every submit route: one per operation, then Apiframe's older routes ([`Alias`]). Each is the
@@ -391,16 +396,27 @@ pub async fn submit(
     drop(held);
     let (task_id, replayed) = match answer? {
         Answer::Accepted(task_id) => (task_id, None),
+        // Several tasks are answered at once: `Prefer: wait` does not apply.
+        Answer::Batch(task_ids) => {
+            let accepted = Accepted {
+                task_id: task_ids[0],
+                task_ids: Some(task_ids),
+            };
+            return Ok(Json(accepted).into_response());
+        }
         Answer::Replayed {
             task_id,
             status,
             body,
         } => match (task_id, wait) {
-            (Some(task_id), Some(_)) => (task_id, Some(())),
+            (Some(task_id), Some(_)) if !body.contains("\"task_ids\"") => (task_id, Some(())),
             _ => return Ok(idempotency::replay(status, body)),
         },
     };
-    let accepted = || Json(Accepted { task_id }).into_response();
+    let accepted = || {
+        let task_ids = None;
+        Json(Accepted { task_id, task_ids }).into_response()
+    };
     let Some(secs) = wait else {
         return Ok(accepted());
     };

@@ -14,6 +14,7 @@
 //!   acquire timeout (the API answers 503 with `Retry-After`) and the pool reconnects by itself
 //!   once it is back.
 
+mod batch;
 mod channels;
 mod claims;
 mod deliveries;

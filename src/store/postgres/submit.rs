@@ -30,10 +30,15 @@ const MAX_GROUP: usize = 256;
 /// Submits that may wait for a drainer; past it, callers wait to queue.
 const QUEUE: usize = 4096;
 
+/// One submit, as a group (or a batch) holds it.
+pub(super) struct Submit {
+    pub(super) task: NewTask,
+    pub(super) key_hash: [u8; 32],
+    pub(super) limits: PendingLimits,
+}
+
 struct Job {
-    task: NewTask,
-    key_hash: [u8; 32],
-    limits: PendingLimits,
+    submit: Submit,
     reply: oneshot::Sender<StoreResult<Submitted>>,
 }
 
@@ -81,9 +86,11 @@ impl Submitter {
     ) -> StoreResult<Submitted> {
         let (reply, answer) = oneshot::channel();
         let job = Job {
-            task: task.clone(),
-            key_hash: *key_hash,
-            limits: limits.clone(),
+            submit: Submit {
+                task: task.clone(),
+                key_hash: *key_hash,
+                limits: limits.clone(),
+            },
             reply,
         };
         let closed = || StoreError::unavailable("the store is closed");
@@ -119,21 +126,23 @@ async fn drain(
             }
             group
         };
-        match held.apply(&ids, &group).await {
-            Ok(outcomes) => answer(group, outcomes.into_iter().map(Ok)),
+        let (submits, replies): (Vec<Submit>, Vec<_>) =
+            group.into_iter().map(|j| (j.submit, j.reply)).unzip();
+        match held.apply(&ids, &submits).await {
+            Ok(outcomes) => answer(replies, outcomes.into_iter().map(Ok)),
             // A fault in one row must not fail the others: try each alone.
-            Err(StoreError::Other(_)) if group.len() > 1 => {
-                for job in group {
+            Err(StoreError::Other(_)) if submits.len() > 1 => {
+                for (submit, reply) in submits.iter().zip(replies) {
                     let alone = held
-                        .apply(&ids, std::slice::from_ref(&job))
+                        .apply(&ids, std::slice::from_ref(submit))
                         .await
                         .map(|mut o| o.remove(0));
-                    let _ = job.reply.send(alone);
+                    let _ = reply.send(alone);
                 }
             }
             Err(e) => {
-                let n = group.len();
-                answer(group, std::iter::repeat_n(Err(e), n))
+                let n = submits.len();
+                answer(replies, std::iter::repeat_n(Err(e), n))
             }
         }
     }
@@ -155,9 +164,16 @@ struct Held {
 }
 
 impl Held {
-    async fn apply(&mut self, ids: &TaskIds, group: &[Job]) -> StoreResult<Vec<Submitted>> {
+    async fn apply(&mut self, ids: &TaskIds, group: &[Submit]) -> StoreResult<Vec<Submitted>> {
         let conn = self.begin().await?;
-        let applied = apply(conn, ids, group).await;
+        let applied = match apply(conn, ids, group).await {
+            Ok(outcomes) => conn
+                .execute("COMMIT")
+                .await
+                .map(|_| outcomes)
+                .map_err(StoreError::from),
+            Err(e) => Err(e),
+        };
         if applied.is_err() && conn.execute("ROLLBACK").await.is_err() {
             self.conn = None;
         }
@@ -196,9 +212,12 @@ impl Held {
     }
 }
 
-fn answer(group: Vec<Job>, outcomes: impl Iterator<Item = StoreResult<Submitted>>) {
-    for (job, outcome) in group.into_iter().zip(outcomes) {
-        let _ = job.reply.send(outcome);
+fn answer(
+    replies: Vec<oneshot::Sender<StoreResult<Submitted>>>,
+    outcomes: impl Iterator<Item = StoreResult<Submitted>>,
+) {
+    for (reply, outcome) in replies.into_iter().zip(outcomes) {
+        let _ = reply.send(outcome);
     }
 }
 
@@ -222,11 +241,11 @@ pub(super) fn sql_state(e: &sqlx::Error) -> Option<std::borrow::Cow<'_, str>> {
 /// mind), the quota decided in arrival order, and one statement that inserts every task let in,
 /// moves the counts, records the keys' use at most once a minute and notifies idle workers on
 /// every node. The accounts' rows stay locked from the `SELECT ... FOR UPDATE` to the commit: two
-/// round trips and the commit's flush, no more. On an error the caller rolls back.
-async fn apply(
+/// round trips and the commit's flush, no more. The caller commits, or on an error rolls back.
+pub(super) async fn apply(
     conn: &mut PgConnection,
     ids: &TaskIds,
-    group: &[Job],
+    group: &[Submit],
 ) -> StoreResult<Vec<Submitted>> {
     let now = now_ms();
     let hashes: Vec<Vec<u8>> = group
@@ -372,7 +391,7 @@ async fn apply(
         });
     }
     if rows.seq.is_empty() {
-        conn.execute("ROLLBACK").await?;
+        // Nothing written: the caller's commit only lets the accounts' rows go.
         return Ok(outcomes);
     }
     let (moved, by): (Vec<String>, Vec<i64>) = quota
@@ -427,7 +446,6 @@ async fn apply(
             "an idempotency key was stored by another transaction".into(),
         ))));
     }
-    conn.execute("COMMIT").await?;
     Ok(outcomes)
 }
 
@@ -507,7 +525,7 @@ const REMEMBER: &str = ",
 /// one statement. No statement runs for a group without keys.
 async fn stored_answers(
     conn: &mut PgConnection,
-    group: &[Job],
+    group: &[Submit],
     accounts: &HashMap<Vec<u8>, String>,
 ) -> StoreResult<HashMap<(String, String), StoredAnswer>> {
     let (wanted_accounts, wanted_keys): (Vec<&str>, Vec<&str>) = group

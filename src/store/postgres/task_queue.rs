@@ -13,8 +13,9 @@ use crate::store::rows::{into_tasks, key_and_tasks, TaskRow, KEY_THEN_TASKS};
 use crate::store::rows::{TASK_COLUMNS, TASK_JOINS};
 use crate::store::sql::queue_outbox;
 use crate::store::{
-    now_ms, worker_lost, ClaimRules, ClaimedTask, Ending, Fence, LiveKey, NewTask, PendingLimits,
-    StoreResult, StoredProgress, Submitted, Task, TaskEvent, TaskQueue, Waiting, RUNNING,
+    now_ms, worker_lost, BatchSubmitted, ClaimRules, ClaimedTask, Ending, Fence, LiveKey, NewBatch,
+    NewTask, PendingLimits, StoreResult, StoredProgress, Submitted, Task, TaskEvent, TaskQueue,
+    Waiting, RUNNING,
 };
 
 impl PgStore {
@@ -38,6 +39,15 @@ impl TaskQueue for PgStore {
             self.wakeups.queue.notify_one();
         }
         Ok(submitted)
+    }
+
+    async fn submit_batch(
+        &self,
+        batch: &NewBatch,
+        key_hash: &[u8; 32],
+        limits: &PendingLimits,
+    ) -> StoreResult<BatchSubmitted> {
+        self.store_batch(batch, key_hash, limits).await
     }
 
     async fn task_for_key(

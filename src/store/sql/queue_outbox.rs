@@ -7,6 +7,10 @@ use uuid::Uuid;
 use super::{sql, Durability, Sql, SqlStore};
 use crate::store::{now_ms, AttemptRow, ClaimRules, StoreResult, Waiting};
 
+/// A batch's answer over the one its first task's key stored, in the batch's transaction
+/// (`store::batch`).
+pub(crate) const REMEMBER_BATCH: Sql =
+    sql!("UPDATE idempotency_keys SET body = $1 WHERE account_id = $2 AND idempotency_key = $3");
 const COUNTS: Sql = sql!("SELECT status, COUNT(*) FROM tasks GROUP BY status ORDER BY status");
 /// Oldest first, at most `$2`.
 const FORGET_IDEMPOTENCY_KEYS: Sql = sql!(

@@ -5,6 +5,7 @@
 //! queue commits as one transaction (group commit); reads use a separate pool and never wait
 //! for writers. A checkpointer copies the WAL back beside the writer (`run_background`).
 
+mod batch;
 mod claims;
 mod deliveries;
 mod endings;

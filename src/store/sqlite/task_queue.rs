@@ -16,9 +16,9 @@ use crate::store::rows::{into_tasks, key_and_tasks, TaskRow, KEY_THEN_TASKS};
 use crate::store::rows::{TASK_COLUMNS, TASK_JOINS};
 use crate::store::sql::{json, queue_outbox, Durability};
 use crate::store::{
-    now_ms, worker_lost, ClaimRules, ClaimedTask, Ending, Fence, Happened, LiveKey, NewTask,
-    PendingLimits, StoreResult, StoredProgress, Submitted, Task, TaskEvent, TaskQueue, Waiting,
-    RUNNING,
+    now_ms, worker_lost, BatchSubmitted, ClaimRules, ClaimedTask, Ending, Fence, Happened, LiveKey,
+    NewBatch, NewTask, PendingLimits, StoreResult, StoredProgress, Submitted, Task, TaskEvent,
+    TaskQueue, Waiting, RUNNING,
 };
 
 /// Only a live key: not revoked, and its account not disabled.
@@ -58,6 +58,15 @@ impl TaskQueue for SqliteStore {
             self.wakeups.events.new_tasks(account_id, *seq);
         }
         Ok(submitted)
+    }
+
+    async fn submit_batch(
+        &self,
+        batch: &NewBatch,
+        key_hash: &[u8; 32],
+        limits: &PendingLimits,
+    ) -> StoreResult<BatchSubmitted> {
+        self.store_batch(batch, key_hash, limits).await
     }
 
     async fn task_for_key(

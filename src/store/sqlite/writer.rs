@@ -149,10 +149,26 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     {
+        self.call_or_undo(durability, |conn| write(conn).map(|value| (true, value)))
+            .await
+    }
+
+    /// [`Writer::call`] whose `write` may also answer with its statements undone: they are
+    /// kept only when it returns `Ok((true, _))`.
+    pub(super) async fn call_or_undo<T, F>(
+        &self,
+        durability: Durability,
+        write: F,
+    ) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<(bool, T)> + Send + 'static,
+    {
         let (reply, answer) = oneshot::channel();
         let call: Call = Box::new(move |conn| {
             let result = write(conn);
-            let ok = result.is_ok();
+            let ok = matches!(result, Ok((true, _)));
+            let result = result.map(|(_, value)| value);
             let answer: Answer = Box::new(move |commit: Option<&StoreError>| {
                 let _ = reply.send(match commit {
                     None => result,

@@ -4,12 +4,14 @@
 //! the account's quota, credits and idempotency key decided in the same write.
 
 pub mod alias;
+pub mod batch;
 mod draft;
 mod generation;
 mod images;
 pub mod request;
 mod resolve;
 pub mod schema;
+mod steps;
 
 use uuid::Uuid;
 
@@ -17,16 +19,17 @@ use super::body::JsonObject;
 use super::Tasks;
 use crate::auth::PresentedKey;
 use crate::domain::OpKind;
-use crate::generate::Generator;
 use crate::refusal::ApiError;
-use crate::store::{Idempotency, NewTask, Submitted};
+use crate::store::{BatchAnswer, Idempotency, NewTask, Submitted};
 use crate::telemetry::request as noted;
-use draft::Draft;
+use steps::{confirmed, prepare, refusal, shutting_down};
 
 pub use draft::{BLEND_INPUTS, FOLLOW_UP_MAX_SIDE, WEBHOOK_SECRET_MAX_CHARS};
+pub use steps::Answer;
 
 /// What a submit of `kind` does with its body, for the API and the dashboard's playground
-/// alike: validate, resolve the parent, store durably; the new task's id.
+/// alike: validate, resolve the parent, store durably; the new task's id (the first, when the
+/// prompt made a batch).
 pub async fn submit_operation(
     tasks: &Tasks,
     kind: OpKind,
@@ -35,25 +38,15 @@ pub async fn submit_operation(
 ) -> Result<Uuid, ApiError> {
     match submit_keyed(tasks, kind, key, body, None).await? {
         Answer::Accepted(task_id) => Ok(task_id),
+        Answer::Batch(task_ids) => Ok(task_ids[0]),
         Answer::Replayed { .. } => Err(ApiError::Internal(anyhow::anyhow!(
             "a submit without an idempotency key was answered with a replay"
         ))),
     }
 }
 
-/// How a submit was answered.
-pub enum Answer {
-    Accepted(Uuid),
-    /// The stored first answer to the same request with the same idempotency key.
-    Replayed {
-        /// The task the first request made.
-        task_id: Option<Uuid>,
-        status: u16,
-        body: String,
-    },
-}
-
-/// [`submit_operation`], with the request's idempotency key if it has one.
+/// [`submit_operation`], with the request's idempotency key if it has one. An imagine prompt
+/// with `--repeat` or `{a, b}` permutations is a batch ([`batch::drafts`]).
 pub async fn submit_keyed(
     tasks: &Tasks,
     kind: OpKind,
@@ -61,32 +54,27 @@ pub async fn submit_keyed(
     body: Result<JsonObject, ApiError>,
     idempotency: Option<Idempotency>,
 ) -> Result<Answer, ApiError> {
-    let draft = body.and_then(|body| {
-        if !tasks.pool.supports(kind) {
-            return Err(ApiError::BadRequest {
-                code: "unsupported_operation",
-                msg: format!("{kind}: no configured backend can run this operation"),
-            });
-        }
-        Draft::parse(kind, tasks, &body)
-    });
-    let draft = match draft {
-        Ok(draft) => match moderate(tasks, key, &draft).await {
-            Ok(()) => draft.check_mask().await.map(|()| draft),
-            Err(e) => Err(e),
-        },
-        Err(e) => Err(e),
+    let body = match body {
+        Ok(body) => body,
+        Err(e) => return Err(confirmed(tasks, key, e).await),
     };
-    let mut draft = match draft {
-        Ok(draft) => draft,
-        Err(e) => {
-            // Only a live key learns what was wrong with its request.
-            key.confirm(&tasks.store).await?;
-            return Err(e);
+    let draft = match batch::drafts(tasks, kind, key, &body).await? {
+        batch::Drafts::One(draft) => *draft,
+        batch::Drafts::Many(drafts) => {
+            return batch::submit_drafts(
+                tasks,
+                key,
+                drafts,
+                idempotency,
+                BatchAnswer::FirstAndTaskIds,
+            )
+            .await
+            .map_err(|(_, e)| e)
         }
     };
-    let kept = draft.take_images(tasks, key).await?;
-    let answer = submit_draft(tasks, key, draft, idempotency).await;
+    let (mut task, kept) = prepare(tasks, key, draft).await?;
+    task.idempotency = idempotency;
+    let answer = accept(tasks, key, &task).await;
     // Images given inline for a submit that stored no task of its own are not kept.
     if !matches!(answer, Ok(Answer::Accepted(_))) {
         super::upload::discard(tasks, &kept).await;
@@ -94,67 +82,10 @@ pub async fn submit_keyed(
     answer
 }
 
-/// Refuse the draft's prompt when a moderation list of the caller's plan holds one of its
-/// terms, or the operator's prompt checker flags it. Only when some plan names its lists is the key's plan looked up (one indexed read,
-/// so a plan change applies to the next submit); otherwise every list applies to everyone.
-async fn moderate(tasks: &Tasks, key: &PresentedKey, draft: &Draft) -> Result<(), ApiError> {
-    let Some(prompt) = &draft.prompt else {
-        return Ok(());
-    };
-    let plans = tasks.plans.get();
-    let names_lists =
-        |plan: &crate::config::Plan| plan.moderation.as_ref().is_some_and(|l| !l.is_empty());
-    if !plans.plans.values().any(names_lists) {
-        tasks
-            .moderation
-            .check("prompt", prompt.as_str(), |_| true)?;
-        return tasks
-            .moderation
-            .check_with_service("prompt", prompt.as_str())
-            .await;
-    }
-    let owner = crate::auth::look_up(tasks.store.as_ref(), &key.0).await?;
-    let listed = match &plans.of(&owner.account.plan).moderation {
-        Some(lists) if !lists.is_empty() => {
-            tasks.moderation.check("prompt", prompt.as_str(), |list| {
-                lists.iter().any(|named| named == list)
-            })
-        }
-        // A plan that names no list gets every list (the contract's rule).
-        _ => tasks.moderation.check("prompt", prompt.as_str(), |_| true),
-    };
-    listed?;
-    tasks
-        .moderation
-        .check_with_service("prompt", prompt.as_str())
-        .await
-}
-
-/// The rest of a submit, once its body has passed: the parent, the task, the store.
-async fn submit_draft(
-    tasks: &Tasks,
-    key: &PresentedKey,
-    draft: Draft,
-    idempotency: Option<Idempotency>,
-) -> Result<Answer, ApiError> {
-    let parent = match draft.parent {
-        None => None,
-        Some((field, id)) => Some((field, tasks.of_key(key, id).await?)),
-    };
-    let mut task = draft.resolve(tasks, key, parent).await?;
-    task.idempotency = idempotency;
-    accept(tasks, key, &task).await
-}
-
 /// Store `task` for `key`'s account and answer with its id, or with the stored answer of its
 /// idempotency key.
 async fn accept(tasks: &Tasks, key: &PresentedKey, task: &NewTask) -> Result<Answer, ApiError> {
-    if tasks.shutdown.is_cancelled() {
-        return Err(ApiError::Unavailable {
-            msg: "the server is shutting down; try again shortly".into(),
-            retry_after_secs: 5,
-        });
-    }
+    shutting_down(tasks)?;
     let id = match tasks
         .store
         .submit(task, &key.0, &tasks.pending.get())
@@ -169,42 +100,15 @@ async fn accept(tasks: &Tasks, key: &PresentedKey, task: &NewTask) -> Result<Ans
             noted::note_account(&account_id);
             task_id
         }
-        Submitted::KeyNotLive => return Err(ApiError::Unauthorized),
-        Submitted::AccountExpired => return Err(ApiError::AccountExpired),
-        Submitted::InsufficientCredits => {
-            return Err(ApiError::InsufficientCredits {
-                msg: format!(
+        refused => {
+            return refusal(refused, || {
+                format!(
                     "{}: the account's credits do not cover this operation, which costs {}",
                     task.task_type(),
                     task.cost
-                ),
+                )
             })
         }
-        Submitted::QuotaFull => {
-            return Err(ApiError::QuotaExceeded {
-                msg: "the account already has its plan's max_pending tasks queued or running; \
-                      wait for some to finish"
-                    .into(),
-                retry_after_secs: 10,
-            })
-        }
-        Submitted::Replayed {
-            task_id,
-            status,
-            body,
-        } => {
-            let task_id = Uuid::try_parse(&task_id).ok();
-            if let Some(id) = task_id {
-                noted::note_task(id);
-            }
-            return Ok(Answer::Replayed {
-                task_id,
-                status,
-                body,
-            });
-        }
-        Submitted::IdempotencyKeyReused => return Err(ApiError::IdempotencyKeyReused),
-        Submitted::IdempotencyKeyInUse => return Err(ApiError::IdempotencyKeyInUse),
     };
     // The request's own line ("request done", with the task id) says it was accepted; a second
     // line per submit at `info` cost about as much as the first.
