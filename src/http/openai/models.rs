@@ -28,7 +28,8 @@ pub async fn list_models(
     State(state): State<AppState>,
     caller: OpenAiCaller,
 ) -> Result<Json<Value>, OpenAiError> {
-    let plan = state.config.plans.resolve(&caller.account.plan);
+    let plans = state.plans.get();
+    let plan = plans.resolve(&caller.account.plan);
     let created = *STARTED;
     let data: Vec<Value> = state
         .pool
