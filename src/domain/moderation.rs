@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use regex::{Regex, RegexBuilder};
+use regex::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
 use unicode_normalization::char::is_combining_mark;
 use unicode_normalization::UnicodeNormalization;
 
@@ -47,6 +47,9 @@ pub struct Matcher {
     /// Words and phrases by their first word: the rest of the phrase, its list, its term.
     words: HashMap<String, Vec<(Vec<String>, usize, String)>>,
     patterns: Vec<(Regex, usize, String)>,
+    /// Every pattern in one set, so that a prompt is scanned once, not once per pattern; None
+    /// when there are none (or the set would pass the size limit: each is then tried alone).
+    set: Option<RegexSet>,
 }
 
 /// Whether `name` may name a list: 1 to 64 of `a-z`, `0-9`, `-`, `_`.
@@ -83,6 +86,14 @@ impl Matcher {
                     .add(i, term)
                     .map_err(|e| format!("list {:?}: term {term:?}: {e}", list.name))?;
             }
+        }
+        if !matcher.patterns.is_empty() {
+            let limit = PATTERN_SIZE_LIMIT.saturating_mul(matcher.patterns.len());
+            matcher.set = RegexSetBuilder::new(matcher.patterns.iter().map(|(r, _, _)| r.as_str()))
+                .size_limit(limit)
+                .dfa_size_limit(limit)
+                .build()
+                .ok();
         }
         Ok(matcher)
     }
@@ -191,6 +202,20 @@ impl Matcher {
             return None;
         }
         let line = words.join(" ");
+        if let Some(set) = &self.set {
+            if !set.is_match(&line) {
+                return None;
+            }
+            return set
+                .matches(&line)
+                .iter()
+                .map(|i| &self.patterns[i])
+                .find(|(_, list, _)| applies(&self.names[*list]))
+                .map(|(_, list, term)| Match {
+                    list: &self.names[*list],
+                    term,
+                });
+        }
         self.patterns
             .iter()
             .find(|(regex, list, _)| applies(&self.names[*list]) && regex.is_match(&line))
