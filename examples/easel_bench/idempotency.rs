@@ -135,7 +135,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
 }
 
 /// Requests per second over all of the runs together.
-fn rate(runs: &[WrkResult]) -> f64 {
+pub fn rate(runs: &[WrkResult]) -> f64 {
     let requests: u64 = runs.iter().map(|r| r.requests).sum();
     let us: u64 = runs.iter().map(|r| r.duration_us).sum();
     requests as f64 / (us as f64 / 1e6)

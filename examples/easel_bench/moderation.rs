@@ -9,10 +9,10 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::{json, Value};
 
+use crate::idempotency::rate;
 use crate::proc::{fresh_dir, Server};
 use crate::report::{clients as clients_text, Row};
 use crate::submit::check;
-use crate::wrk::WrkResult;
 use crate::Ctx;
 
 const GOAL_CLIENTS: usize = 64;
@@ -123,11 +123,4 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
         details.push(json!({ "clients": clients, "listed": listed, "none": none }));
     }
     Ok((rows, Value::Array(details)))
-}
-
-/// Requests per second over all of the runs together.
-fn rate(runs: &[WrkResult]) -> f64 {
-    let requests: u64 = runs.iter().map(|r| r.requests).sum();
-    let us: u64 = runs.iter().map(|r| r.duration_us).sum();
-    requests as f64 / (us as f64 / 1e6)
 }

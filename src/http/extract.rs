@@ -86,20 +86,29 @@ impl FromRequestParts<AppState> for Caller {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let hash = presented_key(parts)?;
-        let owner = auth::look_up(state.store.as_ref(), &hash).await?;
-        auth::touch(&state.store, &owner.key_id, owner.last_used_at);
-        request::note_account(&owner.account.id);
-        if state.rate_limits.enabled() {
-            state
-                .rate_limits
-                .remember(&hash, &owner.account.id, &owner.account.plan);
-            state
-                .rate_limits
-                .check(&hash, &owner.account.id, &owner.account.plan)
-                .map_err(ApiError::RateLimited)?;
-        }
-        Ok(Caller(owner.account))
+        Ok(Caller(owner_of(state, &hash).await?.account))
     }
+}
+
+/// The live key hashed `hash`'s owner, its use noted and its rate limits counted: what every
+/// extractor of a caller's account does once it has the key (this API's, OpenAI's).
+pub async fn owner_of(
+    state: &AppState,
+    hash: &[u8; 32],
+) -> Result<crate::store::KeyOwner, ApiError> {
+    let owner = auth::look_up(state.store.as_ref(), hash).await?;
+    auth::touch(&state.store, &owner.key_id, owner.last_used_at);
+    request::note_account(&owner.account.id);
+    if state.rate_limits.enabled() {
+        state
+            .rate_limits
+            .remember(hash, &owner.account.id, &owner.account.plan);
+        state
+            .rate_limits
+            .check(hash, &owner.account.id, &owner.account.plan)
+            .map_err(ApiError::RateLimited)?;
+    }
+    Ok(owner)
 }
 
 /// A caller whose key belongs to an operator (an admin account). Anyone else gets 404, as for

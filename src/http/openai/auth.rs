@@ -11,7 +11,6 @@ use crate::auth::{self, PresentedKey};
 use crate::http::state::AppState;
 use crate::refusal::ApiError;
 use crate::store::Account;
-use crate::telemetry::request;
 
 /// The key presented and the account it belongs to (live, not expired).
 pub struct OpenAiCaller {
@@ -40,18 +39,7 @@ impl FromRequestParts<AppState> for OpenAiCaller {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, OpenAiError> {
         let hash = presented(parts).ok_or(ApiError::Unauthorized)?;
-        let owner = auth::look_up(state.store.as_ref(), &hash).await?;
-        auth::touch(&state.store, &owner.key_id, owner.last_used_at);
-        request::note_account(&owner.account.id);
-        if state.rate_limits.enabled() {
-            state
-                .rate_limits
-                .remember(&hash, &owner.account.id, &owner.account.plan);
-            state
-                .rate_limits
-                .check(&hash, &owner.account.id, &owner.account.plan)
-                .map_err(ApiError::RateLimited)?;
-        }
+        let owner = crate::http::extract::owner_of(state, &hash).await?;
         Ok(OpenAiCaller {
             key: PresentedKey(hash),
             account: owner.account,
