@@ -21,6 +21,7 @@ use crate::store::{now_ms, Store};
 pub mod grants;
 pub mod operators;
 pub mod throttle;
+pub mod webhook;
 
 /// How many characters (not bytes) a password may have. The upper bound keeps one hash's cost
 /// bounded; there is no rule on which characters, as long passphrases are the better passwords.

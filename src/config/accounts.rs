@@ -23,6 +23,8 @@ choice! {
 pub const SIGNUP_CREDITS: i64 = 100;
 /// Sign-ups per client address per hour unless `signups_per_hour` says otherwise.
 pub const SIGNUPS_PER_HOUR: u32 = 5;
+/// `credits_low_threshold` unless set: a tenth of what a new account starts with.
+pub const CREDITS_LOW_THRESHOLD: i64 = SIGNUP_CREDITS / 10;
 /// Most credits one operation may be configured to cost.
 pub const COST_MAX: i64 = 1_000_000;
 /// Shortest and longest `session_ttl`.
@@ -49,6 +51,9 @@ pub struct Accounts {
     /// How long a dashboard session lasts after signing in.
     #[serde(with = "duration")]
     pub session_ttl: Duration,
+    /// The balance under which an account webhook that takes `credits.low` hears of it, unless
+    /// the webhook names its own.
+    pub credits_low_threshold: i64,
 }
 
 impl Default for Accounts {
@@ -62,6 +67,7 @@ impl Default for Accounts {
                 .map(|k| (k.as_str().to_string(), default_cost(*k)))
                 .collect(),
             session_ttl: Duration::from_secs(14 * 86_400),
+            credits_low_threshold: CREDITS_LOW_THRESHOLD,
         }
     }
 }
@@ -118,6 +124,10 @@ impl Accounts {
             if !(0..=COST_MAX).contains(cost) {
                 bail!("configuration: costs: {name} must be from 0 to {COST_MAX} credits");
             }
+        }
+        let most = crate::domain::account_webhook::THRESHOLD_MAX;
+        if !(0..=most).contains(&self.credits_low_threshold) {
+            bail!("configuration: credits_low_threshold must be from 0 to {most}");
         }
         if !SESSION_TTL_RANGE.contains(&self.session_ttl) {
             bail!("configuration: session_ttl must be from 1 minute to 366 days");

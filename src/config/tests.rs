@@ -378,9 +378,13 @@ fn account_settings_are_merged_and_checked() {
     );
     assert_refused("signup = \"invite\"\n", &["signup"]);
     type Change = fn(&mut Config);
-    let cases: [(Change, &str); 9] = [
+    let cases: [(Change, &str); 10] = [
         (|c| c.accounts.signup_credits = Some(-1), "signup_credits"),
         (|c| c.accounts.signups_per_hour = 0, "signups_per_hour"),
+        (
+            |c| c.accounts.credits_low_threshold = -1,
+            "credits_low_threshold",
+        ),
         (
             |c| c.accounts.costs = [("imagin".to_string(), 1)].into_iter().collect(),
             "imagin",

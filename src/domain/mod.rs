@@ -2,6 +2,7 @@
 //! validated values a task is made of. Validation errors are short phrases without the field
 //! name; the API layer prefixes the field.
 
+pub mod account_webhook;
 pub mod actions;
 pub mod extras;
 pub mod image_prompts;

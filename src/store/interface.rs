@@ -447,6 +447,7 @@ pub trait Store:
     + WebhookTargets
     + Operators
     + ModerationLists
+    + super::AccountWebhooks
 {
     /// `sqlite` or `postgres`, for logs.
     fn kind(&self) -> &'static str;
@@ -475,8 +476,9 @@ pub trait Store:
 pub struct Wakeups {
     /// A task was queued or requeued.
     pub queue: Notify,
-    /// A webhook delivery was queued or made due again.
-    pub outbox: Notify,
+    /// A webhook delivery was queued or made due again. Shared with SQLite's writer, whose
+    /// submits queue account events.
+    pub outbox: Arc<Notify>,
     /// What happens to tasks (on any node, with PostgreSQL), for whoever listens.
     pub events: Arc<TaskEvents>,
 }

@@ -13,6 +13,7 @@
 //! of it; each implementation holds what its database does its own way.
 
 mod account;
+mod account_events;
 mod batch;
 mod chunks;
 mod error;
@@ -37,6 +38,7 @@ pub mod usage;
 pub use account::{
     Account, ApiKeyInfo, KeyOwner, KeyRow, LedgerRow, LiveKey, NewAccount, KEY_TOUCH_EVERY_MS,
 };
+pub use account_events::{AccountDelivery, AccountWebhooks};
 pub use batch::{BatchAnswer, BatchSubmitted, NewBatch};
 pub(crate) use chunks::chunks;
 pub use error::{Cause, Failure, StoreError, StoreResult};
@@ -50,7 +52,8 @@ pub use interface::{
 };
 pub use operators::{AccountChange, AuditEntry, Grant, NewAudit, Operators};
 pub use outbox::{
-    AttemptRecord, AttemptRow, DueDelivery, FailingDestination, Redelivery, FAILING_SCAN_MAX,
+    AttemptRecord, AttemptRow, DeliveryKind, DueDelivery, FailingDestination, Redelivery,
+    FAILING_SCAN_MAX,
 };
 pub use quota::PendingLimits;
 pub(crate) use quota::{Quota, Refused};

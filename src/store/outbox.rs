@@ -18,6 +18,59 @@ pub struct DueDelivery {
     pub signing_secret: String,
     /// When the claim's lease runs out; the claim is handed back only while it still holds it.
     pub lease_until: i64,
+    /// Which outbox it was claimed from, so that its record goes back there.
+    pub kind: DeliveryKind,
+}
+
+/// A claimed delivery as a claim's query reads it: id, task id, url, attempts,
+/// first_failed_at, webhook_secret, lease_until, payload, signing_secret.
+pub(crate) type ClaimedRow = (
+    String,
+    String,
+    String,
+    i64,
+    Option<i64>,
+    Option<String>,
+    i64,
+    String,
+    String,
+);
+
+impl DueDelivery {
+    /// A row of a claim's query, claimed from `kind`'s outbox.
+    pub(crate) fn claimed(row: ClaimedRow, kind: DeliveryKind) -> DueDelivery {
+        let (
+            id,
+            task_id,
+            url,
+            attempts,
+            first_failed_at,
+            webhook_secret,
+            lease_until,
+            payload,
+            signing_secret,
+        ) = row;
+        DueDelivery {
+            id,
+            task_id,
+            url,
+            payload,
+            attempts,
+            first_failed_at,
+            webhook_secret,
+            signing_secret,
+            lease_until,
+            kind,
+        }
+    }
+}
+
+/// The two outboxes: task deliveries (a task's own webhook, or its account webhook's
+/// `task.finished`/`task.failed`), and account events that belong to no task (`credits.low`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeliveryKind {
+    Task,
+    Account,
 }
 
 /// The result of one attempt and what follows from it.

@@ -10,6 +10,8 @@ pub(crate) struct Quota {
     active: std::collections::HashMap<String, (i64, i64, u32)>,
     /// Balance before the group, and credits charged by it, for accounts with a balance.
     credits: std::collections::HashMap<String, (i64, i64)>,
+    /// The `credits.low` thresholds of the accounts whose webhook takes it.
+    low: std::collections::HashMap<String, i64>,
 }
 
 /// Why a submit was not let in.
@@ -37,6 +39,23 @@ impl Quota {
                 .entry(account.to_string())
                 .or_insert((balance, 0));
         }
+    }
+
+    /// Note that `account`'s webhook takes `credits.low` under `threshold`.
+    pub(crate) fn watch_low(&mut self, account: &str, threshold: Option<i64>) {
+        if let Some(threshold) = threshold {
+            self.low.insert(account.to_string(), threshold);
+        }
+    }
+
+    /// The accounts whose balance the group's charges took under their `credits.low`
+    /// threshold, with the balance left and the threshold.
+    pub(crate) fn went_under(&self) -> impl Iterator<Item = (&str, i64, i64)> {
+        self.low.iter().filter_map(|(account, &threshold)| {
+            let &(balance, spent) = self.credits.get(account)?;
+            crate::domain::account_webhook::went_under(balance, balance - spent, threshold)
+                .then_some((account.as_str(), balance - spent, threshold))
+        })
     }
 
     /// Let one more task of `account` costing `cost` in, unless that would pass its most or

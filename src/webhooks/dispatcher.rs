@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::client::{DeliveryRequest, WebhookClient};
 use super::{next_attempt_at, signing};
 use crate::config::Config;
-use crate::store::{now_ms, AttemptRecord, DueDelivery, SharedStore, StoreResult};
+use crate::store::{now_ms, AttemptRecord, DeliveryKind, DueDelivery, SharedStore, StoreResult};
 
 /// When a delivery was queued: its id (`msg_` and a UUIDv7, made by the transaction that queued
 /// it) carries the time.
@@ -56,10 +56,7 @@ impl Dispatcher {
     /// Send every delivery that is due now (up to `limit`) and wait for them. Returns how many
     /// were attempted. The single step tests and tools use to drive the outbox.
     pub async fn dispatch_due(&self, limit: usize) -> StoreResult<usize> {
-        let due = self
-            .store
-            .claim_due_deliveries(limit as i64, self.lease_ms())
-            .await?;
+        let due = self.claim(limit).await?;
         let count = due.len();
         let mut set = JoinSet::new();
         for delivery in due {
@@ -70,6 +67,32 @@ impl Dispatcher {
         }
         while set.join_next().await.is_some() {}
         Ok(count)
+    }
+
+    /// Claim up to `limit` due deliveries: the tasks' first, then, with room left (their outbox
+    /// drained), the account events'.
+    async fn claim(&self, limit: usize) -> StoreResult<Vec<DueDelivery>> {
+        let lease_ms = self.lease_ms();
+        let mut due = self
+            .store
+            .claim_due_deliveries(limit as i64, lease_ms)
+            .await?;
+        let room = limit.saturating_sub(due.len());
+        if room > 0 {
+            due.extend(
+                self.store
+                    .claim_account_deliveries(room as i64, lease_ms)
+                    .await?,
+            );
+        }
+        Ok(due)
+    }
+
+    /// When the next delivery of either outbox falls due.
+    async fn next_due(&self) -> StoreResult<Option<i64>> {
+        let task = self.store.next_delivery_due().await?;
+        let account = self.store.next_account_delivery_due().await?;
+        Ok(task.into_iter().chain(account).min())
     }
 
     /// Make one attempt and record it. Returns when the retry it scheduled is due, if it did.
@@ -214,7 +237,11 @@ impl Dispatcher {
         let mut wait = Duration::from_millis(50);
         let mut logged = false;
         loop {
-            match self.store.record_attempt(d, record).await {
+            let written = match d.kind {
+                DeliveryKind::Task => self.store.record_attempt(d, record).await,
+                DeliveryKind::Account => self.store.record_account_attempt(d, record).await,
+            };
+            match written {
                 Err(e) if now_ms() + (wait.as_millis() as i64) + MARGIN_MS < d.lease_until => {
                     if !logged {
                         tracing::warn!(task_id = d.task_id, delivery = d.id, error = %e,
@@ -277,11 +304,7 @@ impl Dispatcher {
             });
             if free > 0 && !gathering && !nothing_due {
                 last_claim = Instant::now();
-                match self
-                    .store
-                    .claim_due_deliveries(free as i64, self.lease_ms())
-                    .await
-                {
+                match self.claim(free).await {
                     Ok(due) => {
                         let drained = due.len() < free;
                         for delivery in due {
@@ -290,7 +313,7 @@ impl Dispatcher {
                         }
                         next_due = if drained {
                             // Nothing else is due now: find out when something will be.
-                            let due = match self.store.next_delivery_due().await {
+                            let due = match self.next_due().await {
                                 Ok(Some(due)) => due.max(now_ms() + 5),
                                 Ok(None) | Err(_) => now_ms() + poll_ms(&self.config),
                             };
@@ -355,13 +378,22 @@ impl Dispatcher {
             unsent.push(delivery);
         }
         if !unsent.is_empty() {
-            match self.store.release_deliveries(&unsent).await {
+            let (tasks, accounts): (Vec<DueDelivery>, Vec<DueDelivery>) = unsent
+                .into_iter()
+                .partition(|d| d.kind == DeliveryKind::Task);
+            let released = async {
+                let tasks = self.store.release_deliveries(&tasks).await?;
+                let accounts = self.store.release_account_deliveries(&accounts).await?;
+                StoreResult::Ok(tasks + accounts)
+            };
+            let unsent = tasks.len() + accounts.len();
+            match released.await {
                 Ok(released) => {
                     tracing::info!(released, "handed back claimed deliveries not yet sent")
                 }
                 Err(e) => tracing::warn!(
                     error = %e,
-                    unsent = unsent.len(),
+                    unsent,
                     "could not hand back claimed deliveries; they are sent once their lease runs out"
                 ),
             }

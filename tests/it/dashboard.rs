@@ -913,6 +913,102 @@ async fn the_signing_secret_is_shown_and_rotated_on_request_only() {
     assert!(rotated.body.contains(&after.signing_secret));
 }
 
+#[tokio::test]
+async fn the_account_page_sets_and_removes_the_account_webhook_with_the_apis_checks() {
+    let app = TestApp::spawn().await;
+    let mut b = Browser::new(&app);
+    b.sign_up("hook-page@example.com", PASSWORD).await;
+    let account = app
+        .store
+        .account_by_email("hook-page@example.com")
+        .await
+        .unwrap()
+        .unwrap();
+    let page = b.get("/account").await;
+    assert!(page.body.contains("Account webhook"), "{}", page.body);
+    let csrf = page.csrf();
+    let form = |csrf: &str, threshold: &str| -> Vec<(String, String)> {
+        [
+            ("csrf", csrf),
+            ("url", "http://127.0.0.1:9/h"),
+            ("credits_low", "on"),
+            ("task_failed", "on"),
+            ("credits_low_threshold", threshold),
+            ("secret", "page-secret"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    };
+    // Without the token: refused, nothing stored.
+    let no_token = form("", "5");
+    assert_eq!(
+        b.post("/account/webhook", &fields(&no_token)).await.status,
+        403
+    );
+    // The API's checks: a bad threshold and an event-less form are named, nothing stored.
+    let bad = form(&csrf, "five");
+    let refused = b.post("/account/webhook", &fields(&bad)).await;
+    assert!(
+        refused
+            .body
+            .contains("credits_low_threshold: must be a whole number"),
+        "{}",
+        refused.body
+    );
+    let refused = b
+        .post(
+            "/account/webhook",
+            &[("csrf", &csrf), ("url", "http://127.0.0.1:9/h")],
+        )
+        .await;
+    assert!(
+        refused
+            .body
+            .contains("events: must name at least one event"),
+        "{}",
+        refused.body
+    );
+    assert!(app
+        .store
+        .account_webhook(&account.id)
+        .await
+        .unwrap()
+        .is_none());
+
+    let good = form(&csrf, "25");
+    let saved = b.post("/account/webhook", &fields(&good)).await;
+    assert_eq!(saved.status, 200);
+    assert!(saved.body.contains("Webhook saved."), "{}", saved.body);
+    assert!(
+        !saved.body.contains("page-secret"),
+        "the secret is not shown again"
+    );
+    let hook = app
+        .store
+        .account_webhook(&account.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(hook.url, "http://127.0.0.1:9/h");
+    assert_eq!(hook.events.to_column(), "credits.low,task.failed");
+    assert_eq!(hook.credits_low_threshold, Some(25));
+    assert_eq!(hook.secret.as_deref(), Some("page-secret"));
+
+    let removed = b.post("/account/webhook/delete", &[("csrf", &csrf)]).await;
+    assert!(removed.body.contains("Webhook removed."));
+    assert!(app
+        .store
+        .account_webhook(&account.id)
+        .await
+        .unwrap()
+        .is_none());
+}
+
+fn fields(f: &[(String, String)]) -> Vec<(&str, &str)> {
+    f.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
 /// The first account (the operator) signed in, its password set as `easel accounts
 /// set-password` sets it.
 pub(crate) async fn operator(app: &TestApp) -> Browser {

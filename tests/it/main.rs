@@ -15,6 +15,7 @@ mod common;
 
 mod backend_mocks;
 
+mod account_webhook;
 mod accounts;
 mod api;
 mod backends;

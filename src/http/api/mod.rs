@@ -5,6 +5,7 @@
 //! documented unserved.
 
 pub mod account;
+pub mod account_webhook;
 pub mod admin;
 pub mod batch;
 pub mod deliveries;
@@ -62,6 +63,7 @@ fn registered() -> OpenApiRouter<AppState> {
         .merge(events::routes())
         .merge(upload::routes())
         .merge(account::routes())
+        .merge(account_webhook::routes())
         .merge(usage::routes())
         .merge(admin::routes())
         .merge(models::routes())

@@ -5,10 +5,11 @@ use uuid::Uuid;
 
 use super::channels::{notify, OUTBOX_CHANNEL};
 use super::PgStore;
+use crate::store::outbox::ClaimedRow;
 use crate::store::rows::decode;
 use crate::store::sql::queue_outbox;
 use crate::store::{
-    now_ms, AttemptRecord, AttemptRow, DueDelivery, Outbox, Redelivery, StoreResult,
+    now_ms, AttemptRecord, AttemptRow, DeliveryKind, DueDelivery, Outbox, Redelivery, StoreResult,
 };
 
 #[async_trait]
@@ -21,18 +22,7 @@ impl Outbox for PgStore {
         let now = now_ms();
         // Picked and leased in one statement; rows another node is claiming are skipped, not
         // waited for. The payload and the account's signing secret come with each row.
-        type Claimed = (
-            String,
-            String,
-            String,
-            i64,
-            Option<i64>,
-            Option<String>,
-            i64,
-            String,
-            String,
-        );
-        let rows: Vec<Claimed> = sqlx::query_as(
+        let rows: Vec<ClaimedRow> = sqlx::query_as(
             "WITH claimed AS (
                  UPDATE webhook_deliveries SET lease_until = $2
                  WHERE id IN (SELECT id FROM webhook_deliveries
@@ -56,29 +46,7 @@ impl Outbox for PgStore {
         .await?;
         Ok(rows
             .into_iter()
-            .map(
-                |(
-                    id,
-                    task_id,
-                    url,
-                    attempts,
-                    first_failed_at,
-                    webhook_secret,
-                    lease_until,
-                    payload,
-                    signing_secret,
-                )| DueDelivery {
-                    id,
-                    task_id,
-                    url,
-                    payload,
-                    attempts,
-                    first_failed_at,
-                    webhook_secret,
-                    signing_secret,
-                    lease_until,
-                },
-            )
+            .map(|row| DueDelivery::claimed(row, DeliveryKind::Task))
             .collect())
     }
 

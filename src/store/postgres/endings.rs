@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 use super::channels::{event_note, notify, OUTBOX_CHANNEL, TASK_EVENT_CHANNEL};
 use super::PgStore;
+use crate::domain::account_webhook::{envelope, AccountEvent, AccountEvents};
 use crate::store::sql::usage::{usage_day, ROLL_UP};
 use crate::store::{now_ms, Ending, Fence, Happened, StoreResult, TaskEvent};
 
@@ -102,10 +103,14 @@ pub(super) async fn complete_in_tx(
     // A failed or canceled task gives its credits back, in the transaction that records its end
     // (an account made unlimited since has no balance to give them to).
     let refund = if ending.refunds() { cost } else { 0 };
-    let refunded: Option<i64> = sqlx::query_scalar(
+    // With the account's webhook (url, secret, events), read in the same statement, for a task
+    // without a webhook of its own.
+    let (refunded, hook): (Option<i64>, Option<Vec<Option<String>>>) = sqlx::query_as(
         "UPDATE accounts SET active_tasks = active_tasks - 1, total_images = total_images + $1,
              credits = credits + $3
-         WHERE id = $2 RETURNING credits",
+         WHERE id = $2
+         RETURNING credits, (SELECT ARRAY[w.url, w.secret, w.events] FROM account_webhooks w
+                             WHERE w.account_id = accounts.id)",
     )
     .bind(ending.images())
     .bind(&account_id)
@@ -135,9 +140,26 @@ pub(super) async fn complete_in_tx(
             .execute(&mut **tx)
             .await?;
     }
-    // An ending the caller left out of `webhook_events` queues nothing.
-    let Some(url) = webhook_url.filter(|_| ending.delivers) else {
-        return Ok(Some(false));
+    // An ending the caller left out of `webhook_events` queues nothing; a task without a
+    // webhook of its own goes to its account's webhook, if that takes the event.
+    let (url, webhook_secret, payload) = match webhook_url {
+        Some(url) if ending.delivers => (url, webhook_secret, None),
+        Some(_) => return Ok(Some(false)),
+        None => {
+            let event = AccountEvent::of_ending(status);
+            let hook = hook.zip(event).and_then(|(hook, event)| match &hook[..] {
+                [Some(url), secret, Some(events)]
+                    if AccountEvents::from_column(events).has(event) =>
+                {
+                    Some((url.clone(), secret.clone(), event))
+                }
+                _ => None,
+            });
+            let Some((url, secret, event)) = hook else {
+                return Ok(Some(false));
+            };
+            (url, secret, Some(envelope(event, now, &ending.payload)))
+        }
     };
     sqlx::query(
         "INSERT INTO webhook_deliveries (id, task_seq, task_id, account_id, url,
@@ -156,7 +178,7 @@ pub(super) async fn complete_in_tx(
     .await?;
     sqlx::query("INSERT INTO webhook_payloads (task_seq, payload) VALUES ($1, $2)")
         .bind(seq)
-        .bind(&ending.payload)
+        .bind(payload.as_deref().unwrap_or(&ending.payload))
         .execute(&mut **tx)
         .await?;
     notify(tx, OUTBOX_CHANNEL).await?;

@@ -17,9 +17,11 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::channels::new_tasks_note;
+use crate::domain::account_webhook::credits_low_payload;
 use crate::store::error::postgres_session_ended;
 use crate::store::idempotency::{KeyedGroup, StoredAnswer};
 use crate::store::queue::next_turn;
+use crate::store::sql::account_webhooks::{delivery_id, QUEUE_CREDITS_LOW};
 use crate::store::{
     accepted_body, now_ms, Idempotency, NewTask, PendingLimits, Quota, Refused, StoreError,
     StoreResult, Submitted, TaskIds, KEY_TOUCH_EVERY_MS,
@@ -275,6 +277,7 @@ pub(super) async fn apply(
         Vec<Option<i64>>,
         Vec<i64>,
         String,
+        Option<i64>,
     );
     // The group's seqs are drawn by the same statement (an InitPlan, evaluated once), which
     // saves the group a round trip of its own.
@@ -300,7 +303,8 @@ pub(super) async fn apply(
                    FROM generate_series(0, 2) m ORDER BY m),
              (SELECT at FROM heads),
              (SELECT drawn FROM seqs),
-             k.id
+             k.id,
+             (SELECT w.credits_low_threshold FROM account_webhooks w WHERE w.account_id = a.id)
          FROM api_keys k JOIN accounts a ON a.id = k.account_id
          WHERE k.key_hash = ANY($1) AND k.revoked_at IS NULL AND NOT a.disabled
          ORDER BY a.id
@@ -322,7 +326,7 @@ pub(super) async fn apply(
     let mut key_ids: HashMap<Vec<u8>, String> = HashMap::new();
     let mut lines: HashMap<(String, i64), i64> = HashMap::new();
     let mut expired: std::collections::HashSet<String> = Default::default();
-    for (hash, account, plan, expires_at, active, credits, newest, heads, _, key_id) in live {
+    for (hash, account, plan, expires_at, active, credits, newest, heads, _, key_id, low) in live {
         key_ids.insert(hash.clone(), key_id);
         if expires_at.is_some_and(|at| at <= now) {
             expired.insert(account.clone());
@@ -332,6 +336,7 @@ pub(super) async fn apply(
             .find(|j| j.key_hash.as_slice() == hash.as_slice());
         let max_active = limits.map_or(0, |j| j.limits.of(&plan));
         quota.set(&account, active, max_active, credits);
+        quota.watch_low(&account, low);
         for (priority, (newest, head)) in (0..).zip(newest.into_iter().zip(heads)) {
             if let Some(head) = head {
                 lines.insert((account.clone(), priority), next_turn(newest, head));
@@ -439,6 +444,25 @@ pub(super) async fn apply(
         .bind_idempotency(&remembered)
         .fetch_one(&mut *conn)
         .await?;
+    // A balance the group's charges took under its `credits.low` threshold: rare, so a
+    // statement of its own, in the group's transaction.
+    let mut queued = false;
+    for (account, credits, threshold) in quota.went_under() {
+        sqlx::query(QUEUE_CREDITS_LOW.postgres)
+            .bind(delivery_id())
+            .bind(credits_low_payload(now, credits, threshold))
+            .bind(now)
+            .bind(account)
+            .execute(&mut *conn)
+            .await?;
+        queued = true;
+    }
+    if queued {
+        sqlx::query("SELECT pg_notify($1, '')")
+            .bind(super::channels::OUTBOX_CHANNEL)
+            .execute(&mut *conn)
+            .await?;
+    }
     // The primary key is the last guard: an unexpired answer that this group did not see (it
     // cannot be, with the accounts locked) fails the group, whose submits are then tried alone.
     if done.0 != remembered.key.len() as i64 {

@@ -14,6 +14,7 @@
 //! work differently on each database), so each store implements those itself, calling the
 //! statements here that both share ([`queue_outbox`]).
 
+pub(crate) mod account_webhooks;
 mod accounts;
 mod moderation;
 mod operators;

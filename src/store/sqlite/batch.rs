@@ -2,16 +2,13 @@
 //! batch alone, in a savepoint of the writer's next transaction that is undone unless every task
 //! was let in.
 
-use std::sync::Arc;
-
 use rusqlite::{params, Connection};
 
 use super::submit::{apply_submits, InsertTask, SubmitState};
 use super::SqliteStore;
-use crate::store::queue::Heads;
 use crate::store::sql::queue_outbox::REMEMBER_BATCH;
 use crate::store::sql::Durability;
-use crate::store::{BatchSubmitted, NewBatch, PendingLimits, StoreError, StoreResult, TaskIds};
+use crate::store::{BatchSubmitted, NewBatch, PendingLimits, StoreError, StoreResult};
 
 impl SqliteStore {
     pub(super) async fn store_batch(
@@ -30,11 +27,12 @@ impl SqliteStore {
             })
             .collect();
         let (ids, heads) = (self.ids.clone(), self.heads.clone());
+        let outbox = self.wakeups.outbox.clone();
         let (idempotency, answer) = (batch.idempotency.clone(), batch.answer);
         let stored = self
             .writer
             .call_or_undo(Durability::Synced, move |conn| {
-                let done = apply(conn, &writes, ids, heads)?;
+                let done = apply(conn, &writes, SubmitState::new(ids, heads, outbox))?;
                 if let (BatchSubmitted::Queued { account_id, tasks }, Some(idem)) =
                     (&done, &idempotency)
                 {
@@ -65,10 +63,8 @@ impl SqliteStore {
 fn apply(
     conn: &Connection,
     writes: &[InsertTask],
-    ids: Arc<TaskIds>,
-    heads: Arc<Heads>,
+    mut state: SubmitState,
 ) -> StoreResult<BatchSubmitted> {
-    let mut state = SubmitState::new(ids, heads);
     let outcomes = apply_submits(conn, writes, &mut state).map_err(StoreError::from)?;
     Ok(BatchSubmitted::of(outcomes))
 }

@@ -14,7 +14,7 @@ use crate::store::ids::TaskKey;
 use crate::store::rows::decode;
 use crate::store::sql::{queue_outbox, Durability};
 use crate::store::{
-    now_ms, AttemptRecord, AttemptRow, DueDelivery, Outbox, Redelivery, StoreResult,
+    now_ms, AttemptRecord, AttemptRow, DeliveryKind, DueDelivery, Outbox, Redelivery, StoreResult,
 };
 
 #[async_trait]
@@ -50,6 +50,7 @@ impl Outbox for SqliteStore {
                             lease_until: r.get(6)?,
                             payload: String::new(),
                             signing_secret: String::new(),
+                            kind: DeliveryKind::Task,
                         };
                         Ok((delivery, r.get(7)?, r.get(8)?))
                     })?

@@ -8,6 +8,7 @@ use uuid::Uuid;
 use super::ledger::ledger;
 use super::versions::next_version;
 use super::SqliteStore;
+use crate::domain::account_webhook::{envelope, AccountEvent, AccountEvents};
 use crate::domain::TaskStatus;
 use crate::store::sql::usage::{usage_day, ROLL_UP};
 use crate::store::{now_ms, Ending, Fence, Happened, StoreResult, TaskEvent, TaskIds};
@@ -169,9 +170,21 @@ pub(super) fn complete_in_tx(
         conn.prepare_cached("UPDATE tasks SET webhook_secret = NULL WHERE seq = ?")?
             .execute(params![seq])?;
     }
-    // An ending the caller left out of `webhook_events` queues nothing.
-    let Some(url) = webhook_url.filter(|_| ending.delivers) else {
-        return Ok(Some(ended));
+    // An ending the caller left out of `webhook_events` queues nothing; a task without a
+    // webhook of its own goes to its account's webhook, if that takes the event.
+    let (url, webhook_secret, payload) = match webhook_url {
+        Some(url) if ending.delivers => (url, webhook_secret, None),
+        Some(_) => return Ok(Some(ended)),
+        None => {
+            let hook = match AccountEvent::of_ending(status) {
+                Some(event) => account_hook(conn, &account_id, event)?,
+                None => None,
+            };
+            let Some((url, secret, event)) = hook else {
+                return Ok(Some(ended));
+            };
+            (url, secret, Some(envelope(event, now, &ending.payload)))
+        }
     };
     let task_id = ids.of_row(seq, legacy_id.as_deref());
     conn.prepare_cached(
@@ -193,7 +206,22 @@ pub(super) fn complete_in_tx(
     ])?;
     // Apart from the delivery's row, which every attempt writes again (migration 0006).
     conn.prepare_cached("INSERT INTO webhook_payloads (task_seq, payload) VALUES (?, ?)")?
-        .execute(params![seq, ending.payload])?;
+        .execute(params![seq, payload.as_deref().unwrap_or(&ending.payload)])?;
     ended.queued = true;
     Ok(Some(ended))
+}
+
+/// The account's webhook, if it takes `event`: its URL and secret.
+fn account_hook(
+    conn: &Connection,
+    account_id: &str,
+    event: AccountEvent,
+) -> StoreResult<Option<(String, Option<String>, AccountEvent)>> {
+    let hook: Option<(String, Option<String>, String)> = conn
+        .prepare_cached("SELECT url, secret, events FROM account_webhooks WHERE account_id = ?")?
+        .query_row([account_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    Ok(hook
+        .filter(|(_, _, events)| AccountEvents::from_column(events).has(event))
+        .map(|(url, secret, _)| (url, secret, event)))
 }

@@ -142,6 +142,7 @@ impl SqliteStore {
         let heads = Arc::new(Heads::new(queue_heads(&mut setup).await?));
         setup.close().await?;
 
+        let wakeups = Wakeups::default();
         // The writer checkpoints itself only when the checkpointer (`run_checkpointer`) falls
         // far behind or is not running (the CLI, tests that drive the store directly).
         let writer = writer::Writer::start(
@@ -152,7 +153,7 @@ impl SqliteStore {
                 cache_kib: CACHE_KIB,
                 busy_timeout_ms: 5000,
             },
-            submit::SubmitState::new(ids.clone(), heads.clone()),
+            submit::SubmitState::new(ids.clone(), heads.clone(), wakeups.outbox.clone()),
         )?;
         // A local file has nothing to test: skip sqlx's ping before every checkout, a round
         // trip to the connection's thread.
@@ -168,7 +169,7 @@ impl SqliteStore {
             ids,
             reader,
             heads,
-            wakeups: Wakeups::default(),
+            wakeups,
         })
     }
 

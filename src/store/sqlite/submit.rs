@@ -7,8 +7,10 @@ use std::sync::Arc;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::ledger::ledger;
+use crate::domain::account_webhook::credits_low_payload;
 use crate::store::idempotency::{KeyedGroup, StoredAnswer, STORED_STATUS};
 use crate::store::queue::{next_turn, Heads};
+use crate::store::sql::account_webhooks::{delivery_id, QUEUE_CREDITS_LOW};
 use crate::store::{
     accepted_body, chunks, now_ms, Idempotency, NewTask, PendingLimits, Quota, Refused, Submitted,
     TaskIds, KEY_TOUCH_EVERY_MS,
@@ -32,14 +34,22 @@ pub(super) struct SubmitState {
     /// The modes' heads, which claims raise.
     heads: Arc<Heads>,
     touched: HashMap<[u8; 32], i64>,
+    /// The dispatcher's wake-up, for the account events a group's charges queue: woken inside
+    /// the transaction, as its claims run on this writer after the commit.
+    outbox: Arc<tokio::sync::Notify>,
 }
 
 impl SubmitState {
-    pub(super) fn new(ids: Arc<TaskIds>, heads: Arc<Heads>) -> Self {
+    pub(super) fn new(
+        ids: Arc<TaskIds>,
+        heads: Arc<Heads>,
+        outbox: Arc<tokio::sync::Notify>,
+    ) -> Self {
         SubmitState {
             ids,
             heads,
             touched: HashMap::new(),
+            outbox,
         }
     }
 }
@@ -69,7 +79,9 @@ pub(super) fn apply_submits(
     let mut quota = Quota::default();
     {
         let mut key = conn.prepare_cached(
-            "SELECT k.account_id, a.active_tasks, a.credits, a.plan, a.expires_at, k.id
+            "SELECT k.account_id, a.active_tasks, a.credits, a.plan, a.expires_at, k.id,
+                 (SELECT w.credits_low_threshold FROM account_webhooks w
+                  WHERE w.account_id = a.id)
              FROM api_keys k JOIN accounts a ON a.id = k.account_id
              WHERE k.key_hash = ? AND k.revoked_at IS NULL AND a.disabled = 0",
         )?;
@@ -84,10 +96,11 @@ pub(super) fn apply_submits(
                         r.get::<_, String>(3)?,
                         r.get::<_, Option<i64>>(4)?,
                         r.get::<_, String>(5)?,
+                        r.get::<_, Option<i64>>(6)?,
                     ))
                 })
                 .optional()?;
-            if let Some((account, n, credits, plan, expires_at, key_id)) = found {
+            if let Some((account, n, credits, plan, expires_at, key_id, low)) = found {
                 key_ids.insert(*hash, key_id);
                 if expires_at.is_some_and(|at| at <= now) {
                     expired.insert(account.clone());
@@ -95,6 +108,7 @@ pub(super) fn apply_submits(
                 let limits = batch.iter().find(|w| &w.key_hash == hash);
                 let max_active = limits.map_or(0, |w| w.limits.of(&plan));
                 quota.set(&account, n, max_active, credits);
+                quota.watch_low(&account, low);
                 live.insert(*hash, account);
             }
         }
@@ -206,6 +220,20 @@ pub(super) fn apply_submits(
         }
         for &(_, seq, account, charged, _) in rows.iter().filter(|r| r.3 > 0) {
             ledger(conn, account, Some(seq), -charged, "submit", now)?;
+        }
+        let mut queue = None;
+        for (account, credits, threshold) in quota.went_under() {
+            let queue = match &mut queue {
+                Some(queue) => queue,
+                None => queue.insert(conn.prepare_cached(QUEUE_CREDITS_LOW.sqlite)?),
+            };
+            queue.execute(params![
+                delivery_id(),
+                credits_low_payload(now, credits, threshold),
+                now,
+                account
+            ])?;
+            state.outbox.notify_one();
         }
     }
     {

@@ -599,6 +599,7 @@ mod tests {
         let mut submits = SubmitState::new(
             Arc::new(crate::store::TaskIds::new(&[7; 32])),
             Arc::default(),
+            Arc::default(),
         );
         apply(&conn, jobs, &mut submits, &mut sync);
         let answered = answer.try_recv().expect("answered at once");

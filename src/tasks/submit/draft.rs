@@ -22,7 +22,7 @@ use crate::net::validate_webhook_url;
 use crate::refusal::ApiError;
 
 /// Most characters of a `webhook_secret`.
-pub const WEBHOOK_SECRET_MAX_CHARS: usize = 256;
+pub use crate::domain::account_webhook::SECRET_MAX_CHARS as WEBHOOK_SECRET_MAX_CHARS;
 pub use crate::domain::operation::FOLLOW_UP_MAX_SIDE;
 /// How many images `blend` takes.
 pub const BLEND_INPUTS: std::ops::RangeInclusive<usize> = 2..=5;
@@ -285,21 +285,8 @@ fn webhook_secret(given: Option<Text>) -> Result<Option<String>, ApiError> {
     let Some(Text(secret)) = given.filter(|Text(s)| !s.is_empty()) else {
         return Ok(None);
     };
-    if secret.chars().count() > WEBHOOK_SECRET_MAX_CHARS {
-        return Err(ApiError::field(
-            "webhook_secret",
-            "invalid_value",
-            format!("must be at most {WEBHOOK_SECRET_MAX_CHARS} characters"),
-        ));
-    }
-    // It travels back as an HTTP header value.
-    if secret.chars().any(|c| c.is_control() || !c.is_ascii()) {
-        return Err(ApiError::field(
-            "webhook_secret",
-            "invalid_value",
-            "must be printable ASCII",
-        ));
-    }
+    crate::domain::account_webhook::secret_rules(&secret)
+        .map_err(|e| ApiError::field("webhook_secret", "invalid_value", e))?;
     Ok(Some(secret))
 }
 
