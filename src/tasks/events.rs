@@ -17,10 +17,11 @@ use std::time::Duration;
 
 use futures::Stream;
 
+use super::event_memo::Read;
 use super::queue_position::{waiting_for_at, waits};
 pub use super::streams::{StreamSlot, Streams};
 use super::Tasks;
-use crate::domain::wire::{TaskProgress, WaitingFor};
+use crate::domain::wire::{Record, TaskProgress, WaitingFor};
 use crate::domain::{OpKind, Retrying, TaskStatus};
 use crate::refusal::ApiError;
 use crate::store::{Happened, Heard, Listener, StoreResult, Task, TaskEvent, LIST_LIMIT_MAX};
@@ -42,7 +43,8 @@ const REMEMBERED_MAX: usize = 4096;
 pub struct Said {
     pub event: &'static str,
     pub id: String,
-    pub data: String,
+    /// Shared by every stream that says the same event (`event_memo`).
+    pub data: Arc<str>,
 }
 
 /// The filters of an account's stream.
@@ -285,13 +287,13 @@ impl EventStream {
         true
     }
 
-    async fn on_event(&mut self, event: &TaskEvent) -> StoreResult<()> {
+    async fn on_event(&mut self, event: &Arc<TaskEvent>) -> StoreResult<()> {
         let known = self.said.sent.get(&event.seq).copied();
         if known.is_some_and(|(version, _)| event.version < version) {
             return Ok(());
         }
         match &event.what {
-            Happened::Changed { .. } => self.reread(event.seq).await,
+            Happened::Changed { .. } => self.reread_after(event).await,
             Happened::Progress {
                 percentage,
                 preview_key,
@@ -300,7 +302,7 @@ impl EventStream {
             } => {
                 let Some((_, kind)) = known else {
                     // Not said yet (an account stream that has not seen it): its record first.
-                    return self.reread(event.seq).await;
+                    return self.reread_after(event).await;
                 };
                 if !self.filter.passes(kind, TaskStatus::Processing) {
                     return Ok(());
@@ -322,19 +324,67 @@ impl EventStream {
                     event.version.to_string()
                 };
                 self.said.waiting.remove(&event.seq);
-                let data = TaskProgress {
-                    task_id: self.tasks.store.task_id(event.seq).to_string(),
-                    status: TaskStatus::Processing.as_str(),
-                    percentage: percentage.to_string(),
-                    queue_position: None,
-                    waiting_for: retrying.as_ref().map(|_| WaitingFor::Backend),
-                    retrying: retrying.clone(),
-                    preview_image_url: preview_key.as_deref().map(|key| self.tasks.blobs.url(key)),
-                };
-                self.say_progress(id, &data);
+                let tasks = &self.tasks;
+                let data = tasks.streams.memo.progress(event, || {
+                    let data = TaskProgress {
+                        task_id: tasks.store.task_id(event.seq).to_string(),
+                        status: TaskStatus::Processing.as_str(),
+                        percentage: percentage.to_string(),
+                        queue_position: None,
+                        waiting_for: retrying.as_ref().map(|_| WaitingFor::Backend),
+                        retrying: retrying.clone(),
+                        preview_image_url: preview_key.as_deref().map(|key| tasks.blobs.url(key)),
+                    };
+                    serde_json::to_string(&data).expect("progress serializes")
+                });
+                self.said.out.push_back(Said {
+                    event: "progress",
+                    id,
+                    data,
+                });
                 Ok(())
             }
         }
+    }
+
+    /// After the change `event` (or progress of a task not said yet): the task's record if it
+    /// moved on, read once for every stream of this node that heard the event.
+    async fn reread_after(&mut self, event: &Arc<TaskEvent>) -> StoreResult<()> {
+        if *event.account_id != *self.account_id {
+            return self.reread(event.seq).await;
+        }
+        let (tasks, account_id, seq) = (self.tasks.clone(), self.account_id.clone(), event.seq);
+        let read = self
+            .tasks
+            .streams
+            .memo
+            .read(event, || async move {
+                let id = tasks.store.task_id(seq);
+                let Some(task) = tasks.store.task_for_account(&account_id, &id).await? else {
+                    return Ok(None);
+                };
+                let record = tasks.record(&task).await;
+                let json = serde_json::to_string(&record).expect("a record serializes");
+                Ok(Some(Arc::new(Read {
+                    task,
+                    record,
+                    json: json.into(),
+                })))
+            })
+            .await?;
+        let Some(read) = read else {
+            return Ok(());
+        };
+        if self
+            .said
+            .sent
+            .get(&seq)
+            .is_some_and(|(version, _)| read.task.version <= *version)
+        {
+            return Ok(());
+        }
+        self.say_read(&read.task, &read.record, &read.json);
+        Ok(())
     }
 
     /// Read the task at `seq` again and say its record if it moved on.
@@ -424,14 +474,29 @@ impl EventStream {
 
     /// Say `task`'s record (if it passes the filter) and remember it.
     async fn say_task(&mut self, task: &Task) {
+        if !self.filter.passes(task.task_type, task.status) {
+            self.note(task);
+            return;
+        }
+        let record = self.tasks.record(task).await;
+        let json = serde_json::to_string(&record).expect("a record serializes");
+        self.say_read(task, &record, &json.into());
+    }
+
+    /// Remember `task` as said, and end a task's stream with its end.
+    fn note(&mut self, task: &Task) {
         self.remember(task);
         if self.only == Some(task.seq) && task.has_ended() {
             self.said.ended = true;
         }
+    }
+
+    /// Say `task`'s `record`, serialized as `json` (if it passes the filter), and remember it.
+    fn say_read(&mut self, task: &Task, record: &Record, json: &Arc<str>) {
+        self.note(task);
         if !self.filter.passes(task.task_type, task.status) {
             return;
         }
-        let record = self.tasks.record(task).await;
         if waits(task) {
             let held = record.waiting_for == Some(WaitingFor::RunningLimit);
             self.said.waiting.insert(
@@ -442,7 +507,7 @@ impl EventStream {
         self.said.out.push_back(Said {
             event: "task",
             id: task.version.to_string(),
-            data: serde_json::to_string(&record).expect("a record serializes"),
+            data: json.clone(),
         });
     }
 
@@ -515,7 +580,9 @@ impl EventStream {
         self.said.out.push_back(Said {
             event: "progress",
             id,
-            data: serde_json::to_string(data).expect("progress serializes"),
+            data: serde_json::to_string(data)
+                .expect("progress serializes")
+                .into(),
         });
     }
 }

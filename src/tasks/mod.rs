@@ -4,6 +4,7 @@
 
 pub mod body;
 pub mod cancel;
+pub mod event_memo;
 pub mod events;
 pub mod idempotency;
 pub mod in_progress;

@@ -10,6 +10,8 @@ use crate::refusal::ApiError;
 /// `max_streams`.
 pub struct Streams {
     open: Mutex<Open>,
+    /// What the streams say alike of one event, made once.
+    pub memo: super::event_memo::EventMemo,
     per_account: u32,
     total: u32,
 }
@@ -30,6 +32,7 @@ impl Streams {
     pub fn new(limits: &Limits) -> Streams {
         Streams {
             open: Mutex::default(),
+            memo: Default::default(),
             per_account: limits.max_streams_per_account,
             total: limits.max_streams,
         }

@@ -95,7 +95,7 @@ fn on_this_site(blobs: &Blobs, mut said: Said) -> Said {
         .and_then(|key| preview_path(&key));
     if let Some(path) = local {
         data["preview_image_url"] = path.into();
-        said.data = data.to_string();
+        said.data = data.to_string().into();
     }
     said
 }
