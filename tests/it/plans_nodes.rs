@@ -172,6 +172,10 @@ async fn a_plan_changed_on_one_node_applies_on_the_other_from_the_next_request()
 
     // The next request on either node has pro's rate (the key was refused just before), and
     // then its models and pending limit: `large` runs, four tasks pending over both nodes.
+    // (That request reads the account, as every request that looks its owner up does, and
+    // leaves the node's remembered plan of the key fresh. A submit checks the rate against
+    // the plan the node remembers for the key, read at most 30 s before: docs/accounts.md
+    // says a changed rate applies within 30 s on each node.)
     for n in [&b, &a] {
         let (status, body) = n.get_as(&key, "/api/v1/account").await;
         assert_eq!(status, 200, "{body}");
