@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! bench/run [--quick] [--only submit,e2e,webhooks,retry,scale,postgres,operations,backends,listing,
-//!     wait,idempotency,decode,events]
+//!     wait,idempotency,moderation,plans,openai,decode,events,claims]
 //! ```
 //!
 //! It needs the release `easel` binary (`--easel`) and `wrk` on the PATH; bench/run provides both.
@@ -20,7 +20,9 @@ mod events;
 mod idempotency;
 mod listing;
 mod moderation;
+mod openai;
 mod operations;
+mod plans;
 mod postgres;
 mod proc;
 mod report;
@@ -57,6 +59,8 @@ const BENCHMARKS: &[&str] = &[
     "wait",
     "idempotency",
     "moderation",
+    "plans",
+    "openai",
     "decode",
     "events",
     "claims",
@@ -75,7 +79,8 @@ struct Args {
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/wrk"))]
     lua: PathBuf,
     /// Benchmarks to run, comma-separated (default: all): submit, e2e, webhooks, retry, scale,
-    /// postgres, operations, backends, listing, wait, idempotency, decode, events, claims.
+    /// postgres, operations, backends, listing, wait, idempotency, moderation, plans, openai,
+    /// decode, events, claims.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Smaller counts and shorter runs (a couple of minutes); figures are rougher.
@@ -347,6 +352,8 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             "decode" => decode::run(&ctx).await,
             "idempotency" => idempotency::run(&ctx).await,
             "moderation" => moderation::run(&ctx).await,
+            "plans" => plans::run(&ctx).await,
+            "openai" => openai::run(&ctx).await,
             "backends" => backends::run(&ctx).await,
             "listing" => {
                 // On PostgreSQL too when its server answers; SQLite alone otherwise.

@@ -10,8 +10,10 @@ use std::fmt::Display;
 
 use serde::{Deserialize, Serialize};
 
-use super::backends::{BackendConfig, BackendKind};
+use super::backends::{BackendConfig, BackendKind, Dialect};
 use super::samplers::{kind_knows, known_to, sampler};
+use crate::domain::parameters::known::{self, Backend, ModelControls};
+use crate::domain::parameters::REFERENCES;
 
 /// Most characters of a `negative_prompt`, a caller's or a model's default.
 pub const NEGATIVE_PROMPT_MAX_CHARS: usize = 4000;
@@ -119,6 +121,10 @@ pub struct Model {
     /// The plans that may use it (`models` of `[plans.NAME]`); None: every plan.
     #[serde(skip)]
     pub plans: Option<Vec<String>>,
+    /// The prompt parameters that act on it whichever of its backends runs a task
+    /// ([`known::acting`]); the others are recorded with no effect.
+    #[serde(skip)]
+    pub parameters: Vec<String>,
 }
 
 impl Model {
@@ -163,6 +169,7 @@ impl Catalogue {
         configured: &[ModelConfig],
         backends: &[BackendConfig],
     ) -> Result<Catalogue, String> {
+        let described = described(backends);
         let builtin;
         let backends: Vec<(&str, BackendKind, Option<&str>)> = if backends.is_empty() {
             builtin = [("procedural", BackendKind::Procedural, None)];
@@ -187,7 +194,7 @@ impl Catalogue {
                             .map(Into::into),
                         ..ModelConfig::default()
                     };
-                    fill(&config, vec![*kind])
+                    fill(&config, vec![*kind], &described)
                 })
                 .collect::<Result<_, _>>()?;
             let anywhere = ModelConfig {
@@ -197,7 +204,7 @@ impl Catalogue {
             let kinds = backends.iter().map(|b| b.1).collect();
             return Ok(Catalogue {
                 models,
-                anywhere: Some(fill(&anywhere, kinds)?),
+                anywhere: Some(fill(&anywhere, kinds, &described)?),
             });
         }
         let mut models: Vec<Model> = Vec::new();
@@ -224,7 +231,7 @@ impl Catalogue {
                 };
                 kinds.push(*kind);
             }
-            models.push(fill(config, kinds)?);
+            models.push(fill(config, kinds, &described)?);
         }
         match models.iter().filter(|m| m.default).count() {
             0 => models[0].default = true,
@@ -333,7 +340,40 @@ fn check_default<T: PartialOrd + Display>(
     }
 }
 
-fn fill(config: &ModelConfig, kinds: Vec<BackendKind>) -> Result<Model, String> {
+/// Each backend as the prompt's parameters see it, by name: its kind, dialect and the reference
+/// placeholders its workflows declare (every workflow of a ComfyUI backend has the nodes that
+/// `nodes` names, or the backend is refused at start). Without backends, the built-in one.
+fn described(backends: &[BackendConfig]) -> Vec<(String, Backend)> {
+    if backends.is_empty() {
+        let builtin = Backend {
+            kind: BackendKind::Procedural,
+            sd_cpp: false,
+            placeholders: Vec::new(),
+        };
+        return vec![("procedural".into(), builtin)];
+    }
+    backends
+        .iter()
+        .map(|b| {
+            let placeholders = REFERENCES
+                .into_iter()
+                .filter(|r| b.kind == BackendKind::Comfyui && b.nodes.contains_key(*r))
+                .collect();
+            let backend = Backend {
+                kind: b.kind,
+                sd_cpp: b.kind == BackendKind::Openai && b.dialect == Some(Dialect::SdCpp),
+                placeholders,
+            };
+            (b.name.clone(), backend)
+        })
+        .collect()
+}
+
+fn fill(
+    config: &ModelConfig,
+    kinds: Vec<BackendKind>,
+    described: &[(String, Backend)],
+) -> Result<Model, String> {
     let at = |setting: &str| format!("models.{}.{setting}", config.name);
     let first = |pick: &dyn Fn(KindDefaults) -> bool| {
         kinds
@@ -390,7 +430,17 @@ fn fill(config: &ModelConfig, kinds: Vec<BackendKind>) -> Result<Model, String> 
             at("defaults.negative_prompt")
         ));
     }
+    let serving: Vec<Backend> = described
+        .iter()
+        .filter(|(name, _)| config.backends.contains(name))
+        .map(|(_, b)| b.clone())
+        .collect();
+    let controls = ModelControls {
+        steps: steps.is_some(),
+        guidance: cfg_scale.is_some(),
+    };
     Ok(Model {
+        parameters: known::acting(&serving, controls),
         name: config.name.clone(),
         description: config.description.clone(),
         backends: config.backends.clone(),

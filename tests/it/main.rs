@@ -42,6 +42,7 @@ mod observability;
 mod openai;
 mod operations;
 mod plans;
+mod plans_nodes;
 mod process;
 mod progress_hooks;
 mod prompt;

@@ -67,6 +67,16 @@ async fn the_default_configuration_lists_its_backend_as_a_model_and_records_the_
         "procedural takes no steps"
     );
     assert_eq!(m["limits"]["steps"], json!([1, 150]));
+    // The procedural generator's own controls: no guidance to scale, no weights syntax, no
+    // workflow to take reference images (a style code picks its look: --sref acts).
+    assert_eq!(
+        m["prompt_parameters"],
+        json!([
+            "--ar", "--no", "--seed", "--chaos", "--tile", "--iw", "--fast", "--relax", "--turbo",
+            "--repeat", "--stop", "--draft", "--sref", "--p"
+        ]),
+        "{body}"
+    );
 
     // Named, with settings: the record shows the values used.
     let id = app
@@ -436,4 +446,159 @@ async fn the_cli_sends_the_model_and_settings_and_lists_the_models() {
     );
     assert!(listed.starts_with("procedural"), "{listed}");
     assert!(listed.contains(" up "), "{listed}");
+}
+
+fn comfyui(name: &str, url: &str, workflow: &str, nodes: Value) -> BackendConfig {
+    let workflow = format!(
+        "{}/tests/fixtures/comfyui/{workflow}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_value(json!({
+        "name": name, "kind": "comfyui", "url": url, "timeout": "20s",
+        "workflow": workflow, "nodes": nodes,
+    }))
+    .unwrap()
+}
+
+/// Each model's `prompt_parameters` through `GET /api/v1/models`: what its backends' kinds,
+/// dialects and workflows' placeholders give, and only what every one of its backends has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_model_lists_the_prompt_parameters_that_act_on_its_backends() {
+    use crate::backend_mocks::comfyui::ComfyMock;
+    let mock = Arc::new(ComfyMock::default());
+    let comfy_url = mock.start().await;
+    let ui = Arc::new(WebUi::default());
+    let ui_url = start_webui(ui).await;
+    let app = TestApp::spawn_with(|c| {
+        let openai = |name: &str, dialect: Option<&str>| -> BackendConfig {
+            let mut b = json!({
+                "name": name, "kind": "openai", "url": "http://127.0.0.1:9/v1", "api_key": "k",
+            });
+            if let Some(d) = dialect {
+                b["dialect"] = json!(d);
+            }
+            serde_json::from_value(b).unwrap()
+        };
+        c.backends = vec![
+            comfyui("plain", &comfy_url, "txt2img.json", json!({})),
+            comfyui(
+                "refs",
+                &comfy_url,
+                "txt2img-references.json",
+                json!({"sref": "10", "cref": "11", "oref": "12"}),
+            ),
+            comfyui(
+                "style-only",
+                &comfy_url,
+                "txt2img-references.json",
+                json!({"sref": "10"}),
+            ),
+            webui("ui", &ui_url),
+            openai("dalle", None),
+            openai("sdcpp", Some("sd-cpp")),
+            openai("sdcpp-steps", Some("sd-cpp")),
+        ];
+        let mut sdcpp_steps = model("sdcpp-steps", &["sdcpp-steps"]);
+        sdcpp_steps.defaults = ModelDefaults {
+            steps: Some(20),
+            cfg_scale: Some(5.0),
+            ..ModelDefaults::default()
+        };
+        c.models = vec![
+            model("plain", &["plain"]),
+            model("refs", &["refs"]),
+            model("style-only", &["style-only"]),
+            model("ui", &["ui"]),
+            // A task of it may run on either: what both have.
+            model("mixed", &["ui", "refs"]),
+            model("dalle", &["dalle"]),
+            model("sdcpp", &["sdcpp"]),
+            sdcpp_steps,
+        ];
+    })
+    .await;
+    let (status, body) = app.get("/api/v1/models").await;
+    assert_eq!(status, 200, "{body}");
+    let listed = |name: &str| -> Vec<String> {
+        let m = body["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .unwrap_or_else(|| panic!("no model {name}: {body}"));
+        serde_json::from_value(m["prompt_parameters"].clone()).unwrap()
+    };
+    let queue = ["--fast", "--relax", "--turbo", "--repeat"];
+    let with = |first: &[&str], last: &[&str]| -> Vec<String> {
+        first
+            .iter()
+            .chain(queue.iter())
+            .chain(last.iter())
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let comfy_first = ["--ar", "--no", "--seed", "--stylize", "--iw"];
+    assert_eq!(
+        listed("plain"),
+        with(&comfy_first, &["--stop", "--draft", "::"]),
+        "a workflow without placeholders takes no reference images"
+    );
+    assert_eq!(
+        listed("refs"),
+        with(
+            &comfy_first,
+            &["--stop", "--draft", "--sref", "--cref", "--oref", "::"]
+        )
+    );
+    assert_eq!(
+        listed("style-only"),
+        with(&comfy_first, &["--stop", "--draft", "--sref", "::"])
+    );
+    let ui_first = [
+        "--ar",
+        "--no",
+        "--seed",
+        "--chaos",
+        "--stylize",
+        "--tile",
+        "--iw",
+    ];
+    assert_eq!(listed("ui"), with(&ui_first, &["--stop", "--draft", "::"]));
+    assert_eq!(
+        listed("mixed"),
+        with(&comfy_first, &["--stop", "--draft", "::"]),
+        "the WebUI's --chaos and --tile and the workflow's references are not on both"
+    );
+    assert_eq!(listed("dalle"), with(&["--ar"], &[]));
+    assert_eq!(
+        listed("sdcpp"),
+        with(&["--ar", "--no", "--seed", "--iw"], &[]),
+        "no default steps or guidance for --stop, --draft, --stylize to scale"
+    );
+    assert_eq!(
+        listed("sdcpp-steps"),
+        with(
+            &["--ar", "--no", "--seed", "--stylize", "--iw"],
+            &["--stop", "--draft"]
+        )
+    );
+
+    // What the list says is what reaches the backend: the same prompt's reference images are
+    // uploaded into the workflow that declares placeholders, and not to the one without.
+    let reference = {
+        use base64::Engine;
+        let png = easel::images::encode_png(&crate::backend_mocks::flat(16, 16, 40));
+        let b64 = base64::engine::general_purpose::STANDARD.encode(png);
+        format!("data:image/png;base64,{b64}")
+    };
+    let prompt = format!("a cabin --sref {reference} --cref {reference} --oref {reference}");
+    for (model, uploads) in [("plain", 0), ("refs", 3)] {
+        let before = mock.uploads.lock().unwrap().len();
+        let record = app
+            .finished("imagine", json!({"prompt": prompt, "model": model}), WITHIN)
+            .await;
+        assert_eq!(record["status"], "finished", "{record}");
+        let after = mock.uploads.lock().unwrap().len();
+        assert_eq!(after - before, uploads, "{model}");
+    }
 }

@@ -1,10 +1,12 @@
-//! The one place that knows every parameter ([`KNOWN`]: names, aliases, what each takes) and
+//! The one place that knows every parameter ([`KNOWN`]: names, aliases, what each takes, the
+//! backend control each acts through, [`Control::on`]: which backends have which control) and
 //! the one pass over a prompt that reads them, with the text's `::` weights on the way.
 
 use super::{
     decimal, parameter_name, whole, words, Parameters, Weighted, NIJI_VERSIONS, QUALITIES,
     SEED_RULE, VERSIONS,
 };
+use crate::config::backends::BackendKind;
 use crate::domain::image_prompts::is_image_url;
 use crate::domain::task::AspectRatio;
 
@@ -87,47 +89,143 @@ enum Takes {
     Any,
 }
 
-/// Every parameter easel knows: its names (the long one first: the record's) and what it takes.
-const KNOWN: &[(&[&str], Field, Takes)] = &[
-    (&["ar", "aspect"], Field::Aspect, Takes::One),
-    (&["no"], Field::No, Takes::Words),
+/// Every parameter easel knows: its names (the long one first: the record's), what it takes,
+/// and the control it acts through where a backend has it (recorded with no effect elsewhere).
+/// `--fast`, `--relax` and `--turbo` are three parameters of one field: one of them at most.
+#[rustfmt::skip]
+const KNOWN: &[(&[&str], Field, Takes, Control)] = &[
+    (&["ar", "aspect"], Field::Aspect, Takes::One, Control::Everywhere),
+    (&["no"], Field::No, Takes::Words, Control::Negative),
     // `--sameseed` was Midjourney's older name for a seed shared by the grid's images.
-    (&["seed", "sameseed"], Field::Seed, Takes::One),
-    (&["chaos", "c"], Field::Chaos, Takes::One),
-    (&["stylize", "s"], Field::Stylize, Takes::One),
-    (&["quality", "q"], Field::Quality, Takes::One),
-    (&["weird", "w"], Field::Weird, Takes::One),
-    (&["tile"], Field::Tile, Takes::Nothing),
-    (&["style"], Field::Style, Takes::One),
-    (&["raw"], Field::Style, Takes::Nothing),
-    (&["v", "version"], Field::Version, Takes::One),
-    (&["niji"], Field::Niji, Takes::One),
-    (&["iw"], Field::Iw, Takes::One),
-    (&["fast", "relax", "turbo"], Field::Mode, Takes::Nothing),
-    (&["repeat", "r"], Field::Repeat, Takes::One),
-    (&["stop"], Field::Stop, Takes::One),
-    (&["draft"], Field::Draft, Takes::Nothing),
-    (&["exp"], Field::Exp, Takes::One),
-    (&["sref"], Field::Sref, Takes::Some),
-    (&["sw"], Field::Sw, Takes::One),
-    (&["sv"], Field::Sv, Takes::One),
-    (&["cref"], Field::Cref, Takes::Some),
-    (&["cw"], Field::Cw, Takes::One),
-    (&["oref"], Field::Oref, Takes::One),
-    (&["ow"], Field::Ow, Takes::One),
-    (&["p", "personalize"], Field::Personalize, Takes::Any),
-    (
-        &["video", "motion", "loop", "end"],
-        Field::Video,
-        Takes::Any,
-    ),
+    (&["seed", "sameseed"], Field::Seed, Takes::One, Control::Seed),
+    (&["chaos", "c"], Field::Chaos, Takes::One, Control::Spread),
+    (&["stylize", "s"], Field::Stylize, Takes::One, Control::Guidance),
+    (&["quality", "q"], Field::Quality, Takes::One, Control::Nowhere),
+    (&["weird", "w"], Field::Weird, Takes::One, Control::Nowhere),
+    (&["tile"], Field::Tile, Takes::Nothing, Control::Tiling),
+    (&["style"], Field::Style, Takes::One, Control::Nowhere),
+    (&["raw"], Field::Style, Takes::Nothing, Control::Nowhere),
+    (&["v", "version"], Field::Version, Takes::One, Control::Nowhere),
+    (&["niji"], Field::Niji, Takes::One, Control::Nowhere),
+    (&["iw"], Field::Iw, Takes::One, Control::ImageWeight),
+    (&["fast"], Field::Mode, Takes::Nothing, Control::Everywhere),
+    (&["relax"], Field::Mode, Takes::Nothing, Control::Everywhere),
+    (&["turbo"], Field::Mode, Takes::Nothing, Control::Everywhere),
+    (&["repeat", "r"], Field::Repeat, Takes::One, Control::Everywhere),
+    (&["stop"], Field::Stop, Takes::One, Control::Steps),
+    (&["draft"], Field::Draft, Takes::Nothing, Control::Steps),
+    (&["exp"], Field::Exp, Takes::One, Control::Nowhere),
+    (&["sref"], Field::Sref, Takes::Some, Control::Reference("sref")),
+    (&["sw"], Field::Sw, Takes::One, Control::Nowhere),
+    (&["sv"], Field::Sv, Takes::One, Control::Nowhere),
+    (&["cref"], Field::Cref, Takes::Some, Control::Reference("cref")),
+    (&["cw"], Field::Cw, Takes::One, Control::Nowhere),
+    (&["oref"], Field::Oref, Takes::One, Control::Reference("oref")),
+    (&["ow"], Field::Ow, Takes::One, Control::Nowhere),
+    (&["p", "personalize"], Field::Personalize, Takes::Any, Control::Look),
+    (&["video", "motion", "loop", "end"], Field::Video, Takes::Any, Control::Nowhere),
 ];
+
+/// The multi-prompt weights (`text::2 other::-0.5`), which have no `--` name: the name
+/// `GET /api/v1/models` lists them by, and the control they act through.
+pub const WEIGHTS: (&str, Control) = ("::", Control::Weights);
+
+/// What a parameter goes through to change the picture. Each backend has some of these
+/// ([`Control::on`], the one place that says which kind has which); a parameter acts where its
+/// backend has its control and is recorded with no effect elsewhere (docs/api.md's table, kind
+/// by kind, says the same in words).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Control {
+    /// Every backend: the image's size, the queue's order, the number of tasks.
+    Everywhere,
+    /// None: recorded only.
+    Nowhere,
+    /// A negative prompt (the procedural generator leaves out what it names).
+    Negative,
+    Seed,
+    /// The grid's four images moved apart (the WebUI's variation seed, the procedural turn).
+    Spread,
+    /// The guidance (`cfg_scale`), scaled from the model's default when it has one.
+    Guidance,
+    /// Seamless tiling.
+    Tiling,
+    /// How much of the image prompts an image keeps.
+    ImageWeight,
+    /// The sampler's steps, lowered from the model's default when it has one (the procedural
+    /// generator draws part of its picture instead).
+    Steps,
+    /// The prompt's `(text:w)` syntax.
+    Weights,
+    /// A ComfyUI workflow's placeholder for these reference images (`nodes.sref`, ...); style
+    /// codes of `--sref` pick the procedural generator's look too.
+    Reference(&'static str),
+    /// The procedural generator's palette and shapes, from personalization codes.
+    Look,
+}
+
+/// A backend as the prompt's parameters see it: its kind and what its settings add.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Backend {
+    pub kind: BackendKind,
+    /// An OpenAI-speaking stable-diffusion.cpp server (`dialect = "sd-cpp"`), which takes the
+    /// seed, steps, guidance and negative prompt as extra arguments.
+    pub sd_cpp: bool,
+    /// The reference placeholders its ComfyUI workflows declare (`sref`, `cref`, `oref`).
+    pub placeholders: Vec<&'static str>,
+}
+
+/// What a model's settings add to its backends': whether it has default steps and guidance for
+/// `--stop`, `--draft` and `--stylize` to scale.
+#[derive(Clone, Copy, Debug)]
+pub struct ModelControls {
+    pub steps: bool,
+    pub guidance: bool,
+}
+
+impl Control {
+    /// Whether `backend`, serving a model with `model`'s defaults, has this control.
+    pub fn on(self, backend: &Backend, model: ModelControls) -> bool {
+        use BackendKind::{Comfyui, Openai, Procedural, Sdwebui};
+        let diffusion = matches!(backend.kind, Sdwebui | Comfyui) || backend.sd_cpp;
+        let drawn = backend.kind == Procedural;
+        match self {
+            Control::Everywhere => true,
+            Control::Nowhere => false,
+            Control::Negative | Control::Seed | Control::ImageWeight => {
+                backend.kind != Openai || backend.sd_cpp
+            }
+            Control::Spread | Control::Tiling => matches!(backend.kind, Sdwebui | Procedural),
+            Control::Guidance => diffusion && model.guidance,
+            Control::Steps => drawn || (diffusion && model.steps),
+            Control::Weights => matches!(backend.kind, Sdwebui | Comfyui),
+            Control::Reference(name) => {
+                backend.placeholders.contains(&name) || (name == "sref" && drawn)
+            }
+            Control::Look => drawn,
+        }
+    }
+}
+
+/// The parameters that act on a model served by `backends`, as a prompt writes them (`--ar`,
+/// `--stop`, `::`), in [`KNOWN`]'s order: those whose control every one of them has, since a
+/// task may run on any of them. The others are recorded with no effect.
+pub fn acting(backends: &[Backend], model: ModelControls) -> Vec<String> {
+    let everywhere =
+        |control: Control| !backends.is_empty() && backends.iter().all(|b| control.on(b, model));
+    let named = KNOWN
+        .iter()
+        .filter(|(_, field, _, control)| *field != Field::Video && everywhere(*control))
+        .map(|(names, ..)| format!("--{}", names[0]));
+    named
+        .chain(everywhere(WEIGHTS.1).then(|| WEIGHTS.0.to_string()))
+        .collect()
+}
 
 fn known(name: &str) -> Option<(Field, Takes)> {
     KNOWN
         .iter()
-        .find(|(names, _, _)| names.contains(&name))
-        .map(|(_, field, takes)| (*field, *takes))
+        .find(|(names, ..)| names.contains(&name))
+        .map(|(_, field, takes, _)| (*field, *takes))
 }
 
 /// The `::` weights of a prompt's text, read word by word as the pass goes.

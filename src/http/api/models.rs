@@ -35,6 +35,10 @@ pub struct Model {
     limits: Limits,
     /// The samplers a submit may name for it.
     samplers: Vec<&'static str>,
+    /// The prompt parameters that act on it, as a prompt writes them (`--stop`, `--sref`, `::`
+    /// for multi-prompt weights), whichever of its backends runs a task; the others are recorded
+    /// with no effect (docs/api.md, "Prompt parameters", has the table kind by kind).
+    prompt_parameters: Vec<String>,
     /// Whether a submit that names no model runs on it.
     default: bool,
     /// Whether any of its backends is up now.
@@ -70,8 +74,8 @@ pub fn routes() -> OpenApiRouter<AppState> {
 /// The models the caller may use
 ///
 /// Each model the caller's plan may use: its name and description, the image operations its
-/// backends run, its defaults and limits, the samplers it takes, whether it is the default and
-/// whether any of its backends is up now.
+/// backends run, its defaults and limits, the samplers it takes, the prompt parameters that act
+/// on it, whether it is the default and whether any of its backends is up now.
 #[utoipa::path(
     get,
     path = "/api/v1/models",
@@ -113,6 +117,7 @@ pub async fn list_models(
                 cfg_scale: m.cfg_range,
             },
             samplers: m.samplers(),
+            prompt_parameters: m.parameters.clone(),
             default: m.default,
             up: pool.model_up(&m.name),
         })

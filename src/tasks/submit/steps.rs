@@ -58,9 +58,11 @@ pub(super) async fn parse(
 }
 
 /// Refuse the draft's prompt when a moderation list of the caller's plan holds one of its
-/// terms, or the operator's prompt checker flags it. Only when some plan names its lists is the
-/// key's plan looked up (one indexed read, so a plan change applies to the next submit);
-/// otherwise every list applies to everyone.
+/// terms, or the operator's prompt checker flags it. Only when some plan names its lists, and
+/// some list holds the prompt, is the key's plan looked up (one indexed read, so a plan change
+/// applies to the next submit): a prompt that no list holds passes whatever the plan, and that
+/// read cost each submit more than the rest of its checks (docs/benchmarks.md, "Plans on the
+/// submit path"). Without lists named by a plan, every list applies to everyone.
 async fn moderate(tasks: &Tasks, key: &PresentedKey, draft: &Draft) -> Result<(), ApiError> {
     let Some(prompt) = &draft.prompt else {
         return Ok(());
@@ -68,7 +70,7 @@ async fn moderate(tasks: &Tasks, key: &PresentedKey, draft: &Draft) -> Result<()
     let plans = tasks.plans.get();
     let names_lists =
         |plan: &crate::config::Plan| plan.moderation.as_ref().is_some_and(|l| !l.is_empty());
-    if plans.plans.values().any(names_lists) {
+    if plans.plans.values().any(names_lists) && tasks.moderation.held_by_any(prompt.as_str()) {
         let owner = crate::auth::look_up(tasks.store.as_ref(), &key.0).await?;
         match &plans.of(&owner.account.plan).moderation {
             Some(lists) if !lists.is_empty() => {
