@@ -108,7 +108,7 @@ async function check(page, name, width) {
 
 function watchConsole(page) {
   page.on("console", (m) => {
-    if (m.type() === "error") consoleErrors.push(`${page.url()}: ${m.text()}`);
+    if (m.type() === "error") consoleErrors.push(`${page.url()}: ${m.text()} at ${JSON.stringify(m.location())}`);
   });
   page.on("pageerror", (e) => consoleErrors.push(`${page.url()}: ${e.message}`));
 }

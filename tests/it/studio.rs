@@ -182,7 +182,7 @@ async fn a_refused_create_shows_the_reason_beside_its_field_and_stores_nothing()
         )
         .await;
     assert_eq!(status, 400);
-    let message = api["errors"][0]["message"].as_str().unwrap().to_string();
+    let message = api["errors"][0]["msg"].as_str().unwrap().to_string();
     let bad = [
         ("prompt", "a fox --ar 16:9 --bogus 3"),
         ("idempotency", idem.as_str()),
@@ -191,7 +191,12 @@ async fn a_refused_create_shows_the_reason_beside_its_field_and_stores_nothing()
         let page = create(&mut b, &csrf, &bad, &images).await;
         assert_eq!(page.status, 400, "{}", page.body);
         assert!(page.body.contains("id=\"c-prompt-error\""), "{}", page.body);
-        let escaped = message.replace('&', "&amp;").replace('"', "&#34;");
+        let escaped = message
+            .replace('&', "&amp;")
+            .replace('"', "&#34;")
+            .replace('\'', "&#39;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;");
         assert!(
             page.body.contains(&message) || page.body.contains(&escaped),
             "{message} in {}",
@@ -464,7 +469,7 @@ async fn the_region_editor_makes_an_inpaint_of_its_mask_and_refuses_an_empty_one
     let (_, small) = mask(size / 2, (0, 0, 8, 8));
     for (bad, says) in [
         (empty, "marks no pixel"),
-        (small, "must be the parent image's size"),
+        (small, "must be the parent image"),
         (String::new(), "paint the region"),
     ] {
         let page = b

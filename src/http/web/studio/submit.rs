@@ -117,7 +117,13 @@ pub(crate) async fn submit_as(
 fn replayed_message(body: &str) -> String {
     serde_json::from_str::<Value>(body)
         .ok()
-        .and_then(|v| v.get("error")?.get("message")?.as_str().map(str::to_string))
+        .and_then(|v| {
+            v.get("errors")?
+                .get(0)?
+                .get("msg")?
+                .as_str()
+                .map(str::to_string)
+        })
         .unwrap_or_else(|| "This form was already sent; look at your tasks.".into())
 }
 
