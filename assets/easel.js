@@ -14,6 +14,15 @@ document.addEventListener("click", function (e) {
     b.textContent = "Copied";
   });
 });
+// Create: the chosen model's limits as the hints of Steps and Guidance.
+document.addEventListener("change", function (e) {
+  if (!e.target || e.target.id !== "c-model") return;
+  var o = e.target.selectedOptions[0];
+  [["c-steps", "data-steps"], ["c-cfg", "data-cfg"]].forEach(function (f) {
+    var field = document.getElementById(f[0]);
+    if (field) field.placeholder = (o && o.getAttribute(f[1])) || "";
+  });
+});
 // Create: images dropped on the form or pasted into it join its file field (the form sends
 // them as it sends chosen files).
 (function () {

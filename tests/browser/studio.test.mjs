@@ -192,7 +192,13 @@ async function main() {
     const prompt = "a harbour at dawn";
     await page.getByLabel("Prompt", { exact: true }).fill(`${prompt} --ar 16:9`);
     const models = await page.getByLabel("Model", { exact: true }).locator("option").evaluateAll((os) => os.map((o) => o.value));
-    await page.getByLabel("Model", { exact: true }).selectOption(models.find((m) => m) || "");
+    const model = models.find((m) => m) || "";
+    await page.getByLabel("Model", { exact: true }).selectOption(model);
+    if (model) {
+      // The model's limits become the hints of its settings.
+      const limits = await page.getByLabel("Model", { exact: true }).locator(`option[value="${model}"]`).getAttribute("data-steps");
+      assert.equal(await page.getByLabel("Steps").getAttribute("placeholder"), limits);
+    }
     await page.getByRole("button", { name: "Generate" }).click();
     const row = page.locator("#feed li").first();
     await waitFor("the new task at the top of the feed", async () =>
