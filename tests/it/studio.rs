@@ -304,6 +304,18 @@ async fn a_finished_tasks_buttons_make_its_records_actions_for_the_session_accou
         !page.body.contains(">Vary (Region)<"),
         "a grid has no region to vary"
     );
+    // `Use as image prompt`: Create with the image starting the prompt.
+    let marker = "href=\"/?image_prompt=";
+    let at = page.body.find(marker).expect("Use as image prompt");
+    let href = &page.body[at + "href=\"".len()..];
+    let href = href[..href.find('"').unwrap()].replace("&amp;", "&");
+    let create = b.get(&href).await;
+    let image = record["original_image_url"].as_str().unwrap();
+    assert!(
+        create.body.contains(&format!(">{image} </textarea>")),
+        "{image} starts the prompt: {}",
+        create.body
+    );
     let before = credits(&app, &key).await.as_i64().unwrap();
 
     let (csrf, idem) = (page.csrf(), hidden(&page, "idempotency"));
