@@ -1,14 +1,67 @@
 // easel dashboard: the little script it needs besides htmx. Everything works without it but
-// the copy buttons and the playground's key being filled in.
+// the copy buttons, the playground's key being filled in, dropping or pasting images on Create,
+// and the region editor (its own script, assets/region.js).
 document.addEventListener("click", function (e) {
-  var b = e.target.closest("[data-copy]");
-  if (!b) return;
-  var el = document.getElementById(b.getAttribute("data-copy"));
-  if (!el || !navigator.clipboard) return;
-  navigator.clipboard.writeText(el.textContent.trim()).then(function () {
+  var b = e.target.closest("[data-copy], [data-copy-text]");
+  if (!b || !navigator.clipboard) return;
+  var text = b.getAttribute("data-copy-text");
+  if (text === null) {
+    var el = document.getElementById(b.getAttribute("data-copy"));
+    if (!el) return;
+    text = el.textContent.trim();
+  }
+  navigator.clipboard.writeText(text).then(function () {
     b.textContent = "Copied";
   });
 });
+// Create: the chosen model's limits as the hints of Steps and Guidance.
+document.addEventListener("change", function (e) {
+  if (!e.target || e.target.id !== "c-model") return;
+  var o = e.target.selectedOptions[0];
+  [["c-steps", "data-steps"], ["c-cfg", "data-cfg"]].forEach(function (f) {
+    var field = document.getElementById(f[0]);
+    if (field) field.placeholder = (o && o.getAttribute(f[1])) || "";
+  });
+});
+// Create: images dropped on the form or pasted into it join its file field (the form sends
+// them as it sends chosen files).
+(function () {
+  function add(form, files) {
+    var input = form.querySelector("input[type=file]");
+    var images = Array.prototype.filter.call(files || [], function (f) {
+      return /^image\//.test(f.type);
+    });
+    if (!input || !images.length || !window.DataTransfer) return false;
+    var all = new DataTransfer();
+    Array.prototype.forEach.call(input.files, function (f) { all.items.add(f); });
+    images.forEach(function (f) { all.items.add(f); });
+    input.files = all.files;
+    var note = form.querySelector("[data-drop-note]");
+    if (note) note.textContent = input.files.length + " image(s) added.";
+    return true;
+  }
+  document.addEventListener("dragover", function (e) {
+    var form = e.target.closest && e.target.closest("[data-drop]");
+    if (!form) return;
+    e.preventDefault();
+    form.classList.add("dropping");
+  });
+  document.addEventListener("dragleave", function (e) {
+    var form = e.target.closest && e.target.closest("[data-drop]");
+    if (form) form.classList.remove("dropping");
+  });
+  document.addEventListener("drop", function (e) {
+    var form = e.target.closest && e.target.closest("[data-drop]");
+    if (!form) return;
+    e.preventDefault();
+    form.classList.remove("dropping");
+    add(form, e.dataTransfer && e.dataTransfer.files);
+  });
+  document.addEventListener("paste", function (e) {
+    var form = e.target.closest && e.target.closest("[data-drop]");
+    if (form && add(form, e.clipboardData && e.clipboardData.files)) e.preventDefault();
+  });
+})();
 // A key just created is kept for this tab only (sessionStorage), for the playground's form.
 document.addEventListener("DOMContentLoaded", function () {
   var created = document.querySelector("[data-testid=new-key]");
@@ -141,9 +194,27 @@ document.addEventListener("DOMContentLoaded", function () {
       setStatus(row.querySelector("[data-status]"), data.status);
       var pct = row.querySelector("[data-percent]");
       if (pct) pct.textContent = data.status === "processing" ? data.percentage + "%" : "";
+      // Create's feed shows the drawing as it goes, then the result.
+      var box = row.querySelector("[data-thumb-box]");
+      var src = data.status === "finished" && (data.image_url || data.original_image_url)
+        ? "/tasks/" + data.task_id + "/image/0?w=96"
+        : data.preview_image_url;
+      if (box && src) {
+        var img = box.querySelector("img");
+        if (!img) {
+          img = document.createElement("img");
+          img.alt = "";
+          img.width = img.height = 96;
+          box.appendChild(img);
+        }
+        if (img.getAttribute("src") !== src) img.src = src;
+      }
       if (FINAL[data.status]) {
         row.removeAttribute("data-running");
-        if (!list.querySelector("[data-running]")) es.close();
+        if (!list.querySelector("[data-running]")) {
+          es.close();
+          list.easelStream = null;
+        }
       }
     }
     es.addEventListener("progress", function (e) {
@@ -163,9 +234,13 @@ document.addEventListener("DOMContentLoaded", function () {
   document.addEventListener("DOMContentLoaded", function () {
     scan(document);
   });
-  // The playground's answer arrives by htmx: follow the task it shows.
+  // The playground's answer arrives by htmx: follow the task it shows. A row Create put at
+  // the top of its feed (out of band) is followed by the feed's stream, opened if it was not.
   document.addEventListener("htmx:load", function (e) {
     scan(e.detail && e.detail.elt);
+  });
+  document.addEventListener("htmx:afterSettle", function () {
+    document.querySelectorAll("[data-live-list]").forEach(followList);
   });
   // A section htmx takes off the page (the playground submitted again) closes its stream.
   document.addEventListener("htmx:beforeCleanupElement", function (e) {

@@ -23,3 +23,4 @@ if [ ! -x "$target/debug/easel" ]; then
 fi
 (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
 CHROMIUM="$chromium" EASEL_BIN="$target/debug/easel" node tests/browser/dashboard.test.mjs
+CHROMIUM="$chromium" EASEL_BIN="$target/debug/easel" node tests/browser/studio.test.mjs

@@ -52,7 +52,7 @@ if [ -n "${EASEL_TEST_POSTGRES:-}" ]; then
   # binary or one machine's faults). A filter takes every test whose path contains it, and each
   # of these matches its own module alone (events:: also matches webhook_events::, listed too).
   EASEL_TEST_STORE=postgres cargo test --locked --test it "$@" -- \
-    api:: tasks:: webhooks:: reliability:: fuzz:: operations:: accounts:: dashboard:: \
+    api:: tasks:: webhooks:: reliability:: fuzz:: operations:: accounts:: dashboard:: studio:: \
     observability:: storage_faults:: cancel_and_wait:: retention:: idempotency:: prompt:: \
     models:: uploads:: follow_ups:: events:: live:: webhook_events:: fairness:: line_order:: \
     plans:: moderation:: moderation_services:: openai:: usage:: batch:: cli_client:: account_webhook::

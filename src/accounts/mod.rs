@@ -20,6 +20,7 @@ use crate::store::{now_ms, Store};
 
 pub mod grants;
 pub mod operators;
+pub mod studio;
 pub mod throttle;
 pub mod webhook;
 

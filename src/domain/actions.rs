@@ -104,6 +104,17 @@ impl Offer<'_> {
     }
 }
 
+impl Offer<'_> {
+    /// Whether `Vary (Region)` (an inpaint) may be made now: on an upscale's image, where a
+    /// backend can inpaint. It is no entry of [`Offer::actions`], having no body until the
+    /// caller draws its mask; the dashboard's region editor draws one.
+    pub fn region(&self) -> bool {
+        matches!(self.output, Output::Single { .. })
+            && self.kind.is_upscale()
+            && (self.can_run)(OpKind::Inpaint)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,5 +188,24 @@ mod tests {
         );
         let text = Output::Text { content: vec![] };
         assert!(labels(OpKind::Describe, &text, &all).is_empty());
+    }
+
+    #[test]
+    fn a_region_is_offered_on_upscales_only() {
+        let offer = |kind, output: &Output, can_run: &dyn Fn(OpKind) -> bool| {
+            Offer {
+                task_id: "t",
+                kind,
+                output,
+                can_run,
+                max_side: 2048,
+            }
+            .region()
+        };
+        let all = |_| true;
+        assert!(offer(OpKind::Upscale1x, &single(1024), &all));
+        assert!(!offer(OpKind::Imagine, &grid(1024), &all));
+        assert!(!offer(OpKind::Faceswap, &single(1024), &all));
+        assert!(!offer(OpKind::Upscale1x, &single(1024), &|k| k != OpKind::Inpaint));
     }
 }

@@ -25,6 +25,9 @@ pub const IMAGE_ROUTES: &[&str] = &[
     MASK_ROUTE,
     "/api/v1/upload",
     "/playground/upload",
+    // The studio's Create (image prompts) and region editor (a mask).
+    "/studio/create",
+    "/studio/region",
     // The OpenAI Images API's multipart forms.
     "/v1/images/edits",
     "/v1/images/variations",

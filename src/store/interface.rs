@@ -262,6 +262,14 @@ pub trait Accounts: Send + Sync {
         prefix: &str,
         key_hash: &[u8],
     ) -> StoreResult<String>;
+    /// Store a key's hash unless a key has it already (then nothing changes).
+    async fn ensure_api_key(
+        &self,
+        account_id: &str,
+        name: &str,
+        prefix: &str,
+        key_hash: &[u8],
+    ) -> StoreResult<()>;
     /// The owner of a live (not revoked) key with this hash, whose account is not disabled.
     async fn key_owner(&self, key_hash: &[u8]) -> StoreResult<Option<KeyOwner>>;
     async fn touch_api_key(&self, key_id: &str, at: i64) -> StoreResult<()>;

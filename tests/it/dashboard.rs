@@ -14,8 +14,8 @@ use crate::common::{self, TestApp};
 
 /// A client that keeps cookies and does not follow redirects, so each answer can be checked.
 pub(crate) struct Browser {
-    base: String,
-    http: reqwest::Client,
+    pub(crate) base: String,
+    pub(crate) http: reqwest::Client,
     cookies: HashMap<String, String>,
 }
 
@@ -26,7 +26,7 @@ pub(crate) struct Page {
 }
 
 impl Page {
-    fn location(&self) -> &str {
+    pub(crate) fn location(&self) -> &str {
         self.headers
             .get(LOCATION)
             .map(|v| v.to_str().unwrap())
@@ -34,7 +34,7 @@ impl Page {
     }
 
     /// The value of the first hidden `csrf` field.
-    fn csrf(&self) -> String {
+    pub(crate) fn csrf(&self) -> String {
         let at = self
             .body
             .find("name=\"csrf\" value=\"")
@@ -45,7 +45,7 @@ impl Page {
 }
 
 impl Browser {
-    fn new(app: &TestApp) -> Browser {
+    pub(crate) fn new(app: &TestApp) -> Browser {
         Browser::at(app, "127.0.0.1")
     }
 
@@ -88,7 +88,7 @@ impl Browser {
         }
     }
 
-    fn cookie_header(&self) -> String {
+    pub(crate) fn cookie_header(&self) -> String {
         self.cookies
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
@@ -96,7 +96,7 @@ impl Browser {
             .join("; ")
     }
 
-    async fn keep(&mut self, res: reqwest::Response) -> Page {
+    pub(crate) async fn keep(&mut self, res: reqwest::Response) -> Page {
         for c in res.headers().get_all(SET_COOKIE) {
             let c = c.to_str().unwrap();
             let (pair, _) = c.split_once(';').unwrap_or((c, ""));
@@ -126,12 +126,12 @@ impl Browser {
     }
 
     /// POST a form as the dashboard's own pages do (with their Origin).
-    async fn post(&mut self, path: &str, fields: &[(&str, &str)]) -> Page {
+    pub(crate) async fn post(&mut self, path: &str, fields: &[(&str, &str)]) -> Page {
         let origin = self.base.clone();
         self.post_from(path, fields, Some(&origin)).await
     }
 
-    async fn post_from(
+    pub(crate) async fn post_from(
         &mut self,
         path: &str,
         fields: &[(&str, &str)],
@@ -192,7 +192,7 @@ impl Browser {
     }
 
     /// Sign up with `PASSWORD` (and be signed in), then create a key: its secret.
-    async fn sign_up_with_key(&mut self, email: &str, key_name: &str) -> String {
+    pub(crate) async fn sign_up_with_key(&mut self, email: &str, key_name: &str) -> String {
         let page = self.sign_up(email, PASSWORD).await;
         assert_eq!(page.status, 303, "{}", page.body);
         self.create_key(key_name).await
@@ -213,7 +213,7 @@ impl Browser {
     }
 }
 
-const PASSWORD: &str = "correct horse battery staple";
+pub(crate) const PASSWORD: &str = "correct horse battery staple";
 
 #[tokio::test]
 async fn forms_without_the_right_token_or_from_another_site_are_refused() {

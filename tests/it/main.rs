@@ -51,6 +51,7 @@ mod reload;
 mod retention;
 mod storage_faults;
 mod store;
+mod studio;
 mod tasks;
 mod uploads;
 mod usage;

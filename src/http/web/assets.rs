@@ -62,6 +62,8 @@ pub struct Assets {
     pub css: Asset,
     pub js: Asset,
     pub htmx: Asset,
+    /// The region editor's script, which only its page loads.
+    pub region: Asset,
 }
 
 pub static ASSETS: LazyLock<Assets> = LazyLock::new(|| Assets {
@@ -86,6 +88,13 @@ pub static ASSETS: LazyLock<Assets> = LazyLock::new(|| Assets {
         Some(include_bytes!("../../../assets/htmx.min.js.gz")),
         "text/javascript; charset=utf-8",
     ),
+    region: Asset::new(
+        "region",
+        "js",
+        include_bytes!("../../../assets/region.js"),
+        None,
+        "text/javascript; charset=utf-8",
+    ),
 });
 
 /// `GET /assets/{file}`: an asset by its hashed name; 404 for any other name (an old hash
@@ -93,7 +102,7 @@ pub static ASSETS: LazyLock<Assets> = LazyLock::new(|| Assets {
 pub async fn serve(Path(file): Path<String>, headers: HeaderMap) -> Response {
     let wanted = format!("/assets/{file}");
     let assets = &*ASSETS;
-    let Some(asset) = [&assets.css, &assets.js, &assets.htmx]
+    let Some(asset) = [&assets.css, &assets.js, &assets.htmx, &assets.region]
         .into_iter()
         .find(|a| a.path == wanted)
     else {

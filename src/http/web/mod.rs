@@ -13,6 +13,7 @@ mod live;
 pub mod page;
 mod playground;
 pub mod session;
+mod studio;
 mod task_list;
 mod task_page;
 mod thumbnails;
@@ -40,19 +41,20 @@ pub fn routes() -> Router<AppState> {
         .merge(live::routes())
         .merge(keys::routes())
         .merge(playground::routes())
+        .merge(studio::routes())
         .merge(account::routes())
         .merge(admin::routes())
 }
 
-/// `GET /`: the account's tasks when signed in, the sign-in page otherwise.
+/// `GET /`: Create and the account's recent tasks when signed in, the sign-in page otherwise.
 async fn home(
     State(state): State<AppState>,
     user: Result<SignedIn, WebError>,
     jar: CookieJar,
-    query: axum::extract::Query<task_list::ListQuery>,
+    query: axum::extract::Query<studio::CreateQuery>,
 ) -> Result<Response, WebError> {
     match user {
-        Ok(user) => task_list::list_page(&state, user, query.0).await,
+        Ok(user) => studio::create_page(&state, user, query.0).await,
         Err(WebError::SignIn { .. }) => Ok(auth::sign_in_form(&state, jar, None, "", "/")),
         Err(e) => Err(e),
     }

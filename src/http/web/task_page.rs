@@ -11,6 +11,7 @@ use serde::Deserialize;
 use super::error_page::{render, WebError};
 use super::page::{when, Layout};
 use super::session::{task_id, Posted, SignedIn};
+use super::studio::ActionsView;
 use super::task_list::{prompt_or_type, TaskCard};
 use super::thumbnails::{preview_path, PREVIEW_WIDTH};
 use crate::domain::{Output, Retrying, TaskStatus};
@@ -47,6 +48,9 @@ pub struct Progress {
     pub preview: Option<String>,
     /// While it runs: the backend attempt that failed, when it waits to be tried again.
     pub retrying: Option<Retrying>,
+    /// Once it has finished with images: what may be made from it (pages that can post
+    /// forms add them, [`Progress::with_actions`]).
+    pub actions: Option<ActionsView>,
 }
 
 pub struct ImageView {
@@ -110,7 +114,16 @@ impl Progress {
                 .filter(|_| !is_final)
                 .and_then(preview_path),
             retrying: task.retrying.clone(),
+            actions: None,
         }
+    }
+
+    /// With the buttons of what may be made from the task, once it has finished.
+    pub fn with_actions(mut self, state: &AppState, task: &Task, csrf: &str) -> Progress {
+        if self.is_final {
+            self.actions = ActionsView::of(state, task, csrf);
+        }
+        self
     }
 
     /// As [`Progress::of`], with the task's place in line while it waits.
@@ -284,7 +297,9 @@ pub async fn page(
         prompt: prompt_or_type(&task),
         facts,
         parameters,
-        progress: Progress::load(&state, &task).await,
+        progress: Progress::load(&state, &task)
+            .await
+            .with_actions(&state, &task, &user.csrf),
         parent: task.parent_id.clone(),
         children: children.iter().map(TaskCard::of).collect(),
         timeline,
@@ -305,7 +320,8 @@ pub async fn progress(
     Path(raw): Path<String>,
 ) -> Result<Response, WebError> {
     let task = user.own_task(&state, &raw).await?;
-    render(&Progress::load(&state, &task).await)
+    let progress = Progress::load(&state, &task).await;
+    render(&progress.with_actions(&state, &task, &user.csrf))
 }
 
 /// `POST /tasks/{task_id}/redeliver`: what `POST /api/v1/tasks/{id}/redeliver` does, for the

@@ -28,6 +28,8 @@ pub const THUMB_WIDTH: u32 = 96;
 const THUMB_QUALITY: u8 = 70;
 pub const PREVIEW_WIDTH: u32 = 320;
 const PREVIEW_QUALITY: u8 = 80;
+/// The width the region editor shows an image at (its mask is made at the image's own size).
+pub const EDITOR_WIDTH: u32 = 768;
 /// Scaled images kept in memory; past this the cache starts again empty.
 const SCALED_CACHE_MAX: usize = 512;
 
@@ -49,7 +51,7 @@ pub async fn thumbnail(
     Path((raw, n)): Path<(String, usize)>,
     Query(q): Query<ImageQuery>,
 ) -> Result<Response, WebError> {
-    if ![THUMB_WIDTH, PREVIEW_WIDTH].contains(&q.w) {
+    if ![THUMB_WIDTH, PREVIEW_WIDTH, EDITOR_WIDTH].contains(&q.w) {
         return Err(WebError::NotFound);
     }
     let task = user.own_task(&state, &raw).await?;

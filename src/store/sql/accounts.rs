@@ -81,6 +81,12 @@ const INSERT_KEY: Sql = sql!(
     "INSERT INTO api_keys (id, account_id, name, prefix, key_hash, created_at)
      VALUES ($1, $2, $3, $4, $5, $6)"
 );
+/// The dashboard's own key of an account ([`crate::accounts::studio`]): made once, kept as it is
+/// after (a revoked one stays revoked).
+const ENSURE_KEY: Sql = sql!(
+    "INSERT INTO api_keys (id, account_id, name, prefix, key_hash, created_at)
+     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING"
+);
 const KEY_OWNER: Sql = sql!(
     "SELECT k.id AS key_id, k.last_used_at, ",
     ACCOUNT,
@@ -95,9 +101,11 @@ const ALL_KEYS: Sql = sql!(
      ORDER BY k.created_at, k.",
     MADE
 );
+/// The dashboard's own key (prefix `studio`, which no generated key has) is not the account's to
+/// list or revoke.
 const ACCOUNT_KEYS: Sql = sql!(
     "SELECT k.id, k.name, k.prefix, k.created_at, k.last_used_at, k.revoked_at FROM api_keys k
-     WHERE k.account_id = $1 ORDER BY k.created_at DESC, k.",
+     WHERE k.account_id = $1 AND k.prefix <> 'studio' ORDER BY k.created_at DESC, k.",
     MADE,
     " DESC"
 );
@@ -278,6 +286,26 @@ impl<S: SqlStore> Accounts for S {
         ];
         self.execute(Durability::Synced, &INSERT_KEY, &args).await?;
         Ok(id)
+    }
+
+    async fn ensure_api_key(
+        &self,
+        account_id: &str,
+        name: &str,
+        prefix: &str,
+        key_hash: &[u8],
+    ) -> StoreResult<()> {
+        let id = Uuid::new_v4().to_string();
+        let args = [
+            id.as_str().into(),
+            account_id.into(),
+            name.into(),
+            prefix.into(),
+            key_hash.into(),
+            now_ms().into(),
+        ];
+        self.execute(Durability::Synced, &ENSURE_KEY, &args).await?;
+        Ok(())
     }
 
     async fn key_owner(&self, key_hash: &[u8]) -> StoreResult<Option<KeyOwner>> {
