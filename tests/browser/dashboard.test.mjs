@@ -340,9 +340,17 @@ async function main() {
 
     // The account page: the signing secret on request.
     await page.getByRole("link", { name: "Account" }).click();
-    await page.getByRole("heading", { name: "Account" }).waitFor();
+    await page.getByRole("heading", { name: "Account", exact: true }).waitFor();
     await page.getByRole("button", { name: "Reveal secret" }).click();
     assert.match(await page.locator("#signing-secret").textContent(), /^whsec_/);
+    // The account webhook, set from its form (the API's checks; destinations are relaxed here).
+    await page.getByLabel("Webhook URL").fill("http://127.0.0.1:9/hook");
+    await page.getByLabel("credits.low").check();
+    await page.getByRole("button", { name: "Save webhook" }).click();
+    await page.getByText("Webhook saved.").waitFor();
+    assert.equal(await page.getByLabel("Webhook URL").inputValue(), "http://127.0.0.1:9/hook");
+    assert.ok(await page.getByLabel("credits.low").isChecked());
+    assert.ok(!(await page.getByLabel("task.finished").isChecked()));
     await check(page, "account", "desktop");
 
     // Phone width: the same pages, signed in in a second browser.
