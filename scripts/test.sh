@@ -55,7 +55,7 @@ if [ -n "${EASEL_TEST_POSTGRES:-}" ]; then
     api:: tasks:: webhooks:: reliability:: fuzz:: operations:: accounts:: dashboard:: \
     observability:: storage_faults:: cancel_and_wait:: retention:: idempotency:: prompt:: \
     models:: uploads:: follow_ups:: events:: live:: webhook_events:: fairness:: line_order:: \
-    plans:: moderation:: moderation_services:: openai:: usage:: batch:: cli_client::
+    plans:: moderation:: moderation_services:: openai:: usage:: batch:: cli_client:: search::
 fi
 
 SCHEMATHESIS_MAX_TIME="${SCHEMATHESIS_MAX_TIME:-90}" bash scripts/schemathesis.sh
