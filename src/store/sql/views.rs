@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 use uuid::Uuid;
 
+use super::search::{search_rows, MODEL};
 use super::{sql, Sql, SqlStore};
 use crate::store::rows::TASK_JOINS;
 use crate::store::rows::{by_destination, into_tasks, FailedAttempt, TASK_COLUMNS};
@@ -24,56 +25,8 @@ const PAGE: Sql = sql!(
 );
 const PAGE_ORDER: Sql = sql!(" ORDER BY t.seq DESC LIMIT $3");
 
-/// The model in a task's settings (`Extras`' JSON, kept as text by both stores).
-const MODEL: Sql = Sql::each(
-    "json_extract(t.extras, '$.settings.model')",
-    "(t.extras::jsonb #>> '{settings,model}')",
-);
 /// A listing's model filter, its value bound after the page's three.
 const BY_MODEL: Sql = sql!(" AND ", MODEL, " = $4");
-/// The same after a search's words ($4).
-const SEARCH_BY_MODEL: Sql = sql!(" AND ", MODEL, " = $5");
-
-/// A page of a search: the tasks whose prompt holds every word ($4), newest first. SQLite reads
-/// the full-text index's entries of the words and the account's `owner` token together, in
-/// `seq` order from the cursor down (the index gives its rowids in that order, so no sort),
-/// and stops at the page's end; `tasks` is read by `seq` only for those entries. PostgreSQL
-/// chooses per query between walking `tasks_by_account` down and testing each task's words
-/// (common words) and reading the GIN index for the words' tasks then sorting them (rare ones).
-const SEARCH: Sql = sql!(
-    "SELECT ",
-    TASK_COLUMNS,
-    SEARCH_FROM,
-    TASK_JOINS,
-    SEARCH_WHERE
-);
-const SEARCH_FROM: Sql = Sql::each(
-    " FROM tasks_search s CROSS JOIN tasks t ON t.seq = s.rowid",
-    " FROM tasks t",
-);
-const SEARCH_WHERE: Sql = Sql::each(
-    " WHERE tasks_search MATCH $4 AND s.rowid < $2 AND t.account_id = $1",
-    " WHERE t.account_id = $1 AND t.seq < $2 AND t.search @@ plainto_tsquery('simple', $4)",
-);
-const SEARCH_ORDER: Sql = sql!(SEARCH_ORDER_BY, " LIMIT $3");
-const SEARCH_ORDER_BY: Sql = Sql::each(" ORDER BY s.rowid DESC", " ORDER BY t.seq DESC");
-
-/// What a search's $4 is on each store: an FTS5 query that ANDs the account's `owner` token and
-/// each word, each quoted, in the `prompt` column alone (SQLite); the words, which
-/// `plainto_tsquery` ANDs (PostgreSQL). The words hold letters and digits alone
-/// ([`TaskFilter::words_of`]); quotes are doubled all the same.
-fn search_terms(sqlite: bool, account_id: &str, words: &[String]) -> String {
-    if !sqlite {
-        return words.join(" ");
-    }
-    let quoted = |text: &str| format!("\"{}\"", text.replace('"', "\"\""));
-    let mut terms = format!("owner:{}", quoted(&account_id.replace('-', "")));
-    for word in words {
-        terms.push_str(" prompt:");
-        terms.push_str(&quoted(word));
-    }
-    terms
-}
 
 /// Tasks changed since submit are found by `tasks_events`, the others by their `seq`
 /// (`tasks_by_account`): a submit writes no entry of the first.
@@ -199,16 +152,7 @@ impl<S: SqlStore> Views for S {
             sql.push_str(PAGE_ORDER.on(sqlite));
             db.all(sql.as_str(), &args).await?
         } else {
-            let terms = search_terms(sqlite, account_id, &filter.words);
-            args.push(terms.as_str().into());
-            let mut sql = String::from(SEARCH.on(sqlite));
-            sql.push_str(&filter.conditions());
-            if let Some(model) = &filter.model {
-                sql.push_str(SEARCH_BY_MODEL.on(sqlite));
-                args.push(model.as_str().into());
-            }
-            sql.push_str(SEARCH_ORDER.on(sqlite));
-            db.all_planned_each_time(sql.as_str(), &args).await?
+            search_rows(self, account_id, filter, before, i64::from(limit) + 1).await?
         };
         let mut tasks = into_tasks(rows, self.ids())?;
         Ok(Some(TaskPage::cut(&mut tasks, limit)))
