@@ -21,8 +21,9 @@ use crate::store::rows::{TaskRow, TASK_COLUMNS, TASK_JOINS};
 use crate::store::{StoreResult, TaskFilter};
 
 /// The account's newest tasks that PostgreSQL tests one by one before it reads the GIN index:
-/// about 3 ms of reading when the words are rarer than a page in it.
-pub(crate) const WINDOW: i64 = 2000;
+/// a few ms of reading, which finds a page of any words in more than about one task in 250
+/// without the index (docs/benchmarks.md, "Search").
+pub(crate) const WINDOW: i64 = 5000;
 
 /// The model in a task's settings (`Extras`' JSON, kept as text by both stores).
 pub(crate) const MODEL: Sql = Sql::each(
@@ -57,11 +58,16 @@ const MATCHES: Sql = sql!(
            AND t.seq < $2 AND t.account_id = $1"
 );
 const MATCHES_MODEL: Sql = sql!(" AND ", MODEL, " = $6");
+/// The page's rows, taken from the matches once they are sorted and cut, so that `tasks` is read
+/// by `seq` for those alone (left to itself the planner merged the matches with a walk down
+/// the primary key).
 const MATCHES_ROWS: Sql = sql!(
     ") SELECT ",
     TASK_COLUMNS,
-    " FROM m JOIN tasks t ON t.seq = m.seq",
-    TASK_JOINS
+    " FROM (SELECT seq FROM m ORDER BY seq DESC LIMIT $3) top
+     JOIN tasks t ON t.seq = top.seq",
+    TASK_JOINS,
+    " ORDER BY t.seq DESC"
 );
 const NEWEST: Sql = sql!(" ORDER BY t.seq DESC LIMIT $3");
 
@@ -136,7 +142,6 @@ pub(crate) async fn search_rows<S: SqlStore>(
         sql.push_str(MATCHES_MODEL.postgres);
     }
     sql.push_str(MATCHES_ROWS.postgres);
-    sql.push_str(NEWEST.postgres);
     db.all_planned_each_time(sql.as_str(), &args).await
 }
 
