@@ -41,12 +41,15 @@ const FTS: Sql = sql!(
 const FTS_MODEL: Sql = sql!(" AND ", MODEL, " = $5");
 const FTS_ORDER: Sql = sql!(" ORDER BY s.rowid DESC LIMIT $3");
 
+/// Each task of the window read by its `seq` (a lateral subquery the planner may not flatten,
+/// `OFFSET 0`): as a plain join, with a status or type filter written in, the planner read every
+/// task of the filter's index to hash-join them with the window.
 const RECENT: Sql = sql!(
     "SELECT ",
     TASK_COLUMNS,
     " FROM (SELECT seq FROM tasks WHERE account_id = $1 AND seq < $2
             ORDER BY seq DESC LIMIT $5) w
-     JOIN tasks t ON t.seq = w.seq",
+     CROSS JOIN LATERAL (SELECT * FROM tasks WHERE seq = w.seq OFFSET 0) t",
     TASK_JOINS,
     " WHERE t.search @@ plainto_tsquery('simple', $4)"
 );
