@@ -72,7 +72,9 @@ const MATCHES_ROWS: Sql = sql!(
     TASK_JOINS,
     " ORDER BY t.seq DESC"
 );
-const NEWEST: Sql = sql!(" ORDER BY t.seq DESC LIMIT $3");
+/// In the window's own order, so that the read stops once the page is full (ordered by `t.seq`
+/// the planner did not see it was the same order, and read and sorted the whole window).
+const NEWEST: Sql = sql!(" ORDER BY w.seq DESC LIMIT $3");
 
 /// A text quoted for FTS5's query syntax and PostgreSQL's `tsquery` input alike.
 fn quoted(text: &str, quote: char) -> String {
