@@ -55,7 +55,8 @@ if [ -n "${EASEL_TEST_POSTGRES:-}" ]; then
     api:: tasks:: webhooks:: reliability:: fuzz:: operations:: accounts:: dashboard:: studio:: \
     observability:: storage_faults:: cancel_and_wait:: retention:: idempotency:: prompt:: \
     models:: uploads:: follow_ups:: events:: live:: webhook_events:: fairness:: line_order:: \
-    plans:: moderation:: moderation_services:: openai:: usage:: batch:: cli_client:: account_webhook::
+    plans:: moderation:: moderation_services:: openai:: usage:: batch:: cli_client:: account_webhook:: \
+    search::
 fi
 
 SCHEMATHESIS_MAX_TIME="${SCHEMATHESIS_MAX_TIME:-90}" bash scripts/schemathesis.sh

@@ -381,6 +381,7 @@ async fn fill(db: &Db, data: &Path) -> anyhow::Result<(String, String, Vec<Optio
         let filter = easel::store::TaskFilter {
             status: case.status.map(|s| s.parse().expect("a status")),
             task_type: case.task_type.map(|t| t.parse().expect("a task type")),
+            ..Default::default()
         };
         // Walk there a hundred at a time, through the store's own listing.
         let mut cursor: Option<uuid::Uuid> = None;

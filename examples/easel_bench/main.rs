@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! bench/run [--quick] [--only submit,e2e,webhooks,retry,scale,postgres,operations,backends,listing,
-//!     wait,idempotency,moderation,plans,openai,decode,events,claims]
+//!     search,wait,idempotency,moderation,plans,openai,decode,events,claims]
 //! ```
 //!
 //! It needs the release `easel` binary (`--easel`) and `wrk` on the PATH; bench/run provides both.
@@ -27,6 +27,7 @@ mod postgres;
 mod proc;
 mod report;
 mod scale;
+mod search;
 mod store_alone;
 mod submit;
 mod subscribers;
@@ -56,6 +57,7 @@ const BENCHMARKS: &[&str] = &[
     "operations",
     "backends",
     "listing",
+    "search",
     "wait",
     "idempotency",
     "moderation",
@@ -79,8 +81,8 @@ struct Args {
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/wrk"))]
     lua: PathBuf,
     /// Benchmarks to run, comma-separated (default: all): submit, e2e, webhooks, retry, scale,
-    /// postgres, operations, backends, listing, wait, idempotency, moderation, plans, openai,
-    /// decode, events, claims.
+    /// postgres, operations, backends, listing, search, wait, idempotency, moderation, plans,
+    /// openai, decode, events, claims.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Smaller counts and shorter runs (a couple of minutes); figures are rougher.
@@ -359,6 +361,11 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 // On PostgreSQL too when its server answers; SQLite alone otherwise.
                 let pg = postgres::check_reachable(&args.postgres_url).await.is_ok();
                 listing::run(&ctx, pg.then_some(args.postgres_url.as_str())).await
+            }
+            "search" => {
+                // On PostgreSQL too when its server answers; SQLite alone otherwise.
+                let pg = postgres::check_reachable(&args.postgres_url).await.is_ok();
+                search::run(&ctx, pg.then_some(args.postgres_url.as_str())).await
             }
             "wait" => wait::run(&ctx).await,
             "events" => {

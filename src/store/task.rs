@@ -10,7 +10,8 @@ use crate::domain::output::OutputColumns;
 use crate::domain::wire::TaskUsage;
 pub use crate::domain::Outcome;
 use crate::domain::{
-    AspectRatio, Extras, OpKind, Operation, Output, PayloadHead, ProcessMode, Retrying, TaskStatus,
+    AspectRatio, Extras, OpKind, Operation, Output, PayloadHead, ProcessMode, Retrying, Shape,
+    TaskStatus,
 };
 
 /// A task as submitted and validated. Its account is the submitting key's; its id is given
@@ -203,10 +204,31 @@ pub struct WebhookState {
 pub struct TaskFilter {
     pub status: Option<TaskStatus>,
     pub task_type: Option<OpKind>,
+    /// Only the tasks on this model (their settings' `model`).
+    pub model: Option<String>,
+    /// Only the tasks whose prompt holds every one of these words, each made of letters and
+    /// digits alone ([`TaskFilter::words_of`]); none: no search.
+    pub words: Vec<String>,
+    /// Only the operations that make images (the gallery leaves out describe, shorten, seed).
+    pub images_only: bool,
 }
 
 impl TaskFilter {
-    /// The filter as conditions on `t`, to follow a `WHERE`. Its values are written in rather
+    /// The words of a search query: its runs of letters and digits, each once, in order. Every
+    /// other character separates words (as both stores' tokenizers treat it), so a word never
+    /// holds a character either store's query syntax reads.
+    pub fn words_of(query: &str) -> Vec<String> {
+        let mut words: Vec<String> = Vec::new();
+        for word in query.split(|c: char| !c.is_alphanumeric()) {
+            let word = word.to_lowercase();
+            if !word.is_empty() && !words.contains(&word) {
+                words.push(word);
+            }
+        }
+        words
+    }
+
+    /// The filter's status and type as conditions on `t`, to follow a `WHERE`. Its values are written in rather
     /// than bound: the indexes that serve a status or a type are partial (a submit writes no
     /// entry in them), and a plan may use a partial index only when the query's own text implies
     /// its condition. SQLite's planner proves that only from the condition's very words, so a
@@ -222,6 +244,14 @@ impl TaskFilter {
             if kind != OpKind::Imagine {
                 sql.push_str(" AND t.task_type <> 'imagine'");
             }
+        }
+        if self.images_only {
+            let text: Vec<String> = OpKind::ALL
+                .iter()
+                .filter(|k| !matches!(k.shape(), Shape::Grid | Shape::Single))
+                .map(|k| format!("'{}'", k.as_str()))
+                .collect();
+            sql.push_str(&format!(" AND t.task_type NOT IN ({})", text.join(", ")));
         }
         sql
     }
@@ -528,7 +558,14 @@ mod tests {
         for kind in OpKind::ALL {
             assert!(plain(kind.as_str()), "{kind:?}");
         }
-        let filter = |status, task_type| TaskFilter { status, task_type }.conditions();
+        let filter = |status, task_type| {
+            TaskFilter {
+                status,
+                task_type,
+                ..TaskFilter::default()
+            }
+            .conditions()
+        };
         assert_eq!(filter(None, None), "");
         assert_eq!(
             filter(Some(TaskStatus::Failed), Some(OpKind::Imagine)),
@@ -538,6 +575,23 @@ mod tests {
             filter(None, Some(OpKind::Upscale1x)),
             " AND t.task_type = 'upscale-1x' AND t.task_type <> 'imagine'"
         );
+        let images = TaskFilter {
+            images_only: true,
+            ..TaskFilter::default()
+        };
+        assert_eq!(
+            images.conditions(),
+            " AND t.task_type NOT IN ('describe', 'shorten', 'seed')"
+        );
+    }
+
+    #[test]
+    fn a_search_is_its_runs_of_letters_and_digits_lowercased_each_once() {
+        assert_eq!(
+            TaskFilter::words_of("  Red sea, red SKY -- \"x\" OR* v2 Ünïcode"),
+            ["red", "sea", "sky", "x", "or", "v2", "ünïcode"]
+        );
+        assert!(TaskFilter::words_of(" --:: \"* ").is_empty());
     }
 
     #[test]

@@ -457,6 +457,7 @@ impl EventStream {
             let filter = crate::store::TaskFilter {
                 status: Some(status),
                 task_type: self.filter.task_type,
+                ..crate::store::TaskFilter::default()
             };
             let page = self
                 .tasks

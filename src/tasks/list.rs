@@ -1,4 +1,5 @@
-//! The query of a task listing (`GET /api/v1/tasks`): `limit`, `cursor`, `status` and `type`.
+//! The query of a task listing (`GET /api/v1/tasks`): `limit`, `cursor`, `status`, `type`,
+//! `model` and the search `q`.
 
 use uuid::Uuid;
 
@@ -8,6 +9,11 @@ use crate::store::{TaskFilter, LIST_LIMIT_MAX};
 
 /// Tasks on a page of `GET /api/v1/tasks` when `limit` is not given.
 pub const LIST_LIMIT_DEFAULT: u32 = 20;
+/// Most characters of a search (`q`): room for any sentence a person searches by, and a bound
+/// on the words one query makes either store intersect.
+pub const SEARCH_MAX_CHARS: usize = 200;
+/// Most characters of a `model` filter (models' names are short; see `[[models]]`).
+pub const MODEL_MAX_CHARS: usize = 100;
 
 /// The value of filter `field`, one of `T`'s names; a refusal lists them.
 fn named<T: Named>(field: &str, value: &str) -> Result<T, ApiError> {
@@ -41,6 +47,13 @@ pub struct ListParams {
     /// Only tasks of this operation.
     #[param(rename = "type", value_type = Option<OpKind>)]
     pub kind: Option<String>,
+    /// Only tasks on this model (the record's `settings.model`).
+    #[param(max_length = 100)]
+    pub model: Option<String>,
+    /// Only tasks whose prompt holds every word of this text (case-insensitive; words are runs
+    /// of letters and digits, whole words only), at most 200 characters.
+    #[param(max_length = 200)]
+    pub q: Option<String>,
 }
 
 impl ListQuery {
@@ -53,7 +66,10 @@ impl ListQuery {
         };
         let mut seen: Vec<String> = Vec::new();
         for (name, value) in url::form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
-            if !matches!(name.as_ref(), "limit" | "cursor" | "status" | "type") {
+            if !matches!(
+                name.as_ref(),
+                "limit" | "cursor" | "status" | "type" | "model" | "q"
+            ) {
                 continue;
             }
             if seen.iter().any(|s| *s == name) {
@@ -85,11 +101,39 @@ impl ListQuery {
                     query.cursor = Some(Uuid::parse_str(&value).map_err(|_| invalid_cursor())?);
                 }
                 "status" => query.filter.status = Some(named(&name, &value)?),
-                _ => query.filter.task_type = Some(named(&name, &value)?),
+                "type" => query.filter.task_type = Some(named(&name, &value)?),
+                "model" => query.filter.model = Some(model(&value)?),
+                _ => query.filter.words = search(&value)?,
             }
         }
         Ok(query)
     }
+}
+
+/// A `model` filter: any name within the bound (a model no longer configured still names its
+/// tasks, so an unknown one lists none rather than being refused).
+fn model(value: &str) -> Result<String, ApiError> {
+    if value.chars().count() > MODEL_MAX_CHARS {
+        let rule = format!("must be at most {MODEL_MAX_CHARS} characters");
+        return Err(ApiError::field("model", "invalid_value", rule));
+    }
+    Ok(value.to_string())
+}
+
+/// The words of a search `q`: at most [`SEARCH_MAX_CHARS`] characters, of which some must be
+/// letters or digits (a query of only punctuation would match every task, which is no search).
+/// Blank is no search.
+pub fn search(value: &str) -> Result<Vec<String>, ApiError> {
+    if value.chars().count() > SEARCH_MAX_CHARS {
+        let rule = format!("must be at most {SEARCH_MAX_CHARS} characters");
+        return Err(ApiError::field("q", "invalid_value", rule));
+    }
+    let words = TaskFilter::words_of(value);
+    if words.is_empty() && !value.trim().is_empty() {
+        let rule = "must hold a word (letters or digits)";
+        return Err(ApiError::field("q", "invalid_value", rule));
+    }
+    Ok(words)
 }
 
 pub fn invalid_cursor() -> ApiError {

@@ -338,6 +338,27 @@ async function main() {
     );
     await check(page, "playground-result", "desktop");
 
+    // The gallery: find the first task by words of its prompt, in any order, and open it.
+    await page.getByRole("link", { name: "Gallery" }).click();
+    await page.getByRole("heading", { name: "Gallery" }).waitFor();
+    await check(page, "gallery", "desktop");
+    await page.getByRole("searchbox", { name: "Search prompts" }).fill("Watercolor lighthouse");
+    await page.getByRole("button", { name: "Search" }).click();
+    await page.waitForURL(/\/gallery\?q=Watercolor(\+|%20)lighthouse/);
+    const found = page.getByRole("link", { name: prompt });
+    await found.waitFor();
+    assert.equal(await page.getByRole("link", { name: "a red fox in the snow" }).count(), 0);
+    await waitFor("the gallery's image", () =>
+      found.locator("img").evaluate((i) => i.complete && i.naturalWidth > 0),
+    );
+    await page.getByLabel("Status").selectOption("failed");
+    await page.getByRole("button", { name: "Search" }).click();
+    await page.getByText("No image's prompt holds every one of those words.").waitFor();
+    await page.getByLabel("Status").selectOption("");
+    await page.getByRole("button", { name: "Search" }).click();
+    await found.click();
+    await page.waitForURL(new RegExp(`/tasks/${taskId}$`));
+
     // The account page: the signing secret on request.
     await page.getByRole("link", { name: "Account" }).click();
     await page.getByRole("heading", { name: "Account", exact: true }).waitFor();
@@ -422,6 +443,7 @@ async function main() {
     for (const [name, path, state] of [
       ["sign-in", "/signin", undefined],
       ["tasks", "/tasks", session],
+      ["gallery", "/gallery", session],
       ["task", `/tasks/${taskId}`, session],
       ["keys", "/keys", session],
       ["playground", "/playground", session],

@@ -49,6 +49,7 @@ mod prompt;
 mod reliability;
 mod reload;
 mod retention;
+mod search;
 mod storage_faults;
 mod store;
 mod studio;

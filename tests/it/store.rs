@@ -869,6 +869,7 @@ async fn listing_plan(conn: &mut sqlx::SqliteConnection, task_type: OpKind) -> S
     let filter = easel::store::TaskFilter {
         status: None,
         task_type: Some(task_type),
+        ..Default::default()
     };
     let sql = format!(
         "EXPLAIN QUERY PLAN SELECT t.* FROM tasks t WHERE t.account_id = 'a' AND t.seq < 9{} \
@@ -1353,6 +1354,7 @@ async fn tasks_are_listed_newest_first_by_cursor_with_filters_children_and_usage
     let waiting_shorten = TaskFilter {
         status: Some(TaskStatus::Pending),
         task_type: Some(OpKind::Shorten),
+        ..Default::default()
     };
     assert_eq!(count(waiting_shorten).await, 3);
     // A canceled task is found by its status, alone or with its type.
@@ -1365,6 +1367,7 @@ async fn tasks_are_listed_newest_first_by_cursor_with_filters_children_and_usage
     let canceled_imagine = TaskFilter {
         status: Some(TaskStatus::Canceled),
         task_type: Some(OpKind::Imagine),
+        ..Default::default()
     };
     let canceled_any = TaskFilter {
         status: Some(TaskStatus::Canceled),

@@ -68,7 +68,9 @@ pub struct FetchManyRequest {
 ///
 /// Keyset-paged: pass the previous page's `next_cursor` as `cursor` for the next (older) page;
 /// `next_cursor` is null on the last page. Tasks of other accounts are never listed; a cursor
-/// that is not one of the account's tasks is 400.
+/// that is not one of the account's tasks is 400. `q` searches the prompts: only the tasks whose
+/// prompt holds every word of it (a full-text index in each store), still newest first; it
+/// combines with `status`, `type` and `model`.
 #[utoipa::path(
     get, path = "/api/v1/tasks", operation_id = "listTasks", params(ListParams),
     responses(

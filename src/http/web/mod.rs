@@ -8,6 +8,7 @@ mod admin;
 pub mod assets;
 pub mod auth;
 pub mod error_page;
+mod gallery;
 mod keys;
 mod live;
 pub mod page;
@@ -36,6 +37,7 @@ pub fn routes() -> Router<AppState> {
         .merge(assets::routes())
         .merge(auth::routes())
         .merge(task_list::routes())
+        .merge(gallery::routes())
         .merge(task_page::routes())
         .merge(thumbnails::routes())
         .merge(live::routes())

@@ -9,7 +9,8 @@ use super::assets;
 /// signed-in account and its sign-out form.
 pub struct Layout {
     pub title: String,
-    /// Which navigation entry is this page: `tasks`, `keys`, `playground`, `account`, `admin`.
+    /// Which navigation entry is this page: `tasks`, `gallery`, `keys`, `playground`, `account`,
+    /// `admin`.
     pub current: &'static str,
     pub user: Option<NavUser>,
     pub css: &'static str,

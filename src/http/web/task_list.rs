@@ -137,7 +137,11 @@ pub async fn list_page(
         "" => None,
         c => Some(c.parse::<Uuid>().map_err(|_| WebError::NotFound)?),
     };
-    let filter = TaskFilter { status, task_type };
+    let filter = TaskFilter {
+        status,
+        task_type,
+        ..TaskFilter::default()
+    };
     let status = status.map(TaskStatus::as_str);
     let task_type = task_type.map(OpKind::as_str);
     let page = state

@@ -20,6 +20,7 @@ mod moderation;
 mod operators;
 pub(crate) mod queue_outbox;
 mod reader;
+mod search;
 mod text;
 mod upkeep;
 pub(crate) mod usage;

@@ -203,6 +203,31 @@ impl Reader<'_> {
         })
     }
 
+    /// Every row `sql` selects, planned for these values each time: on PostgreSQL an unnamed
+    /// statement, so that a plan made for one search's words (a walk down the account's tasks
+    /// for common ones, the GIN index for rare ones) is never reused as a generic plan for
+    /// another's.
+    pub(crate) async fn all_planned_each_time<T: SharedRow>(
+        self,
+        sql: &(impl Statement + ?Sized),
+        args: &[Arg<'_>],
+    ) -> StoreResult<Vec<T>> {
+        let text = sql.text(self.is_sqlite());
+        Ok(match self {
+            Reader::Sqlite(pool) => {
+                let args = arguments::<Sqlite>(args)?;
+                sqlx::query_as_with(text, args).fetch_all(pool).await?
+            }
+            Reader::Postgres(pool) => {
+                let args = arguments::<Postgres>(args)?;
+                sqlx::query_as_with(text, args)
+                    .persistent(false)
+                    .fetch_all(pool)
+                    .await?
+            }
+        })
+    }
+
     /// The row `sql` selects, if any (a statement that selects at most one).
     pub(crate) async fn optional<T: SharedRow>(
         self,

@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 use uuid::Uuid;
 
+use super::search::{search_rows, MODEL};
 use super::{sql, Sql, SqlStore};
 use crate::store::rows::TASK_JOINS;
 use crate::store::rows::{by_destination, into_tasks, FailedAttempt, TASK_COLUMNS};
@@ -23,6 +24,9 @@ const PAGE: Sql = sql!(
     " WHERE t.account_id = $1 AND t.seq < $2"
 );
 const PAGE_ORDER: Sql = sql!(" ORDER BY t.seq DESC LIMIT $3");
+
+/// A listing's model filter, its value bound after the page's three.
+const BY_MODEL: Sql = sql!(" AND ", MODEL, " = $4");
 
 /// Tasks changed since submit are found by `tasks_events`, the others by their `seq`
 /// (`tasks_by_account`): a submit writes no entry of the first.
@@ -132,15 +136,25 @@ impl<S: SqlStore> Views for S {
         };
         let limit = limit.clamp(1, LIST_LIMIT_MAX);
         let db = self.reader();
-        let mut sql = String::from(PAGE.on(db.is_sqlite()));
-        sql.push_str(&filter.conditions());
-        sql.push_str(PAGE_ORDER.on(db.is_sqlite()));
-        let args = [
+        let sqlite = db.is_sqlite();
+        let mut args = vec![
             account_id.into(),
             before.into(),
             (i64::from(limit) + 1).into(),
         ];
-        let mut tasks = into_tasks(db.all(sql.as_str(), &args).await?, self.ids())?;
+        let rows = if filter.words.is_empty() {
+            let mut sql = String::from(PAGE.on(sqlite));
+            sql.push_str(&filter.conditions());
+            if let Some(model) = &filter.model {
+                sql.push_str(BY_MODEL.on(sqlite));
+                args.push(model.as_str().into());
+            }
+            sql.push_str(PAGE_ORDER.on(sqlite));
+            db.all(sql.as_str(), &args).await?
+        } else {
+            search_rows(self, account_id, filter, before, i64::from(limit) + 1).await?
+        };
+        let mut tasks = into_tasks(rows, self.ids())?;
         Ok(Some(TaskPage::cut(&mut tasks, limit)))
     }
 
