@@ -4,12 +4,13 @@
 //!
 //! ```text
 //! bench/run [--quick] [--only submit,e2e,webhooks,retry,scale,postgres,operations,backends,listing,
-//!     search,wait,idempotency,moderation,plans,openai,decode,events,claims]
+//!     search,indexing,wait,idempotency,moderation,plans,openai,decode,events,claims]
 //! ```
 //!
 //! It needs the release `easel` binary (`--easel`) and `wrk` on the PATH; bench/run provides both.
 
 // The mock ComfyUI of the tests (its WebSocket `progress` frames) is the backend of `events`.
+mod alternated;
 #[path = "../../tests/it/backend_mocks/mod.rs"]
 mod backend_mocks;
 mod backends;
@@ -18,6 +19,7 @@ mod decode;
 mod e2e;
 mod events;
 mod idempotency;
+mod indexing;
 mod listing;
 mod moderation;
 mod openai;
@@ -58,6 +60,7 @@ const BENCHMARKS: &[&str] = &[
     "backends",
     "listing",
     "search",
+    "indexing",
     "wait",
     "idempotency",
     "moderation",
@@ -81,8 +84,8 @@ struct Args {
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/wrk"))]
     lua: PathBuf,
     /// Benchmarks to run, comma-separated (default: all): submit, e2e, webhooks, retry, scale,
-    /// postgres, operations, backends, listing, search, wait, idempotency, moderation, plans,
-    /// openai, decode, events, claims.
+    /// postgres, operations, backends, listing, search, indexing, wait, idempotency,
+    /// moderation, plans, openai, decode, events, claims.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Smaller counts and shorter runs (a couple of minutes); figures are rougher.
@@ -355,6 +358,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             "idempotency" => idempotency::run(&ctx).await,
             "moderation" => moderation::run(&ctx).await,
             "plans" => plans::run(&ctx).await,
+            "indexing" => indexing::run(&ctx).await,
             "openai" => openai::run(&ctx).await,
             "backends" => backends::run(&ctx).await,
             "listing" => {

@@ -12,10 +12,9 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::{json, Value};
 
-use crate::idempotency::rate;
-use crate::proc::{cpu_secs, fresh_dir, Server};
-use crate::report::{clients as clients_text, Row};
-use crate::submit::check;
+use crate::alternated;
+use crate::proc::{fresh_dir, Server};
+use crate::report::Row;
 use crate::Ctx;
 
 const GOAL_CLIENTS: usize = 64;
@@ -87,8 +86,6 @@ fn terms() -> Vec<String> {
 pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
     let dir = ctx.work.join("plans");
     fresh_dir(&dir)?;
-    let secs = ctx.plan.run_secs;
-    let warmup = ctx.plan.warmup_secs;
     let http = reqwest::Client::new();
     let mut rows = Vec::new();
     let mut details = Vec::new();
@@ -122,73 +119,25 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
             .send()
             .await?;
         anyhow::ensure!(res.status().is_success(), "the list: {}", res.status());
-        let set = |with: bool| {
+        println!(
+            "  {clients} clients: without and with plans, {ROUNDS} runs of each ({} s each)",
+            ctx.plan.run_secs
+        );
+        let runs = alternated::run(ctx, &server, &url, clients, &env, ROUNDS, |with| {
             let (http, key, server, config) = (&http, &key, &server, &config);
             async move { configure(http, key, server, config, with).await }
-        };
-        println!(
-            "  {clients} clients: without and with plans, {ROUNDS} runs of each ({secs} s each)"
-        );
-        set(true).await?;
-        ctx.wrk
-            .run("submit_idempotent.lua", &url, clients, warmup, &env)
-            .await?;
-        let (mut none, mut planned) = (Vec::new(), Vec::new());
-        let (mut cpu_none, mut cpu_planned) = (0.0, 0.0);
-        for round in 0..ROUNDS {
-            for with_plans in [round % 2 == 1, round % 2 == 0] {
-                set(with_plans).await?;
-                let cpu = cpu_secs(Some(server.pid()))?;
-                let r = ctx
-                    .wrk
-                    .run("submit_idempotent.lua", &url, clients, secs, &env)
-                    .await?;
-                let used = cpu_secs(Some(server.pid()))? - cpu;
-                check(&r, "easel")?;
-                if with_plans {
-                    cpu_planned += used;
-                    planned.push(r);
-                } else {
-                    cpu_none += used;
-                    none.push(r);
-                }
-            }
-        }
+        })
+        .await?;
         server.stop(Duration::from_secs(60)).await?;
         let _ = std::fs::remove_dir_all(&data);
-        let (p, n) = (rate(&planned), rate(&none));
-        let per_request = |cpu: f64, runs: &[crate::wrk::WrkResult]| {
-            cpu * 1000.0 / runs.iter().map(|r| r.requests).sum::<u64>().max(1) as f64
-        };
-        let mut row = Row::new(
+        rows.extend(runs.rows(
             "plans",
-            format!(
-                "submit with five plans configured (rate, models, lists, limits), sync=full, {}: \
-                 requests/s (baseline: the same submits without plans, same server, reloaded)",
-                clients_text(clients)
-            ),
-            "req/s",
-        )
-        .value(&[p])
-        .baseline(&[n]);
-        if clients == GOAL_CLIENTS {
-            let met = row.ratio.is_some_and(|r| r >= 0.95);
-            row = row.goal(">= 0.95x without plans", met);
-        }
-        rows.push(row);
-        rows.push(
-            Row::new(
-                "plans",
-                format!(
-                    "submit with five plans configured, {}: server CPU per request",
-                    clients_text(clients)
-                ),
-                "ms",
-            )
-            .value(&[per_request(cpu_planned, &planned)])
-            .baseline(&[per_request(cpu_none, &none)]),
-        );
-        details.push(json!({ "clients": clients, "planned": planned, "none": none }));
+            "submit with five plans configured (rate, models, lists, limits), sync=full \
+             (baseline: the same submits without plans, same server, reloaded)",
+            clients,
+            (GOAL_CLIENTS, 0.95, ">= 0.95x without plans"),
+        ));
+        details.push(runs.details(clients, "planned", "none"));
     }
     Ok((rows, Value::Array(details)))
 }

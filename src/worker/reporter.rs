@@ -23,6 +23,18 @@ const STORE_EVERY: Duration = Duration::from_secs(1);
 /// The longest a preview's write may take before it is given up (the next one may do better).
 const PREVIEW_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Stop the reporter running as `task`: at its next wait, so that a preview being written is
+/// written (or given up) before the attempt's leftovers are removed; aborted should that take
+/// longer than a preview's write may.
+pub(super) async fn stop(mut task: tokio::task::JoinHandle<()>, token: &CancellationToken) {
+    token.cancel();
+    let limit = PREVIEW_WRITE_TIMEOUT + Duration::from_secs(5);
+    if tokio::time::timeout(limit, &mut task).await.is_err() {
+        task.abort();
+        let _ = task.await;
+    }
+}
+
 /// What the reporter of one task works with.
 pub(super) struct Reporter {
     pub store: SharedStore,
@@ -38,6 +50,10 @@ pub(super) struct Reporter {
     pub preview_folder: String,
     /// The task's progress deliveries, when it asks for them.
     pub hooks: Option<std::sync::Arc<ProgressSender>>,
+    /// Cancelled when the generation is over: the reporter returns at its next wait, never in
+    /// the middle of a preview's write (a write cut off by an abort could land after the
+    /// attempt's leftovers were removed, and stay).
+    pub stop: CancellationToken,
 }
 
 /// What storing the progress came to.
@@ -91,6 +107,7 @@ impl Reporter {
                 }
             };
             let beat = tokio::select! {
+                _ = self.stop.cancelled() => return,
                 _ = tick.tick() => true,
                 heard = listener.next() => match heard {
                     Heard::Event(event) => {

@@ -66,6 +66,7 @@ impl WorkerContext {
         let lost = CancellationToken::new();
         let previews = Blobs::new_folder(&task.id);
         let hooks = self.progress_sender(&task).await.map(Arc::new);
+        let stop_reporter = CancellationToken::new();
         let heartbeat = tokio::spawn(
             reporter::Reporter {
                 store: self.store.clone(),
@@ -78,6 +79,7 @@ impl WorkerContext {
                 lost: lost.clone(),
                 preview_folder: previews.clone(),
                 hooks: hooks.clone(),
+                stop: stop_reporter.clone(),
             }
             .run()
             .in_current_span(),
@@ -88,8 +90,7 @@ impl WorkerContext {
             produced = &mut generate => Some(produced),
             _ = lost.cancelled() => None,
             _ = hard_stop.cancelled() => {
-                heartbeat.abort();
-                let _ = heartbeat.await;
+                reporter::stop(heartbeat, &stop_reporter).await;
                 finish_hooks(hooks).await;
                 self.blobs.remove_folder(&previews).await;
                 self.store.release_task(task.seq, task.attempts).await?;
@@ -97,8 +98,7 @@ impl WorkerContext {
                 return Ok(Ran::Released);
             }
         };
-        heartbeat.abort();
-        let _ = heartbeat.await;
+        reporter::stop(heartbeat, &stop_reporter).await;
         // No progress delivery may follow the final one, which the end's commit queues.
         finish_hooks(hooks).await;
         match produced {

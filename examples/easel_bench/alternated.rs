@@ -1,0 +1,109 @@
+//! Submits measured two ways on one server, alternated run by run (with a setting, then without,
+//! then without, then with...), so that a machine's drift falls on both alike: the shape of the
+//! `plans` and `indexing` rows. Each way's rate and server CPU per request.
+
+use std::future::Future;
+
+use serde_json::{json, Value};
+
+use crate::idempotency::rate;
+use crate::proc::{cpu_secs, Server};
+use crate::report::{clients as clients_text, Row};
+use crate::submit::check;
+use crate::wrk::WrkResult;
+use crate::Ctx;
+
+/// The runs of each way and the server CPU they took.
+pub struct Alternated {
+    pub with: Vec<WrkResult>,
+    pub without: Vec<WrkResult>,
+    cpu_with: f64,
+    cpu_without: f64,
+}
+
+/// `rounds` runs of `script` each way against `url` on `server`, `set(true)` or `set(false)`
+/// before each.
+pub async fn run<F, Fut>(
+    ctx: &Ctx,
+    server: &Server,
+    url: &str,
+    clients: usize,
+    env: &[(&str, String)],
+    rounds: usize,
+    mut set: F,
+) -> anyhow::Result<Alternated>
+where
+    F: FnMut(bool) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    let script = "submit_idempotent.lua";
+    let secs = ctx.plan.run_secs;
+    set(true).await?;
+    ctx.wrk
+        .run(script, url, clients, ctx.plan.warmup_secs, env)
+        .await?;
+    let mut out = Alternated {
+        with: Vec::new(),
+        without: Vec::new(),
+        cpu_with: 0.0,
+        cpu_without: 0.0,
+    };
+    for round in 0..rounds {
+        for with in [round % 2 == 1, round % 2 == 0] {
+            set(with).await?;
+            let cpu = cpu_secs(Some(server.pid()))?;
+            let r = ctx.wrk.run(script, url, clients, secs, env).await?;
+            let used = cpu_secs(Some(server.pid()))? - cpu;
+            check(&r, "easel")?;
+            if with {
+                out.cpu_with += used;
+                out.with.push(r);
+            } else {
+                out.cpu_without += used;
+                out.without.push(r);
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl Alternated {
+    /// The two rows of `bench`: the rate with against without (with `goal` as the least ratio
+    /// at `goal_clients`), and the server's CPU per request each way.
+    pub fn rows(
+        &self,
+        bench: &'static str,
+        what: &str,
+        clients: usize,
+        goal: (usize, f64, &str),
+    ) -> Vec<Row> {
+        let per_request = |cpu: f64, runs: &[WrkResult]| {
+            cpu * 1000.0 / runs.iter().map(|r| r.requests).sum::<u64>().max(1) as f64
+        };
+        let (goal_clients, least, goal_text) = goal;
+        let mut row = Row::new(
+            bench,
+            format!("{what}, {}: requests/s", clients_text(clients)),
+            "req/s",
+        )
+        .value(&[rate(&self.with)])
+        .baseline(&[rate(&self.without)]);
+        if clients == goal_clients {
+            let met = row.ratio.is_some_and(|r| r >= least);
+            row = row.goal(goal_text, met);
+        }
+        let cpu = Row::new(
+            bench,
+            format!("{what}, {}: server CPU per request", clients_text(clients)),
+            "ms",
+        )
+        .value(&[per_request(self.cpu_with, &self.with)])
+        .baseline(&[per_request(self.cpu_without, &self.without)]);
+        vec![row, cpu]
+    }
+
+    /// The runs, for the results file.
+    pub fn details(&self, clients: usize, with: &str, without: &str) -> Value {
+        json!({ "clients": clients, with: self.with, without: self.without })
+    }
+}
