@@ -78,8 +78,8 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-/// Which store the listing is measured on.
-enum Db {
+/// Which store the listing (or the search) is measured on.
+pub(crate) enum Db {
     Sqlite,
     Postgres(String),
 }
@@ -189,7 +189,7 @@ async fn measure(ctx: &Ctx, db: Db) -> anyhow::Result<(Vec<Row>, Value)> {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let log = server.log.clone();
     server.stop(Duration::from_secs(10)).await?;
-    let server_ms = server_latencies(&log)?;
+    let server_ms = server_latencies(&log, "/tasks")?;
     ensure!(
         server_ms.len() == order.len(),
         "{} listing lines in {}, {} requests sent",
@@ -252,9 +252,9 @@ const WARMUP: usize = 10;
 /// Tasks on one dashboard tasks page (`easel::http::web::tasks::PAGE_SIZE`).
 const PAGE_TASKS: usize = 24;
 
-/// `latency_ms` of every `GET /api/v1/tasks` and `GET /tasks` in the server's JSON access log,
-/// in order.
-fn server_latencies(log: &Path) -> anyhow::Result<Vec<f64>> {
+/// `latency_ms` of every `GET /api/v1/tasks` and `GET {page}` (the dashboard's page) in the
+/// server's JSON access log, in order.
+pub(crate) fn server_latencies(log: &Path, page: &str) -> anyhow::Result<Vec<f64>> {
     let text = std::fs::read_to_string(log)?;
     let mut out = Vec::new();
     for line in text.lines() {
@@ -262,19 +262,25 @@ fn server_latencies(log: &Path) -> anyhow::Result<Vec<f64>> {
             continue;
         };
         let f = &v["fields"];
-        if f["message"] == "request done" && (f["path"] == "/api/v1/tasks" || f["path"] == "/tasks")
-        {
+        if f["message"] == "request done" && (f["path"] == "/api/v1/tasks" || f["path"] == page) {
             out.push(f["latency_ms"].as_f64().context("latency_ms")?);
         }
     }
     Ok(out)
 }
 
-/// Make the two accounts and their 2 x `TASKS` tasks, interleaved, straight in the database:
-/// the measured account's are mostly finished imagine tasks with four images, every tenth a
-/// describe, every twentieth failed. Returns the measured account's key, a dashboard session's
-/// token for it, and each case's cursor.
-async fn fill(db: &Db, data: &Path) -> anyhow::Result<(String, String, Vec<Option<String>>)> {
+/// The store the tasks go into, its two accounts (the measured one first), a key and a
+/// dashboard session's token of the measured one.
+pub(crate) struct Seeded {
+    pub store: easel::store::SharedStore,
+    pub ids: Vec<String>,
+    pub key: String,
+    pub session: String,
+}
+
+/// Open `db` (SQLite in `data`) and make the two accounts, the key (named `key_name`) and the
+/// session that `listing` and `search` fill and measure.
+pub(crate) async fn two_accounts(db: &Db, data: &Path, key_name: &str) -> anyhow::Result<Seeded> {
     let store: easel::store::SharedStore = match db {
         Db::Sqlite => std::sync::Arc::new(
             easel::store::sqlite::SqliteStore::open(
@@ -301,11 +307,30 @@ async fn fill(db: &Db, data: &Path) -> anyhow::Result<(String, String, Vec<Optio
             .await?;
         ids.push(account.id);
     }
-    let key = easel::auth::create_key(store.as_ref(), &ids[0], "listing").await?;
+    let key = easel::auth::create_key(store.as_ref(), &ids[0], key_name).await?;
     let (session, hash) = easel::accounts::new_session_token();
     store
         .create_session(&ids[0], &hash, crate::now_ms() + 86_400_000)
         .await?;
+    Ok(Seeded {
+        store,
+        ids,
+        key,
+        session,
+    })
+}
+
+/// Make the two accounts and their 2 x `TASKS` tasks, interleaved, straight in the database:
+/// the measured account's are mostly finished imagine tasks with four images, every tenth a
+/// describe, every twentieth failed. Returns the measured account's key, a dashboard session's
+/// token for it, and each case's cursor.
+async fn fill(db: &Db, data: &Path) -> anyhow::Result<(String, String, Vec<Option<String>>)> {
+    let Seeded {
+        store,
+        ids,
+        key,
+        session,
+    } = two_accounts(db, data, "listing").await?;
     let now = crate::now_ms() - 2 * TASKS * 1000;
     // Odd `seq`s are the measured account's; `k` counts its tasks (and the other's) from 0.
     let columns = "seq, account_id, task_type, status, priority, prompt, aspect_ratio,

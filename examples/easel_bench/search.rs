@@ -18,6 +18,7 @@ use anyhow::{bail, ensure, Context};
 use serde_json::{json, Value};
 
 use crate::backends::percentile;
+use crate::listing::{server_latencies, two_accounts, Db, Seeded};
 use crate::proc::{fresh_dir, Server};
 use crate::report::{self, Row};
 use crate::Ctx;
@@ -84,11 +85,6 @@ fn cases() -> Vec<Case> {
 
 /// Tiles on one gallery page (`easel::http::web::gallery::PAGE_SIZE`).
 const GALLERY_TILES: usize = 24;
-
-enum Db {
-    Sqlite,
-    Postgres(String),
-}
 
 pub async fn run(ctx: &Ctx, postgres_admin: Option<&str>) -> anyhow::Result<(Vec<Row>, Value)> {
     let mut rows = Vec::new();
@@ -182,7 +178,7 @@ async fn measure(ctx: &Ctx, db: Db) -> anyhow::Result<(Vec<Row>, Value)> {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let log = server.log.clone();
     server.stop(Duration::from_secs(10)).await?;
-    let server_ms = server_latencies(&log)?;
+    let server_ms = server_latencies(&log, "/gallery")?;
     ensure!(
         server_ms.len() == order.len(),
         "{} request lines in {}, {} requests sent",
@@ -239,61 +235,17 @@ async fn measure(ctx: &Ctx, db: Db) -> anyhow::Result<(Vec<Row>, Value)> {
     Ok((rows, Value::Object(details)))
 }
 
-/// `latency_ms` of every `GET /api/v1/tasks` and `GET /gallery` in the server's JSON access
-/// log, in order.
-fn server_latencies(log: &Path) -> anyhow::Result<Vec<f64>> {
-    let text = std::fs::read_to_string(log)?;
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let Ok(v) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        let f = &v["fields"];
-        if f["message"] == "request done"
-            && (f["path"] == "/api/v1/tasks" || f["path"] == "/gallery")
-        {
-            out.push(f["latency_ms"].as_f64().context("latency_ms")?);
-        }
-    }
-    Ok(out)
-}
-
 /// The two accounts and their tasks (odd `seq`s the measured account's), straight in the
 /// database, as `listing` writes them (every tenth of an account's a describe, every twentieth
 /// failed), with prompts made of words of known shares. Returns the measured account's key, a
 /// dashboard session's token and each case's cursor.
 async fn fill(db: &Db, data: &Path) -> anyhow::Result<(String, String, Vec<Option<String>>)> {
-    let store: easel::store::SharedStore = match db {
-        Db::Sqlite => std::sync::Arc::new(
-            easel::store::sqlite::SqliteStore::open(
-                &format!("sqlite://{}", data.join("easel.db").display()),
-                false,
-            )
-            .await?,
-        ),
-        Db::Postgres(url) => std::sync::Arc::new(
-            easel::store::postgres::PgStore::open(
-                url,
-                &easel::store::postgres::PgOptions {
-                    max_connections: 2,
-                    acquire_timeout: Duration::from_secs(10),
-                },
-            )
-            .await?,
-        ),
-    };
-    let mut ids = Vec::new();
-    for email in [easel::FIRST_ACCOUNT_EMAIL, "neighbour@example.com"] {
-        let account = store
-            .ensure_account(email, &easel::webhooks::signing::generate_secret())
-            .await?;
-        ids.push(account.id);
-    }
-    let key = easel::auth::create_key(store.as_ref(), &ids[0], "search").await?;
-    let (session, hash) = easel::accounts::new_session_token();
-    store
-        .create_session(&ids[0], &hash, crate::now_ms() + 86_400_000)
-        .await?;
+    let Seeded {
+        store,
+        ids,
+        key,
+        session,
+    } = two_accounts(db, data, "search").await?;
     let now = crate::now_ms() - TASKS * 1000;
     let columns = "seq, account_id, task_type, status, priority, prompt, aspect_ratio,
         process_mode, seed, percentage, attempts, created_at, started_at, finished_at, grid_key,
