@@ -4,6 +4,7 @@
 
 use std::future::Future;
 
+use anyhow::Context;
 use serde_json::{json, Value};
 
 use crate::idempotency::rate;
@@ -12,6 +13,33 @@ use crate::report::{clients as clients_text, Row};
 use crate::submit::check;
 use crate::wrk::WrkResult;
 use crate::Ctx;
+
+/// A server for durable submits in `data`, workers stopped, with the configuration `config`
+/// (its file `easel.toml` in `data`); with its first key.
+pub async fn submit_server(
+    ctx: &Ctx,
+    data: &std::path::Path,
+    config: &str,
+) -> anyhow::Result<(Server, String)> {
+    std::fs::create_dir_all(data)?;
+    let file = data.join("easel.toml");
+    std::fs::write(&file, config)?;
+    let server = Server::start(
+        &ctx.easel,
+        &["serve"],
+        &[
+            ("EASEL_CONFIG", file.display().to_string()),
+            ("EASEL_DATA_DIR", data.display().to_string()),
+            ("EASEL_LISTEN", "127.0.0.1:0".into()),
+            ("EASEL_WORKERS", "0".into()),
+        ],
+        data,
+        "easel",
+    )
+    .await?;
+    let key = server.key.clone().context("easel printed no first key")?;
+    Ok((server, key))
+}
 
 /// The runs of each way and the server CPU they took.
 pub struct Alternated {

@@ -8,11 +8,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::Context;
 use serde_json::Value;
 
 use crate::alternated;
-use crate::proc::{fresh_dir, Server};
+use crate::proc::fresh_dir;
 use crate::report::Row;
 use crate::Ctx;
 
@@ -58,24 +57,13 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
     let mut details = Vec::new();
     for &clients in ctx.plan.concurrencies.iter().filter(|&&c| c > 1) {
         let data = dir.join(format!("c{clients}"));
-        std::fs::create_dir_all(&data)?;
-        let config = data.join("easel.toml");
         // No submit is refused over a run.
-        std::fs::write(&config, "[plans.self-hosted]\nmax_pending = 4000000000\n")?;
-        let server = Server::start(
-            &ctx.easel,
-            &["serve"],
-            &[
-                ("EASEL_CONFIG", config.display().to_string()),
-                ("EASEL_DATA_DIR", data.display().to_string()),
-                ("EASEL_LISTEN", "127.0.0.1:0".into()),
-                ("EASEL_WORKERS", "0".into()),
-            ],
+        let (server, key) = alternated::submit_server(
+            ctx,
             &data,
-            "easel",
+            "[plans.self-hosted]\nmax_pending = 4000000000\n",
         )
         .await?;
-        let key = server.key.clone().context("easel printed no first key")?;
         let url = server.url("/api/v1/imagine");
         let env = [("EASEL_BENCH_KEY", key.clone())];
         let db = data.join("easel.db");

@@ -9,7 +9,6 @@
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::Context;
 use serde_json::{json, Value};
 
 use crate::alternated;
@@ -91,23 +90,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
     let mut details = Vec::new();
     for &clients in ctx.plan.concurrencies.iter().filter(|&&c| c > 1) {
         let data = dir.join(format!("c{clients}"));
-        std::fs::create_dir_all(&data)?;
+        let (server, key) = alternated::submit_server(ctx, &data, WITHOUT).await?;
         let config = data.join("easel.toml");
-        std::fs::write(&config, WITHOUT)?;
-        let server = Server::start(
-            &ctx.easel,
-            &["serve"],
-            &[
-                ("EASEL_CONFIG", config.display().to_string()),
-                ("EASEL_DATA_DIR", data.display().to_string()),
-                ("EASEL_LISTEN", "127.0.0.1:0".into()),
-                ("EASEL_WORKERS", "0".into()),
-            ],
-            &data,
-            "easel",
-        )
-        .await?;
-        let key = server.key.clone().context("easel printed no first key")?;
         let url = server.url("/api/v1/imagine");
         let env = [("EASEL_BENCH_KEY", key.clone())];
         // The moderation list the plans name; without plans every list applies, so both

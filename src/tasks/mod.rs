@@ -128,15 +128,26 @@ impl Tasks {
     pub fn record_now(&self, task: &Task) -> crate::domain::wire::Record {
         let mut record = record::task_record(task, &self.blobs, self.config.retention.keep);
         if let Some(output) = task.output.as_ref().filter(|_| !task.data_removed()) {
-            let offer = Offer {
-                task_id: &task.id,
-                kind: task.task_type,
-                output,
-                can_run: &|kind| self.pool.supports(kind),
-                max_side: crate::domain::operation::FOLLOW_UP_MAX_SIDE,
-            };
-            record.actions = Some(offer.actions()).filter(|a| !a.is_empty());
+            let actions = self.offer(task, output, |o| o.actions());
+            record.actions = Some(actions).filter(|a| !a.is_empty());
         }
         record
+    }
+
+    /// What `task`, which made `output`, offers now (`what` of its [`Offer`]), with the
+    /// backends this node has.
+    pub fn offer<T>(
+        &self,
+        task: &Task,
+        output: &crate::domain::Output,
+        what: impl FnOnce(&Offer) -> T,
+    ) -> T {
+        what(&Offer {
+            task_id: &task.id,
+            kind: task.task_type,
+            output,
+            can_run: &|kind| self.pool.supports(kind),
+            max_side: crate::domain::operation::FOLLOW_UP_MAX_SIDE,
+        })
     }
 }

@@ -144,6 +144,17 @@ impl<S: SqlStore> AccountWebhooks for S {
         lease_ms: i64,
     ) -> StoreResult<Vec<DueDelivery>> {
         let now = now_ms();
+        // The dispatcher asks whenever the task deliveries leave room, and account events are
+        // rare: a read says whether one is due before a write claims it (on SQLite a claim is a
+        // transaction of the one writer). The dispatcher claims task deliveries first, through
+        // the writer, so this read comes after the commit of the submit that woke it.
+        if self
+            .next_account_delivery_due()
+            .await?
+            .is_none_or(|due| due > now)
+        {
+            return Ok(Vec::new());
+        }
         let token = Uuid::new_v4().simple().to_string();
         let args = [
             now.into(),

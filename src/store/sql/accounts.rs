@@ -275,17 +275,7 @@ impl<S: SqlStore> Accounts for S {
         prefix: &str,
         key_hash: &[u8],
     ) -> StoreResult<String> {
-        let id = Uuid::new_v4().to_string();
-        let args = [
-            id.as_str().into(),
-            account_id.into(),
-            name.into(),
-            prefix.into(),
-            key_hash.into(),
-            now_ms().into(),
-        ];
-        self.execute(Durability::Synced, &INSERT_KEY, &args).await?;
-        Ok(id)
+        write_key(self, &INSERT_KEY, account_id, name, prefix, key_hash).await
     }
 
     async fn ensure_api_key(
@@ -295,16 +285,7 @@ impl<S: SqlStore> Accounts for S {
         prefix: &str,
         key_hash: &[u8],
     ) -> StoreResult<()> {
-        let id = Uuid::new_v4().to_string();
-        let args = [
-            id.as_str().into(),
-            account_id.into(),
-            name.into(),
-            prefix.into(),
-            key_hash.into(),
-            now_ms().into(),
-        ];
-        self.execute(Durability::Synced, &ENSURE_KEY, &args).await?;
+        write_key(self, &ENSURE_KEY, account_id, name, prefix, key_hash).await?;
         Ok(())
     }
 
@@ -423,4 +404,26 @@ impl<S: SqlStore> Accounts for S {
         .await?;
         Ok(())
     }
+}
+
+/// Write a key's row with `sql` ([`INSERT_KEY`] or [`ENSURE_KEY`]); the id it was given.
+async fn write_key(
+    store: &impl SqlStore,
+    sql: &Sql,
+    account_id: &str,
+    name: &str,
+    prefix: &str,
+    key_hash: &[u8],
+) -> StoreResult<String> {
+    let id = Uuid::new_v4().to_string();
+    let args = [
+        id.as_str().into(),
+        account_id.into(),
+        name.into(),
+        prefix.into(),
+        key_hash.into(),
+        now_ms().into(),
+    ];
+    store.execute(Durability::Synced, sql, &args).await?;
+    Ok(id)
 }

@@ -190,17 +190,7 @@ impl Reader<'_> {
         sql: &(impl Statement + ?Sized),
         args: &[Arg<'_>],
     ) -> StoreResult<Vec<T>> {
-        let text = sql.text(self.is_sqlite());
-        Ok(match self {
-            Reader::Sqlite(pool) => {
-                let args = arguments::<Sqlite>(args)?;
-                sqlx::query_as_with(text, args).fetch_all(pool).await?
-            }
-            Reader::Postgres(pool) => {
-                let args = arguments::<Postgres>(args)?;
-                sqlx::query_as_with(text, args).fetch_all(pool).await?
-            }
-        })
+        self.fetch_all(sql, args, true).await
     }
 
     /// Every row `sql` selects, planned for these values each time: on PostgreSQL an unnamed
@@ -212,16 +202,29 @@ impl Reader<'_> {
         sql: &(impl Statement + ?Sized),
         args: &[Arg<'_>],
     ) -> StoreResult<Vec<T>> {
+        self.fetch_all(sql, args, false).await
+    }
+
+    /// Every row `sql` selects, as a prepared statement kept for reuse (`persistent`) or not.
+    async fn fetch_all<T: SharedRow>(
+        self,
+        sql: &(impl Statement + ?Sized),
+        args: &[Arg<'_>],
+        persistent: bool,
+    ) -> StoreResult<Vec<T>> {
         let text = sql.text(self.is_sqlite());
         Ok(match self {
             Reader::Sqlite(pool) => {
                 let args = arguments::<Sqlite>(args)?;
-                sqlx::query_as_with(text, args).fetch_all(pool).await?
+                sqlx::query_as_with(text, args)
+                    .persistent(persistent)
+                    .fetch_all(pool)
+                    .await?
             }
             Reader::Postgres(pool) => {
                 let args = arguments::<Postgres>(args)?;
                 sqlx::query_as_with(text, args)
-                    .persistent(false)
+                    .persistent(persistent)
                     .fetch_all(pool)
                     .await?
             }

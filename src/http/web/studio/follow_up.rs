@@ -12,9 +12,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::submit::{button_name, submit_as, Keyed};
-use crate::domain::actions::Offer;
 use crate::domain::{OpKind, Output};
-use crate::generate::Generator;
 use crate::http::state::AppState;
 use crate::http::web::error_page::WebError;
 use crate::http::web::session::Posted;
@@ -75,14 +73,7 @@ impl ActionsView {
                 }
             })
             .collect();
-        let region = Offer {
-            task_id: &task.id,
-            kind: task.task_type,
-            output,
-            can_run: &|kind| state.pool.supports(kind),
-            max_side: crate::domain::operation::FOLLOW_UP_MAX_SIDE,
-        }
-        .region();
+        let region = state.tasks.offer(task, output, |o| o.region());
         let image_url = state.blobs.url(key);
         let image_prompt_href = format!(
             "/?image_prompt={}",

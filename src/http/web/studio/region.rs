@@ -13,9 +13,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::submit::{refusal_field, submit_as, Keyed};
-use crate::domain::actions::Offer;
 use crate::domain::{OpKind, Output};
-use crate::generate::Generator;
 use crate::http::state::AppState;
 use crate::http::web::assets::ASSETS;
 use crate::http::web::error_page::{render_status, WebError};
@@ -74,14 +72,7 @@ fn editable(state: &AppState, task: &Task) -> Result<(u32, u32), WebError> {
         Output::Single { width, height, .. } => (*width, *height),
         _ => (0, 0),
     };
-    let offered = Offer {
-        task_id: &task.id,
-        kind: task.task_type,
-        output,
-        can_run: &|kind| state.pool.supports(kind),
-        max_side: crate::domain::operation::FOLLOW_UP_MAX_SIDE,
-    }
-    .region();
+    let offered = state.tasks.offer(task, output, |o| o.region());
     if !offered {
         return refuse("Vary (Region) is not offered on this task: no backend here can redraw a region, or it is not an upscale.");
     }
