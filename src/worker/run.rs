@@ -125,6 +125,12 @@ impl WorkerContext {
                 Ok(Ran::LostLease)
             }
             Some(Produced::Done(outcome, folder, grid)) => {
+                // A failed task keeps no preview, and a caller who reads its end must find none
+                // (a flagged image's preview least of all): removed before the end is committed,
+                // not after with the attempt's other leftovers.
+                if matches!(outcome, Outcome::Failed { .. }) {
+                    self.blobs.remove_folder(&previews).await;
+                }
                 // Held from before the commit, so that a request for the grid that follows it
                 // waits for this worker instead of making it too.
                 let making = match &grid {
