@@ -15,28 +15,24 @@ use crate::wrk::WrkResult;
 use crate::Ctx;
 
 /// A server for durable submits in `data`, workers stopped, with the configuration `config`
-/// (its file `easel.toml` in `data`); with its first key.
+/// (its file `easel.toml` in `data`) and `env` besides; with its first key.
 pub async fn submit_server(
     ctx: &Ctx,
     data: &std::path::Path,
     config: &str,
+    env: &[(&str, String)],
 ) -> anyhow::Result<(Server, String)> {
     std::fs::create_dir_all(data)?;
     let file = data.join("easel.toml");
     std::fs::write(&file, config)?;
-    let server = Server::start(
-        &ctx.easel,
-        &["serve"],
-        &[
-            ("EASEL_CONFIG", file.display().to_string()),
-            ("EASEL_DATA_DIR", data.display().to_string()),
-            ("EASEL_LISTEN", "127.0.0.1:0".into()),
-            ("EASEL_WORKERS", "0".into()),
-        ],
-        data,
-        "easel",
-    )
-    .await?;
+    let mut all = vec![
+        ("EASEL_CONFIG", file.display().to_string()),
+        ("EASEL_DATA_DIR", data.display().to_string()),
+        ("EASEL_LISTEN", "127.0.0.1:0".into()),
+        ("EASEL_WORKERS", "0".into()),
+    ];
+    all.extend(env.iter().cloned());
+    let server = Server::start(&ctx.easel, &["serve"], &all, data, "easel").await?;
     let key = server.key.clone().context("easel printed no first key")?;
     Ok((server, key))
 }
@@ -49,27 +45,45 @@ pub struct Alternated {
     cpu_without: f64,
 }
 
-/// `rounds` runs of `script` each way against `url` on `server`, `set(true)` or `set(false)`
-/// before each.
-pub async fn run<F, Fut>(
+/// Where one way's submits go: a server, its submit URL, and the load generator's environment
+/// (the key). Both ways may be one server, set one way or the other between runs.
+#[derive(Clone, Copy)]
+pub struct Side<'a> {
+    pub server: &'a Server,
+    pub url: &'a str,
+    pub env: &'a [(&'a str, String)],
+}
+
+/// `rounds` runs of durable submits each way, with `clients` connections, `set(true)` or
+/// `set(false)` before each and `settle` the same after each: what the server still does for
+/// the run's requests once they are answered (work left to the background) is counted in its
+/// CPU.
+pub async fn run<F, Fut, G, GFut>(
     ctx: &Ctx,
-    server: &Server,
-    url: &str,
+    [with_side, without_side]: [Side<'_>; 2],
     clients: usize,
-    env: &[(&str, String)],
     rounds: usize,
     mut set: F,
+    mut settle: G,
 ) -> anyhow::Result<Alternated>
 where
     F: FnMut(bool) -> Fut,
     Fut: Future<Output = anyhow::Result<()>>,
+    G: FnMut(bool) -> GFut,
+    GFut: Future<Output = anyhow::Result<()>>,
 {
     let script = "submit_idempotent.lua";
     let secs = ctx.plan.run_secs;
-    set(true).await?;
-    ctx.wrk
-        .run(script, url, clients, ctx.plan.warmup_secs, env)
-        .await?;
+    let one_server = with_side.server.pid() == without_side.server.pid();
+    for (side, with) in [(with_side, true), (without_side, false)] {
+        if with || !one_server {
+            set(with).await?;
+            ctx.wrk
+                .run(script, side.url, clients, ctx.plan.warmup_secs, side.env)
+                .await?;
+            settle(with).await?;
+        }
+    }
     let mut out = Alternated {
         with: Vec::new(),
         without: Vec::new(),
@@ -78,10 +92,15 @@ where
     };
     for round in 0..rounds {
         for with in [round % 2 == 1, round % 2 == 0] {
+            let side = if with { with_side } else { without_side };
             set(with).await?;
-            let cpu = cpu_secs(Some(server.pid()))?;
-            let r = ctx.wrk.run(script, url, clients, secs, env).await?;
-            let used = cpu_secs(Some(server.pid()))? - cpu;
+            let cpu = cpu_secs(Some(side.server.pid()))?;
+            let r = ctx
+                .wrk
+                .run(script, side.url, clients, secs, side.env)
+                .await?;
+            settle(with).await?;
+            let used = cpu_secs(Some(side.server.pid()))? - cpu;
             check(&r, "easel")?;
             if with {
                 out.cpu_with += used;

@@ -358,7 +358,11 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             "idempotency" => idempotency::run(&ctx).await,
             "moderation" => moderation::run(&ctx).await,
             "plans" => plans::run(&ctx).await,
-            "indexing" => indexing::run(&ctx).await,
+            "indexing" => {
+                // On PostgreSQL too when its server answers; SQLite alone otherwise.
+                let pg = postgres::check_reachable(&args.postgres_url).await.is_ok();
+                indexing::run(&ctx, pg.then_some(args.postgres_url.as_str())).await
+            }
             "openai" => openai::run(&ctx).await,
             "backends" => backends::run(&ctx).await,
             "listing" => {

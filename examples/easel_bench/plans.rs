@@ -90,7 +90,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
     let mut details = Vec::new();
     for &clients in ctx.plan.concurrencies.iter().filter(|&&c| c > 1) {
         let data = dir.join(format!("c{clients}"));
-        let (server, key) = alternated::submit_server(ctx, &data, WITHOUT).await?;
+        let (server, key) = alternated::submit_server(ctx, &data, WITHOUT, &[]).await?;
         let config = data.join("easel.toml");
         let url = server.url("/api/v1/imagine");
         let env = [("EASEL_BENCH_KEY", key.clone())];
@@ -107,10 +107,22 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
             "  {clients} clients: without and with plans, {ROUNDS} runs of each ({} s each)",
             ctx.plan.run_secs
         );
-        let runs = alternated::run(ctx, &server, &url, clients, &env, ROUNDS, |with| {
-            let (http, key, server, config) = (&http, &key, &server, &config);
-            async move { configure(http, key, server, config, with).await }
-        })
+        let side = alternated::Side {
+            server: &server,
+            url: &url,
+            env: &env,
+        };
+        let runs = alternated::run(
+            ctx,
+            [side, side],
+            clients,
+            ROUNDS,
+            |with| {
+                let (http, key, server, config) = (&http, &key, &server, &config);
+                async move { configure(http, key, server, config, with).await }
+            },
+            |_| async { Ok(()) },
+        )
         .await?;
         server.stop(Duration::from_secs(60)).await?;
         let _ = std::fs::remove_dir_all(&data);

@@ -218,10 +218,13 @@ impl TaskFilter {
     /// other character separates words (as both stores' tokenizers treat it), so a word never
     /// holds a character either store's query syntax reads.
     pub fn words_of(query: &str) -> Vec<String> {
+        // A prompt indexed this way holds up to 2,000 words: each found once in a set, not by
+        // a walk over those kept.
+        let mut seen = std::collections::HashSet::new();
         let mut words: Vec<String> = Vec::new();
         for word in query.split(|c: char| !c.is_alphanumeric()) {
             let word = word.to_lowercase();
-            if !word.is_empty() && !words.contains(&word) {
+            if !word.is_empty() && seen.insert(word.clone()) {
                 words.push(word);
             }
         }

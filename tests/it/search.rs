@@ -5,6 +5,7 @@
 //! tasks stored before the search index existed are found too (SQLite's migration).
 
 use serde_json::{json, Value};
+use sqlx::Connection;
 
 use crate::common::{self, TestApp};
 
@@ -365,7 +366,7 @@ async fn tasks_stored_before_the_search_index_are_found() {
         .unwrap();
     assert_eq!(found(&app, &key, "q=brass+telescope").await.len(), 1);
     assert!(found(&app, &key, "q=brass+microscope").await.is_empty());
-    // And new ones beside it, through the trigger.
+    // And new ones beside it, through the indexer.
     submit(
         &app,
         &key,
@@ -374,5 +375,72 @@ async fn tasks_stored_before_the_search_index_are_found() {
     )
     .await;
     assert_eq!(found(&app, &key, "q=brass+telescope").await.len(), 2);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn sqlites_indexer_adds_new_tasks_behind_the_writer_without_a_search() {
+    if common::sqlite_only("SQLite's indexer") {
+        return;
+    }
+    let app = TestApp::spawn_with(|c| c.worker.workers = 0).await;
+    let (_, key) = app.account_with("indexed@example.com", None).await;
+    for n in 0..3 {
+        submit(
+            &app,
+            &key,
+            "imagine",
+            json!({ "prompt": format!("a paper lantern number {n}") }),
+        )
+        .await;
+    }
+    // The database file, read beside the server: the mark reaches the last task and the index
+    // holds the three prompts, with no search made.
+    let mut conn = sqlx::SqliteConnection::connect(&app.config.database_url())
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let indexed: i64 = loop {
+        let (behind, indexed): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT max(seq) FROM tasks) - (SELECT seq FROM tasks_search_done),
+                    (SELECT count(*) FROM tasks_search WHERE tasks_search MATCH 'lantern')",
+        )
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        if behind == 0 {
+            break indexed;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{behind} tasks still not indexed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(indexed, 3);
+    drop(conn);
+    assert_eq!(found(&app, &key, "q=paper+lantern").await.len(), 3);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_task_written_straight_into_the_database_is_found_too() {
+    // As a node of the release before writes it (it gives PostgreSQL no lexemes), or a restore:
+    // SQLite's indexer and PostgreSQL's fallback trigger index it all the same.
+    let app = TestApp::spawn_with(|c| c.worker.workers = 0).await;
+    let (account, key) = app.account_with("direct@example.com", None).await;
+    let mut db = common::database(&app.config).await;
+    sqlx::query(&format!(
+        "INSERT INTO tasks (account_id, task_type, status, priority, prompt, aspect_ratio,
+             process_mode, seed, created_at)
+         VALUES ('{account}', 'imagine', 'pending', 1, 'a Copper kettle, e-mail', '1:1',
+             'fast', 1, 0)"
+    ))
+    .execute(&mut db)
+    .await
+    .unwrap();
+    assert_eq!(found(&app, &key, "q=copper+KETTLE").await.len(), 1);
+    assert_eq!(found(&app, &key, "q=mail").await.len(), 1);
+    assert!(found(&app, &key, "q=copper+pot").await.is_empty());
     app.stop().await;
 }

@@ -22,6 +22,7 @@ use crate::store::error::postgres_session_ended;
 use crate::store::idempotency::{KeyedGroup, StoredAnswer};
 use crate::store::queue::next_turn;
 use crate::store::sql::account_webhooks::{delivery_id, QUEUE_CREDITS_LOW};
+use crate::store::sql::search::search_lexemes;
 use crate::store::{
     accepted_body, now_ms, Idempotency, NewTask, PendingLimits, Quota, Refused, StoreError,
     StoreResult, Submitted, TaskIds, KEY_TOUCH_EVERY_MS,
@@ -441,6 +442,7 @@ pub(super) async fn apply(
         .bind(&rows.extras)
         .bind(&rows.turn)
         .bind(&rows.key_id)
+        .bind(&rows.lexemes)
         .bind_idempotency(&remembered)
         .fetch_one(&mut *conn)
         .await?;
@@ -490,17 +492,17 @@ fn first_seqs(rows: &Rows) -> Vec<(&str, i64)> {
 const SUBMIT: &str = "WITH inserted AS (
              INSERT INTO tasks (seq, account_id, task_type, params, parent_seq, status,
                  priority, prompt, aspect_ratio, process_mode, seed, created_at, webhook_url,
-                 webhook_secret, cost, extras, turn, key_id)
+                 webhook_secret, cost, extras, turn, key_id, search)
              SELECT seq, account_id, task_type, params, parent_seq, 'pending', priority, prompt,
                  aspect_ratio, process_mode, seed, $9, webhook_url, webhook_secret, cost, extras,
-                 turn, key_id
+                 turn, key_id, array_to_tsvector(string_to_array(lexemes, ' '))
              FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::text[],
                          $6::text[], $7::text[], $8::bigint[], $10::text[], $11::text[],
                          $17::text[], $18::bigint[], $19::bigint[], $21::text[], $22::bigint[],
-                         $23::text[])
+                         $23::text[], $24::text[])
                   AS t(seq, account_id, task_type, priority, prompt, aspect_ratio,
                        process_mode, seed, webhook_url, webhook_secret, params, parent_seq, cost,
-                       extras, turn, key_id)
+                       extras, turn, key_id, lexemes)
              RETURNING 1),
          ledgered AS (
              INSERT INTO credit_ledger (account_id, task_seq, delta, reason, created_at)
@@ -534,8 +536,8 @@ const REMEMBER: &str = ",
              INSERT INTO idempotency_keys (account_id, idempotency_key, fingerprint, task_id,
                  status, body, created_at, expires_at)
              SELECT account_id, idempotency_key, fingerprint, task_id, 200, body, $9, expires_at
-             FROM UNNEST($24::text[], $25::text[], $26::bytea[], $27::text[], $28::text[],
-                         $29::bigint[])
+             FROM UNNEST($25::text[], $26::text[], $27::bytea[], $28::text[], $29::text[],
+                         $30::bigint[])
                   AS i(account_id, idempotency_key, fingerprint, task_id, body, expires_at)
              ON CONFLICT (account_id, idempotency_key) DO UPDATE SET
                  fingerprint = excluded.fingerprint, task_id = excluded.task_id,
@@ -654,6 +656,8 @@ struct Rows {
     turn: Vec<i64>,
     /// The key each was submitted with.
     key_id: Vec<String>,
+    /// Each one's words for the prompts' index (`sql::search::search_lexemes`).
+    lexemes: Vec<String>,
 }
 
 impl Rows {
@@ -677,6 +681,7 @@ impl Rows {
         self.parent_seq.push(task.parent_seq);
         self.priority.push(task.priority);
         self.prompt.push(task.prompt.clone());
+        self.lexemes.push(search_lexemes(&task.prompt, account));
         self.aspect_ratio.push(task.aspect_ratio.to_string());
         self.process_mode.push(task.process_mode.to_string());
         self.seed.push(task.seed);

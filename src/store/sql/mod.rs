@@ -20,7 +20,7 @@ mod moderation;
 mod operators;
 pub(crate) mod queue_outbox;
 mod reader;
-mod search;
+pub(crate) mod search;
 mod text;
 mod upkeep;
 pub(crate) mod usage;
@@ -115,7 +115,15 @@ pub(crate) trait SqlStore: Send + Sync {
         max_bytes: i64,
     ) -> impl Future<Output = StoreResult<UploadAdmitted>> + Send;
 
-    /// [`Store::run_background`]: SQLite's checkpoints, PostgreSQL's listener.
+    /// Bring the prompts' full-text index up to every task stored so far, before a search reads
+    /// it: SQLite fills it behind the writer (`sqlite::search_index`); PostgreSQL's is written
+    /// with each task.
+    fn search_caught_up(&self) -> impl Future<Output = StoreResult<()>> + Send {
+        async { Ok(()) }
+    }
+
+    /// [`Store::run_background`]: SQLite's checkpoints and prompts' index, PostgreSQL's
+    /// listener.
     fn background(&self, stop: CancellationToken) -> impl Future<Output = ()> + Send;
 
     /// [`Store::close`].

@@ -2,8 +2,9 @@
 //! tasks whose prompt holds every word, newest first, from the cursor down. Each store reads
 //! its own full-text index its own way.
 //!
-//! - SQLite: one statement. The FTS5 table (migration 0024) holds each task's prompt and its
-//!   account's `owner` token, and the match ANDs the account's token with the words, so FTS5
+//! - SQLite: one statement, once the index holds every task stored so far (it is filled behind
+//!   the writer, `sqlite::search_index`). The FTS5 table (migration 0024) holds each task's
+//!   prompt and its account's `owner` token, and the match ANDs the account's token with the words, so FTS5
 //!   reads only the account's entries of the words, gives their rowids (`seq`) newest first
 //!   (no sort), and the read stops at the page's end.
 //! - PostgreSQL: a GIN index cannot give its entries in order, and the planner chooses between
@@ -13,8 +14,8 @@
 //!   another account used. So the choice is made from what is found: first the account's
 //!   newest [`WINDOW`] tasks from the cursor down, tested one by one (bounded); if they hold a
 //!   full page, that is the page (they are the newest). Otherwise the GIN index, forced by a
-//!   materialized CTE, gives every match of the words and the account's own lexeme (migration
-//!   0018), and those are sorted.
+//!   materialized CTE, gives every match of the words and the account's own lexeme (written by
+//!   easel with each task, [`search_lexemes`]; migration 0019), and those are sorted.
 
 use super::{sql, Arg, Sql, SqlStore};
 use crate::store::rows::{TaskRow, TASK_COLUMNS, TASK_JOINS};
@@ -51,13 +52,13 @@ const RECENT: Sql = sql!(
             ORDER BY seq DESC LIMIT $5) w
      CROSS JOIN LATERAL (SELECT * FROM tasks WHERE seq = w.seq OFFSET 0) t",
     TASK_JOINS,
-    " WHERE t.search @@ plainto_tsquery('simple', $4)"
+    " WHERE t.search @@ $4::tsquery"
 );
 const RECENT_MODEL: Sql = sql!(" AND ", MODEL, " = $6");
 const MATCHES: Sql = sql!(
     "WITH m AS MATERIALIZED (
          SELECT t.seq FROM tasks t
-         WHERE t.search @@ (plainto_tsquery('simple', $4) && $5::tsquery)
+         WHERE t.search @@ ($4::tsquery && $5::tsquery)
            AND t.seq < $2 AND t.account_id = $1"
 );
 const MATCHES_MODEL: Sql = sql!(" AND ", MODEL, " = $6");
@@ -82,6 +83,35 @@ fn quoted(text: &str, quote: char) -> String {
     format!("{quote}{}{quote}", text.replace(quote, &doubled))
 }
 
+/// The longest word the index holds: no search can ask for a longer one
+/// (`tasks::list::SEARCH_MAX_CHARS`), and PostgreSQL refuses a lexeme over 2,047 bytes.
+pub(crate) const WORD_MAX_CHARS: usize = 200;
+
+/// A task's lexemes for PostgreSQL's `search` column (migration 0019), space-separated: the
+/// words of its prompt cut as a search's words are ([`TaskFilter::words_of`]), so that what is
+/// indexed and what is asked always match, and the account's own lexeme. Made by easel rather
+/// than by PostgreSQL's parser: the database is what every node shares, and tokenizing there
+/// cost a submit on it more than the index itself (docs/benchmarks.md, "Search").
+pub(crate) fn search_lexemes(prompt: &str, account_id: &str) -> String {
+    let mut lexemes = String::with_capacity(prompt.len() + account_id.len() + 2);
+    for word in TaskFilter::words_of(prompt) {
+        if word.chars().count() <= WORD_MAX_CHARS {
+            lexemes.push_str(&word);
+            lexemes.push(' ');
+        }
+    }
+    lexemes.push('~');
+    lexemes.push_str(account_id);
+    lexemes
+}
+
+/// The words as a `tsquery` of lexemes, ANDed, read as they are (no parser between: the index
+/// holds them as [`search_lexemes`] cut them).
+fn words_query(words: &[String]) -> String {
+    let quoted: Vec<String> = words.iter().map(|w| quoted(w, '\'')).collect();
+    quoted.join(" & ")
+}
+
 /// SQLite's match: the account's `owner` token and each word in the `prompt` column, ANDed.
 /// The words hold letters and digits alone ([`TaskFilter::words_of`]); quotes are doubled all
 /// the same.
@@ -94,8 +124,8 @@ fn fts_match(account_id: &str, words: &[String]) -> String {
     terms
 }
 
-/// The account's own lexeme in PostgreSQL's `search` column, as a `tsquery` (migration 0018
-/// writes it `~` and the account's id; no word of a prompt starts with `~`).
+/// The account's own lexeme in PostgreSQL's `search` column, as a `tsquery` ([`search_lexemes`]
+/// writes it `~` and the account's id; no word of a prompt holds `~`).
 fn owner_lexeme(account_id: &str) -> String {
     quoted(&format!("~{}", account_id.replace('\\', "\\\\")), '\'')
 }
@@ -110,9 +140,13 @@ pub(crate) async fn search_rows<S: SqlStore>(
     limit: i64,
 ) -> StoreResult<Vec<TaskRow>> {
     let db = store.reader();
-    let words = filter.words.join(" ");
+    let words = words_query(&filter.words);
     let model = filter.model.as_deref();
     if db.is_sqlite() {
+        // A store that cannot write now (a full disk) still answers from what is indexed.
+        if let Err(e) = store.search_caught_up().await {
+            tracing::warn!(error = %e, "searching without the newest tasks: the index cannot be caught up");
+        }
         let terms = fts_match(account_id, &filter.words);
         let mut args: Vec<Arg> = vec![account_id.into(), before.into(), limit.into()];
         args.push(terms.as_str().into());
@@ -162,5 +196,21 @@ mod tests {
             r#"owner:"77caef""fa" prompt:"red" prompt:"fox""#
         );
         assert_eq!(owner_lexeme("77ca-ef'a"), "'~77ca-ef''a'");
+        assert_eq!(words_query(&words), "'red' & 'fox'");
+    }
+
+    #[test]
+    fn a_prompt_is_indexed_as_a_search_cuts_its_words_and_overlong_words_are_left_out() {
+        let long = "w".repeat(WORD_MAX_CHARS + 1);
+        let prompt = format!("A Red-fox, e-mail x@y.com; café --ar 16:9 red {long} ");
+        assert_eq!(
+            search_lexemes(&prompt, "9f1c-77"),
+            "a red fox e mail x y com café ar 16 9 ~9f1c-77"
+        );
+        assert_eq!(search_lexemes("", "acct"), "~acct");
+        // Every word a search asks for is one the index holds, cut the same way.
+        let asked = TaskFilter::words_of("RED fox Café 16");
+        let held = search_lexemes(&prompt, "9f1c-77");
+        assert!(asked.iter().all(|w| held.split(' ').any(|h| h == w)));
     }
 }

@@ -11,6 +11,7 @@ mod deliveries;
 mod endings;
 mod ledger;
 mod records;
+mod search_index;
 mod shared;
 mod submit;
 mod task_queue;

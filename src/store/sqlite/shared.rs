@@ -1,6 +1,6 @@
 //! SQLite's side of the SQL written once (`store::sql`): reads on the pool of readers, writes on
 //! the writer's thread in its next transaction, and what SQLite does its own way besides the queue
-//! and the outbox (an upload's daily limit, the checkpointer).
+//! and the outbox (an upload's daily limit, the checkpointer, the prompts' index).
 
 use rusqlite::types::Value;
 use rusqlite::{params, params_from_iter, OptionalExtension};
@@ -123,7 +123,11 @@ impl SqlStore for SqliteStore {
     }
 
     async fn background(&self, stop: CancellationToken) {
-        self.run_checkpointer(stop).await
+        tokio::join!(self.run_checkpointer(stop.clone()), self.run_indexer(stop));
+    }
+
+    async fn search_caught_up(&self) -> StoreResult<()> {
+        self.index_stored_tasks().await
     }
 
     /// Close the readers, then the writer once it has applied what was queued.

@@ -1,0 +1,166 @@
+//! The prompts' full-text index on SQLite, filled behind the writer (migration 0025): a submit
+//! writes its task alone, and the indexer adds the tasks above `tasks_search_done.seq` to
+//! `tasks_search` a batch at a time, in the writer's next transaction. FTS5 costs much less per
+//! row in a batch than a row at a time from a trigger in every submit's transaction
+//! (docs/benchmarks.md, "Search"). A search first indexes whatever is still above the mark
+//! ([`SqliteStore::index_stored_tasks`]), so it finds every task stored before it all the same.
+
+use std::time::Duration;
+
+use rusqlite::Connection;
+use tokio_util::sync::CancellationToken;
+
+use super::SqliteStore;
+use crate::store::sql::{Durability, SqlStore};
+use crate::store::StoreResult;
+
+/// Most tasks indexed in one writer transaction: a backlog (a restore, a bulk import) is indexed
+/// in steps that other writes go between, each a few tens of milliseconds.
+const BATCH: i64 = 5000;
+/// How often the indexer looks for tasks to index. Seldom enough that a busy writer indexes
+/// thousands at once, often enough that a search rarely has more than a moment's to do itself.
+const INDEX_EVERY: Duration = Duration::from_millis(500);
+
+/// Whether tasks are stored above the mark, read on a reader (no writer's turn when idle).
+const BEHIND: &str = "SELECT COALESCE((SELECT max(seq) FROM tasks), 0)
+    > (SELECT seq FROM tasks_search_done)";
+
+/// Index up to `BATCH` tasks above the mark and move it past them, inside the writer's
+/// transaction; whether tasks above it remain.
+fn index_batch(conn: &Connection) -> rusqlite::Result<bool> {
+    let mark: i64 = conn
+        .prepare_cached("SELECT seq FROM tasks_search_done")?
+        .query_row([], |r| r.get(0))?;
+    let last: Option<i64> = conn
+        .prepare_cached(
+            "SELECT max(seq) FROM (SELECT seq FROM tasks WHERE seq > ?1 ORDER BY seq LIMIT ?2)",
+        )?
+        .query_row([mark, BATCH], |r| r.get(0))?;
+    let Some(last) = last else {
+        return Ok(false);
+    };
+    conn.prepare_cached(
+        "INSERT INTO tasks_search (rowid, prompt, owner)
+         SELECT seq, prompt, replace(account_id, '-', '') FROM tasks
+         WHERE seq > ?1 AND seq <= ?2",
+    )?
+    .execute([mark, last])?;
+    conn.prepare_cached("UPDATE tasks_search_done SET seq = ?1")?
+        .execute([last])?;
+    let more: bool = conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM tasks WHERE seq > ?1)")?
+        .query_row([last], |r| r.get(0))?;
+    Ok(more)
+}
+
+impl SqliteStore {
+    /// Index every task stored so far, a batch per writer transaction. Nothing to do (the usual
+    /// case) costs one read.
+    pub(super) async fn index_stored_tasks(&self) -> StoreResult<()> {
+        let (behind,): (i64,) = self.reader().one(BEHIND, &[]).await?;
+        if behind == 0 {
+            return Ok(());
+        }
+        // The index is a copy of what `tasks` holds: a power loss that forgets a batch forgets
+        // the mark's move with it, so there is nothing to fsync.
+        while self
+            .writer
+            .call(Durability::Committed, |conn| Ok(index_batch(conn)?))
+            .await?
+        {}
+        Ok(())
+    }
+
+    /// Index what submits stored, every [`INDEX_EVERY`], until `stop`.
+    pub(super) async fn run_indexer(&self, stop: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(INDEX_EVERY) => {}
+                _ = stop.cancelled() => return,
+            }
+            if let Err(e) = self.index_stored_tasks().await {
+                crate::metrics::store_error("search_index", e.kind());
+                tracing::warn!(error = %e, "could not index the prompts of new tasks yet");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The triggers and the index as the migrations make them, over a bare `tasks` table.
+    fn database() -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE tasks (seq INTEGER PRIMARY KEY, account_id TEXT, prompt TEXT);",
+        )
+        .unwrap();
+        for migration in [
+            include_str!("../../../migrations/sqlite/0024_task_search.sql"),
+            include_str!("../../../migrations/sqlite/0025_search_behind_the_writer.sql"),
+        ] {
+            conn.execute_batch(migration).unwrap();
+        }
+        conn
+    }
+
+    fn insert(conn: &Connection, from: i64, to: i64) {
+        conn.execute(
+            "WITH RECURSIVE n(i) AS (SELECT ?1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
+             INSERT INTO tasks (seq, account_id, prompt)
+             SELECT i, 'a-b', 'a red fox number ' || i FROM n",
+            [from, to],
+        )
+        .unwrap();
+    }
+
+    fn found(conn: &Connection, words: &str) -> Vec<i64> {
+        conn.prepare("SELECT rowid FROM tasks_search WHERE tasks_search MATCH ?1 ORDER BY rowid")
+            .unwrap()
+            .query_map([words], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    #[test]
+    fn tasks_are_indexed_a_batch_at_a_time_up_to_the_last_and_only_once() {
+        let conn = database();
+        insert(&conn, 1, BATCH + 10);
+        assert!(found(&conn, "fox").is_empty(), "a submit indexes nothing");
+        assert!(index_batch(&conn).unwrap(), "more than a batch is waiting");
+        assert_eq!(found(&conn, "fox").len() as i64, BATCH);
+        assert!(!index_batch(&conn).unwrap());
+        assert_eq!(found(&conn, "fox").len() as i64, BATCH + 10);
+        assert!(
+            !index_batch(&conn).unwrap(),
+            "nothing left, nothing indexed twice"
+        );
+        assert_eq!(found(&conn, "fox").len() as i64, BATCH + 10);
+        assert_eq!(found(&conn, "\"7\""), vec![7]);
+    }
+
+    #[test]
+    fn removing_or_changing_a_task_reaches_the_index_only_once_it_is_in_it() {
+        let conn = database();
+        insert(&conn, 1, 4);
+        assert!(!index_batch(&conn).unwrap());
+        insert(&conn, 5, 6);
+        // Above the mark: the delete trigger must not touch the index (a contentless table's
+        // 'delete' of a row it never held would corrupt it), and the change is read later.
+        conn.execute("DELETE FROM tasks WHERE seq = 5", []).unwrap();
+        conn.execute("UPDATE tasks SET prompt = 'a blue owl' WHERE seq = 6", [])
+            .unwrap();
+        // At or below it: the index follows at once.
+        conn.execute("DELETE FROM tasks WHERE seq = 2", []).unwrap();
+        conn.execute("UPDATE tasks SET prompt = 'a blue owl' WHERE seq = 3", [])
+            .unwrap();
+        assert!(!index_batch(&conn).unwrap());
+        assert_eq!(found(&conn, "fox"), vec![1, 4]);
+        assert_eq!(found(&conn, "owl"), vec![3, 6]);
+        conn.execute_batch("INSERT INTO tasks_search (tasks_search) VALUES ('integrity-check')")
+            .unwrap();
+    }
+}
