@@ -602,11 +602,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest::test_runner::Config {
-            cases: crate::domain::fuzz_cases(),
-            failure_persistence: None,
-            ..proptest::test_runner::Config::default()
-        })]
+        #![proptest_config(crate::domain::fuzz_config())]
 
         /// Any header text (as `Last-Event-ID` gives it: visible ASCII) is a version this stream
         /// can resume from, or none; a version is never negative and is the id's leading number.
