@@ -143,17 +143,19 @@ pub fn last_event_id(headers: &HeaderMap) -> Option<&str> {
         .map(str::trim)
 }
 
-/// `said` as a `text/event-stream` answer, with keep-alive comments, and headers that keep
-/// proxies from buffering or caching it.
+/// `said` as a `text/event-stream` answer ([`sse_of`]).
 pub fn sse(said: impl Stream<Item = Said> + Send + 'static) -> Response {
-    let events = said.map(|said| {
-        Ok::<_, Infallible>(
-            Event::default()
-                .event(said.event)
-                .id(said.id)
-                .data(said.data),
-        )
-    });
+    sse_of(said.map(|said| {
+        Ok(Event::default()
+            .event(said.event)
+            .id(said.id)
+            .data(said.data))
+    }))
+}
+
+/// `events` as a `text/event-stream` answer, with keep-alive comments, and headers that keep
+/// proxies from buffering or caching it: every stream easel answers (the OpenAI routes' too).
+pub fn sse_of(events: impl Stream<Item = Result<Event, Infallible>> + Send + 'static) -> Response {
     let mut response = Sse::new(events)
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
         .into_response();

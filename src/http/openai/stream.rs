@@ -8,13 +8,11 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 
-use axum::http::{header, HeaderValue};
-use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
+use axum::response::sse::Event;
+use axum::response::Response;
 use base64::Engine;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -22,13 +20,11 @@ use uuid::Uuid;
 use super::error::OpenAiError;
 use super::run::{self, Shape};
 use crate::auth::PresentedKey;
+use crate::http::api::events::sse_of;
 use crate::images::convert::{self, Format};
 use crate::store::{Happened, Heard};
 use crate::tasks::events::StreamSlot;
 use crate::tasks::Tasks;
-
-/// A comment this often keeps proxies from closing a stream that waits in line.
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// What a stream needs after its handler has returned.
 pub struct Streamed {
@@ -52,13 +48,7 @@ pub fn respond(streamed: Streamed) -> Response {
     let events = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx))
     });
-    let mut response = Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
-        .into_response();
-    let headers = response.headers_mut();
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    response
+    sse_of(events)
 }
 
 fn event(kind: String, data: Value) -> Event {
@@ -91,22 +81,15 @@ async fn produce(s: Streamed, tx: mpsc::Sender<Event>) {
             }
         };
         let kind = format!("{}.completed", s.prefix);
-        let data = json!({
-            "type": kind,
-            "b64_json": base64::engine::general_purpose::STANDARD.encode(bytes),
-            "background": s.shape.background.as_deref().unwrap_or("auto"),
-            "created_at": run::unix_now(),
-            "output_format": s.shape.format_name(),
-            "quality": s.shape.quality,
-            "size": format!("{w}x{h}"),
-            "usage": {
-                "input_tokens": 0,
-                "input_tokens_details": {"image_tokens": 0, "text_tokens": 0},
-                "output_tokens": 0,
-                "total_tokens": 0,
-            },
+        let mut data = image_data(&s, &kind, &bytes, (w, h), None);
+        let usage = json!({
+            "input_tokens": 0,
+            "input_tokens_details": {"image_tokens": 0, "text_tokens": 0},
+            "output_tokens": 0,
+            "total_tokens": 0,
         });
-        if tx.send(event(kind, data)).await.is_err() {
+        data.insert("usage".into(), usage);
+        if tx.send(event(kind, Value::Object(data))).await.is_err() {
             return;
         }
     }
@@ -201,15 +184,31 @@ async fn partial(s: &Streamed, key: &str, index: u32) -> Option<Event> {
     .ok()??;
     let (bytes, w, h) = converted;
     let kind = format!("{}.partial_image", s.prefix);
-    let data = json!({
-        "type": kind,
-        "b64_json": base64::engine::general_purpose::STANDARD.encode(bytes),
-        "background": s.shape.background.as_deref().unwrap_or("auto"),
-        "created_at": run::unix_now(),
-        "output_format": s.shape.format_name(),
-        "partial_image_index": index,
-        "quality": s.shape.quality,
-        "size": format!("{w}x{h}"),
-    });
-    Some(event(kind, data))
+    let data = image_data(s, &kind, &bytes, (w, h), Some(index));
+    Some(event(kind, Value::Object(data)))
+}
+
+/// The data of an image event of `kind` (a completed image, or the `index`th partial one), in
+/// the order OpenAI gives its fields.
+fn image_data(
+    s: &Streamed,
+    kind: &str,
+    bytes: &[u8],
+    (w, h): (u32, u32),
+    index: Option<u32>,
+) -> Map<String, Value> {
+    let mut data = Map::new();
+    data.insert("type".into(), json!(kind));
+    let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
+    data.insert("b64_json".into(), json!(b64));
+    let background = s.shape.background.as_deref().unwrap_or("auto");
+    data.insert("background".into(), json!(background));
+    data.insert("created_at".into(), json!(run::unix_now()));
+    data.insert("output_format".into(), json!(s.shape.format_name()));
+    if let Some(index) = index {
+        data.insert("partial_image_index".into(), json!(index));
+    }
+    data.insert("quality".into(), json!(s.shape.quality));
+    data.insert("size".into(), json!(format!("{w}x{h}")));
+    data
 }
