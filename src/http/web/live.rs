@@ -6,7 +6,7 @@
 //! that the pages' `img-src 'self'` holds wherever the images are stored.
 
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -14,7 +14,7 @@ use futures::{Stream, StreamExt};
 
 use super::error_page::WebError;
 use super::session::SignedIn;
-use super::thumbnails::{is_preview, preview_path};
+use super::thumbnails::{is_preview, preview_path, private_jpeg, stored};
 use crate::blobs::Blobs;
 use crate::http::api::events::{last_event_id, sse};
 use crate::http::state::AppState;
@@ -113,21 +113,6 @@ pub async fn preview(
         return Err(WebError::NotFound);
     }
     let task = user.own_task(&state, &raw).await?;
-    let jpeg = state
-        .blobs
-        .get(&format!("{}/{rest}", task.id))
-        .await
-        .map_err(|e| WebError::Internal(e.into()))?
-        .ok_or(WebError::NotFound)?;
-    Ok((
-        [
-            (header::CONTENT_TYPE, HeaderValue::from_static("image/jpeg")),
-            (
-                header::CACHE_CONTROL,
-                HeaderValue::from_static("private, max-age=3600, immutable"),
-            ),
-        ],
-        jpeg,
-    )
-        .into_response())
+    let jpeg = stored(&state, &format!("{}/{rest}", task.id)).await?;
+    Ok(private_jpeg(jpeg, "private, max-age=3600, immutable"))
 }
