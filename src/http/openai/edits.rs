@@ -23,6 +23,7 @@ use super::doc::{EditRequest, ImagesResponse, VariationRequest};
 use super::error::{field, Body, OpenAiError};
 use super::fields::{Common, Fields};
 use super::run::{self, Who};
+use super::stream;
 use crate::domain::OpKind;
 use crate::http::body;
 use crate::http::state::AppState;
@@ -201,7 +202,7 @@ pub async fn edits(
             body.insert("aspect_ratio".into(), json!(aspect));
         }
         let bodies = vec![common.task_body(body); count];
-        return run::respond(
+        return stream::submit_and_answer(
             &state.tasks,
             caller,
             common,
@@ -233,7 +234,7 @@ pub async fn edits(
     body.insert("mask".into(), json!(data_url));
     body.insert("prompt".into(), json!(prompt));
     let bodies = vec![common.task_body(body); count];
-    run::respond(
+    stream::submit_and_answer(
         &state.tasks,
         caller,
         common,
@@ -287,7 +288,7 @@ pub async fn variations(
         body.insert("aspect_ratio".into(), json!(aspect));
     }
     let bodies = vec![common.task_body(body); run::task_count(common.shape.n)];
-    run::respond(
+    stream::submit_and_answer(
         &state.tasks,
         caller,
         common,

@@ -10,6 +10,7 @@ use super::doc::{GenerationRequest, ImagesResponse};
 use super::error::{Body, OpenAiError};
 use super::fields::{Common, Fields};
 use super::run;
+use super::stream;
 use crate::domain::OpKind;
 use crate::http::state::AppState;
 use crate::tasks::body::JsonObject;
@@ -54,7 +55,7 @@ pub async fn generations(
     let bodies = vec![body; run::task_count(common.shape.n)];
     let until = run::deadline(&state);
     let kind = OpKind::Imagine;
-    run::respond(
+    stream::submit_and_answer(
         &state.tasks,
         caller,
         common,

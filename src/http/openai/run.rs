@@ -3,27 +3,20 @@
 //! dashboard all apply), wait for them within `openai_wait` (listening to their events, holding
 //! no worker and no database connection), and answer their images in OpenAI's shape.
 
-use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::response::{IntoResponse, Response};
-use axum::Json;
 use base64::Engine;
 use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::auth::OpenAiCaller;
 use super::error::OpenAiError;
-use super::fields::Common;
-use super::stream::{self, Streamed};
 use crate::auth::PresentedKey;
 use crate::domain::{OpKind, Output, TaskStatus};
 use crate::images::convert::{self, Format};
 use crate::refusal::ApiError;
 use crate::store::Task;
 use crate::tasks::body::JsonObject;
-use crate::tasks::events::open_slot;
 use crate::tasks::submit::submit_operation;
 use crate::tasks::{upload, wait, Tasks};
 
@@ -58,41 +51,6 @@ impl Shape {
             Format::Webp => "webp",
         }
     }
-}
-
-/// Submit `bodies` as tasks of `kind` and answer their images, or stream them (events named
-/// `{prefix}.partial_image` and `{prefix}.completed`).
-pub async fn respond(
-    tasks: &Arc<Tasks>,
-    caller: OpenAiCaller,
-    common: Common,
-    kind: OpKind,
-    bodies: Vec<Map<String, Value>>,
-    until: Instant,
-    prefix: &'static str,
-) -> Result<Response, OpenAiError> {
-    let who = Who {
-        key: &caller.key,
-        account_id: &caller.account.id,
-    };
-    if common.stream {
-        // The stream's place first: a refused stream stores no task.
-        let slot = open_slot(tasks, &caller.account.id)?;
-        let ids = submit_all(tasks, &who, kind, bodies).await?;
-        return Ok(stream::respond(Streamed {
-            tasks: tasks.clone(),
-            key: caller.key,
-            account_id: caller.account.id,
-            ids,
-            shape: common.shape,
-            partial_images: common.partial_images,
-            prefix,
-            until,
-            slot,
-        }));
-    }
-    let answer = run(tasks, &who, kind, bodies, &common.shape, until).await?;
-    Ok(Json(answer).into_response())
 }
 
 /// The caller: its key (every submit checks it in its own statement) and account.

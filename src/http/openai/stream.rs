@@ -5,25 +5,30 @@
 //! events come from the store's task events, as `GET /api/v1/tasks/{id}/events` does: nothing
 //! polls, and no database connection is held between reads. A client that goes away ends the
 //! stream, not its tasks. Each stream counts against the account's and the node's stream limits.
+//! Without `stream`, the call's answer is `run::run`'s; [`submit_and_answer`] takes either way.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::response::sse::Event;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
 use base64::Engine;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use super::auth::OpenAiCaller;
 use super::error::OpenAiError;
-use super::run::{self, Shape};
+use super::fields::Common;
+use super::run::{self, Shape, Who};
 use crate::auth::PresentedKey;
+use crate::domain::OpKind;
 use crate::http::api::events::sse_of;
 use crate::images::convert::{self, Format};
 use crate::store::{Happened, Heard};
-use crate::tasks::events::StreamSlot;
+use crate::tasks::events::{open_slot, StreamSlot};
 use crate::tasks::Tasks;
 
 /// What a stream needs after its handler has returned.
@@ -38,6 +43,41 @@ pub struct Streamed {
     pub prefix: &'static str,
     pub until: Instant,
     pub slot: StreamSlot,
+}
+
+/// Submit `bodies` as tasks of `kind` and answer their images, or stream them (events named
+/// `{prefix}.partial_image` and `{prefix}.completed`).
+pub async fn submit_and_answer(
+    tasks: &Arc<Tasks>,
+    caller: OpenAiCaller,
+    common: Common,
+    kind: OpKind,
+    bodies: Vec<Map<String, Value>>,
+    until: Instant,
+    prefix: &'static str,
+) -> Result<Response, OpenAiError> {
+    let who = Who {
+        key: &caller.key,
+        account_id: &caller.account.id,
+    };
+    if common.stream {
+        // The stream's place first: a refused stream stores no task.
+        let slot = open_slot(tasks, &caller.account.id)?;
+        let ids = run::submit_all(tasks, &who, kind, bodies).await?;
+        return Ok(respond(Streamed {
+            tasks: tasks.clone(),
+            key: caller.key,
+            account_id: caller.account.id,
+            ids,
+            shape: common.shape,
+            partial_images: common.partial_images,
+            prefix,
+            until,
+            slot,
+        }));
+    }
+    let answer = run::run(tasks, &who, kind, bodies, &common.shape, until).await?;
+    Ok(Json(answer).into_response())
 }
 
 /// The stream's answer; its events are made by a task of their own, which stops when the client
