@@ -19,9 +19,7 @@ use crate::domain::wire::TaskProgress;
 use crate::http::extract::TaskIdPath;
 use crate::http::state::AppState;
 use crate::refusal::ApiError;
-use crate::tasks::events::{
-    account_stream, open_slot, task_stream, Said, StreamFilter, StreamQuery,
-};
+use crate::tasks::events::{account_stream, task_stream, Said, StreamFilter, StreamQuery};
 
 /// A comment this often keeps proxies from closing an idle stream.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -78,15 +76,8 @@ pub async fn task_events(
         .task_for_account(&account.id, &id)
         .await?
         .ok_or(ApiError::TaskNotFound)?;
-    let slot = open_slot(&state.tasks, &account.id)?;
-    let stream = task_stream(
-        state.tasks.clone(),
-        slot,
-        &account.id,
-        task,
-        last_event_id(&headers),
-    )
-    .await?;
+    let last = last_event_id(&headers);
+    let stream = task_stream(state.tasks.clone(), &account.id, task, last).await?;
     Ok(sse(stream))
 }
 
@@ -109,15 +100,8 @@ pub async fn account_events(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let filter = StreamFilter::parse(raw.as_deref())?;
-    let slot = open_slot(&state.tasks, &account.id)?;
-    let stream = account_stream(
-        state.tasks.clone(),
-        slot,
-        &account.id,
-        filter,
-        last_event_id(&headers),
-    )
-    .await?;
+    let last = last_event_id(&headers);
+    let stream = account_stream(state.tasks.clone(), &account.id, filter, last).await?;
     Ok(sse(stream))
 }
 
