@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 mod commands;
 mod operations;
 
-pub use commands::{Generation, Making, Request, Server, Waiting};
+pub use commands::{FollowUp, Generation, Making, Request, Server, Waiting};
 
 /// How often a waiting client reads the task again, on a server without event streams (or
 /// with none to spare).
@@ -33,13 +33,13 @@ const STREAM_SILENCE: Duration = Duration::from_secs(45);
 /// Run a client command.
 pub async fn run(request: Request) -> anyhow::Result<()> {
     let server = match &request {
+        Request::Variations { follow_up, .. }
+        | Request::Reroll { follow_up, .. }
+        | Request::Pan { follow_up, .. }
+        | Request::Zoom { follow_up, .. }
+        | Request::Inpaint { follow_up, .. } => follow_up.server.clone(),
         Request::Imagine { server, .. }
         | Request::Upscale { server, .. }
-        | Request::Variations { server, .. }
-        | Request::Reroll { server, .. }
-        | Request::Pan { server, .. }
-        | Request::Zoom { server, .. }
-        | Request::Inpaint { server, .. }
         | Request::Blend { server, .. }
         | Request::Describe { server, .. }
         | Request::Batch { server, .. }

@@ -136,11 +136,12 @@ mod tests {
         }
     }
 
-    fn labels(
+    /// What a task of `kind` with `output` offers, where the backends run what `can_run` says.
+    fn offer<'a>(
         kind: OpKind,
-        output: &Output,
-        can_run: &dyn Fn(OpKind) -> bool,
-    ) -> Vec<&'static str> {
+        output: &'a Output,
+        can_run: &'a dyn Fn(OpKind) -> bool,
+    ) -> Offer<'a> {
         Offer {
             task_id: "t",
             kind,
@@ -148,10 +149,18 @@ mod tests {
             can_run,
             max_side: 2048,
         }
-        .actions()
-        .iter()
-        .map(|a| a.label)
-        .collect()
+    }
+
+    fn labels(
+        kind: OpKind,
+        output: &Output,
+        can_run: &dyn Fn(OpKind) -> bool,
+    ) -> Vec<&'static str> {
+        offer(kind, output, can_run)
+            .actions()
+            .iter()
+            .map(|a| a.label)
+            .collect()
     }
 
     #[test]
@@ -192,20 +201,10 @@ mod tests {
 
     #[test]
     fn a_region_is_offered_on_upscales_only() {
-        let offer = |kind, output: &Output, can_run: &dyn Fn(OpKind) -> bool| {
-            Offer {
-                task_id: "t",
-                kind,
-                output,
-                can_run,
-                max_side: 2048,
-            }
-            .region()
-        };
         let all = |_| true;
-        assert!(offer(OpKind::Upscale1x, &single(1024), &all));
-        assert!(!offer(OpKind::Imagine, &grid(1024), &all));
-        assert!(!offer(OpKind::Faceswap, &single(1024), &all));
-        assert!(!offer(OpKind::Upscale1x, &single(1024), &|k| k != OpKind::Inpaint));
+        assert!(offer(OpKind::Upscale1x, &single(1024), &all).region());
+        assert!(!offer(OpKind::Imagine, &grid(1024), &all).region());
+        assert!(!offer(OpKind::Faceswap, &single(1024), &all).region());
+        assert!(!offer(OpKind::Upscale1x, &single(1024), &|k| k != OpKind::Inpaint).region());
     }
 }

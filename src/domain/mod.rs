@@ -35,12 +35,17 @@ pub use task::{check_text, AspectRatio, ProcessMode, Prompt, TaskStatus, PROMPT_
 pub use time::rfc3339;
 pub use webhook_events::{WebhookEvent, WebhookEvents};
 
-/// How many inputs each property test of a parser tries: `EASEL_FUZZ_CASES` (the benchmark runs
-/// a million), 2,000 by default.
+/// The settings of every property test of a parser: as many inputs as `EASEL_FUZZ_CASES` says
+/// (the benchmark runs a million), 2,000 by default, and no file of past failures.
 #[cfg(test)]
-pub(crate) fn fuzz_cases() -> u32 {
-    std::env::var("EASEL_FUZZ_CASES")
+pub(crate) fn fuzz_config() -> proptest::test_runner::Config {
+    let cases = std::env::var("EASEL_FUZZ_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(2_000)
+        .unwrap_or(2_000);
+    proptest::test_runner::Config {
+        cases,
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    }
 }

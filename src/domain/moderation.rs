@@ -344,11 +344,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest::test_runner::Config {
-            cases: crate::domain::fuzz_cases(),
-            failure_persistence: None,
-            ..Default::default()
-        })]
+        #![proptest_config(crate::domain::fuzz_config())]
 
         /// Any text is matched without a panic, and any term is used or refused by its text.
         #[test]

@@ -186,11 +186,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest::test_runner::Config {
-            cases: crate::domain::fuzz_cases(),
-            failure_persistence: None,
-            ..proptest::test_runner::Config::default()
-        })]
+        #![proptest_config(crate::domain::fuzz_config())]
 
         #[test]
         fn any_list_is_a_set_of_known_events_or_refused(

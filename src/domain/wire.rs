@@ -558,6 +558,18 @@ mod tests {
         keys
     }
 
+    /// The fields `schema` requires, sorted.
+    fn required(schema: &Value) -> Vec<String> {
+        let mut required: Vec<String> = schema["required"]
+            .as_array()
+            .expect("required")
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect();
+        required.sort();
+        required
+    }
+
     /// `T`'s schema as the document holds it: derived, its flattened parts one object.
     fn schema<T: PartialSchema>() -> Value {
         serde_json::to_value(super::super::schema::flat(T::schema())).unwrap()
@@ -590,14 +602,7 @@ mod tests {
         bare.parameters = Parameters::default();
         bare.settings = Settings::default();
         let bare = serde_json::to_value(bare).unwrap();
-        let mut required: Vec<String> = task["required"]
-            .as_array()
-            .expect("required")
-            .iter()
-            .map(|v| v.as_str().unwrap().to_string())
-            .collect();
-        required.sort();
-        assert_eq!(keys(&bare), required);
+        assert_eq!(keys(&bare), required(&task));
     }
 
     #[test]
@@ -624,14 +629,7 @@ mod tests {
         };
         let bare = serde_json::to_value(bare).unwrap();
         assert!(bare.as_object().unwrap().values().all(|v| !v.is_null()));
-        let mut required: Vec<String> = progress["required"]
-            .as_array()
-            .expect("required")
-            .iter()
-            .map(|v| v.as_str().unwrap().to_string())
-            .collect();
-        required.sort();
-        assert_eq!(keys(&bare), required);
+        assert_eq!(keys(&bare), required(&progress));
     }
 
     #[test]
@@ -641,14 +639,7 @@ mod tests {
         assert_eq!(keys(&record["usage"]), keys(&usage["properties"]));
         assert_eq!(record["usage"]["model"], Value::Null);
         assert_eq!(record["usage"]["backend_seconds"], 1.5);
-        let mut required: Vec<String> = usage["required"]
-            .as_array()
-            .expect("required")
-            .iter()
-            .map(|v| v.as_str().unwrap().to_string())
-            .collect();
-        required.sort();
-        assert_eq!(keys(&record["usage"]), required);
+        assert_eq!(keys(&record["usage"]), required(&usage));
     }
 
     #[test]

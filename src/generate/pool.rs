@@ -13,17 +13,17 @@
 mod line;
 mod member;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use line::{Granted, Line};
+use member::Member;
 pub use member::{BackendHealth, DOWN_AFTER};
-use member::{Health, Member};
 
 use super::job::{GenerateError, Generator, Job, Product, Progress};
 use crate::config::{Catalogue, Live};
@@ -86,17 +86,13 @@ impl Pool {
         let members: Vec<Arc<Member>> = backends
             .into_iter()
             .map(|(generator, concurrency)| {
-                let concurrency = concurrency.max(1);
-                Arc::new(Member {
+                Arc::new(Member::new(
                     generator,
                     concurrency,
-                    slots: Arc::new(Semaphore::new(concurrency)),
-                    in_flight: AtomicUsize::new(0),
-                    health: Mutex::new(Health::default()),
-                    models: None,
-                    bookkeeping: false,
-                    fingerprint: String::new(),
-                })
+                    None,
+                    false,
+                    String::new(),
+                ))
             })
             .collect();
         Pool::of(members, Arc::new(Catalogue::default()), budget)
@@ -118,16 +114,8 @@ impl Pool {
             .members
             .iter()
             .map(|member| {
-                Arc::new(Member {
-                    generator: member.generator.clone(),
-                    concurrency: member.concurrency,
-                    slots: member.slots.clone(),
-                    in_flight: AtomicUsize::new(0),
-                    health: Mutex::new(Health::default()),
-                    models: Some(catalogue.served_by(member.generator.name())),
-                    bookkeeping: member.bookkeeping,
-                    fingerprint: member.fingerprint.clone(),
-                })
+                let models = catalogue.served_by(member.generator.name());
+                Arc::new(member.remade(Some(models), member.fingerprint.clone()))
             })
             .collect();
         Pool::of(members, Arc::new(catalogue), self.budget)
@@ -143,16 +131,7 @@ impl Pool {
             .iter()
             .zip(prints.into_iter().map(Some).chain(std::iter::repeat(None)))
             .map(|(member, print)| {
-                Arc::new(Member {
-                    generator: member.generator.clone(),
-                    concurrency: member.concurrency,
-                    slots: member.slots.clone(),
-                    in_flight: AtomicUsize::new(0),
-                    health: Mutex::new(Health::default()),
-                    models: member.models.clone(),
-                    bookkeeping: member.bookkeeping,
-                    fingerprint: print.unwrap_or_default(),
-                })
+                Arc::new(member.remade(member.models.clone(), print.unwrap_or_default()))
             })
             .collect();
         Pool::of(members, lineup.catalogue.clone(), self.budget)
@@ -213,16 +192,9 @@ impl Pool {
             return self;
         }
         let mut members = self.lineup.get().members.clone();
-        members.push(Arc::new(Member {
-            generator: crop,
-            concurrency: concurrency.max(1),
-            slots: Arc::new(Semaphore::new(concurrency.max(1))),
-            in_flight: AtomicUsize::new(0),
-            health: Mutex::new(Health::default()),
-            models: Some(lacking),
-            bookkeeping: true,
-            fingerprint: format!("crop:{concurrency}"),
-        }));
+        let fingerprint = format!("crop:{concurrency}");
+        let crop = Member::new(crop, concurrency, Some(lacking), true, fingerprint);
+        members.push(Arc::new(crop));
         Pool::of(members, catalogue, self.budget)
     }
 

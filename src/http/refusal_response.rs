@@ -37,6 +37,14 @@ impl Errors {
     }
 }
 
+/// A fault the caller cannot act on: logged with the request it came in, and answered only as
+/// an internal error.
+fn unexpected(error: String, code: &'static str) -> Errors {
+    let (request_id, account, task_id) = crate::telemetry::request::context();
+    tracing::error!(error, request_id, account, task_id, "unexpected fault");
+    Errors::one("internal error", code)
+}
+
 /// The status and the stable code of `error`.
 pub fn status_and_code(error: &ApiError) -> (StatusCode, &'static str) {
     match error {
@@ -85,33 +93,16 @@ impl IntoResponse for ApiError {
             ApiError::Unauthorized => {
                 return (status, axum::Json(serde_json::json!({}))).into_response()
             }
-            ApiError::Internal(e) => {
-                let (request_id, account, task_id) = crate::telemetry::request::context();
-                tracing::error!(
-                    error = format!("{e:#}"),
-                    request_id,
-                    account,
-                    task_id,
-                    "unexpected fault"
-                );
-                Errors::one("internal error", code)
-            }
+            ApiError::Internal(e) => unexpected(format!("{e:#}"), code),
             ApiError::Store { unavailable, cause } => {
                 let kind = if *unavailable { "unavailable" } else { "other" };
                 crate::metrics::store_error("api", kind);
-                let (request_id, account, task_id) = crate::telemetry::request::context();
                 if *unavailable {
+                    let (request_id, account, task_id) = crate::telemetry::request::context();
                     tracing::warn!(error = %cause, request_id, account, task_id, "store unavailable");
                     Errors::one(STORE_UNAVAILABLE, code)
                 } else {
-                    tracing::error!(
-                        error = format!("{cause:#}"),
-                        request_id,
-                        account,
-                        task_id,
-                        "unexpected fault"
-                    );
-                    Errors::one("internal error", code)
+                    unexpected(format!("{cause:#}"), code)
                 }
             }
             other => Errors::one(other.to_string(), code),

@@ -170,11 +170,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(proptest::test_runner::Config {
-            cases: crate::domain::fuzz_cases(),
-            failure_persistence: None,
-            ..Default::default()
-        })]
+        #![proptest_config(crate::domain::fuzz_config())]
 
         /// Any JSON without duplicate keys reads as serde_json reads it; any bytes are read or
         /// refused without a panic.

@@ -142,14 +142,15 @@ struct EventStream {
 }
 
 /// The stream of `task` (the caller's, read already). `last_event_id` is the caller's
-/// `Last-Event-ID`.
+/// `Last-Event-ID`. Its place among the streams is taken first ([`open_slot`]): a stream past
+/// the limits reads nothing.
 pub async fn task_stream(
     tasks: Arc<Tasks>,
-    slot: StreamSlot,
     account_id: &str,
     task: Task,
     last_event_id: Option<&str>,
 ) -> Result<impl Stream<Item = Said>, ApiError> {
+    let slot = open_slot(&tasks, account_id)?;
     let listener = tasks
         .store
         .wakeups()
@@ -171,14 +172,15 @@ pub async fn task_stream(
     Ok(stream.into_stream())
 }
 
-/// The stream of all the account's tasks that pass `filter`.
+/// The stream of all the account's tasks that pass `filter`, its place taken first as
+/// [`task_stream`]'s is.
 pub async fn account_stream(
     tasks: Arc<Tasks>,
-    slot: StreamSlot,
     account_id: &str,
     filter: StreamFilter,
     last_event_id: Option<&str>,
 ) -> Result<impl Stream<Item = Said>, ApiError> {
+    let slot = open_slot(&tasks, account_id)?;
     let listener = tasks.store.wakeups().events.listen_account(account_id);
     let mut stream = EventStream::new(tasks, slot, account_id, listener, filter);
     let last = match last_event_id.and_then(read_event_id) {
@@ -602,11 +604,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest::test_runner::Config {
-            cases: crate::domain::fuzz_cases(),
-            failure_persistence: None,
-            ..proptest::test_runner::Config::default()
-        })]
+        #![proptest_config(crate::domain::fuzz_config())]
 
         /// Any header text (as `Last-Event-ID` gives it: visible ASCII) is a version this stream
         /// can resume from, or none; a version is never negative and is the id's leading number.

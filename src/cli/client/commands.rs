@@ -72,6 +72,19 @@ pub struct Making {
     pub waiting: Waiting,
 }
 
+/// What a follow-up of a task takes besides the parent and its own arguments: a new prompt,
+/// what a command that makes images takes, and the server.
+#[derive(clap::Args, Clone, Debug)]
+pub struct FollowUp {
+    /// A new prompt (default: the parent's).
+    #[arg(long)]
+    pub prompt: Option<String>,
+    #[command(flatten)]
+    pub making: Making,
+    #[command(flatten)]
+    pub server: Server,
+}
+
 /// How a command that makes a task ends.
 #[derive(clap::Args, Clone, Debug)]
 pub struct Waiting {
@@ -121,49 +134,29 @@ pub enum Request {
     Variations {
         task: String,
         index: String,
-        /// A new prompt (default: the parent's).
-        #[arg(long)]
-        prompt: Option<String>,
         #[command(flatten)]
-        making: Making,
-        #[command(flatten)]
-        server: Server,
+        follow_up: FollowUp,
     },
     /// Client: a grid task's prompt again, with a new seed.
     Reroll {
         task: String,
-        /// A new prompt (default: the parent's).
-        #[arg(long)]
-        prompt: Option<String>,
         #[command(flatten)]
-        making: Making,
-        #[command(flatten)]
-        server: Server,
+        follow_up: FollowUp,
     },
     /// Client: extend an upscaled image in one direction (up, down, left or right).
     Pan {
         task: String,
         direction: String,
-        /// A new prompt (default: the parent's).
-        #[arg(long)]
-        prompt: Option<String>,
         #[command(flatten)]
-        making: Making,
-        #[command(flatten)]
-        server: Server,
+        follow_up: FollowUp,
     },
     /// Client: zoom out of an upscaled image by RATIO (1 to 2; 1 makes it square), drawing the
     /// surroundings (the outpaint operation).
     Zoom {
         task: String,
         ratio: f64,
-        /// A new prompt (default: the parent's).
-        #[arg(long)]
-        prompt: Option<String>,
         #[command(flatten)]
-        making: Making,
-        #[command(flatten)]
-        server: Server,
+        follow_up: FollowUp,
     },
     /// Client: redraw the part of an upscaled image that the mask marks (white, opaque pixels).
     Inpaint {
@@ -171,13 +164,8 @@ pub enum Request {
         /// A PNG the size of the parent's image.
         #[arg(long, value_name = "FILE")]
         mask: PathBuf,
-        /// A new prompt (default: the parent's).
-        #[arg(long)]
-        prompt: Option<String>,
         #[command(flatten)]
-        making: Making,
-        #[command(flatten)]
-        server: Server,
+        follow_up: FollowUp,
     },
     /// Client: a grid mixing 2 to 5 images (URLs or files).
     Blend {

@@ -8,18 +8,19 @@ use anyhow::{bail, Context};
 use base64::Engine;
 use serde_json::{json, Value};
 
-use super::commands::{Making, Request};
+use super::commands::{FollowUp, Making, Request};
 
 /// The operation a command submits, its body and what it makes of the task; None for the
 /// commands that submit nothing of their own.
-pub(super) fn operation(
-    request: &Request,
-) -> anyhow::Result<Option<(&'static str, Value, &Making)>> {
-    let with_prompt = |mut body: Value, prompt: &Option<String>| {
-        if let Some(prompt) = prompt {
+pub(super) fn operation<'a>(
+    request: &'a Request,
+) -> anyhow::Result<Option<(&'static str, Value, &'a Making)>> {
+    // A follow-up's body has its new prompt, when given.
+    let follow = |op: &'static str, mut body: Value, follow_up: &'a FollowUp| {
+        if let Some(prompt) = &follow_up.prompt {
             body["prompt"] = json!(prompt);
         }
-        body
+        (op, body, &follow_up.making)
     };
     let (op, mut body, making) = match request {
         Request::Imagine {
@@ -54,56 +55,42 @@ pub(super) fn operation(
         Request::Variations {
             task,
             index,
-            prompt,
-            making,
-            ..
+            follow_up,
         } => {
             // The API takes 1 to 4 as a number or a string, and strong/subtle as strings.
             let body = json!({ "parent_task_id": task, "index": index });
-            ("variations", with_prompt(body, prompt), making)
+            follow("variations", body, follow_up)
         }
-        Request::Reroll {
-            task,
-            prompt,
-            making,
-            ..
-        } => {
-            let body = json!({ "parent_task_id": task });
-            ("reroll", with_prompt(body, prompt), making)
+        Request::Reroll { task, follow_up } => {
+            follow("reroll", json!({ "parent_task_id": task }), follow_up)
         }
         Request::Pan {
             task,
             direction,
-            prompt,
-            making,
-            ..
+            follow_up,
         } => {
             let body = json!({ "parent_task_id": task, "direction": direction });
-            ("pan", with_prompt(body, prompt), making)
+            follow("pan", body, follow_up)
         }
         Request::Zoom {
             task,
             ratio,
-            prompt,
-            making,
-            ..
+            follow_up,
         } => {
             let body = json!({ "parent_task_id": task, "zoom_ratio": ratio });
-            ("outpaint", with_prompt(body, prompt), making)
+            follow("outpaint", body, follow_up)
         }
         Request::Inpaint {
             task,
             mask,
-            prompt,
-            making,
-            ..
+            follow_up,
         } => {
             let bytes = read(mask)?;
             if image_type(&bytes) != Some("png") {
                 bail!("--mask {}: the mask must be a PNG file", mask.display());
             }
             let body = json!({ "parent_task_id": task, "mask": data_url("png", &bytes) });
-            ("inpaint", with_prompt(body, prompt), making)
+            follow("inpaint", body, follow_up)
         }
         Request::Blend {
             images,

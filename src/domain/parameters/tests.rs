@@ -367,11 +367,7 @@ const VOCABULARY: &[&str] = &[
 use proptest::prelude::*;
 
 proptest::proptest! {
-    #![proptest_config(proptest::test_runner::Config {
-        cases: crate::domain::fuzz_cases(),
-        failure_persistence: None,
-        ..proptest::test_runner::Config::default()
-    })]
+    #![proptest_config(crate::domain::fuzz_config())]
 
     /// Any prompt is its text and parameters, or a refusal with a code and a message; the text
     /// is the prompt's beginning and holds no parameter of its own.

@@ -55,6 +55,42 @@ pub struct BackendHealth {
 }
 
 impl Member {
+    /// A backend with `concurrency` slots of its own (at least one), nothing in flight, and in.
+    pub fn new(
+        generator: Arc<dyn Generator>,
+        concurrency: usize,
+        models: Option<Vec<String>>,
+        bookkeeping: bool,
+        fingerprint: String,
+    ) -> Member {
+        let concurrency = concurrency.max(1);
+        Member {
+            generator,
+            concurrency,
+            slots: Arc::new(Semaphore::new(concurrency)),
+            in_flight: AtomicUsize::new(0),
+            health: Mutex::new(Health::default()),
+            models,
+            bookkeeping,
+            fingerprint,
+        }
+    }
+
+    /// This backend serving `models`, marked `fingerprint`: its generator and its slots (so that
+    /// the jobs it has running still hold them), a count and health of its own.
+    pub fn remade(&self, models: Option<Vec<String>>, fingerprint: String) -> Member {
+        Member {
+            generator: self.generator.clone(),
+            concurrency: self.concurrency,
+            slots: self.slots.clone(),
+            in_flight: AtomicUsize::new(0),
+            health: Mutex::new(Health::default()),
+            models,
+            bookkeeping: self.bookkeeping,
+            fingerprint,
+        }
+    }
+
     /// Whether `other`, built from reloaded settings, is this backend unchanged.
     pub fn same_as(&self, other: &Member) -> bool {
         !self.fingerprint.is_empty()

@@ -1,7 +1,7 @@
 //! The pool with fake backends: load spreading, concurrency, failing over, probes, stops and
 //! the models each backend serves.
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 
 use super::*;
 use crate::domain::Operation;

@@ -179,6 +179,15 @@ fn limit_of(value: &str) -> Result<u32, ApiError> {
         })
 }
 
+/// `rows`, read with one more than `limit` to learn whether a page follows, cut to `limit`; and
+/// the `next` of the page after, the last row's `key`, or none on the last page.
+fn page<T, K>(mut rows: Vec<T>, limit: u32, key: impl Fn(&T) -> K) -> (Vec<T>, Option<K>) {
+    let more = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
+    let next = if more { rows.last().map(key) } else { None };
+    (rows, next)
+}
+
 /// Accounts, in the order they were made
 #[utoipa::path(
     get,
@@ -208,17 +217,14 @@ pub async fn list_accounts(
             _ => limit = limit_of(&value)?,
         }
     }
-    let mut accounts = state
+    let accounts = state
         .store
         .accounts_page(email.as_deref(), after.as_deref(), i64::from(limit) + 1)
         .await?;
-    let next = (accounts.len() > limit as usize).then(|| {
-        accounts.truncate(limit as usize);
-        accounts.last().map(|a| a.id.clone())
-    });
+    let (accounts, next) = page(accounts, limit, |a| a.id.clone());
     Ok(Json(AccountPage {
         accounts: accounts.into_iter().map(AdminAccount::from).collect(),
-        next: next.flatten(),
+        next,
     }))
 }
 
@@ -379,13 +385,10 @@ pub async fn audit_log(
             _ => limit = limit_of(&value)?,
         }
     }
-    let mut entries = state.store.audit_log(before, i64::from(limit) + 1).await?;
-    let next = (entries.len() > limit as usize).then(|| {
-        entries.truncate(limit as usize);
-        entries.last().map(|e| e.id)
-    });
+    let entries = state.store.audit_log(before, i64::from(limit) + 1).await?;
+    let (entries, next) = page(entries, limit, |e| e.id);
     Ok(Json(AuditPage {
         entries: entries.into_iter().map(AuditRow::from).collect(),
-        next: next.flatten(),
+        next,
     }))
 }

@@ -19,9 +19,7 @@ use crate::domain::wire::TaskProgress;
 use crate::http::extract::TaskIdPath;
 use crate::http::state::AppState;
 use crate::refusal::ApiError;
-use crate::tasks::events::{
-    account_stream, open_slot, task_stream, Said, StreamFilter, StreamQuery,
-};
+use crate::tasks::events::{account_stream, task_stream, Said, StreamFilter, StreamQuery};
 
 /// A comment this often keeps proxies from closing an idle stream.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -78,15 +76,8 @@ pub async fn task_events(
         .task_for_account(&account.id, &id)
         .await?
         .ok_or(ApiError::TaskNotFound)?;
-    let slot = open_slot(&state.tasks, &account.id)?;
-    let stream = task_stream(
-        state.tasks.clone(),
-        slot,
-        &account.id,
-        task,
-        last_event_id(&headers),
-    )
-    .await?;
+    let last = last_event_id(&headers);
+    let stream = task_stream(state.tasks.clone(), &account.id, task, last).await?;
     Ok(sse(stream))
 }
 
@@ -109,15 +100,8 @@ pub async fn account_events(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let filter = StreamFilter::parse(raw.as_deref())?;
-    let slot = open_slot(&state.tasks, &account.id)?;
-    let stream = account_stream(
-        state.tasks.clone(),
-        slot,
-        &account.id,
-        filter,
-        last_event_id(&headers),
-    )
-    .await?;
+    let last = last_event_id(&headers);
+    let stream = account_stream(state.tasks.clone(), &account.id, filter, last).await?;
     Ok(sse(stream))
 }
 
@@ -143,17 +127,19 @@ pub fn last_event_id(headers: &HeaderMap) -> Option<&str> {
         .map(str::trim)
 }
 
-/// `said` as a `text/event-stream` answer, with keep-alive comments, and headers that keep
-/// proxies from buffering or caching it.
+/// `said` as a `text/event-stream` answer ([`sse_of`]).
 pub fn sse(said: impl Stream<Item = Said> + Send + 'static) -> Response {
-    let events = said.map(|said| {
-        Ok::<_, Infallible>(
-            Event::default()
-                .event(said.event)
-                .id(said.id)
-                .data(said.data),
-        )
-    });
+    sse_of(said.map(|said| {
+        Ok(Event::default()
+            .event(said.event)
+            .id(said.id)
+            .data(said.data))
+    }))
+}
+
+/// `events` as a `text/event-stream` answer, with keep-alive comments, and headers that keep
+/// proxies from buffering or caching it: every stream easel answers (the OpenAI routes' too).
+pub fn sse_of(events: impl Stream<Item = Result<Event, Infallible>> + Send + 'static) -> Response {
     let mut response = Sse::new(events)
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
         .into_response();

@@ -12,8 +12,7 @@
 
 use axum::body::Body as AxumBody;
 use axum::extract::{FromRequest, Multipart, Request, State};
-use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::response::Response;
 use base64::Engine;
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
@@ -24,13 +23,12 @@ use super::doc::{EditRequest, ImagesResponse, VariationRequest};
 use super::error::{field, Body, OpenAiError};
 use super::fields::{Common, Fields};
 use super::run::{self, Who};
-use super::stream::{self, Streamed};
+use super::stream;
 use crate::domain::OpKind;
 use crate::http::body;
 use crate::http::state::AppState;
 use crate::images::convert;
 use crate::refusal::ApiError;
-use crate::tasks::events::open_slot;
 use crate::tasks::upload;
 use crate::tasks::Tasks;
 
@@ -155,39 +153,6 @@ async fn parent(
     Ok((ids[0], original, (w, h)))
 }
 
-/// Answer `ids`' images, or stream them.
-async fn respond(
-    state: &AppState,
-    caller: OpenAiCaller,
-    common: Common,
-    kind: OpKind,
-    bodies: Vec<Map<String, Value>>,
-    until: Instant,
-    prefix: &'static str,
-) -> Result<Response, OpenAiError> {
-    let who = Who {
-        key: &caller.key,
-        account_id: &caller.account.id,
-    };
-    if common.stream {
-        let slot = open_slot(&state.tasks, &caller.account.id)?;
-        let ids = run::submit_all(state, &who, kind, bodies).await?;
-        return Ok(stream::respond(Streamed {
-            tasks: state.tasks.clone(),
-            key: caller.key,
-            account_id: caller.account.id,
-            ids,
-            shape: common.shape,
-            partial_images: common.partial_images,
-            prefix,
-            until,
-            slot,
-        }));
-    }
-    let answer = run::run(state, &who, kind, bodies, &common.shape, until).await?;
-    Ok(Json(answer).into_response())
-}
-
 /// Edit images from a prompt (OpenAI's Images API)
 ///
 /// Without a mask, imagine tasks with the images as image prompts; with a mask (transparent =
@@ -237,8 +202,8 @@ pub async fn edits(
             body.insert("aspect_ratio".into(), json!(aspect));
         }
         let bodies = vec![common.task_body(body); count];
-        return respond(
-            &state,
+        return stream::submit_and_answer(
+            &state.tasks,
             caller,
             common,
             OpKind::Imagine,
@@ -269,8 +234,8 @@ pub async fn edits(
     body.insert("mask".into(), json!(data_url));
     body.insert("prompt".into(), json!(prompt));
     let bodies = vec![common.task_body(body); count];
-    respond(
-        &state,
+    stream::submit_and_answer(
+        &state.tasks,
         caller,
         common,
         OpKind::Inpaint,
@@ -323,8 +288,8 @@ pub async fn variations(
         body.insert("aspect_ratio".into(), json!(aspect));
     }
     let bodies = vec![common.task_body(body); run::task_count(common.shape.n)];
-    respond(
-        &state,
+    stream::submit_and_answer(
+        &state.tasks,
         caller,
         common,
         OpKind::Variations,

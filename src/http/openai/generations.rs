@@ -2,20 +2,18 @@
 //! first `n` images.
 
 use axum::extract::{FromRequest, Request, State};
-use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::response::Response;
 use serde_json::{json, Map};
 
 use super::auth::OpenAiCaller;
 use super::doc::{GenerationRequest, ImagesResponse};
 use super::error::{Body, OpenAiError};
 use super::fields::{Common, Fields};
-use super::run::{self, Who};
-use super::stream::{self, Streamed};
+use super::run;
+use super::stream;
 use crate::domain::OpKind;
 use crate::http::state::AppState;
 use crate::tasks::body::JsonObject;
-use crate::tasks::events::open_slot;
 
 /// Create images from a prompt (OpenAI's Images API)
 ///
@@ -55,27 +53,16 @@ pub async fn generations(
     }
     let body = common.task_body(body);
     let bodies = vec![body; run::task_count(common.shape.n)];
-    let who = Who {
-        key: &caller.key,
-        account_id: &caller.account.id,
-    };
     let until = run::deadline(&state);
-    if common.stream {
-        // The stream's place first: a refused stream stores no task.
-        let slot = open_slot(&state.tasks, &caller.account.id)?;
-        let ids = run::submit_all(&state, &who, OpKind::Imagine, bodies).await?;
-        return Ok(stream::respond(Streamed {
-            tasks: state.tasks.clone(),
-            key: caller.key,
-            account_id: caller.account.id,
-            ids,
-            shape: common.shape,
-            partial_images: common.partial_images,
-            prefix: "image_generation",
-            until,
-            slot,
-        }));
-    }
-    let answer = run::run(&state, &who, OpKind::Imagine, bodies, &common.shape, until).await?;
-    Ok(Json(answer).into_response())
+    let kind = OpKind::Imagine;
+    stream::submit_and_answer(
+        &state.tasks,
+        caller,
+        common,
+        kind,
+        bodies,
+        until,
+        "image_generation",
+    )
+    .await
 }

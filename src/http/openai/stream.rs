@@ -5,30 +5,31 @@
 //! events come from the store's task events, as `GET /api/v1/tasks/{id}/events` does: nothing
 //! polls, and no database connection is held between reads. A client that goes away ends the
 //! stream, not its tasks. Each stream counts against the account's and the node's stream limits.
+//! Without `stream`, the call's answer is `run::run`'s; [`submit_and_answer`] takes either way.
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 
-use axum::http::{header, HeaderValue};
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
+use axum::Json;
 use base64::Engine;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use super::auth::OpenAiCaller;
 use super::error::OpenAiError;
-use super::run::{self, Shape};
+use super::fields::Common;
+use super::run::{self, Shape, Who};
 use crate::auth::PresentedKey;
+use crate::domain::OpKind;
+use crate::http::api::events::sse_of;
 use crate::images::convert::{self, Format};
 use crate::store::{Happened, Heard};
-use crate::tasks::events::StreamSlot;
+use crate::tasks::events::{open_slot, StreamSlot};
 use crate::tasks::Tasks;
-
-/// A comment this often keeps proxies from closing a stream that waits in line.
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// What a stream needs after its handler has returned.
 pub struct Streamed {
@@ -44,6 +45,41 @@ pub struct Streamed {
     pub slot: StreamSlot,
 }
 
+/// Submit `bodies` as tasks of `kind` and answer their images, or stream them (events named
+/// `{prefix}.partial_image` and `{prefix}.completed`).
+pub async fn submit_and_answer(
+    tasks: &Arc<Tasks>,
+    caller: OpenAiCaller,
+    common: Common,
+    kind: OpKind,
+    bodies: Vec<Map<String, Value>>,
+    until: Instant,
+    prefix: &'static str,
+) -> Result<Response, OpenAiError> {
+    let who = Who {
+        key: &caller.key,
+        account_id: &caller.account.id,
+    };
+    if common.stream {
+        // The stream's place first: a refused stream stores no task.
+        let slot = open_slot(tasks, &caller.account.id)?;
+        let ids = run::submit_all(tasks, &who, kind, bodies).await?;
+        return Ok(respond(Streamed {
+            tasks: tasks.clone(),
+            key: caller.key,
+            account_id: caller.account.id,
+            ids,
+            shape: common.shape,
+            partial_images: common.partial_images,
+            prefix,
+            until,
+            slot,
+        }));
+    }
+    let answer = run::run(tasks, &who, kind, bodies, &common.shape, until).await?;
+    Ok(Json(answer).into_response())
+}
+
 /// The stream's answer; its events are made by a task of their own, which stops when the client
 /// has gone (its channel closed) or the last event is sent.
 pub fn respond(streamed: Streamed) -> Response {
@@ -52,13 +88,7 @@ pub fn respond(streamed: Streamed) -> Response {
     let events = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx))
     });
-    let mut response = Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
-        .into_response();
-    let headers = response.headers_mut();
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    response
+    sse_of(events)
 }
 
 fn event(kind: String, data: Value) -> Event {
@@ -91,22 +121,15 @@ async fn produce(s: Streamed, tx: mpsc::Sender<Event>) {
             }
         };
         let kind = format!("{}.completed", s.prefix);
-        let data = json!({
-            "type": kind,
-            "b64_json": base64::engine::general_purpose::STANDARD.encode(bytes),
-            "background": s.shape.background.as_deref().unwrap_or("auto"),
-            "created_at": run::unix_now(),
-            "output_format": s.shape.format_name(),
-            "quality": s.shape.quality,
-            "size": format!("{w}x{h}"),
-            "usage": {
-                "input_tokens": 0,
-                "input_tokens_details": {"image_tokens": 0, "text_tokens": 0},
-                "output_tokens": 0,
-                "total_tokens": 0,
-            },
+        let mut data = image_data(&s, &kind, &bytes, (w, h), None);
+        let usage = json!({
+            "input_tokens": 0,
+            "input_tokens_details": {"image_tokens": 0, "text_tokens": 0},
+            "output_tokens": 0,
+            "total_tokens": 0,
         });
-        if tx.send(event(kind, data)).await.is_err() {
+        data.insert("usage".into(), usage);
+        if tx.send(event(kind, Value::Object(data))).await.is_err() {
             return;
         }
     }
@@ -201,15 +224,31 @@ async fn partial(s: &Streamed, key: &str, index: u32) -> Option<Event> {
     .ok()??;
     let (bytes, w, h) = converted;
     let kind = format!("{}.partial_image", s.prefix);
-    let data = json!({
-        "type": kind,
-        "b64_json": base64::engine::general_purpose::STANDARD.encode(bytes),
-        "background": s.shape.background.as_deref().unwrap_or("auto"),
-        "created_at": run::unix_now(),
-        "output_format": s.shape.format_name(),
-        "partial_image_index": index,
-        "quality": s.shape.quality,
-        "size": format!("{w}x{h}"),
-    });
-    Some(event(kind, data))
+    let data = image_data(s, &kind, &bytes, (w, h), Some(index));
+    Some(event(kind, Value::Object(data)))
+}
+
+/// The data of an image event of `kind` (a completed image, or the `index`th partial one), in
+/// the order OpenAI gives its fields.
+fn image_data(
+    s: &Streamed,
+    kind: &str,
+    bytes: &[u8],
+    (w, h): (u32, u32),
+    index: Option<u32>,
+) -> Map<String, Value> {
+    let mut data = Map::new();
+    data.insert("type".into(), json!(kind));
+    let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
+    data.insert("b64_json".into(), json!(b64));
+    let background = s.shape.background.as_deref().unwrap_or("auto");
+    data.insert("background".into(), json!(background));
+    data.insert("created_at".into(), json!(run::unix_now()));
+    data.insert("output_format".into(), json!(s.shape.format_name()));
+    if let Some(index) = index {
+        data.insert("partial_image_index".into(), json!(index));
+    }
+    data.insert("quality".into(), json!(s.shape.quality));
+    data.insert("size".into(), json!(format!("{w}x{h}")));
+    data
 }

@@ -15,7 +15,7 @@ use super::session::{self, Posted, PublicPosted, FORM_COOKIE, SESSION_COOKIE};
 use crate::accounts;
 use crate::accounts::throttle::{self, Attempt, Gate, KNOWN_BROWSER_COOKIE};
 use crate::http::state::AppState;
-use crate::store::{now_ms, NewAccount};
+use crate::store::{now_ms, NewAccount, Store, StoreResult};
 
 /// The routes of these pages, beside their handlers.
 pub(super) fn routes() -> Router<AppState> {
@@ -117,6 +117,18 @@ pub struct SignInForm {
     next: String,
 }
 
+/// Whether `attempt` may go on, once it has waited as long as the sign-in throttle asks.
+async fn let_through(attempt: &Attempt, store: &dyn Store) -> StoreResult<bool> {
+    match attempt.gate(store).await? {
+        Gate::Go => Ok(true),
+        Gate::Wait(wait) => {
+            tokio::time::sleep(wait).await;
+            Ok(true)
+        }
+        Gate::Refused => Ok(false),
+    }
+}
+
 /// `POST /signin`: check the limits, then the password; a session on success.
 pub async fn sign_in(
     State(state): State<AppState>,
@@ -138,18 +150,14 @@ pub async fn sign_in(
         _ => None,
     };
     let attempt = Attempt::new(&posted.client, &email, browser);
-    match attempt.gate(store).await? {
-        Gate::Go => {}
-        Gate::Wait(wait) => tokio::time::sleep(wait).await,
-        Gate::Refused => {
-            return Ok(sign_in_form(
-                &state,
-                jar,
-                Some((StatusCode::TOO_MANY_REQUESTS, THROTTLED)),
-                &email,
-                &form.next,
-            ))
-        }
+    if !let_through(&attempt, store).await? {
+        return Ok(sign_in_form(
+            &state,
+            jar,
+            Some((StatusCode::TOO_MANY_REQUESTS, THROTTLED)),
+            &email,
+            &form.next,
+        ));
     }
     // A password is checked (or as long spent without one) whatever was found, so the time
     // taken does not tell which emails have accounts.
@@ -298,17 +306,13 @@ pub async fn sign_up(
     // A sign-up with an email that has an account counts as a failed sign-in of it from this
     // address, so that trying emails here is no faster than at sign-in.
     let attempt = Attempt::new(&posted.client, &email, None);
-    match attempt.gate(store).await? {
-        Gate::Go => {}
-        Gate::Wait(wait) => tokio::time::sleep(wait).await,
-        Gate::Refused => {
-            return Ok(sign_up_form(
-                &state,
-                jar,
-                Some((StatusCode::TOO_MANY_REQUESTS, THROTTLED.to_string())),
-                &email,
-            ))
-        }
+    if !let_through(&attempt, store).await? {
+        return Ok(sign_up_form(
+            &state,
+            jar,
+            Some((StatusCode::TOO_MANY_REQUESTS, THROTTLED.to_string())),
+            &email,
+        ));
     }
     let password_hash = accounts::hash_password(form.password.clone())
         .await

@@ -6,7 +6,7 @@
 //! that the pages' `img-src 'self'` holds wherever the images are stored.
 
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -14,12 +14,12 @@ use futures::{Stream, StreamExt};
 
 use super::error_page::WebError;
 use super::session::SignedIn;
-use super::thumbnails::{is_preview, preview_path};
+use super::thumbnails::{is_preview, preview_path, private_jpeg, stored};
 use crate::blobs::Blobs;
 use crate::http::api::events::{last_event_id, sse};
 use crate::http::state::AppState;
 use crate::refusal::ApiError;
-use crate::tasks::events::{account_stream, open_slot, task_stream, Said, StreamFilter};
+use crate::tasks::events::{account_stream, task_stream, Said, StreamFilter};
 
 /// The routes of these pages, beside their handlers.
 pub(super) fn routes() -> Router<AppState> {
@@ -38,13 +38,8 @@ pub async fn task_events(
     headers: HeaderMap,
 ) -> Result<Response, WebError> {
     let task = user.own_task(&state, &raw).await?;
-    let stream = match open_slot(&state.tasks, &user.account.id) {
-        Ok(slot) => {
-            let last = last_event_id(&headers);
-            task_stream(state.tasks.clone(), slot, &user.account.id, task, last).await
-        }
-        Err(e) => Err(e),
-    };
+    let last = last_event_id(&headers);
+    let stream = task_stream(state.tasks.clone(), &user.account.id, task, last).await;
     Ok(served(&state, stream))
 }
 
@@ -54,13 +49,8 @@ pub async fn account_events(
     user: SignedIn,
     headers: HeaderMap,
 ) -> Result<Response, WebError> {
-    let stream = match open_slot(&state.tasks, &user.account.id) {
-        Ok(slot) => {
-            let (last, all) = (last_event_id(&headers), StreamFilter::default());
-            account_stream(state.tasks.clone(), slot, &user.account.id, all, last).await
-        }
-        Err(e) => Err(e),
-    };
+    let (last, all) = (last_event_id(&headers), StreamFilter::default());
+    let stream = account_stream(state.tasks.clone(), &user.account.id, all, last).await;
     Ok(served(&state, stream))
 }
 
@@ -113,21 +103,6 @@ pub async fn preview(
         return Err(WebError::NotFound);
     }
     let task = user.own_task(&state, &raw).await?;
-    let jpeg = state
-        .blobs
-        .get(&format!("{}/{rest}", task.id))
-        .await
-        .map_err(|e| WebError::Internal(e.into()))?
-        .ok_or(WebError::NotFound)?;
-    Ok((
-        [
-            (header::CONTENT_TYPE, HeaderValue::from_static("image/jpeg")),
-            (
-                header::CACHE_CONTROL,
-                HeaderValue::from_static("private, max-age=3600, immutable"),
-            ),
-        ],
-        jpeg,
-    )
-        .into_response())
+    let jpeg = stored(&state, &format!("{}/{rest}", task.id)).await?;
+    Ok(private_jpeg(jpeg, "private, max-age=3600, immutable"))
 }

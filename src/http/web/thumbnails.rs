@@ -71,12 +71,7 @@ pub async fn thumbnail(
     let jpeg = match cached {
         Some(jpeg) => jpeg,
         None => {
-            let file = state
-                .blobs
-                .get(&key)
-                .await
-                .map_err(|e| WebError::Internal(e.into()))?
-                .ok_or(WebError::NotFound)?;
+            let file = stored(&state, &key).await?;
             let width = q.w;
             let jpeg = tokio::task::spawn_blocking(move || scale(&file, width))
                 .await
@@ -90,17 +85,29 @@ pub async fn thumbnail(
             jpeg
         }
     };
-    Ok((
-        [
-            (header::CONTENT_TYPE, HeaderValue::from_static("image/jpeg")),
-            (
-                header::CACHE_CONTROL,
-                HeaderValue::from_static("private, max-age=31536000, immutable"),
-            ),
-        ],
-        jpeg,
-    )
-        .into_response())
+    Ok(private_jpeg(jpeg, "private, max-age=31536000, immutable"))
+}
+
+/// The bytes stored at `key`; 404 when there are none.
+pub async fn stored(state: &AppState, key: &str) -> Result<Bytes, WebError> {
+    state
+        .blobs
+        .get(key)
+        .await
+        .map_err(|e| WebError::Internal(e.into()))?
+        .ok_or(WebError::NotFound)
+}
+
+/// `jpeg` as the answer, kept by the browser alone as `cache_control` says.
+pub fn private_jpeg(jpeg: Bytes, cache_control: &'static str) -> Response {
+    let headers = [
+        (header::CONTENT_TYPE, HeaderValue::from_static("image/jpeg")),
+        (
+            header::CACHE_CONTROL,
+            HeaderValue::from_static(cache_control),
+        ),
+    ];
+    (headers, jpeg).into_response()
 }
 
 /// The dashboard's address of the preview at `key` (`{task_id}/{folder}/preview-{n}.jpg`).

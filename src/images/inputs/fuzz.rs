@@ -5,7 +5,6 @@
 //! inputs (bench/fuzz runs a million).
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, FileFailurePersistence};
 
 use super::samples::{gif_bytes, jpeg_bytes, png_bytes, webp_bytes};
 use super::{decode_probed, probe, InputLimits};
@@ -61,16 +60,8 @@ fn originals() -> Vec<Vec<u8>> {
     ]
 }
 
-fn config() -> Config {
-    Config {
-        cases: crate::domain::fuzz_cases(),
-        failure_persistence: Some(Box::new(FileFailurePersistence::Off)),
-        ..Config::default()
-    }
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(crate::domain::fuzz_config())]
 
     #[test]
     fn any_changed_image_decodes_within_its_limits_or_is_refused(

@@ -128,17 +128,12 @@ impl Outbox for PgStore {
         };
         let decided = Redelivery::decide(decode(seq, "status", &status)?, webhook_url.is_some());
         if decided == Redelivery::Queued {
-            let queued = sqlx::query(
-                "UPDATE webhook_deliveries SET status = 'pending', attempts = 0,
-                     next_attempt_at = $1, first_failed_at = NULL, lease_until = NULL,
-                     updated_at = $1
-                 WHERE task_seq = $2",
-            )
-            .bind(now_ms())
-            .bind(seq)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+            let queued = sqlx::query(queue_outbox::REDELIVER.postgres)
+                .bind(now_ms())
+                .bind(seq)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
             if queued == 0 {
                 return Ok(Redelivery::NotRequested);
             }

@@ -8,6 +8,7 @@ use uuid::Uuid;
 use super::channels::{event_note, notify, OUTBOX_CHANNEL, TASK_EVENT_CHANNEL};
 use super::PgStore;
 use crate::domain::account_webhook::{envelope, AccountEvent, AccountEvents};
+use crate::store::sql::queue_outbox::{LEDGER_ROW, QUEUE_DELIVERY, QUEUE_PAYLOAD, REFUNDED};
 use crate::store::sql::usage::{usage_day, ROLL_UP};
 use crate::store::{now_ms, Ending, Fence, Happened, StoreResult, TaskEvent};
 
@@ -122,7 +123,7 @@ pub(super) async fn complete_in_tx(
     if refund > 0 && refunded.is_some() {
         ledger(tx, &account_id, Some(seq), refund, "refund", now).await?;
         net = 0;
-        sqlx::query("UPDATE tasks SET cost = 0 WHERE seq = $1")
+        sqlx::query(REFUNDED.postgres)
             .bind(seq)
             .execute(&mut **tx)
             .await?;
@@ -161,22 +162,18 @@ pub(super) async fn complete_in_tx(
             (url, secret, Some(envelope(event, now, &ending.payload)))
         }
     };
-    sqlx::query(
-        "INSERT INTO webhook_deliveries (id, task_seq, task_id, account_id, url,
-             status, next_attempt_at, created_at, updated_at, webhook_secret)
-         VALUES ($1, $2, $3, $4, $5, 'pending', $6, $6, $6, $7)",
-    )
-    // Time-ordered, like `seq`, to keep the outbox's index appending.
-    .bind(format!("msg_{}", Uuid::now_v7().simple()))
-    .bind(seq)
-    .bind(task_id)
-    .bind(&account_id)
-    .bind(&url)
-    .bind(now)
-    .bind(&webhook_secret)
-    .execute(&mut **tx)
-    .await?;
-    sqlx::query("INSERT INTO webhook_payloads (task_seq, payload) VALUES ($1, $2)")
+    sqlx::query(QUEUE_DELIVERY.postgres)
+        // Time-ordered, like `seq`, to keep the outbox's index appending.
+        .bind(format!("msg_{}", Uuid::now_v7().simple()))
+        .bind(seq)
+        .bind(task_id)
+        .bind(&account_id)
+        .bind(&url)
+        .bind(now)
+        .bind(&webhook_secret)
+        .execute(&mut **tx)
+        .await?;
+    sqlx::query(QUEUE_PAYLOAD.postgres)
         .bind(seq)
         .bind(payload.as_deref().unwrap_or(&ending.payload))
         .execute(&mut **tx)
@@ -194,16 +191,13 @@ async fn ledger(
     reason: &str,
     at: i64,
 ) -> StoreResult<()> {
-    sqlx::query(
-        "INSERT INTO credit_ledger (account_id, task_seq, delta, reason, created_at)
-         VALUES ($1, $2, $3, $4, $5)",
-    )
-    .bind(account_id)
-    .bind(task_seq)
-    .bind(delta)
-    .bind(reason)
-    .bind(at)
-    .execute(&mut **tx)
-    .await?;
+    sqlx::query(LEDGER_ROW.postgres)
+        .bind(account_id)
+        .bind(task_seq)
+        .bind(delta)
+        .bind(reason)
+        .bind(at)
+        .execute(&mut **tx)
+        .await?;
     Ok(())
 }

@@ -11,9 +11,9 @@ use crate::store::{
     now_ms, Account, Accounts, ApiKeyInfo, KeyOwner, KeyRow, LedgerRow, NewAccount, StoreResult,
 };
 
-const ACCOUNT: Sql = Sql::both(ACCOUNT_COLUMNS);
+pub(super) const ACCOUNT: Sql = Sql::both(ACCOUNT_COLUMNS);
 /// The order rows were made in: SQLite's rowid, PostgreSQL's identity column.
-const MADE: Sql = Sql::each("rowid", "created_seq");
+pub(super) const MADE: Sql = Sql::each("rowid", "created_seq");
 
 const COUNT: Sql = sql!("SELECT COUNT(*) FROM accounts");
 /// No conflict target: the case-insensitive index on the email is what conflicts.
@@ -49,14 +49,14 @@ const ALL: Sql = sql!(
 );
 const SET_PASSWORD: Sql = sql!("UPDATE accounts SET password_hash = $1 WHERE id = $2");
 const SET_ADMIN: Sql = sql!("UPDATE accounts SET admin = $1 WHERE id = $2");
-const SET_DISABLED: Sql = sql!("UPDATE accounts SET disabled = $1 WHERE id = $2");
+pub(super) const SET_DISABLED: Sql = sql!("UPDATE accounts SET disabled = $1 WHERE id = $2");
 const SET_SIGNING_SECRET: Sql = sql!("UPDATE accounts SET signing_secret = $1 WHERE id = $2");
 /// On PostgreSQL the row's lock orders this against submits and refunds of the same account.
-const SET_CREDITS: Sql = sql!("UPDATE accounts SET credits = $1 WHERE id = $2");
+pub(super) const SET_CREDITS: Sql = sql!("UPDATE accounts SET credits = $1 WHERE id = $2");
 /// After a balance is set: one `admin` ledger row of the difference between the balance and the
 /// ledger's sum, so that the ledger still sums to the balance (none when they agree, or the
 /// account has unlimited credits or does not exist).
-const ADMIN_CREDITS: Sql = sql!(
+pub(super) const ADMIN_CREDITS: Sql = sql!(
     "INSERT INTO credit_ledger (account_id, delta, reason, created_at)
      SELECT a.id, a.credits - l.total, 'admin', $2
      FROM accounts a,

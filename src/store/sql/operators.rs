@@ -3,29 +3,16 @@
 
 use async_trait::async_trait;
 
+use super::accounts::{ACCOUNT, ADMIN_CREDITS, MADE, SET_CREDITS, SET_DISABLED};
 use super::{sql, Arg, Durability, Sql, SqlStore, Write};
-use crate::store::rows::ACCOUNT_COLUMNS;
 use crate::store::{
     now_ms, Account, AccountChange, AuditEntry, Grant, NewAudit, Operators, StoreResult,
 };
 
-const ACCOUNT: Sql = Sql::both(ACCOUNT_COLUMNS);
-const MADE: Sql = Sql::each("rowid", "created_seq");
-
-/// Each write names the account; one that does not exist changes no row.
+/// Each write names the account; one that does not exist changes no row. The credits are set
+/// as `Accounts::set_credits` sets them, so that the ledger still sums to the balance.
 const SET_PLAN: Sql = sql!("UPDATE accounts SET plan = $1 WHERE id = $2");
-const SET_CREDITS: Sql = sql!("UPDATE accounts SET credits = $1 WHERE id = $2");
-/// As `Accounts::set_credits`: the ledger still sums to the balance.
-const ADMIN_CREDITS: Sql = sql!(
-    "INSERT INTO credit_ledger (account_id, delta, reason, created_at)
-     SELECT a.id, a.credits - l.total, 'admin', $2
-     FROM accounts a,
-          (SELECT CAST(COALESCE(SUM(delta), 0) AS BIGINT) AS total FROM credit_ledger
-           WHERE account_id = $1) l
-     WHERE a.id = $1 AND a.credits IS NOT NULL AND a.credits <> l.total"
-);
 const SET_EXPIRES: Sql = sql!("UPDATE accounts SET expires_at = $1 WHERE id = $2");
-const SET_DISABLED: Sql = sql!("UPDATE accounts SET disabled = $1 WHERE id = $2");
 const SIGN_OUT: Sql = sql!("DELETE FROM sessions WHERE account_id = $1");
 /// Recorded only when the account exists (or the action is about none).
 const AUDIT: Sql = sql!(

@@ -148,12 +148,7 @@ impl Outbox for SqliteStore {
                 if decided == Redelivery::Queued {
                     let now = now_ms();
                     let queued = conn
-                        .prepare_cached(
-                            "UPDATE webhook_deliveries SET status = 'pending', attempts = 0,
-                                 next_attempt_at = ?1, first_failed_at = NULL,
-                                 lease_until = NULL, updated_at = ?1
-                             WHERE task_seq = ?2",
-                        )?
+                        .prepare_cached(queue_outbox::REDELIVER.sqlite)?
                         .execute(params![now, seq])?;
                     if queued == 0 {
                         return Ok(Redelivery::NotRequested);

@@ -10,6 +10,7 @@ use super::versions::next_version;
 use super::SqliteStore;
 use crate::domain::account_webhook::{envelope, AccountEvent, AccountEvents};
 use crate::domain::TaskStatus;
+use crate::store::sql::queue_outbox::{QUEUE_DELIVERY, QUEUE_PAYLOAD, REFUNDED};
 use crate::store::sql::usage::{usage_day, ROLL_UP};
 use crate::store::{now_ms, Ending, Fence, Happened, StoreResult, TaskEvent, TaskIds};
 
@@ -143,7 +144,7 @@ pub(super) fn complete_in_tx(
         if refunded == 1 {
             ledger(conn, &account_id, Some(seq), cost, "refund", now)?;
             net = 0;
-            conn.prepare_cached("UPDATE tasks SET cost = 0 WHERE seq = ?")?
+            conn.prepare_cached(REFUNDED.sqlite)?
                 .execute(params![seq])?;
         }
     }
@@ -187,25 +188,18 @@ pub(super) fn complete_in_tx(
         }
     };
     let task_id = ids.of_row(seq, legacy_id.as_deref());
-    conn.prepare_cached(
-        "INSERT INTO webhook_deliveries (id, task_seq, task_id, account_id, url,
-             status, next_attempt_at, created_at, updated_at, webhook_secret)
-         VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
-    )?
-    .execute(params![
-        // Time-ordered, like `seq`, to keep the outbox's index appending.
-        format!("msg_{}", Uuid::now_v7().simple()),
-        seq,
-        task_id,
-        account_id,
-        url,
-        now,
-        now,
-        now,
-        webhook_secret,
-    ])?;
-    // Apart from the delivery's row, which every attempt writes again (migration 0006).
-    conn.prepare_cached("INSERT INTO webhook_payloads (task_seq, payload) VALUES (?, ?)")?
+    conn.prepare_cached(QUEUE_DELIVERY.sqlite)?
+        .execute(params![
+            // Time-ordered, like `seq`, to keep the outbox's index appending.
+            format!("msg_{}", Uuid::now_v7().simple()),
+            seq,
+            task_id,
+            account_id,
+            url,
+            now,
+            webhook_secret,
+        ])?;
+    conn.prepare_cached(QUEUE_PAYLOAD.sqlite)?
         .execute(params![seq, payload.as_deref().unwrap_or(&ending.payload)])?;
     ended.queued = true;
     Ok(Some(ended))

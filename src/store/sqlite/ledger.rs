@@ -3,6 +3,8 @@
 
 use rusqlite::{params, Connection};
 
+use crate::store::sql::queue_outbox::LEDGER_ROW;
+
 /// Write one ledger row.
 pub(super) fn ledger(
     conn: &Connection,
@@ -12,10 +14,7 @@ pub(super) fn ledger(
     reason: &str,
     at: i64,
 ) -> rusqlite::Result<()> {
-    conn.prepare_cached(
-        "INSERT INTO credit_ledger (account_id, task_seq, delta, reason, created_at)
-         VALUES (?, ?, ?, ?, ?)",
-    )?
-    .execute(params![account_id, task_seq, delta, reason, at])?;
+    conn.prepare_cached(LEDGER_ROW.sqlite)?
+        .execute(params![account_id, task_seq, delta, reason, at])?;
     Ok(())
 }

@@ -161,6 +161,10 @@ pub fn members(body: &JsonObject) -> Result<Vec<Member>, ApiError> {
                     "must be an object with operation and body",
                 ));
             };
+            let required =
+                |name: &str| ApiError::field(&field(name), "missing_field", "is required");
+            let wrong_type =
+                |name: &str, what: &str| ApiError::field(&field(name), "invalid_type", what);
             let kind = match request.get("operation") {
                 Some(Value::String(name)) => name.parse::<OpKind>().map_err(|_| {
                     ApiError::field(
@@ -169,37 +173,13 @@ pub fn members(body: &JsonObject) -> Result<Vec<Member>, ApiError> {
                         format!("{name:?} is not an operation"),
                     )
                 })?,
-                None | Some(Value::Null) => {
-                    return Err(ApiError::field(
-                        &field("operation"),
-                        "missing_field",
-                        "is required",
-                    ))
-                }
-                Some(_) => {
-                    return Err(ApiError::field(
-                        &field("operation"),
-                        "invalid_type",
-                        "must be a string",
-                    ))
-                }
+                None | Some(Value::Null) => return Err(required("operation")),
+                Some(_) => return Err(wrong_type("operation", "must be a string")),
             };
             let body = match request.get("body") {
                 Some(Value::Object(body)) => body.clone(),
-                None | Some(Value::Null) => {
-                    return Err(ApiError::field(
-                        &field("body"),
-                        "missing_field",
-                        "is required",
-                    ))
-                }
-                Some(_) => {
-                    return Err(ApiError::field(
-                        &field("body"),
-                        "invalid_type",
-                        "must be an object",
-                    ))
-                }
+                None | Some(Value::Null) => return Err(required("body")),
+                Some(_) => return Err(wrong_type("body", "must be an object")),
             };
             Ok(Member {
                 kind,

@@ -58,11 +58,7 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 }
 
 proptest! {
-    #![proptest_config(proptest::test_runner::Config {
-        cases: crate::domain::fuzz_cases(),
-        failure_persistence: None,
-        ..proptest::test_runner::Config::default()
-    })]
+    #![proptest_config(crate::domain::fuzz_config())]
 
     #[test]
     fn any_form_gives_its_image_part_or_a_400(

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use sha2::Digest;
 
-use super::submit::{refusal_field, submit_as, Keyed};
+use super::submit::{self, refusal_field, submit_as, Keyed};
 use crate::domain::{OpKind, Parameters, Prompt};
 use crate::http::body::read_body;
 use crate::http::state::AppState;
@@ -87,15 +87,12 @@ pub struct FormView {
 impl FormView {
     /// The message for `field`, if the refusal names it.
     fn error_of(&self, field: &str) -> Option<&str> {
-        match &self.error {
-            Some((Some(f), msg)) if f == field => Some(msg),
-            _ => None,
-        }
+        submit::error_of(&self.error, field)
     }
 
     /// The refusal when it names none of the form's fields.
     fn general_error(&self) -> Option<&str> {
-        const FIELDS: [&str; 8] = [
+        const FIELDS: [&str; 9] = [
             "prompt",
             "aspect_ratio",
             "model",
@@ -104,12 +101,9 @@ impl FormView {
             "sampler",
             "negative_prompt",
             "process_mode",
+            "image",
         ];
-        match &self.error {
-            Some((Some(f), _)) if FIELDS.contains(&f.as_str()) || f == "image" => None,
-            Some((_, msg)) => Some(msg),
-            None => None,
-        }
+        submit::general_error(&self.error, &FIELDS)
     }
 
     /// `aria-invalid` of a field.

@@ -12,7 +12,7 @@ use axum::Router;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::submit::{refusal_field, submit_as, Keyed};
+use super::submit::{self, refusal_field, submit_as, Keyed};
 use crate::domain::{OpKind, Output};
 use crate::http::state::AppState;
 use crate::http::web::assets::ASSETS;
@@ -114,18 +114,11 @@ fn page(
 
 impl RegionPage {
     fn error_of(&self, field: &str) -> Option<&str> {
-        match &self.error {
-            Some((Some(f), msg)) if f == field => Some(msg),
-            _ => None,
-        }
+        submit::error_of(&self.error, field)
     }
 
     fn general_error(&self) -> Option<&str> {
-        match &self.error {
-            Some((Some(f), _)) if f == "mask" || f == "prompt" => None,
-            Some((_, msg)) => Some(msg),
-            None => None,
-        }
+        submit::general_error(&self.error, &["mask", "prompt"])
     }
 }
 

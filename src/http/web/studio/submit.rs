@@ -150,6 +150,31 @@ pub(crate) fn refusal_field(e: &ApiError) -> (Option<String>, String) {
     (field, msg)
 }
 
+/// The message of a page's refusal (`refusal_field`'s) if it names `field`, to show by its
+/// input.
+pub(crate) fn error_of<'a>(
+    error: &'a Option<(Option<String>, String)>,
+    field: &str,
+) -> Option<&'a str> {
+    match error {
+        Some((Some(f), msg)) if f == field => Some(msg),
+        _ => None,
+    }
+}
+
+/// The message of a page's refusal unless it names one of the page's `fields` (whose inputs show
+/// it), to show for the form as a whole.
+pub(crate) fn general_error<'a>(
+    error: &'a Option<(Option<String>, String)>,
+    fields: &[&str],
+) -> Option<&'a str> {
+    match error {
+        Some((Some(f), _)) if fields.contains(&f.as_str()) => None,
+        Some((_, msg)) => Some(msg),
+        None => None,
+    }
+}
+
 /// The accessible name of a follow-up's button: its label, or for Midjourney's arrow labels,
 /// what they do.
 pub(crate) fn button_name(label: &str) -> &str {
