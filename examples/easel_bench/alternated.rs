@@ -54,6 +54,14 @@ pub struct Side<'a> {
     pub env: &'a [(&'a str, String)],
 }
 
+impl<'a> Side<'a> {
+    /// Both ways on one server, set one way or the other between runs.
+    pub fn both(server: &'a Server, url: &'a str, env: &'a [(&'a str, String)]) -> [Side<'a>; 2] {
+        let side = Side { server, url, env };
+        [side, side]
+    }
+}
+
 /// `rounds` runs of durable submits each way, with `clients` connections, `set(true)` or
 /// `set(false)` before each and `settle` the same after each: what the server still does for
 /// the run's requests once they are answered (work left to the background) is counted in its

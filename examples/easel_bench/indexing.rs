@@ -113,14 +113,9 @@ async fn sqlite(ctx: &Ctx, data: &Path, clients: usize) -> anyhow::Result<altern
          ({} s each)",
         ctx.plan.run_secs
     );
-    let side = Side {
-        server: &server,
-        url: &url,
-        env: &env,
-    };
     let runs = alternated::run(
         ctx,
-        [side, side],
+        Side::both(&server, &url, &env),
         clients,
         ROUNDS,
         |with| {

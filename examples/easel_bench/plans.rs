@@ -107,14 +107,9 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
             "  {clients} clients: without and with plans, {ROUNDS} runs of each ({} s each)",
             ctx.plan.run_secs
         );
-        let side = alternated::Side {
-            server: &server,
-            url: &url,
-            env: &env,
-        };
         let runs = alternated::run(
             ctx,
-            [side, side],
+            alternated::Side::both(&server, &url, &env),
             clients,
             ROUNDS,
             |with| {

@@ -21,6 +21,7 @@ mod deliveries;
 mod endings;
 mod shared;
 mod submit;
+mod task_columns;
 mod task_queue;
 
 use std::sync::Arc;

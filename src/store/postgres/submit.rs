@@ -17,12 +17,12 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::channels::new_tasks_note;
+use super::task_columns::Rows;
 use crate::domain::account_webhook::credits_low_payload;
 use crate::store::error::postgres_session_ended;
 use crate::store::idempotency::{KeyedGroup, StoredAnswer};
 use crate::store::queue::next_turn;
 use crate::store::sql::account_webhooks::{delivery_id, QUEUE_CREDITS_LOW};
-use crate::store::sql::search::search_lexemes;
 use crate::store::{
     accepted_body, now_ms, Idempotency, NewTask, PendingLimits, Quota, Refused, StoreError,
     StoreResult, Submitted, TaskIds, KEY_TOUCH_EVERY_MS,
@@ -632,61 +632,6 @@ impl<'q, O> BindIdempotency<'q>
             .bind(&answers.task_id)
             .bind(&answers.body)
             .bind(&answers.expires_at)
-    }
-}
-
-/// The tasks of a group as columns, for one `INSERT ... SELECT FROM UNNEST`.
-#[derive(Default)]
-struct Rows {
-    seq: Vec<i64>,
-    account_id: Vec<String>,
-    task_type: Vec<String>,
-    priority: Vec<i64>,
-    prompt: Vec<String>,
-    aspect_ratio: Vec<String>,
-    process_mode: Vec<String>,
-    seed: Vec<i64>,
-    webhook_url: Vec<Option<String>>,
-    webhook_secret: Vec<Option<String>>,
-    params: Vec<Option<String>>,
-    parent_seq: Vec<Option<i64>>,
-    /// Credits charged (0 for an unlimited account).
-    cost: Vec<i64>,
-    extras: Vec<Option<String>>,
-    turn: Vec<i64>,
-    /// The key each was submitted with.
-    key_id: Vec<String>,
-    /// Each one's words for the prompts' index (`sql::search::search_lexemes`).
-    lexemes: Vec<String>,
-}
-
-impl Rows {
-    fn push(
-        &mut self,
-        seq: i64,
-        account: &str,
-        key_id: &str,
-        task: &NewTask,
-        charged: i64,
-        turn: i64,
-    ) {
-        self.seq.push(seq);
-        self.key_id.push(key_id.to_string());
-        self.turn.push(turn);
-        self.cost.push(charged);
-        self.account_id.push(account.to_string());
-        self.task_type.push(task.task_type().to_string());
-        self.params.push(task.operation.to_params());
-        self.extras.push(task.extras.to_column());
-        self.parent_seq.push(task.parent_seq);
-        self.priority.push(task.priority);
-        self.prompt.push(task.prompt.clone());
-        self.lexemes.push(search_lexemes(&task.prompt, account));
-        self.aspect_ratio.push(task.aspect_ratio.to_string());
-        self.process_mode.push(task.process_mode.to_string());
-        self.seed.push(task.seed);
-        self.webhook_url.push(task.webhook_url.clone());
-        self.webhook_secret.push(task.webhook_secret.clone());
     }
 }
 
