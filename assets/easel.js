@@ -145,6 +145,13 @@ document.addEventListener("DOMContentLoaded", function () {
         section.parentNode.replaceChild(fresh, section);
         if (window.htmx) window.htmx.process(fresh);
         follow(fresh);
+        // An ended task (its fresh section no longer live) cannot be canceled: its form goes.
+        if (!fresh.hasAttribute("data-live")) {
+          var task = fresh.getAttribute("data-task");
+          document.querySelectorAll('form[action="/tasks/' + task + '/cancel"]').forEach(function (f) {
+            f.remove();
+          });
+        }
       })
       .catch(function () {
         if (then) then();

@@ -221,6 +221,8 @@ async function checkLive(browser) {
     await page.evaluate(() => (window.easelStayed = true));
     const section = page.locator(`#progress-${id}`);
     assert.notEqual(await section.locator("[data-status]").textContent(), "finished");
+    const cancel = page.getByRole("button", { name: "Cancel task" });
+    assert.equal(await cancel.count(), 1, "a running task can be canceled");
     const preview = section.locator("img[data-preview]");
     await waitFor("the preview to appear", () =>
       preview.evaluate((i) => i.complete && i.naturalWidth > 0).catch(() => false),
@@ -232,6 +234,7 @@ async function checkLive(browser) {
     const images = page.locator(`#progress-${id} .images img`);
     await waitFor("the result's images", async () => (await images.count()) === 5);
     assert.equal(await page.locator(`#progress-${id} img[data-preview]`).count(), 0, "no preview once done");
+    await waitFor("the cancel button to go once it ended", async () => (await cancel.count()) === 0);
     assert.equal(await page.evaluate(() => window.easelStayed), true, "the page was not reloaded");
   } finally {
     await context.close();
