@@ -214,6 +214,11 @@ pub struct TaskFilter {
 }
 
 impl TaskFilter {
+    /// Most characters of a search (`q`): room for any sentence a person searches by, and a
+    /// bound on the words one query makes either store intersect. No word a search holds is
+    /// longer, so the index leaves longer words of a prompt out.
+    pub const SEARCH_MAX_CHARS: usize = 200;
+
     /// The words of a search query: its runs of letters and digits, each once, in order. Every
     /// other character separates words (as both stores' tokenizers treat it), so a word never
     /// holds a character either store's query syntax reads.

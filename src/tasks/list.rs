@@ -9,9 +9,8 @@ use crate::store::{TaskFilter, LIST_LIMIT_MAX};
 
 /// Tasks on a page of `GET /api/v1/tasks` when `limit` is not given.
 pub const LIST_LIMIT_DEFAULT: u32 = 20;
-/// Most characters of a search (`q`): room for any sentence a person searches by, and a bound
-/// on the words one query makes either store intersect.
-pub const SEARCH_MAX_CHARS: usize = 200;
+/// Most characters of a search (`q`), as the store bounds the words it indexes.
+pub const SEARCH_MAX_CHARS: usize = TaskFilter::SEARCH_MAX_CHARS;
 /// Most characters of a `model` filter (models' names are short; see `[[models]]`).
 pub const MODEL_MAX_CHARS: usize = 100;
 

@@ -444,3 +444,46 @@ async fn a_task_written_straight_into_the_database_is_found_too() {
     assert!(found(&app, &key, "q=copper+pot").await.is_empty());
     app.stop().await;
 }
+
+#[tokio::test]
+async fn postgres_tasks_stored_before_easel_cut_their_words_are_found() {
+    if !common::on_postgres() {
+        eprintln!("skipped on SQLite: this test is about PostgreSQL's migration 0019");
+        return;
+    }
+    // Migration 0019 replaces the column PostgreSQL's parser generated with the words easel
+    // cuts; a task stored by the release before it is found after, by its words alone.
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = common::test_config(dir.path());
+    config.worker.workers = 0;
+    let url = config.database.url.clone().unwrap();
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    let mut before = sqlx::migrate!("./migrations/postgres");
+    before.migrations = std::borrow::Cow::Owned(
+        before
+            .migrations
+            .iter()
+            .filter(|m| m.version < 19)
+            .cloned()
+            .collect(),
+    );
+    before.run(&mut conn).await.unwrap();
+    for statement in [
+        "INSERT INTO accounts (id, email, signing_secret, created_at)
+         VALUES ('acct-1', 'old@example.com', 's', 0)",
+        "INSERT INTO tasks (account_id, task_type, status, priority, prompt, aspect_ratio,
+             process_mode, seed, created_at)
+         VALUES ('acct-1', 'imagine', 'pending', 1, 'an old Brass-telescope', '1:1', 'fast',
+             1, 0)",
+    ] {
+        sqlx::query(statement).execute(&mut conn).await.unwrap();
+    }
+    conn.close().await.unwrap();
+    let app = TestApp::start(dir, config).await;
+    let key = easel::auth::create_key(app.store.as_ref(), "acct-1", "old")
+        .await
+        .unwrap();
+    assert_eq!(found(&app, &key, "q=brass+telescope").await.len(), 1);
+    assert!(found(&app, &key, "q=brass+microscope").await.is_empty());
+    app.stop().await;
+}

@@ -83,19 +83,16 @@ fn quoted(text: &str, quote: char) -> String {
     format!("{quote}{}{quote}", text.replace(quote, &doubled))
 }
 
-/// The longest word the index holds: no search can ask for a longer one
-/// (`tasks::list::SEARCH_MAX_CHARS`), and PostgreSQL refuses a lexeme over 2,047 bytes.
-pub(crate) const WORD_MAX_CHARS: usize = 200;
-
 /// A task's lexemes for PostgreSQL's `search` column (migration 0019), space-separated: the
 /// words of its prompt cut as a search's words are ([`TaskFilter::words_of`]), so that what is
-/// indexed and what is asked always match, and the account's own lexeme. Made by easel rather
+/// indexed and what is asked always match, less words longer than a search can be (PostgreSQL
+/// refuses a lexeme over 2,047 bytes), and the account's own lexeme. Made by easel rather
 /// than by PostgreSQL's parser: the database is what every node shares, and tokenizing there
 /// cost a submit on it more than the index itself (docs/benchmarks.md, "Search").
 pub(crate) fn search_lexemes(prompt: &str, account_id: &str) -> String {
     let mut lexemes = String::with_capacity(prompt.len() + account_id.len() + 2);
     for word in TaskFilter::words_of(prompt) {
-        if word.chars().count() <= WORD_MAX_CHARS {
+        if word.chars().count() <= TaskFilter::SEARCH_MAX_CHARS {
             lexemes.push_str(&word);
             lexemes.push(' ');
         }
@@ -140,7 +137,6 @@ pub(crate) async fn search_rows<S: SqlStore>(
     limit: i64,
 ) -> StoreResult<Vec<TaskRow>> {
     let db = store.reader();
-    let words = words_query(&filter.words);
     let model = filter.model.as_deref();
     if db.is_sqlite() {
         // A store that cannot write now (a full disk) still answers from what is indexed.
@@ -159,6 +155,7 @@ pub(crate) async fn search_rows<S: SqlStore>(
         sql.push_str(FTS_ORDER.sqlite);
         return db.all(sql.as_str(), &args).await;
     }
+    let words = words_query(&filter.words);
     let owner = owner_lexeme(account_id);
     let mut args: Vec<Arg> = vec![account_id.into(), before.into(), limit.into()];
     args.push(words.as_str().into());
@@ -201,7 +198,7 @@ mod tests {
 
     #[test]
     fn a_prompt_is_indexed_as_a_search_cuts_its_words_and_overlong_words_are_left_out() {
-        let long = "w".repeat(WORD_MAX_CHARS + 1);
+        let long = "w".repeat(TaskFilter::SEARCH_MAX_CHARS + 1);
         let prompt = format!("A Red-fox, e-mail x@y.com; café --ar 16:9 red {long} ");
         assert_eq!(
             search_lexemes(&prompt, "9f1c-77"),
