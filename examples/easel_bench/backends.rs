@@ -103,6 +103,11 @@ async fn generations(State(sim): State<Arc<Sim>>, Json(body): Json<Value>) -> Re
     ([(header::CONTENT_TYPE, "application/json")], answer).into_response()
 }
 
+/// A photo-like `size` px square as base64 PNG, as a simulated backend answers it.
+pub(crate) fn picture_png(size: u32) -> String {
+    picture(&format!("{size}x{size}"), Answer::Png)
+}
+
 /// A photo-like picture as base64 PNG or JPEG (quality 90): a gradient with seeded noise, so
 /// that it compresses as a photograph does, not as a flat colour or a clean gradient.
 fn picture(size: &str, answer: Answer) -> String {

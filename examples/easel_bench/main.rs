@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! bench/run [--quick] [--only submit,e2e,webhooks,retry,scale,postgres,operations,backends,listing,
-//!     search,indexing,wait,idempotency,moderation,plans,openai,decode,events,claims]
+//!     search,indexing,wait,idempotency,moderation,plans,openai,decode,events,claims,fleet]
 //! ```
 //!
 //! It needs the release `easel` binary (`--easel`) and `wrk` on the PATH; bench/run provides both.
@@ -18,6 +18,7 @@ mod claims;
 mod decode;
 mod e2e;
 mod events;
+mod fleet;
 mod idempotency;
 mod indexing;
 mod listing;
@@ -69,6 +70,7 @@ const BENCHMARKS: &[&str] = &[
     "decode",
     "events",
     "claims",
+    "fleet",
 ];
 
 #[derive(Parser)]
@@ -380,6 +382,13 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 // Across two PostgreSQL nodes too when its server answers.
                 let pg = postgres::check_reachable(&args.postgres_url).await.is_ok();
                 events::run(&ctx, pg.then_some(args.postgres_url.as_str())).await
+            }
+            "fleet" => {
+                // Four nodes need PostgreSQL; without its server the row says why it is missing.
+                match postgres::check_reachable(&args.postgres_url).await {
+                    Ok(()) => fleet::run(&ctx, &args.postgres_url).await,
+                    Err(e) => Err(e.context("fleet needs PostgreSQL")),
+                }
             }
             "claims" => {
                 // On PostgreSQL too when its server answers.

@@ -32,7 +32,7 @@ const CLIENTS: usize = 64;
 /// The default server: the local PostgreSQL with trust authentication.
 pub const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
-fn options(url: &str) -> anyhow::Result<PgConnectOptions> {
+pub(crate) fn options(url: &str) -> anyhow::Result<PgConnectOptions> {
     Ok(url
         .parse::<PgConnectOptions>()
         .with_context(|| format!("not a PostgreSQL URL: {url}"))?
@@ -60,7 +60,7 @@ pub async fn check_reachable(url: &str) -> anyhow::Result<()> {
 /// A database of its own for one measurement, dropped by [`Scratch::drop_db`].
 pub(crate) struct Scratch {
     admin_url: String,
-    name: String,
+    pub name: String,
     pub url: String,
 }
 
@@ -126,7 +126,7 @@ async fn server_settings(url: &str) -> anyhow::Result<Value> {
 
 /// CPU time (seconds) of every process named `postgres` on the machine: the server's backends
 /// and its background processes (whoever else uses the server counts too).
-fn postgres_cpu_secs() -> f64 {
+pub(crate) fn postgres_cpu_secs() -> f64 {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return 0.0;
     };
