@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use super::search::{search_rows, MODEL};
+use super::search::{filtered, search_rows, MODEL};
 use super::{sql, Sql, SqlStore};
 use crate::store::rows::TASK_JOINS;
 use crate::store::rows::{by_destination, into_tasks, FailedAttempt, TASK_COLUMNS};
@@ -190,13 +190,8 @@ impl<S: SqlStore> Views for S {
             (i64::from(limit) + 1).into(),
         ];
         let rows = if filter.words.is_empty() {
-            let mut sql = String::from(PAGE.on(sqlite));
-            sql.push_str(&filter.conditions());
-            if let Some(model) = &filter.model {
-                sql.push_str(BY_MODEL.on(sqlite));
-                args.push(model.as_str().into());
-            }
-            sql.push_str(PAGE_ORDER.on(sqlite));
+            let (head, tail) = (PAGE.on(sqlite), PAGE_ORDER.on(sqlite));
+            let sql = filtered(head, filter, BY_MODEL.on(sqlite), tail, &mut args);
             db.all(sql.as_str(), &args).await?
         } else {
             search_rows(self, account_id, filter, before, i64::from(limit) + 1).await?
