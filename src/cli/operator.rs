@@ -277,20 +277,10 @@ pub(super) async fn accounts(config: Config, command: AccountsCommand) -> anyhow
             }
         }
         AccountsCommand::Disable { email } => {
-            let change = AccountChange {
-                disabled: Some(true),
-                ..Default::default()
-            };
-            let account = operate(&store, &config, find(email).await?, &change).await?;
-            println!("disabled {}", account.email);
+            set_disabled(&store, &config, find(email).await?, true).await?
         }
         AccountsCommand::Enable { email } => {
-            let change = AccountChange {
-                disabled: Some(false),
-                ..Default::default()
-            };
-            let account = operate(&store, &config, find(email).await?, &change).await?;
-            println!("enabled {}", account.email);
+            set_disabled(&store, &config, find(email).await?, false).await?
         }
         AccountsCommand::Unlock { email } => {
             let account = find(email).await?;
@@ -302,6 +292,23 @@ pub(super) async fn accounts(config: Config, command: AccountsCommand) -> anyhow
         }
     }
     store.close().await;
+    Ok(())
+}
+
+/// Disable an account, or enable it again, and say which.
+async fn set_disabled(
+    store: &SharedStore,
+    config: &Config,
+    account: crate::store::Account,
+    disabled: bool,
+) -> anyhow::Result<()> {
+    let change = AccountChange {
+        disabled: Some(disabled),
+        ..Default::default()
+    };
+    let account = operate(store, config, account, &change).await?;
+    let done = if disabled { "disabled" } else { "enabled" };
+    println!("{done} {}", account.email);
     Ok(())
 }
 

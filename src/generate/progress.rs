@@ -5,7 +5,7 @@
 //! to the task's subscribers and, at most once a second, to the store.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
@@ -76,6 +76,12 @@ impl Drop for Timed {
     }
 }
 
+/// The value in `mutex`, even after a panic while it was held: each of the progress's values is
+/// only ever replaced or taken whole, so a panic elsewhere leaves nothing half-written.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Default for Progress {
     fn default() -> Self {
         Progress::in_line_since(Instant::now())
@@ -116,49 +122,29 @@ impl Progress {
 
     /// Keep `held` until a backend takes the job (or the progress is dropped).
     pub fn hold_until_started(&self, held: impl Send + 'static) {
-        *self
-            .shared
-            .until_started
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(Box::new(held));
+        *lock(&self.shared.until_started) = Some(Box::new(held));
     }
 
     /// Keep `held` until the job stands in line for a slot or a backend takes it.
     pub fn hold_until_in_line(&self, held: impl Send + 'static) {
-        *self
-            .shared
-            .until_in_line
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(Box::new(held));
+        *lock(&self.shared.until_in_line) = Some(Box::new(held));
     }
 
     /// The job stands in line for a slot now (the pool's line says so).
     pub fn entered_line(&self) {
-        let held = self
-            .shared
-            .until_in_line
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let held = lock(&self.shared.until_in_line).take();
         drop(held);
     }
 
     /// The backend attempt `attempt` failed with `error` and the job waits to be tried again.
     pub fn retrying(&self, attempt: u32, error: &str) {
-        *self.lock_retrying() = Some(Retrying::new(attempt, error));
+        *lock(&self.shared.retrying) = Some(Retrying::new(attempt, error));
         self.shared.changed.notify_one();
     }
 
     /// The failed attempt the job waits to retry, if it does.
     pub fn retry_state(&self) -> Option<Retrying> {
-        self.lock_retrying().clone()
-    }
-
-    fn lock_retrying(&self) -> std::sync::MutexGuard<'_, Option<Retrying>> {
-        self.shared
-            .retrying
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        lock(&self.shared.retrying).clone()
     }
 
     /// The generation is `percent` done. Progress never goes back: a lower value is ignored.
@@ -176,18 +162,18 @@ impl Progress {
     /// The work so far looks like `image`. Cheap for the generator: the image is only kept (a
     /// newer one replaces it); the reporter shrinks and stores it, at most once a second.
     pub fn preview(&self, image: PreviewImage) {
-        *self.lock_preview() = Some(image);
+        *lock(&self.shared.preview) = Some(image);
         self.shared.changed.notify_one();
     }
 
     /// Whether a preview waits to be taken.
     pub fn has_preview(&self) -> bool {
-        self.lock_preview().is_some()
+        lock(&self.shared.preview).is_some()
     }
 
     /// The latest preview given since the last call, if any.
     pub fn take_preview(&self) -> Option<PreviewImage> {
-        self.lock_preview().take()
+        lock(&self.shared.preview).take()
     }
 
     /// Completes at the next change of the percentage or the preview after the last one that
@@ -206,14 +192,9 @@ impl Progress {
     pub fn start(&self) {
         self.shared.started.cancel();
         self.entered_line();
-        let held = self
-            .shared
-            .until_started
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let held = lock(&self.shared.until_started).take();
         drop(held);
-        if self.lock_retrying().take().is_some() {
+        if lock(&self.shared.retrying).take().is_some() {
             self.shared.changed.notify_one();
         }
     }
@@ -226,11 +207,7 @@ impl Progress {
     /// `backend_done` (or the holder takes it back). Taking a slot starts the job, and the time
     /// until it is given back counts as the job's backend time.
     pub(crate) fn holding(&self, slot: impl Send + 'static, backend: &str) -> (Progress, Held) {
-        *self
-            .shared
-            .backend
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(backend.to_string());
+        *lock(&self.shared.backend) = Some(backend.to_string());
         let timed = Timed {
             slot: Some(Box::new(slot)),
             since: Instant::now(),
@@ -248,11 +225,7 @@ impl Progress {
 
     /// The backend that took the job last, if one did.
     pub fn backend(&self) -> Option<String> {
-        self.shared
-            .backend
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        lock(&self.shared.backend).clone()
     }
 
     /// How long the job held backend slots (those given back so far), summed over attempts.
@@ -279,17 +252,9 @@ impl Progress {
     /// for easel.
     pub fn backend_done(&self) {
         if let Some(slot) = &self.slot {
-            let freed = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let freed = lock(slot).take();
             drop(freed);
         }
-    }
-
-    fn lock_preview(&self) -> std::sync::MutexGuard<'_, Option<PreviewImage>> {
-        // Only ever replaced or taken whole: a panic elsewhere leaves nothing half-written.
-        self.shared
-            .preview
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
     }
 }
 

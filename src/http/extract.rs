@@ -1,9 +1,10 @@
 //! Extractors: the caller's key, the JSON body, the `{task_id}` path segment. Each refuses in
-//! the contract's shape, and none reads more of the request than its check needs.
+//! the contract's shape, and none reads more of the request than its check needs. Beside them,
+//! the items of a list header, which several handlers read.
 
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
-use axum::http::header;
 use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderName};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -14,6 +15,16 @@ use crate::auth::{self, Caller, PresentedKey};
 use crate::refusal::ApiError;
 use crate::tasks::body::JsonObject;
 use crate::telemetry::request;
+
+/// The items of a list header (RFC 9110's `#` rule: `Accept`, `Accept-Encoding`,
+/// `If-None-Match`...) over all its lines, untrimmed; a line that is not text is passed over.
+pub fn list_items(headers: &HeaderMap, name: HeaderName) -> impl Iterator<Item = &str> {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+}
 
 impl FromRequest<AppState> for JsonObject {
     type Rejection = ApiError;

@@ -10,7 +10,9 @@ use axum::response::{IntoResponse, Response};
 
 use super::state::AppState;
 use crate::refusal::ApiError;
-use crate::tasks::idempotency::{check_key, Held};
+use crate::store::Idempotency;
+use crate::tasks::body::JsonObject;
+use crate::tasks::idempotency::{check_key, fingerprint_of, Held};
 
 /// The request header.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -55,6 +57,38 @@ impl FromRequestParts<AppState> for KeyHeader {
             Some(held) => KeyHeader::Held(held),
             None => KeyHeader::InUse,
         })
+    }
+}
+
+impl KeyHeader {
+    /// The key, held until the store has answered, when the request gave one; the refusal of a
+    /// malformed key or of one in flight.
+    pub fn held(self) -> Result<Option<Held>, ApiError> {
+        match self {
+            KeyHeader::Absent => Ok(None),
+            KeyHeader::Held(held) => Ok(Some(held)),
+            KeyHeader::Invalid(e) => Err(e),
+            KeyHeader::InUse => Err(ApiError::IdempotencyKeyInUse),
+        }
+    }
+}
+
+/// What the store keeps of a held key with the first answer: the key, the fingerprint of the
+/// body to the route `name` ([`fingerprint_of`]) and how long the answer is replayed. None
+/// without a key, or when the body could not be read (a refusal is not stored).
+pub fn keyed(
+    state: &AppState,
+    held: Option<&Held>,
+    name: &str,
+    body: &Result<JsonObject, ApiError>,
+) -> Option<Idempotency> {
+    match (held, body) {
+        (Some(held), Ok(body)) => Some(Idempotency {
+            key: held.key().to_string(),
+            fingerprint: fingerprint_of(name, &body.0),
+            ttl_ms: state.config.limits.idempotency_ttl.as_millis() as i64,
+        }),
+        _ => None,
     }
 }
 

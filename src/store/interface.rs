@@ -119,11 +119,6 @@ pub trait TaskQueue: Send + Sync {
     /// reports). Nothing is written.
     async fn publish_progress(&self, event: TaskEvent) -> StoreResult<()>;
 
-    /// The tasks waiting to run, in the order they will run: those claimed by a worker and
-    /// waiting for a backend (`starting`), then the queue in claim order, each marked when its
-    /// account is at its running limit under `rules`; at most `limit`.
-    async fn queue_order(&self, limit: u32, rules: &ClaimRules) -> StoreResult<Vec<Waiting>>;
-
     /// Record the final state and, in the same transaction, queue the webhook delivery (when
     /// the task has a webhook). False, and nothing written, when the claim is no longer ours.
     async fn complete_task(&self, seq: i64, attempt: i64, ending: &Ending) -> StoreResult<bool>;
@@ -140,14 +135,6 @@ pub trait TaskQueue: Send + Sync {
     /// Tasks whose lease ran out go back to the queue, or fail once they used `max_attempts`.
     /// Returns how many were requeued and the ids of those that failed.
     async fn recover_expired(&self, max_attempts: u32) -> StoreResult<(u64, Vec<String>)>;
-
-    /// Counts of tasks by status.
-    async fn task_counts(&self) -> StoreResult<Vec<(String, i64)>>;
-
-    /// Forget at most `limit` idempotency keys whose answers expired at or before `now`, oldest
-    /// first; how many were forgotten. Lookups ignore expired keys anyway; this keeps the table
-    /// as small as the keys' time to live.
-    async fn delete_expired_idempotency_keys(&self, now: i64, limit: i64) -> StoreResult<u64>;
 }
 
 /// The webhook outbox: claim due deliveries with a lease, record attempts fenced by the attempt
@@ -178,14 +165,6 @@ pub trait Outbox: Send + Sync {
 
     /// When the next delivery that is not in flight becomes due.
     async fn next_delivery_due(&self) -> StoreResult<Option<i64>>;
-
-    /// Every recorded attempt to deliver the task's result, oldest first; None when the task is
-    /// not the account's.
-    async fn delivery_attempts(
-        &self,
-        account_id: &str,
-        task_id: &Uuid,
-    ) -> StoreResult<Option<Vec<AttemptRow>>>;
 
     /// Start a fresh delivery schedule for a task's result (see [`Redelivery::decide`]).
     async fn redeliver(&self, account_id: &str, task_id: &Uuid) -> StoreResult<Redelivery>;
@@ -322,8 +301,8 @@ pub trait Accounts: Send + Sync {
     async fn clear_throttle_events(&self, scope: &str) -> StoreResult<()>;
 }
 
-/// What the dashboard and operators read: an account's tasks, usage, and the state of the
-/// service. Nothing here changes state.
+/// What the dashboard and operators read: an account's tasks and their delivery attempts, usage,
+/// and the state of the service (the queue among it). Nothing here changes state.
 #[async_trait]
 pub trait Views: Send + Sync {
     /// One page of the account's tasks, newest first, that pass `filter`: those older than the
@@ -371,10 +350,27 @@ pub trait Views: Send + Sync {
     /// first; only the latest [`FAILING_SCAN_MAX`](super::FAILING_SCAN_MAX) attempts are looked
     /// at.
     async fn failing_destinations(&self, since: i64) -> StoreResult<Vec<FailingDestination>>;
+
+    /// The tasks waiting to run, in the order they will run: those claimed by a worker and
+    /// waiting for a backend (`starting`), then the queue in claim order, each marked when its
+    /// account is at its running limit under `rules`; at most `limit`.
+    async fn queue_order(&self, limit: u32, rules: &ClaimRules) -> StoreResult<Vec<Waiting>>;
+
+    /// Counts of tasks by status.
+    async fn task_counts(&self) -> StoreResult<Vec<(String, i64)>>;
+
+    /// Every recorded attempt to deliver the task's result, oldest first; None when the task is
+    /// not the account's.
+    async fn delivery_attempts(
+        &self,
+        account_id: &str,
+        task_id: &Uuid,
+    ) -> StoreResult<Option<Vec<AttemptRow>>>;
 }
 
 /// Retention: the final tasks whose data has expired, and marking their data removed once the
-/// blob store has deleted their files (see `worker::retention`).
+/// blob store has deleted their files (see `worker::retention`); idempotency keys whose answers
+/// expired.
 #[async_trait]
 pub trait Retention: Send + Sync {
     /// Up to `limit` final tasks that finished at or before `finished_before` and whose data is
@@ -389,6 +385,11 @@ pub trait Retention: Send + Sync {
     /// strip what the task's parameters held of the caller's images (an inpaint's mask), keeping
     /// them readable. Tasks already marked are left as they are. Returns how many were marked.
     async fn mark_data_removed(&self, seqs: &[i64], at: i64) -> StoreResult<u64>;
+
+    /// Forget at most `limit` idempotency keys whose answers expired at or before `now`, oldest
+    /// first; how many were forgotten. Lookups ignore expired keys anyway; this keeps the table
+    /// as small as the keys' time to live.
+    async fn delete_expired_idempotency_keys(&self, now: i64, limit: i64) -> StoreResult<u64>;
 }
 
 /// Callers' uploads: recorded under the account's daily byte limit, found by blob key, removed

@@ -32,7 +32,7 @@ use crate::generate::Generator;
 use crate::images::inputs::{DecodeBudget, ImageFetcher};
 use crate::net::DestinationPolicy;
 use crate::refusal::ApiError;
-use crate::store::{SharedStore, Task};
+use crate::store::{LiveKey, SharedStore, Task};
 use crate::telemetry::request;
 
 /// What the use cases work with.
@@ -82,13 +82,27 @@ impl Tasks {
     /// [`Tasks::one`] without naming the task in the access log (a submit's parent: the log
     /// names the task submitted).
     pub(crate) async fn of_key(&self, key: &PresentedKey, id: Uuid) -> Result<Task, ApiError> {
-        let (live, row) = self
-            .store
-            .task_for_key(&key.0, &id)
-            .await?
-            .ok_or(ApiError::Unauthorized)?;
+        let found = self.store.task_for_key(&key.0, &id).await?;
+        self.key_live(key, found)?.ok_or(ApiError::TaskNotFound)
+    }
+
+    /// The key's account's tasks among `ids` (in no particular order), the key checked in the
+    /// same statement: 401 for a key that is not live.
+    pub async fn many_of_key(
+        &self,
+        key: &PresentedKey,
+        ids: &[Uuid],
+    ) -> Result<Vec<Task>, ApiError> {
+        let found = self.store.tasks_for_key(&key.0, ids).await?;
+        self.key_live(key, found)
+    }
+
+    /// What a read checked with the key found: 401 when the key was not live; otherwise the
+    /// key's use is noted.
+    fn key_live<T>(&self, key: &PresentedKey, found: Option<(LiveKey, T)>) -> Result<T, ApiError> {
+        let (live, found) = found.ok_or(ApiError::Unauthorized)?;
         key.used(&self.store, &live);
-        row.ok_or(ApiError::TaskNotFound)
+        Ok(found)
     }
 
     /// The record of `task` as callers see it, with its place in line while it waits.

@@ -371,7 +371,7 @@ async fn the_checkpointer_copies_committed_pages_into_the_database_file() {
 #[tokio::test]
 async fn upgrading_keeps_every_task_under_the_id_it_was_given_and_gives_no_id_twice() {
     use easel::store::sqlite::SqliteStore;
-    use easel::store::{Outbox, Redelivery, Store, TaskQueue};
+    use easel::store::{Outbox, Redelivery, Store, TaskQueue, Views};
     // A database as the release before migration 0004 left it, with tasks keyed by random ids:
     // one finished, with its delivery and one attempt; one queued; and the newest, deleted.
     let (_dir, url, mut conn) = common::database_before(4).await;

@@ -14,9 +14,8 @@ use crate::auth::PresentedKey;
 use crate::http::idempotency::{self, IdempotencyKey, KeyHeader};
 use crate::http::state::AppState;
 use crate::refusal::ApiError;
-use crate::store::Idempotency;
 use crate::tasks::body::JsonObject;
-use crate::tasks::idempotency::{fingerprint_of, BATCH};
+use crate::tasks::idempotency::BATCH;
 use crate::tasks::submit::batch::{members, submit_batch};
 use crate::tasks::submit::Answer;
 
@@ -80,21 +79,9 @@ pub async fn batch(
     // Nothing of the body is read for a key that is not live.
     key.admit(&state.store, &state.live_keys).await?;
     // Held until the store has answered, and let go on every way out of this function.
-    let held = match idempotency {
-        KeyHeader::Absent => None,
-        KeyHeader::Held(held) => Some(held),
-        KeyHeader::Invalid(e) => return Err(e),
-        KeyHeader::InUse => return Err(ApiError::IdempotencyKeyInUse),
-    };
+    let held = idempotency.held()?;
     let body = JsonObject::from_request(req, &state).await;
-    let keyed = match (&held, &body) {
-        (Some(held), Ok(body)) => Some(Idempotency {
-            key: held.key().to_string(),
-            fingerprint: fingerprint_of(BATCH, &body.0),
-            ttl_ms: state.config.limits.idempotency_ttl.as_millis() as i64,
-        }),
-        _ => None,
-    };
+    let keyed = idempotency::keyed(&state, held.as_ref(), BATCH, &body);
     let requests = body.and_then(|body| members(&body));
     let answer = submit_batch(&state, &key, requests, keyed).await;
     drop(held);

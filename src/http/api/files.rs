@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::blobs;
+use crate::http::extract::list_items;
 use crate::http::state::AppState;
 use crate::images::grid::follow as grids;
 use crate::refusal::ApiError;
@@ -81,11 +82,7 @@ async fn serve(
 /// Whether `If-None-Match` names `etag` (or is `*`), compared weakly as RFC 9110 asks.
 fn matches_etag(headers: &HeaderMap, etag: &HeaderValue) -> bool {
     let ours = etag.as_bytes();
-    headers
-        .get_all(header::IF_NONE_MATCH)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
+    list_items(headers, header::IF_NONE_MATCH)
         .map(|tag| tag.trim())
         .any(|tag| tag == "*" || tag.trim_start_matches("W/").as_bytes() == ours)
 }

@@ -219,12 +219,7 @@ pub async fn fetch_many(
             return Err(e);
         }
     };
-    let (live, rows) = state
-        .store
-        .tasks_for_key(&key.0, &ids)
-        .await?
-        .ok_or(ApiError::Unauthorized)?;
-    key.used(&state.store, &live);
+    let rows = state.tasks.many_of_key(&key, &ids).await?;
     let by_id: HashMap<&str, &_> = rows.iter().map(|r| (r.id.as_str(), r)).collect();
     let found: Vec<&Task> = ids
         .iter()

@@ -28,12 +28,11 @@ use crate::http::idempotency::{self, IdempotencyKey, KeyHeader};
 use crate::http::prefer::{self, PreferWait};
 use crate::http::state::AppState;
 use crate::refusal::ApiError;
-use crate::store::Idempotency;
 use crate::tasks::body::JsonObject;
 use crate::tasks::submit::alias::Alias;
 use crate::tasks::submit::schema::{body, Body};
 use crate::tasks::submit::{submit_keyed, Answer};
-use crate::tasks::{idempotency::fingerprint, wait};
+use crate::tasks::wait;
 use crate::webhooks::progress::ProgressPayload;
 
 /// Named schemas, for `components/schemas`.
@@ -372,24 +371,12 @@ pub async fn submit(
         .expect("submit routes are made from the operations' names and the aliases");
     let wait = prefer::preferred_wait(&headers)?.map(|asked| wait::served(&state, asked));
     // Held until the store has answered, and let go on every way out of this function.
-    let held = match idempotency {
-        KeyHeader::Absent => None,
-        KeyHeader::Held(held) => Some(held),
-        KeyHeader::Invalid(e) => return Err(e),
-        KeyHeader::InUse => return Err(ApiError::IdempotencyKeyInUse),
-    };
+    let held = idempotency.held()?;
     let body = match (alias, JsonObject::from_request(req, &state).await) {
         (Some(alias), Ok(given)) => alias.translate(&state, &key, given).await,
         (_, body) => body,
     };
-    let keyed = match (&held, &body) {
-        (Some(held), Ok(body)) => Some(Idempotency {
-            key: held.key().to_string(),
-            fingerprint: fingerprint(kind, &body.0),
-            ttl_ms: state.config.limits.idempotency_ttl.as_millis() as i64,
-        }),
-        _ => None,
-    };
+    let keyed = idempotency::keyed(&state, held.as_ref(), kind.as_str(), &body);
     let answer = submit_keyed(&state, kind, &key, body, keyed).await;
     // The store has answered: a duplicate may come now, and will be replayed. A wait below
     // does not hold the key.

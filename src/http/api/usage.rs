@@ -14,6 +14,7 @@ use utoipa_axum::routes;
 
 use super::doc::Checked;
 use crate::auth::Caller;
+use crate::http::extract::list_items;
 use crate::http::state::AppState;
 use crate::refusal::ApiError;
 use crate::store::now_ms;
@@ -205,17 +206,12 @@ fn group_name(group: UsageGroup) -> &'static str {
 
 /// Whether the caller asked for CSV rather than JSON.
 fn wants_csv(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|media| {
-            media
-                .split(';')
-                .next()
-                .is_some_and(|m| m.trim().eq_ignore_ascii_case("text/csv"))
-        })
+    list_items(headers, header::ACCEPT).any(|media| {
+        media
+            .split(';')
+            .next()
+            .is_some_and(|m| m.trim().eq_ignore_ascii_case("text/csv"))
+    })
 }
 
 /// A CSV field (RFC 4180): quoted when it holds a comma, a quote or a line break.

@@ -4,7 +4,12 @@
 
 #![allow(dead_code)]
 
-use utoipa::ToSchema;
+use std::collections::BTreeMap;
+
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, Response, ResponseBuilder};
+use utoipa::{IntoResponses, ToSchema};
+
+use super::error::Body;
 
 /// `POST /v1/images/generations`. Fields easel does not know are ignored.
 #[derive(ToSchema)]
@@ -120,4 +125,47 @@ pub struct ModelList {
     /// `list`.
     object: String,
     data: Vec<Model>,
+}
+
+/// The refusals of the image routes, the same on each but for the limit a request is over (413):
+/// OpenAI's error body under every status.
+fn refusals(over_limit: &str) -> BTreeMap<String, RefOr<Response>> {
+    [
+        ("400", "A field is wrong: `param` names it"),
+        ("401", "No easel API key, or not a live one"),
+        ("413", over_limit),
+        ("429", "A rate limit or quota"),
+        ("504", "Not ready within `openai_wait`; the tasks go on"),
+    ]
+    .into_iter()
+    .map(|(status, description)| {
+        let body = ContentBuilder::new()
+            .schema(Some(Ref::from_schema_name(Body::name())))
+            .build();
+        let response = ResponseBuilder::new()
+            .description(description)
+            .content("application/json", body)
+            .build();
+        (status.to_string(), response.into())
+    })
+    .collect()
+}
+
+/// `POST /v1/images/generations`' refusals: its JSON body is read under `body_limit`.
+pub struct BodyRefusals;
+
+impl IntoResponses for BodyRefusals {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        refusals("The body is over `body_limit`")
+    }
+}
+
+/// The multipart routes' refusals (edits, variations): their form is read under
+/// `mask_body_limit`.
+pub struct FormRefusals;
+
+impl IntoResponses for FormRefusals {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        refusals("The form is over `mask_body_limit`")
+    }
 }

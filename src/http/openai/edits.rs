@@ -19,8 +19,8 @@ use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
 use super::auth::OpenAiCaller;
-use super::doc::{EditRequest, ImagesResponse, VariationRequest};
-use super::error::{field, Body, OpenAiError};
+use super::doc::{EditRequest, FormRefusals, ImagesResponse, VariationRequest};
+use super::error::{field, OpenAiError};
 use super::fields::{Common, Fields};
 use super::run::{self, Who};
 use super::stream;
@@ -166,12 +166,7 @@ async fn parent(
     responses(
         (status = 200, description = "The images; with `stream`, `text/event-stream`",
             body = ImagesResponse),
-        (status = 400, description = "A field is wrong: `param` names it", body = Body),
-        (status = 401, description = "No easel API key, or not a live one", body = Body),
-        (status = 413, description = "The form is over `mask_body_limit`", body = Body),
-        (status = 429, description = "A rate limit or quota", body = Body),
-        (status = 504, description = "Not ready within `openai_wait`; the tasks go on",
-            body = Body),
+        FormRefusals,
     )
 )]
 pub async fn edits(
@@ -187,7 +182,6 @@ pub async fn edits(
         key: &caller.key,
         account_id: &caller.account.id,
     };
-    let count = run::task_count(common.shape.n);
     let Some(mask) = &form.mask else {
         let mut urls = Vec::with_capacity(form.images.len());
         for image in form.images {
@@ -198,10 +192,8 @@ pub async fn edits(
             "prompt".into(),
             json!(format!("{} {prompt}", urls.join(" "))),
         );
-        if let Some(aspect) = &common.aspect_ratio {
-            body.insert("aspect_ratio".into(), json!(aspect));
-        }
-        let bodies = vec![common.task_body(body); count];
+        common.aspect_into(&mut body);
+        let bodies = common.task_bodies(body);
         return stream::submit_and_answer(
             &state.tasks,
             caller,
@@ -233,7 +225,7 @@ pub async fn edits(
     body.insert("parent_task_id".into(), json!(parent_id.to_string()));
     body.insert("mask".into(), json!(data_url));
     body.insert("prompt".into(), json!(prompt));
-    let bodies = vec![common.task_body(body); count];
+    let bodies = common.task_bodies(body);
     stream::submit_and_answer(
         &state.tasks,
         caller,
@@ -257,12 +249,7 @@ pub async fn edits(
     request_body(content = VariationRequest, content_type = "multipart/form-data"),
     responses(
         (status = 200, description = "The images", body = ImagesResponse),
-        (status = 400, description = "A field is wrong: `param` names it", body = Body),
-        (status = 401, description = "No easel API key, or not a live one", body = Body),
-        (status = 413, description = "The form is over `mask_body_limit`", body = Body),
-        (status = 429, description = "A rate limit or quota", body = Body),
-        (status = 504, description = "Not ready within `openai_wait`; the tasks go on",
-            body = Body),
+        FormRefusals,
     )
 )]
 pub async fn variations(
@@ -284,10 +271,8 @@ pub async fn variations(
     let mut body = Map::new();
     body.insert("parent_task_id".into(), json!(parent_id.to_string()));
     body.insert("index".into(), json!("strong"));
-    if let Some(aspect) = &common.aspect_ratio {
-        body.insert("aspect_ratio".into(), json!(aspect));
-    }
-    let bodies = vec![common.task_body(body); run::task_count(common.shape.n)];
+    common.aspect_into(&mut body);
+    let bodies = common.task_bodies(body);
     stream::submit_and_answer(
         &state.tasks,
         caller,

@@ -5,7 +5,7 @@
 use serde_json::{json, Map, Value};
 
 use super::error::{field, OpenAiError};
-use super::run::{ResponseFormat, Shape};
+use super::run::{task_count, ResponseFormat, Shape};
 use crate::images::convert::Format;
 use crate::tasks::Tasks;
 
@@ -168,16 +168,24 @@ impl Common {
         })
     }
 
-    /// The easel fields every task of the call carries: model, aspect ratio, the caller's
-    /// `user` as metadata.
-    pub fn task_body(&self, mut body: Map<String, Value>) -> Map<String, Value> {
+    /// The aspect ratio `size` made, for the operations that choose their images' shape (an
+    /// inpaint keeps its parent's).
+    pub fn aspect_into(&self, body: &mut Map<String, Value>) {
+        if let Some(aspect) = &self.aspect_ratio {
+            body.insert("aspect_ratio".into(), json!(aspect));
+        }
+    }
+
+    /// The call's tasks: `body` with the easel fields every task carries (model, the caller's
+    /// `user` as metadata), as many as make its `n` images.
+    pub fn task_bodies(&self, mut body: Map<String, Value>) -> Vec<Map<String, Value>> {
         if let Some(model) = &self.model {
             body.insert("model".into(), json!(model));
         }
         if let Some(user) = &self.user {
             body.insert("metadata".into(), json!({ "openai_user": user }));
         }
-        body
+        vec![body; task_count(self.shape.n)]
     }
 }
 

@@ -6,8 +6,8 @@ use axum::response::Response;
 use serde_json::{json, Map};
 
 use super::auth::OpenAiCaller;
-use super::doc::{GenerationRequest, ImagesResponse};
-use super::error::{Body, OpenAiError};
+use super::doc::{BodyRefusals, GenerationRequest, ImagesResponse};
+use super::error::OpenAiError;
 use super::fields::{Common, Fields};
 use super::run;
 use super::stream;
@@ -29,12 +29,7 @@ use crate::tasks::body::JsonObject;
     responses(
         (status = 200, description = "The images; with `stream`, `text/event-stream`",
             body = ImagesResponse),
-        (status = 400, description = "A field is wrong: `param` names it", body = Body),
-        (status = 401, description = "No easel API key, or not a live one", body = Body),
-        (status = 413, description = "The body is over `body_limit`", body = Body),
-        (status = 429, description = "A rate limit or quota", body = Body),
-        (status = 504, description = "Not ready within `openai_wait`; the tasks go on",
-            body = Body),
+        BodyRefusals,
     )
 )]
 pub async fn generations(
@@ -48,11 +43,8 @@ pub async fn generations(
     let common = Common::read(&fields, &state)?;
     let mut body = Map::new();
     body.insert("prompt".into(), json!(prompt));
-    if let Some(aspect) = &common.aspect_ratio {
-        body.insert("aspect_ratio".into(), json!(aspect));
-    }
-    let body = common.task_body(body);
-    let bodies = vec![body; run::task_count(common.shape.n)];
+    common.aspect_into(&mut body);
+    let bodies = common.task_bodies(body);
     let until = run::deadline(&state);
     let kind = OpKind::Imagine;
     stream::submit_and_answer(

@@ -2,6 +2,7 @@
 //! `/assets/{name}.{hash}.{ext}`: the content hash in the name lets browsers keep them for a
 //! year, and a new build's assets get new names.
 
+use crate::http::extract::list_items;
 use crate::http::state::AppState;
 use axum::routing::get;
 use axum::Router;
@@ -142,21 +143,16 @@ pub async fn serve(Path(file): Path<String>, headers: HeaderMap) -> Response {
 }
 
 fn accepts_gzip(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::ACCEPT_ENCODING)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|coding| {
-            let mut parts = coding.split(';');
-            let name = parts.next().unwrap_or("").trim();
-            let refused = parts.any(|p| {
-                p.trim()
-                    .strip_prefix("q=")
-                    .is_some_and(|q| q.trim().parse::<f32>().is_ok_and(|q| q == 0.0))
-            });
-            name.eq_ignore_ascii_case("gzip") && !refused
-        })
+    list_items(headers, header::ACCEPT_ENCODING).any(|coding| {
+        let mut parts = coding.split(';');
+        let name = parts.next().unwrap_or("").trim();
+        let refused = parts.any(|p| {
+            p.trim()
+                .strip_prefix("q=")
+                .is_some_and(|q| q.trim().parse::<f32>().is_ok_and(|q| q == 0.0))
+        });
+        name.eq_ignore_ascii_case("gzip") && !refused
+    })
 }
 
 #[cfg(test)]

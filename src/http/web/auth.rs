@@ -149,15 +149,19 @@ pub async fn sign_in(
         }
         _ => None,
     };
-    let attempt = Attempt::new(&posted.client, &email, browser);
-    if !let_through(&attempt, store).await? {
-        return Ok(sign_in_form(
+    // The form again, with the email given and why it was refused.
+    let again = |jar, status, why| {
+        Ok(sign_in_form(
             &state,
             jar,
-            Some((StatusCode::TOO_MANY_REQUESTS, THROTTLED)),
+            Some((status, why)),
             &email,
             &form.next,
-        ));
+        ))
+    };
+    let attempt = Attempt::new(&posted.client, &email, browser);
+    if !let_through(&attempt, store).await? {
+        return again(jar, StatusCode::TOO_MANY_REQUESTS, THROTTLED);
     }
     // A password is checked (or as long spent without one) whatever was found, so the time
     // taken does not tell which emails have accounts.
@@ -173,13 +177,7 @@ pub async fn sign_in(
     };
     let Some((account, hash)) = account else {
         attempt.failed(store).await?;
-        return Ok(sign_in_form(
-            &state,
-            jar,
-            Some((StatusCode::UNAUTHORIZED, WRONG)),
-            &email,
-            &form.next,
-        ));
+        return again(jar, StatusCode::UNAUTHORIZED, WRONG);
     };
     attempt.succeeded(store).await?;
     let jar = remember_browser(&state, jar, &account.email, &hash);

@@ -13,7 +13,7 @@
 //!   while (see `auth`).
 
 use axum::body::Body;
-use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::extract::{FromRequest, FromRequestParts, Multipart, Request};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap};
 use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
@@ -244,6 +244,20 @@ impl<T: DeserializeOwned + Send> FromRequest<AppState> for Posted<T> {
     }
 }
 
+/// A `multipart/form-data` body, read whole under the route's limit before its parts are.
+pub async fn multipart(parts: Parts, body: Body, state: &AppState) -> Result<Multipart, WebError> {
+    let bytes = read_body(&parts, body).await?;
+    let req = Request::from_parts(parts, Body::from(bytes));
+    Multipart::from_request(req, state)
+        .await
+        .map_err(unreadable)
+}
+
+/// A multipart form, or one of its parts, that could not be read: 400.
+pub fn unreadable<E>(_: E) -> WebError {
+    WebError::BadForm("the form could not be read".into())
+}
+
 /// A file form (`multipart/form-data`) posted by a signed-in account from the dashboard's own
 /// pages with the session's CSRF token (403 otherwise, and nothing done): the file part
 /// `image`, if it has one. The body is read under `mask_body_limit`.
@@ -258,12 +272,7 @@ impl FromRequest<AppState> for Uploaded {
     async fn from_request(req: Request, state: &AppState) -> Result<Self, WebError> {
         let (mut parts, body) = form_head(req, state)?;
         let user = SignedIn::from_request_parts(&mut parts, state).await?;
-        let bytes = read_body(&parts, body).await?;
-        let req = Request::from_parts(parts, Body::from(bytes));
-        let unreadable = |_| WebError::BadForm("the form could not be read".into());
-        let mut form = axum::extract::Multipart::from_request(req, state)
-            .await
-            .map_err(|_| WebError::BadForm("the form could not be read".into()))?;
+        let mut form = multipart(parts, body, state).await?;
         let (mut csrf, mut image) = (String::new(), None);
         while let Some(field) = form.next_field().await.map_err(unreadable)? {
             match field.name() {

@@ -11,11 +11,10 @@ use super::PgStore;
 use crate::domain::TaskStatus;
 use crate::store::rows::{into_tasks, key_and_tasks, TaskRow, KEY_THEN_TASKS};
 use crate::store::rows::{TASK_COLUMNS, TASK_JOINS};
-use crate::store::sql::queue_outbox;
 use crate::store::{
     now_ms, worker_lost, BatchSubmitted, ClaimRules, ClaimedTask, Ending, Fence, LiveKey, NewBatch,
     NewTask, PendingLimits, StoreResult, StoredProgress, Submitted, Task, TaskEvent, TaskQueue,
-    Waiting, RUNNING,
+    RUNNING,
 };
 
 impl PgStore {
@@ -204,10 +203,6 @@ impl TaskQueue for PgStore {
         Ok(())
     }
 
-    async fn queue_order(&self, limit: u32, rules: &ClaimRules) -> StoreResult<Vec<Waiting>> {
-        queue_outbox::queue_order(self, limit, rules).await
-    }
-
     async fn complete_task(&self, seq: i64, attempt: i64, ending: &Ending) -> StoreResult<bool> {
         self.end_task(seq, Fence::Attempt(attempt), ending).await
     }
@@ -286,13 +281,5 @@ impl TaskQueue for PgStore {
         tx.commit().await?;
         self.wakeups.after_recovery(requeued, queued);
         Ok((requeued, failed))
-    }
-
-    async fn task_counts(&self) -> StoreResult<Vec<(String, i64)>> {
-        queue_outbox::task_counts(self).await
-    }
-
-    async fn delete_expired_idempotency_keys(&self, now: i64, limit: i64) -> StoreResult<u64> {
-        queue_outbox::forget_idempotency_keys(self, now, limit).await
     }
 }

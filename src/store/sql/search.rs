@@ -127,6 +127,25 @@ fn owner_lexeme(account_id: &str) -> String {
     quoted(&format!("~{}", account_id.replace('\\', "\\\\")), '\'')
 }
 
+/// A page's statement: `head`, the conditions of `filter`, its model's (`model_clause`, the
+/// model bound next in `args`) and `tail`.
+pub(crate) fn filtered<'a>(
+    head: &str,
+    filter: &'a TaskFilter,
+    model_clause: &str,
+    tail: &str,
+    args: &mut Vec<Arg<'a>>,
+) -> String {
+    let mut sql = String::from(head);
+    sql.push_str(&filter.conditions());
+    if let Some(model) = &filter.model {
+        sql.push_str(model_clause);
+        args.push(model.as_str().into());
+    }
+    sql.push_str(tail);
+    sql
+}
+
 /// The rows of a search's page: at most `limit` + 1 tasks of `filter` (whose `words` are not
 /// empty) below `before`, newest first.
 pub(crate) async fn search_rows<S: SqlStore>(
@@ -137,7 +156,6 @@ pub(crate) async fn search_rows<S: SqlStore>(
     limit: i64,
 ) -> StoreResult<Vec<TaskRow>> {
     let db = store.reader();
-    let model = filter.model.as_deref();
     if db.is_sqlite() {
         // A store that cannot write now (a full disk) still answers from what is indexed.
         if let Err(e) = store.search_caught_up().await {
@@ -146,13 +164,13 @@ pub(crate) async fn search_rows<S: SqlStore>(
         let terms = fts_match(account_id, &filter.words);
         let mut args: Vec<Arg> = vec![account_id.into(), before.into(), limit.into()];
         args.push(terms.as_str().into());
-        let mut sql = String::from(FTS.sqlite);
-        sql.push_str(&filter.conditions());
-        if let Some(model) = model {
-            sql.push_str(FTS_MODEL.sqlite);
-            args.push(model.into());
-        }
-        sql.push_str(FTS_ORDER.sqlite);
+        let sql = filtered(
+            FTS.sqlite,
+            filter,
+            FTS_MODEL.sqlite,
+            FTS_ORDER.sqlite,
+            &mut args,
+        );
         return db.all(sql.as_str(), &args).await;
     }
     let words = words_query(&filter.words);
@@ -160,13 +178,13 @@ pub(crate) async fn search_rows<S: SqlStore>(
     let mut args: Vec<Arg> = vec![account_id.into(), before.into(), limit.into()];
     args.push(words.as_str().into());
     args.push(WINDOW.into());
-    let mut sql = String::from(RECENT.postgres);
-    sql.push_str(&filter.conditions());
-    if let Some(model) = model {
-        sql.push_str(RECENT_MODEL.postgres);
-        args.push(model.into());
-    }
-    sql.push_str(NEWEST.postgres);
+    let sql = filtered(
+        RECENT.postgres,
+        filter,
+        RECENT_MODEL.postgres,
+        NEWEST.postgres,
+        &mut args,
+    );
     let recent: Vec<TaskRow> = db.all_planned_each_time(sql.as_str(), &args).await?;
     if recent.len() as i64 >= limit {
         return Ok(recent);
@@ -174,7 +192,7 @@ pub(crate) async fn search_rows<S: SqlStore>(
     args[4] = owner.as_str().into();
     let mut sql = String::from(MATCHES.postgres);
     sql.push_str(&filter.conditions());
-    if model.is_some() {
+    if filter.model.is_some() {
         sql.push_str(MATCHES_MODEL.postgres);
     }
     sql.push_str(MATCHES_ROWS.postgres);

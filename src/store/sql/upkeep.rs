@@ -32,6 +32,13 @@ const MARK_REMOVED: Sql = sql!(
                WHERE seq = ANY($2) AND data_removed_at IS NULL",
 );
 
+/// Expired idempotency keys, oldest first, at most `$2`.
+const FORGET_IDEMPOTENCY_KEYS: Sql = sql!(
+    "DELETE FROM idempotency_keys WHERE (account_id, idempotency_key) IN (
+         SELECT account_id, idempotency_key FROM idempotency_keys
+         WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2)"
+);
+
 const UPLOAD: Sql = Sql::both(UPLOAD_COLUMNS);
 const UPLOAD_BY_KEY: Sql = sql!("SELECT ", UPLOAD, " FROM uploads WHERE blob_key = $1");
 const EXPIRED_UPLOADS: Sql = sql!(
@@ -78,6 +85,12 @@ impl<S: SqlStore> Retention for S {
         }
         let args = [at.into(), seqs.into()];
         self.execute(Durability::Synced, &MARK_REMOVED, &args).await
+    }
+
+    async fn delete_expired_idempotency_keys(&self, now: i64, limit: i64) -> StoreResult<u64> {
+        let args = [now.into(), limit.into()];
+        self.execute(Durability::Committed, &FORGET_IDEMPOTENCY_KEYS, &args)
+            .await
     }
 }
 

@@ -3,14 +3,15 @@
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use super::search::{search_rows, MODEL};
+use super::search::{filtered, search_rows, MODEL};
 use super::{sql, Sql, SqlStore};
 use crate::store::rows::TASK_JOINS;
 use crate::store::rows::{by_destination, into_tasks, FailedAttempt, TASK_COLUMNS};
 use crate::store::usage::{UsageQuery, UsageRow};
 use crate::store::{
-    usage_since, AccountLoad, DayUsage, FailingDestination, PlanLoad, QueueRow, StoreResult, Task,
-    TaskFilter, TaskPage, Views, FAILING_SCAN_MAX, LIST_LIMIT_MAX,
+    usage_since, AccountLoad, AttemptRow, ClaimRules, DayUsage, FailingDestination, PlanLoad,
+    QueueRow, StoreResult, Task, TaskFilter, TaskPage, Views, Waiting, FAILING_SCAN_MAX,
+    LIST_LIMIT_MAX,
 };
 
 /// Keyset paging: each page is a range of `tasks_by_account` (or of the index for the filter,
@@ -118,6 +119,52 @@ const FAILING: Sql = sql!(
      ORDER BY a.id DESC"
 );
 
+/// The tasks claimed and waiting for a backend (`starting`), then the queue in claim order, each
+/// with whether its account is at its running limit (`$2`, the plans' limits as a JSON object;
+/// `$3`, every other plan's); at most `$1`. On SQLite from partial indexes only: `tasks_leases`
+/// (running tasks: the `IN` lets the planner use it), read once for the accounts' running counts
+/// and once for those waiting for a backend, and `tasks_queue`, read in order; each queued
+/// task's account by its key. The databases read the limits' JSON each their own way.
+const WAITING: Sql = sql!(
+    sqlite: "WITH running AS (
+                 SELECT account_id, COUNT(*) AS n FROM tasks
+                 WHERE status IN ('starting', 'processing') GROUP BY account_id)
+             SELECT seq, 1, 0 FROM (SELECT seq FROM tasks
+                                   WHERE status IN ('starting', 'processing')
+                                     AND status = 'starting'
+                                   ORDER BY priority, turn, seq)
+             UNION ALL
+             SELECT seq, 0, held FROM (
+                 SELECT t.seq,
+                        COALESCE((SELECT n FROM running WHERE running.account_id = t.account_id),
+                                 0)
+                        >= COALESCE((SELECT value FROM json_each($2)
+                                     WHERE key = (SELECT a.plan FROM accounts a
+                                                  WHERE a.id = t.account_id)), $3) AS held
+                 FROM tasks t WHERE t.status = 'pending'
+                 ORDER BY t.priority, t.turn, t.seq LIMIT $1)
+             LIMIT $1",
+    postgres: "WITH running AS (
+                   SELECT account_id, COUNT(*) AS n FROM tasks
+                   WHERE status IN ('starting', 'processing') GROUP BY account_id)
+               (SELECT seq, true, false FROM tasks
+                WHERE status IN ('starting', 'processing') AND status = 'starting'
+                ORDER BY priority, turn, seq)
+               UNION ALL
+               (SELECT t.seq, false,
+                       COALESCE((SELECT n FROM running WHERE running.account_id = t.account_id), 0)
+                       >= COALESCE(($2::jsonb ->> a.plan)::bigint, $3)
+                FROM tasks t JOIN accounts a ON a.id = t.account_id
+                WHERE t.status = 'pending' ORDER BY t.priority, t.turn, t.seq LIMIT $1)
+               LIMIT $1",
+);
+const COUNTS: Sql = sql!("SELECT status, COUNT(*) FROM tasks GROUP BY status ORDER BY status");
+const ATTEMPTS: Sql = sql!(
+    "SELECT a.attempted_at, a.duration_ms, a.status_code, a.error, a.next_attempt_at
+     FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id
+     WHERE d.task_seq = $1 ORDER BY a.id"
+);
+
 #[async_trait]
 impl<S: SqlStore> Views for S {
     async fn list_tasks(
@@ -143,13 +190,8 @@ impl<S: SqlStore> Views for S {
             (i64::from(limit) + 1).into(),
         ];
         let rows = if filter.words.is_empty() {
-            let mut sql = String::from(PAGE.on(sqlite));
-            sql.push_str(&filter.conditions());
-            if let Some(model) = &filter.model {
-                sql.push_str(BY_MODEL.on(sqlite));
-                args.push(model.as_str().into());
-            }
-            sql.push_str(PAGE_ORDER.on(sqlite));
+            let (head, tail) = (PAGE.on(sqlite), PAGE_ORDER.on(sqlite));
+            let sql = filtered(head, filter, BY_MODEL.on(sqlite), tail, &mut args);
             db.all(sql.as_str(), &args).await?
         } else {
             search_rows(self, account_id, filter, before, i64::from(limit) + 1).await?
@@ -210,5 +252,33 @@ impl<S: SqlStore> Views for S {
         let args = [FAILING_SCAN_MAX.into(), since.into()];
         let rows: Vec<FailedAttempt> = self.reader().all(&FAILING, &args).await?;
         Ok(by_destination(rows))
+    }
+
+    async fn queue_order(&self, limit: u32, rules: &ClaimRules) -> StoreResult<Vec<Waiting>> {
+        let args = [
+            i64::from(limit).into(),
+            (&**rules.plan_limits_json()).into(),
+            rules.default_limit().into(),
+        ];
+        let rows: Vec<(i64, bool, bool)> = self.reader().all(&WAITING, &args).await?;
+        Ok(rows
+            .into_iter()
+            .map(|(seq, claimed, held)| Waiting { seq, claimed, held })
+            .collect())
+    }
+
+    async fn task_counts(&self) -> StoreResult<Vec<(String, i64)>> {
+        self.reader().all(&COUNTS, &[]).await
+    }
+
+    async fn delivery_attempts(
+        &self,
+        account_id: &str,
+        task_id: &Uuid,
+    ) -> StoreResult<Option<Vec<AttemptRow>>> {
+        let Some(seq) = self.account_task(account_id, task_id).await? else {
+            return Ok(None);
+        };
+        Ok(Some(self.reader().all(&ATTEMPTS, &[seq.into()]).await?))
     }
 }

@@ -14,7 +14,7 @@ use crate::store::ids::TaskKey;
 use crate::store::rows::decode;
 use crate::store::sql::{queue_outbox, Durability};
 use crate::store::{
-    now_ms, AttemptRecord, AttemptRow, DeliveryKind, DueDelivery, Outbox, Redelivery, StoreResult,
+    now_ms, AttemptRecord, DeliveryKind, DueDelivery, Outbox, Redelivery, StoreResult,
 };
 
 #[async_trait]
@@ -113,14 +113,6 @@ impl Outbox for SqliteStore {
 
     async fn next_delivery_due(&self) -> StoreResult<Option<i64>> {
         queue_outbox::next_delivery_due(self).await
-    }
-
-    async fn delivery_attempts(
-        &self,
-        account_id: &str,
-        task_id: &Uuid,
-    ) -> StoreResult<Option<Vec<AttemptRow>>> {
-        queue_outbox::delivery_attempts(self, account_id, task_id).await
     }
 
     async fn redeliver(&self, account_id: &str, task_id: &Uuid) -> StoreResult<Redelivery> {

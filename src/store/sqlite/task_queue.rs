@@ -14,11 +14,11 @@ use crate::domain::TaskStatus;
 use crate::store::ids::TaskKey;
 use crate::store::rows::{into_tasks, key_and_tasks, TaskRow, KEY_THEN_TASKS};
 use crate::store::rows::{TASK_COLUMNS, TASK_JOINS};
-use crate::store::sql::{json, queue_outbox, Durability};
+use crate::store::sql::{json, Durability};
 use crate::store::{
     now_ms, worker_lost, BatchSubmitted, ClaimRules, ClaimedTask, Ending, Fence, Happened, LiveKey,
     NewBatch, NewTask, PendingLimits, StoreResult, StoredProgress, Submitted, Task, TaskEvent,
-    TaskQueue, Waiting, RUNNING,
+    TaskQueue, RUNNING,
 };
 
 /// Only a live key: not revoked, and its account not disabled.
@@ -377,17 +377,5 @@ impl TaskQueue for SqliteStore {
         // One node: its listeners are all here.
         self.wakeups.events.publish(event);
         Ok(())
-    }
-
-    async fn queue_order(&self, limit: u32, rules: &ClaimRules) -> StoreResult<Vec<Waiting>> {
-        queue_outbox::queue_order(self, limit, rules).await
-    }
-
-    async fn task_counts(&self) -> StoreResult<Vec<(String, i64)>> {
-        queue_outbox::task_counts(self).await
-    }
-
-    async fn delete_expired_idempotency_keys(&self, now: i64, limit: i64) -> StoreResult<u64> {
-        queue_outbox::forget_idempotency_keys(self, now, limit).await
     }
 }

@@ -2,7 +2,6 @@
 //! through the API's use case, and the account's recent tasks as a live feed.
 
 use askama::Template;
-use axum::body::Body;
 use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
@@ -15,11 +14,10 @@ use sha2::Digest;
 
 use super::submit::{self, refusal_field, submit_as, Keyed};
 use crate::domain::{OpKind, Parameters, Prompt};
-use crate::http::body::read_body;
 use crate::http::state::AppState;
 use crate::http::web::error_page::{render, render_status, WebError};
 use crate::http::web::page::{is_htmx, Layout};
-use crate::http::web::session::{same_origin, same_secret, SignedIn};
+use crate::http::web::session::{multipart, same_origin, same_secret, unreadable, SignedIn};
 use crate::http::web::task_list::TaskCard;
 use crate::refusal::ApiError;
 use crate::store::TaskFilter;
@@ -244,12 +242,7 @@ impl FromRequest<AppState> for Posted {
         }
         let user = SignedIn::from_request_parts(&mut parts, state).await?;
         let htmx = is_htmx(&parts.headers);
-        let bytes = read_body(&parts, body).await?;
-        let req = Request::from_parts(parts, Body::from(bytes));
-        let unreadable = |_| WebError::BadForm("the form could not be read".into());
-        let mut multipart = axum::extract::Multipart::from_request(req, state)
-            .await
-            .map_err(|_| WebError::BadForm("the form could not be read".into()))?;
+        let mut multipart = multipart(parts, body, state).await?;
         let (mut csrf, mut form, mut images) = (String::new(), CreateForm::default(), Vec::new());
         while let Some(field) = multipart.next_field().await.map_err(unreadable)? {
             let name = field.name().unwrap_or_default().to_string();
