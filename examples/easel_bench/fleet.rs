@@ -86,7 +86,11 @@ async fn generations(State(gpu): State<Arc<Gpu>>, Json(body): Json<Value>) -> Re
         start,
         end: Instant::now(),
     });
-    ([(header::CONTENT_TYPE, "application/json")], gpu.answer.clone()).into_response()
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        gpu.answer.clone(),
+    )
+        .into_response()
 }
 
 async fn start_gpu(answer: Bytes) -> anyhow::Result<(Arc<Gpu>, String)> {
@@ -253,11 +257,10 @@ async fn measure(ctx: &Ctx, admin_url: &str, backends: usize) -> anyhow::Result<
         .await?;
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
-        let ended: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM tasks WHERE status IN ('finished', 'failed')",
-        )
-        .fetch_one(&pool)
-        .await?;
+        let ended: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM tasks WHERE status IN ('finished', 'failed')")
+                .fetch_one(&pool)
+                .await?;
         if ended as usize >= tasks {
             break;
         }
@@ -369,8 +372,16 @@ pub async fn run(ctx: &Ctx, admin_url: &str) -> anyhow::Result<(Vec<Row>, Value)
         for (figure, unit, value) in [
             ("the nodes' CPU per task", "ms", m.node_cpu_ms_per_task),
             ("PostgreSQL's CPU per task", "ms", m.pg_cpu_ms_per_task),
-            ("PostgreSQL transactions per task", "n", m.transactions_per_task),
-            ("PostgreSQL rows written per task", "n", m.rows_written_per_task),
+            (
+                "PostgreSQL transactions per task",
+                "n",
+                m.transactions_per_task,
+            ),
+            (
+                "PostgreSQL rows written per task",
+                "n",
+                m.rows_written_per_task,
+            ),
         ] {
             rows.push(Row::new("fleet", format!("{figure}: {label}"), unit).value(&[value]));
         }

@@ -2,6 +2,7 @@
 //! back, how it fails, and the [`Generator`] trait every backend (and the pool) implements.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 
@@ -206,6 +207,23 @@ impl Product {
     }
 }
 
+/// What a generator's backends can take soon: the jobs that could start now, those that could
+/// start within some time (a slot expected to free by then), and the first later moment at which
+/// one more is expected to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Openings {
+    pub now: usize,
+    pub soon: usize,
+    pub next: Option<Instant>,
+}
+
+impl Openings {
+    /// The jobs that could start now or soon.
+    pub fn count(&self) -> usize {
+        self.now.saturating_add(self.soon)
+    }
+}
+
 /// What running a job comes to: a product or the error it ended with.
 pub type Generation<'a> = BoxFuture<'a, Result<Product, GenerateError>>;
 
@@ -218,9 +236,10 @@ pub trait Generator: Send + Sync + 'static {
     /// Run `job`, reporting progress as it goes. A job that runs past the backend's `timeout` is
     /// cancelled on the backend and answered as [`GenerateError::Transient`].
     fn run<'a>(&'a self, job: &'a Job, progress: &'a Progress) -> Generation<'a>;
-    /// How many more jobs could start on a backend now, where the generator knows (the pool);
-    /// `None` where it does not.
-    fn free_slots(&self) -> Option<usize> {
+    /// How many more jobs could start on a backend now or within `within`, where the generator
+    /// knows (the pool); `None` where it does not.
+    fn openings(&self, within: Duration) -> Option<Openings> {
+        let _ = within;
         None
     }
 

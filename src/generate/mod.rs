@@ -12,4 +12,4 @@ pub mod procedural;
 mod progress;
 
 pub use builtin::Procedural;
-pub use job::{Answered, GenerateError, Generation, Generator, Job, Product, Progress};
+pub use job::{Answered, GenerateError, Generation, Generator, Job, Openings, Product, Progress};

@@ -25,7 +25,7 @@ use line::{Granted, Line};
 use member::Member;
 pub use member::{BackendHealth, DOWN_AFTER};
 
-use super::job::{GenerateError, Generator, Job, Product, Progress};
+use super::job::{GenerateError, Generator, Job, Openings, Product, Progress};
 use crate::config::{Catalogue, Live};
 use crate::domain::OpKind;
 
@@ -44,10 +44,31 @@ pub struct Slot {
     member: Arc<Member>,
     permit: Option<OwnedSemaphorePermit>,
     line: Arc<Line>,
+    /// When the job took it.
+    taken: Instant,
+}
+
+impl Slot {
+    fn take(member: Arc<Member>, permit: OwnedSemaphorePermit, line: Arc<Line>) -> Slot {
+        let taken = Instant::now();
+        member.in_flight.fetch_add(1, Ordering::Relaxed);
+        member.timing.lock().expect("not poisoned").took(taken);
+        Slot {
+            member,
+            permit: Some(permit),
+            line,
+            taken,
+        }
+    }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
+        self.member
+            .timing
+            .lock()
+            .expect("not poisoned")
+            .gave_back(self.taken, Instant::now());
         // The permit first: the line hands the freed slot to the first job waiting for it.
         drop(self.permit.take());
         self.member.in_flight.fetch_sub(1, Ordering::Relaxed);
@@ -211,6 +232,33 @@ impl Pool {
             .sum()
     }
 
+    /// The slots of the backends that are in that are free now or expected to free within
+    /// `within` (a job in flight that has held its slot about as long as the backend's jobs
+    /// lately took), and the first later moment at which one more is expected to: how many jobs
+    /// a node may claim for now so that each finds its slot ready and none waits long on this
+    /// node, out of the other nodes' reach.
+    pub fn openings(&self, within: Duration) -> Openings {
+        let now = Instant::now();
+        let mut openings = Openings::default();
+        for member in self.lineup.get().members.iter() {
+            if member.bookkeeping || !member.available(now) {
+                continue;
+            }
+            let (soon, next) = member
+                .timing
+                .lock()
+                .expect("not poisoned")
+                .freeing(now, within);
+            openings.now += member.slots.available_permits();
+            openings.soon += soon;
+            openings.next = match (openings.next, next) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        openings
+    }
+
     /// The models callers may pick, as the settings give them now.
     pub fn catalogue(&self) -> Arc<Catalogue> {
         self.lineup.get().catalogue.clone()
@@ -372,13 +420,8 @@ impl Pool {
                     }
                     Err(stopped) => return Err(stopped),
                 };
-            member.in_flight.fetch_add(1, Ordering::Relaxed);
             let (on_backend, held) = progress.holding(
-                Slot {
-                    member: member.clone(),
-                    permit: Some(permit),
-                    line: self.line.clone(),
-                },
+                Slot::take(member.clone(), permit, self.line.clone()),
                 member.generator.name(),
             );
             let started = Instant::now();
@@ -459,8 +502,8 @@ impl Generator for Pool {
             .any(|m| m.generator.supports(kind))
     }
 
-    fn free_slots(&self) -> Option<usize> {
-        Some(Pool::free_slots(self))
+    fn openings(&self, within: Duration) -> Option<Openings> {
+        Some(Pool::openings(self, within))
     }
 
     fn run<'a>(

@@ -34,7 +34,7 @@ use tracing::Instrument;
 use crate::blobs::Blobs;
 use crate::config::{Config, Live, Plans};
 use crate::domain::{ContentPolicy, ProcessMode};
-use crate::generate::Generator;
+use crate::generate::{Generator, Openings};
 use crate::store::{ClaimRules, SharedStore, StoreResult};
 pub use inputs::Inputs;
 use room::Seat;
@@ -137,10 +137,22 @@ impl WorkerContext {
         self.run_seated(None, hard_stop).await
     }
 
-    /// How many more tasks could start generating now: free backend slots and free permits.
-    fn free_now(&self) -> usize {
-        let slots = self.generator.free_slots().unwrap_or(usize::MAX);
-        slots.min(self.generating.free())
+    /// How many more tasks could start generating now or within [`room::SOON`]: backend slots
+    /// free or about to free, within the free permits (a job about to give its slot back gives
+    /// its permit back about then too).
+    fn openings(&self) -> Openings {
+        let permits = self.generating.free();
+        match self.generator.openings(room::SOON) {
+            Some(slots) => Openings {
+                now: slots.now.min(permits),
+                ..slots
+            },
+            None => Openings {
+                now: permits,
+                soon: room::CLAIMED_AHEAD,
+                next: None,
+            },
+        }
     }
 
     /// [`WorkerContext::run_one_task`] holding `seat` (the claim's room) until a backend takes
@@ -232,8 +244,7 @@ async fn worker_loop(
             break;
         }
         // No claim until it could start soon (see `room`): the queue keeps the rest in order.
-        let free = || ctx.free_now();
-        let Some(seat) = ctx.room.seat(free, &shutdown).await else {
+        let Some(seat) = ctx.room.seat(|| ctx.openings(), &shutdown).await else {
             break;
         };
         let idle = match ctx.run_seated(Some(seat), &hard_stop).await {

@@ -1,11 +1,12 @@
 //! How far ahead of its backends a node claims, and the generation permits handed out in line.
 //!
 //! A worker loop claims a task only when the node has room for it: fewer claimed tasks waiting
-//! for a backend than there are free slots (on the backends that are in, and among the
-//! `workers` permits), plus one claimed ahead so that a backend finds its next job ready when it
-//! frees. The rest of the queue stays in the store, in its fair order, where every node claims
-//! from and `queue_position` counts; tasks claimed early would wait on this node in the order
-//! they happened to be claimed, ahead of other accounts' turns and out of other nodes' reach.
+//! for a backend than there are slots free now or about to free ([`SOON`]: a job in flight that
+//! has held its slot about as long as its backend's jobs lately took), so that a backend finds
+//! its next job ready when it frees and no claimed task waits long for it. The rest of the queue
+//! stays in the store, in its fair order, where every node claims from and `queue_position`
+//! counts; tasks claimed early would wait on this node in the order they happened to be claimed,
+//! ahead of other accounts' turns and out of other nodes' reach, for as long as a job takes.
 //!
 //! The permits go to the waiting tasks in the order of their places (when each was claimed), as
 //! the backends' slots do (`generate::pool`): a task whose input images took longer to read
@@ -19,7 +20,13 @@ use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
-/// Tasks claimed beyond the free slots: one, so that a slot that frees has its next job waiting.
+use crate::generate::Openings;
+
+/// How soon a slot must be expected to free for a task to be claimed for it: about a claim's
+/// time (its commits and its input images), so that the job is ready when the slot frees.
+pub const SOON: Duration = Duration::from_millis(50);
+/// Tasks claimed beyond the free permits where the generator cannot say when its work ends:
+/// one, so that a permit that frees has its next job waiting.
 pub const CLAIMED_AHEAD: usize = 1;
 /// How often a loop waiting for room looks again when nothing here signals it (a backend's
 /// slot freed or a backend brought back, which the pool does not tell the workers).
@@ -46,16 +53,18 @@ impl Drop for Seat {
 }
 
 impl Room {
-    /// A seat once fewer tasks wait than `free()` (the slots free now) plus [`CLAIMED_AHEAD`];
-    /// `None` at `stop`.
+    /// A seat once fewer tasks wait than `openings()` counts; `None` at `stop`. It looks again
+    /// when a seat or a permit is given back, at the moment the openings say one more slot will
+    /// be about to free, and at least every [`LOOK_AGAIN`].
     pub async fn seat(
         self: &Arc<Self>,
-        free: impl Fn() -> usize,
+        openings: impl Fn() -> Openings,
         stop: &CancellationToken,
     ) -> Option<Seat> {
         loop {
             let changed = self.changed.notified();
-            let limit = free().saturating_add(CLAIMED_AHEAD);
+            let openings = openings();
+            let (limit, next) = (openings.count(), openings.next);
             let now = self.waiting.load(Ordering::Acquire);
             if now < limit {
                 if self
@@ -67,9 +76,11 @@ impl Room {
                 }
                 continue;
             }
+            let again = Instant::now() + LOOK_AGAIN;
+            let wake = next.map_or(again, |next| next.min(again));
             tokio::select! {
                 _ = changed => {}
-                _ = tokio::time::sleep(LOOK_AGAIN) => {}
+                _ = tokio::time::sleep_until(wake.into()) => {}
                 _ = stop.cancelled() => return None,
             }
         }
@@ -254,15 +265,42 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_claim_waits_until_a_slot_is_about_to_free() {
+        let room = Arc::new(Room::default());
+        let stop = CancellationToken::new();
+        let started = Instant::now();
+        let at = started + Duration::from_millis(300);
+        // Nothing free or about to free until `at`, when a running job will be.
+        let openings = move || {
+            let soon = usize::from(Instant::now() >= at);
+            Openings {
+                now: 0,
+                soon,
+                next: (soon == 0).then_some(at),
+            }
+        };
+        let seat = room.seat(openings, &stop).await.expect("a seat at `at`");
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(300), "{waited:?}");
+        assert!(waited < Duration::from_millis(1000), "{waited:?}");
+        drop(seat);
+    }
+
+    #[tokio::test]
     async fn claims_wait_for_room_and_a_seat_given_back_makes_room() {
         let room = Arc::new(Room::default());
         let stop = CancellationToken::new();
-        // No free slot: only the one claimed ahead.
-        let first = room.seat(|| 0, &stop).await.expect("one ahead");
+        // No free slot, one about to free: room for one claim.
+        let one_soon = || Openings {
+            now: 0,
+            soon: 1,
+            next: None,
+        };
+        let first = room.seat(one_soon, &stop).await.expect("one for the slot");
         assert_eq!(room.waiting(), 1);
         let second = tokio::spawn({
             let (room, stop) = (room.clone(), stop.clone());
-            async move { room.seat(|| 0, &stop).await.is_some() }
+            async move { room.seat(one_soon, &stop).await.is_some() }
         });
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(!second.is_finished(), "no room for a second claim");
@@ -271,10 +309,10 @@ mod tests {
             .await
             .expect("room once the first seat is given back")
             .unwrap());
-        let held = room.seat(|| 0, &stop).await.expect("room again");
+        let held = room.seat(one_soon, &stop).await.expect("room again");
         stop.cancel();
         assert!(
-            room.seat(|| 0, &stop).await.is_none(),
+            room.seat(one_soon, &stop).await.is_none(),
             "no room, and a stopping node waits no more"
         );
         drop(held);

@@ -14,7 +14,7 @@ mod kept_files;
 mod openai_adapter;
 mod sdwebui_adapter;
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -113,13 +113,13 @@ async fn a_webui_draws_the_tasks_and_a_follow_up_runs_on_another_backend() {
 async fn a_backend_down_at_start_is_skipped_concurrency_holds_and_it_comes_back() {
     let down = Arc::new(WebUi {
         shade: 30,
-        delay_ms: 30,
+        delay_ms: AtomicU64::new(30),
         ..WebUi::default()
     });
     down.down.store(true, Ordering::SeqCst);
     let up = Arc::new(WebUi {
         shade: 60,
-        delay_ms: 30,
+        delay_ms: AtomicU64::new(30),
         ..WebUi::default()
     });
     let (url_down, url_up) = (

@@ -3,8 +3,11 @@
 //! record, a task that waits for a backend shown waiting, and a stream on one node of a task run
 //! by another (PostgreSQL).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend_mocks::sdwebui::{start_webui, WebUi};
 use crate::common::{self, wait_for, TestApp};
 use serde_json::{json, Value};
 
@@ -377,11 +380,27 @@ async fn a_waiting_task_has_its_place_in_line_which_moves_as_the_line_does() {
 
 #[tokio::test]
 async fn a_task_claimed_while_the_backend_is_busy_waits_in_line_not_processing() {
-    // One generation at a time: once the first task holds it, the worker's second loop claims
-    // the next task, which waits for the backend and is `starting`, at the head of the line,
-    // until the first one ends. The second is sent only then: sent together, either may be the
-    // first to take the generation slot (the one claimed first need not get there first).
-    let app = slow_node(4.0).await;
+    // One slot whose jobs took 100 ms, then take 4 s: from the first moments of the job on it,
+    // the slot is about to free as far as the node knows, so it claims the next task, which
+    // waits for the backend and is `starting`, at the head of the line, until the first ends.
+    // The second is sent only then: sent together, either may be the first to take the slot.
+    let ui = Arc::new(WebUi {
+        shade: 10,
+        delay_ms: AtomicU64::new(100),
+        ..WebUi::default()
+    });
+    let url = start_webui(ui.clone()).await;
+    let app = TestApp::spawn_with(move |c| {
+        c.worker.workers = 2;
+        c.backends = vec![serde_json::from_value(json!({
+            "name": "one", "kind": "sdwebui", "url": url, "concurrency": 1, "timeout": "20s",
+        }))
+        .unwrap()];
+    })
+    .await;
+    let warm = app.imagine(json!({"prompt": "warm"})).await;
+    app.wait_final(&warm, Duration::from_secs(30)).await;
+    ui.delay_ms.store(4000, Ordering::SeqCst);
     let first = app.imagine(json!({"prompt": "first"})).await;
     app.wait_status(&first, "processing", Duration::from_secs(10))
         .await;
@@ -394,6 +413,7 @@ async fn a_task_claimed_while_the_backend_is_busy_waits_in_line_not_processing()
     .await
     .expect("the second task claimed and waiting, first in line");
     assert_eq!(running["waiting_for"], "backend", "{running}");
+    ui.delay_ms.store(100, Ordering::SeqCst);
     app.wait_final(&second, Duration::from_secs(30)).await;
 }
 

@@ -4,7 +4,7 @@
 //! turns), not in whichever order the waiting workers happened to wake; and a running task
 //! whose backend fails says that it waits for it.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,7 +55,7 @@ async fn two_backlogs_reach_a_one_slot_backend_in_turns_twenty_times_in_a_row() 
     for round in 0..20 {
         let ui = Arc::new(WebUi {
             shade: 10,
-            delay_ms: 40,
+            delay_ms: AtomicU64::new(40),
             ..WebUi::default()
         });
         let url = start_webui(ui.clone()).await;
@@ -95,14 +95,58 @@ async fn two_backlogs_reach_a_one_slot_backend_in_turns_twenty_times_in_a_row() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_claims_no_further_ahead_than_one_task_beyond_its_free_slots() {
+async fn a_node_claims_for_a_busy_slot_only_as_its_job_is_about_to_end() {
+    // Jobs of 1.5 s; one first, so that the node knows how long they take.
     let ui = Arc::new(WebUi {
         shade: 10,
-        delay_ms: 400,
+        delay_ms: AtomicU64::new(1500),
         ..WebUi::default()
     });
     let url = start_webui(ui.clone()).await;
     let app = node(&url, 4, |_| {}).await;
+    let warm = app.imagine(json!({"prompt": "warm"})).await;
+    app.wait_final(&warm, WITHIN).await;
+    let first = app.imagine(json!({"prompt": "first"})).await;
+    app.wait_status(&first, "processing", WITHIN).await;
+    let second = app.imagine(json!({"prompt": "second"})).await;
+    // Well inside the first job: the second stays in the store, where any node may claim it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let waiting = record(&app, &second).await;
+    assert_eq!(waiting["status"], "pending", "{waiting}");
+    assert_eq!(waiting["waiting_for"], "turn", "{waiting}");
+    let (first, second) = (
+        app.wait_final(&first, WITHIN).await,
+        app.wait_final(&second, WITHIN).await,
+    );
+    // Claimed (`started_at`) no sooner than the first job was about to end: it was taken 1.5 s
+    // before, at or after the first's claim.
+    let at = |r: &Value| {
+        chrono::DateTime::parse_from_rfc3339(r["started_at"].as_str().unwrap())
+            .unwrap()
+            .timestamp_millis()
+    };
+    let gap = at(&second) - at(&first);
+    assert!(
+        gap >= 1200,
+        "the second was claimed {gap} ms after the first"
+    );
+    assert_eq!(received(&ui), ["warm", "first", "second"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_past_its_time_has_one_task_claimed_for_its_slot_and_the_rest_wait_in_the_store() {
+    // Jobs of 100 ms teach the node that the backend is quick; then they take 3 s, so that the
+    // slot is about to free from the first moments of each and stays busy.
+    let ui = Arc::new(WebUi {
+        shade: 10,
+        delay_ms: AtomicU64::new(100),
+        ..WebUi::default()
+    });
+    let url = start_webui(ui.clone()).await;
+    let app = node(&url, 4, |_| {}).await;
+    let warm = app.imagine(json!({"prompt": "warm"})).await;
+    app.wait_final(&warm, WITHIN).await;
+    ui.delay_ms.store(3000, Ordering::SeqCst);
     let mut ids = Vec::new();
     for n in 0..6 {
         ids.push(
@@ -117,10 +161,13 @@ async fn a_node_claims_no_further_ahead_than_one_task_beyond_its_free_slots() {
         for id in &ids {
             records.push(app.get(&format!("/api/v1/tasks/{id}")).await.1);
         }
-        (records[0]["status"] == "processing").then_some(records)
+        // Places in line are at most a second old: wait for those read after the claim.
+        let placed = records[1..].iter().all(|r| r["queue_position"].is_u64());
+        (records[0]["status"] == "processing" && records[1]["status"] == "starting" && placed)
+            .then_some(records)
     })
     .await
-    .expect("the first task runs");
+    .expect("the first task runs and the second is claimed for its slot");
     let statuses: Vec<&str> = records
         .iter()
         .map(|r| r["status"].as_str().unwrap())
@@ -143,10 +190,11 @@ async fn a_node_claims_no_further_ahead_than_one_task_beyond_its_free_slots() {
         positions,
         [&json!(0), &json!(1), &json!(2), &json!(3), &json!(4)]
     );
+    ui.delay_ms.store(100, Ordering::SeqCst);
     for id in &ids {
         assert_eq!(app.wait_final(id, WITHIN).await["status"], "finished");
     }
-    assert_eq!(received(&ui), ["t0", "t1", "t2", "t3", "t4", "t5"]);
+    assert_eq!(received(&ui), ["warm", "t0", "t1", "t2", "t3", "t4", "t5"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -155,7 +203,7 @@ async fn a_running_task_whose_backend_goes_down_says_it_waits_for_it_until_it_is
     // the second, once it is back, running with the wait no longer said.
     let ui = Arc::new(WebUi {
         shade: 10,
-        delay_ms: 2500,
+        delay_ms: AtomicU64::new(2500),
         ..WebUi::default()
     });
     let url = start_webui(ui.clone()).await;

@@ -28,6 +28,62 @@ pub(super) struct Member {
     /// What it was built from (its settings), when known: a reload keeps the member whose
     /// settings are the same.
     pub fingerprint: String,
+    /// When its slots in use were taken and how long its jobs held one lately: when a slot is
+    /// likely to free. Shared, as the slots are, with the member a reload keeps.
+    pub timing: Arc<Mutex<Timing>>,
+}
+
+/// How much a new job's time on a slot moves the typical one (a smoothed average).
+const TYPICAL_WEIGHT: f64 = 0.2;
+
+/// A backend's slots in use, and its jobs' typical time on a slot.
+#[derive(Debug, Default)]
+pub(super) struct Timing {
+    /// When each slot in use was taken.
+    taken: Vec<Instant>,
+    /// The jobs' time on a slot, smoothed; `None` until a job has given its slot back.
+    typical: Option<Duration>,
+}
+
+impl Timing {
+    /// A slot taken at `at`.
+    pub fn took(&mut self, at: Instant) {
+        self.taken.push(at);
+    }
+
+    /// The slot taken at `taken` given back at `now`; its time counts toward the typical one.
+    pub fn gave_back(&mut self, taken: Instant, now: Instant) {
+        if let Some(i) = self.taken.iter().position(|t| *t == taken) {
+            self.taken.swap_remove(i);
+        }
+        let held = now.saturating_duration_since(taken);
+        self.typical = Some(match self.typical {
+            None => held,
+            Some(typical) => typical.mul_f64(1.0 - TYPICAL_WEIGHT) + held.mul_f64(TYPICAL_WEIGHT),
+        });
+    }
+
+    /// Of the slots in use, how many are expected to be given back by `now + within` (taken a
+    /// typical job's time before that, or longer ago), and the first later moment at which one
+    /// more will be. Nothing is expected before a job has given a slot back.
+    pub fn freeing(&self, now: Instant, within: Duration) -> (usize, Option<Instant>) {
+        let Some(typical) = self.typical else {
+            return (0, None);
+        };
+        let by = now + within;
+        let mut soon = 0;
+        let mut next: Option<Instant> = None;
+        for taken in &self.taken {
+            let expected = *taken + typical;
+            if expected <= by {
+                soon += 1;
+            } else {
+                let at = expected - within;
+                next = Some(next.map_or(at, |n| n.min(at)));
+            }
+        }
+        (soon, next)
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -73,6 +129,7 @@ impl Member {
             models,
             bookkeeping,
             fingerprint,
+            timing: Arc::default(),
         }
     }
 
@@ -88,6 +145,7 @@ impl Member {
             models,
             bookkeeping: self.bookkeeping,
             fingerprint,
+            timing: self.timing.clone(),
         }
     }
 

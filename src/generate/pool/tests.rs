@@ -429,3 +429,79 @@ async fn upscale_1x_is_a_crop_on_a_model_whose_backends_do_not_make_it() {
         }
     }
 }
+
+#[test]
+fn a_slot_is_expected_to_free_a_typical_jobs_time_after_it_was_taken() {
+    let mut timing = member::Timing::default();
+    let t0 = Instant::now();
+    timing.took(t0);
+    // No job has ended yet: nothing is expected.
+    assert_eq!(
+        timing.freeing(t0 + Duration::from_secs(10), Duration::ZERO),
+        (0, None)
+    );
+    timing.gave_back(t0, t0 + Duration::from_secs(4));
+    let t1 = t0 + Duration::from_secs(5);
+    timing.took(t1);
+    let within = Duration::from_millis(50);
+    // Four seconds is typical now: the slot taken at t1 is expected back at t1 + 4 s, about to
+    // free from 50 ms before.
+    assert_eq!(
+        timing.freeing(t1 + Duration::from_secs(1), within),
+        (0, Some(t1 + Duration::from_millis(3950)))
+    );
+    assert_eq!(
+        timing.freeing(t1 + Duration::from_millis(3960), within),
+        (1, None)
+    );
+    // A job that runs past its time stays expected at any moment.
+    assert_eq!(
+        timing.freeing(t1 + Duration::from_secs(9), within),
+        (1, None)
+    );
+    // Later jobs move the typical time a fifth of the way to theirs.
+    timing.gave_back(t1, t1 + Duration::from_secs(9));
+    let t2 = t1 + Duration::from_secs(10);
+    timing.took(t2);
+    assert_eq!(
+        timing.freeing(t2, Duration::ZERO),
+        (0, Some(t2 + Duration::from_secs(5)))
+    );
+}
+
+#[tokio::test]
+async fn openings_count_the_free_slots_and_those_about_to_free() {
+    let fake = Fake::new("gpu", 300);
+    let pool = pool(&[(&fake, 2)]);
+    assert_eq!(
+        pool.openings(Duration::from_millis(50)),
+        Openings {
+            now: 2,
+            soon: 0,
+            next: None
+        }
+    );
+    // One job to learn the backend's time, then one running.
+    pool.run(&job(Operation::Imagine), &Progress::default())
+        .await
+        .unwrap();
+    let running = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            pool.run(&job(Operation::Imagine), &Progress::default())
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let early = pool.openings(Duration::from_millis(50));
+    assert_eq!((early.now, early.soon), (1, 0), "{early:?}");
+    let next = early.next.expect("the running job's expected end");
+    let until = next.saturating_duration_since(Instant::now());
+    assert!(until > Duration::from_millis(50), "{until:?}");
+    assert!(until < Duration::from_millis(250), "{until:?}");
+    tokio::time::sleep_until((next + Duration::from_millis(5)).into()).await;
+    let late = pool.openings(Duration::from_millis(50));
+    assert_eq!((late.now, late.soon, late.next), (1, 1, None), "{late:?}");
+    running.await.unwrap().unwrap();
+    assert_eq!(pool.openings(Duration::from_millis(50)).count(), 2);
+}

@@ -3,7 +3,7 @@
 //! images, HTTP Basic credentials when given, a record of what it was sent, and counts of the
 //! jobs it ran at once.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -47,8 +47,8 @@ pub struct WebUi {
     /// Calls to `progress` and to `interrupt`.
     pub polls: AtomicUsize,
     pub interrupts: AtomicUsize,
-    /// How long each job takes.
-    pub delay_ms: u64,
+    /// How long each job takes (a test may change it between jobs).
+    pub delay_ms: AtomicU64,
     /// The `current_image` of each progress answer in turn (a live preview: base64 of a PNG, or
     /// whatever a test puts there; left out when `Value::Null` is not wanted), then `null`. Given
     /// only when asked with `skip_current_image=false`, as the WebUI does.
@@ -128,7 +128,7 @@ impl WebUi {
         }
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.most.fetch_max(now, Ordering::SeqCst);
-        tokio::time::sleep(Duration::from_millis(self.delay_ms)).await;
+        tokio::time::sleep(Duration::from_millis(self.delay_ms.load(Ordering::SeqCst))).await;
         self.running.fetch_sub(1, Ordering::SeqCst);
         if self.down.load(Ordering::SeqCst) {
             return Err((StatusCode::SERVICE_UNAVAILABLE, "went down").into_response());

@@ -2,7 +2,7 @@
 //! what it asks of the WebUI for each operation (and with which credentials), how it polls
 //! progress and interrupts a job past its timeout, and how it sorts the WebUI's failures.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -572,7 +572,7 @@ async fn run_watching(b: &SdWebUi, job: &Job) -> (Result<Product, GenerateError>
 async fn serve_slow(delay_ms: u64) -> (Arc<WebUi>, String) {
     let mock = Arc::new(WebUi {
         credentials: Some(("user".into(), PASSWORD.into())),
-        delay_ms,
+        delay_ms: AtomicU64::new(delay_ms),
         ..WebUi::default()
     });
     let url = start_webui(mock.clone()).await;
