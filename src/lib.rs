@@ -232,6 +232,7 @@ impl Application {
                 room.clone(),
             )),
             room,
+            turns: Arc::default(),
             claiming: Arc::default(),
             progress_hooks: progress.clone(),
             claims,

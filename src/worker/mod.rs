@@ -38,7 +38,7 @@ use crate::generate::{Generator, Openings};
 use crate::store::{ClaimRules, SharedStore, StoreResult};
 pub use inputs::Inputs;
 use room::Seat;
-pub use room::{Permits, Room};
+pub use room::{Permits, Room, Turns};
 pub use sweep::{sweep_orphans, SWEEP_LIMIT, SWEEP_MIN_AGE};
 
 /// Everything a worker needs. Cheap to clone.
@@ -55,6 +55,8 @@ pub struct WorkerContext {
     pub generating: Arc<Permits>,
     /// This node's claimed tasks that no backend has taken yet: how far ahead it claims.
     pub room: Arc<Room>,
+    /// Whose turn it is to ask the store for work while the node's last claim found none.
+    pub turns: Arc<Turns>,
     /// Held while a claim is made and until its job stands in the backends' line: this node's
     /// claims one at a time, so that the jobs meet the line in the order the store gave their
     /// tasks out.
@@ -170,11 +172,12 @@ impl WorkerContext {
             .ok();
         let (rules, relax_first) = self.claims.next();
         let rules = if relax_first { &rules.1 } else { &rules.0 };
-        let Some(task) = self
+        let claimed = self
             .store
             .claim_next(&self.owner, self.lease_ms(), rules)
-            .await?
-        else {
+            .await;
+        self.turns.found(matches!(claimed, Ok(Some(_))));
+        let Some(task) = claimed? else {
             return Ok(Ran::Idle);
         };
         let place = Instant::now();
@@ -206,6 +209,7 @@ pub async fn run_pool(ctx: WorkerContext, shutdown: CancellationToken) {
                 .instrument(tracing::info_span!("worker", worker = i)),
         );
     }
+    set.spawn(news_loop(ctx.clone(), shutdown.clone()));
     set.spawn(reaper_loop(ctx.clone(), shutdown.clone()));
     set.spawn(sweep_at_start(ctx.clone(), shutdown.clone()));
     set.spawn(retention::run(
@@ -243,26 +247,37 @@ async fn worker_loop(
         {
             break;
         }
+        // While the last claim found nothing, one loop at a time asks again (see `Turns`).
+        if !ctx.turns.wait(&shutdown).await {
+            break;
+        }
         // No claim until it could start soon (see `room`): the queue keeps the rest in order.
         let Some(seat) = ctx.room.seat(|| ctx.openings(), &shutdown).await else {
             break;
         };
-        let idle = match ctx.run_seated(Some(seat), &hard_stop).await {
-            Ok(Ran::Idle) => true,
-            Ok(_) => false,
+        match ctx.run_seated(Some(seat), &hard_stop).await {
+            Ok(Ran::Idle) => {}
+            // A task's end may let a task held back by its account's running limit go: a turn
+            // to look (the store wakes no one for an end).
+            Ok(_) => ctx.turns.news(),
             Err(e) => {
                 crate::metrics::store_error("worker", e.kind());
                 tracing::error!(error = %e, "worker could not reach the store");
-                true
-            }
-        };
-        if idle {
-            tokio::select! {
-                _ = ctx.store.wakeups().queue.notified() => {}
-                _ = tokio::time::sleep(ctx.config.worker.poll_interval) => {}
-                _ = shutdown.cancelled() => {}
             }
         }
+    }
+}
+
+/// Gives the node's idle loops a turn to ask the store for work at each wake-up of the queue
+/// (a task queued or requeued, here or on another node) and once every poll interval.
+async fn news_loop(ctx: WorkerContext, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = ctx.store.wakeups().queue.notified() => {}
+            _ = tokio::time::sleep(ctx.config.worker.poll_interval) => {}
+            _ = shutdown.cancelled() => return,
+        }
+        ctx.turns.news();
     }
 }
 

@@ -13,7 +13,7 @@
 //! does not lose its turn to one claimed after it, nor take one claimed before it.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -31,6 +31,44 @@ pub const CLAIMED_AHEAD: usize = 1;
 /// How often a loop waiting for room looks again when nothing here signals it (a backend's
 /// slot freed or a backend brought back, which the pool does not tell the workers).
 const LOOK_AGAIN: Duration = Duration::from_millis(50);
+
+/// Whether the node's last claim found nothing to take, and the turn to ask the store again
+/// while it did: one worker loop at a time, on news of work (a wake-up of the queue) or once a
+/// poll interval, instead of every idle loop asking (each once a poll interval, and all of them
+/// at each wake-up: the store's work grew with the node's loops, twice its `workers`). A claim
+/// that takes a task passes the turn on, since more may wait.
+#[derive(Default)]
+pub struct Turns {
+    empty: AtomicBool,
+    turn: Notify,
+}
+
+impl Turns {
+    /// What the last claim found: a task, or nothing (or no answer from the store).
+    pub fn found(&self, task: bool) {
+        self.empty.store(!task, Ordering::Release);
+        if task {
+            self.turn.notify_one();
+        }
+    }
+
+    /// News of work, or a poll interval gone by: one waiting loop asks the store.
+    pub fn news(&self) {
+        self.turn.notify_one();
+    }
+
+    /// Return at once while the last claim found a task; otherwise once it is this loop's turn
+    /// to ask. `false` at `stop`.
+    pub async fn wait(&self, stop: &CancellationToken) -> bool {
+        if !self.empty.load(Ordering::Acquire) {
+            return true;
+        }
+        tokio::select! {
+            _ = self.turn.notified() => true,
+            _ = stop.cancelled() => false,
+        }
+    }
+}
 
 /// The node's claimed tasks that no backend has taken yet.
 #[derive(Default)]
@@ -262,6 +300,42 @@ mod tests {
         .expect("the stopped waiter holds nothing");
         drop(next);
         assert_eq!(permits.free(), 1);
+    }
+
+    #[tokio::test]
+    async fn after_an_empty_claim_one_loop_asks_again_per_news_and_a_found_task_passes_the_turn() {
+        let turns = Arc::new(Turns::default());
+        let stop = CancellationToken::new();
+        assert!(turns.wait(&stop).await, "no empty claim yet: ask at once");
+        turns.found(false);
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let (turns, stop) = (turns.clone(), stop.clone());
+                tokio::spawn(async move { turns.wait(&stop).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            waiters.iter().all(|w| !w.is_finished()),
+            "all wait for news"
+        );
+        turns.news();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let done = waiters.iter().filter(|w| w.is_finished()).count();
+        assert_eq!(done, 1, "one news, one loop asks");
+        // It found a task: the next loop asks too, and the one after it.
+        turns.found(true);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let done = waiters.iter().filter(|w| w.is_finished()).count();
+        assert_eq!(done, 2, "the turn passed on");
+        turns.found(true);
+        for w in waiters {
+            assert!(w.await.unwrap());
+        }
+        assert!(turns.wait(&stop).await, "a task found last: ask at once");
+        turns.found(false);
+        stop.cancel();
+        assert!(!turns.wait(&stop).await, "stopping");
     }
 
     #[tokio::test]
