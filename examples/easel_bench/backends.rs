@@ -345,17 +345,7 @@ async fn measure(
     if to <= from {
         bail!("{name}: the backlog ran out within a second; give it more tasks");
     }
-    let busy: f64 = spans
-        .iter()
-        .map(|s| {
-            let (a, b) = (s.start.max(from), s.end.min(to));
-            if b > a {
-                (b - a).as_secs_f64()
-            } else {
-                0.0
-            }
-        })
-        .sum();
+    let busy = busy_secs(spans.iter().map(|s| (s.start, s.end)), from, to);
     let slots: usize = backends.iter().map(|(_, c)| c).sum();
     let window = (to - from).as_secs_f64();
     Ok(Measured {
@@ -365,6 +355,19 @@ async fn measure(
         end_to_end_ms,
         jobs_per_backend,
     })
+}
+
+/// The seconds of `jobs` (start, end) that fall between `from` and `to`.
+pub(crate) fn busy_secs(
+    jobs: impl Iterator<Item = (Instant, Instant)>,
+    from: Instant,
+    to: Instant,
+) -> f64 {
+    jobs.map(|(start, end)| {
+        let (a, b) = (start.max(from), end.min(to));
+        b.saturating_duration_since(a).as_secs_f64()
+    })
+    .sum()
 }
 
 struct Client {

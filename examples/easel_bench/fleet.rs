@@ -35,9 +35,9 @@ use serde_json::{json, Value};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
-use crate::backends::{percentile, picture_png};
+use crate::backends::{busy_secs, percentile, picture_png};
 use crate::postgres::{options, postgres_cpu_secs, Scratch};
-use crate::proc::{cpu_secs, fresh_dir, Server};
+use crate::proc::{cpu_of, cpu_since, fresh_dir, Server};
 use crate::report::Row;
 use crate::Ctx;
 
@@ -215,10 +215,7 @@ async fn measure(ctx: &Ctx, admin_url: &str, backends: usize) -> anyhow::Result<
     let idle1 = db_counters(&admin, &scratch.name).await?;
     let idle_transactions_per_sec = (idle1.transactions - idle0.transactions) / 5.0;
 
-    let cpu0: Vec<f64> = nodes
-        .iter()
-        .map(|s| cpu_secs(Some(s.pid())))
-        .collect::<anyhow::Result<_>>()?;
+    let cpu0 = cpu_of(&nodes)?;
     let pg0 = postgres_cpu_secs();
     let db0 = db_counters(&admin, &scratch.name).await?;
     let started = Instant::now();
@@ -270,10 +267,7 @@ async fn measure(ctx: &Ctx, admin_url: &str, backends: usize) -> anyhow::Result<
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let wall = started.elapsed().as_secs_f64();
-    let mut node_cpu = 0.0;
-    for (s, c0) in nodes.iter().zip(&cpu0) {
-        node_cpu += cpu_secs(Some(s.pid()))? - c0;
-    }
+    let node_cpu = cpu_since(&nodes, &cpu0)?;
     let pg_cpu = postgres_cpu_secs() - pg0;
     let records: Vec<(String, String, Option<i64>)> =
         sqlx::query_as("SELECT prompt, status, started_at FROM tasks")
@@ -314,17 +308,7 @@ async fn measure(ctx: &Ctx, admin_url: &str, backends: usize) -> anyhow::Result<
     if fed_until <= from {
         bail!("the feed ended before the window began");
     }
-    let busy: f64 = jobs
-        .iter()
-        .map(|j| {
-            let (a, b) = (j.start.max(from), j.end.min(fed_until));
-            if b > a {
-                (b - a).as_secs_f64()
-            } else {
-                0.0
-            }
-        })
-        .sum();
+    let busy = busy_secs(jobs.iter().map(|j| (j.start, j.end)), from, fed_until);
     let window = (fed_until - from).as_secs_f64();
     let n = tasks as f64;
     Ok(Measured {

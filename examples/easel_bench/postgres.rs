@@ -20,7 +20,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection};
 
 use crate::e2e::PROMPTS;
-use crate::proc::{cpu_secs, fresh_dir, Server};
+use crate::proc::{cpu_of, cpu_secs, cpu_since, fresh_dir, Server};
 use crate::report::{count, Row};
 use crate::webhooks::Receiver;
 use crate::wrk::WrkResult;
@@ -560,10 +560,7 @@ async fn lifecycle(
         .context("easel printed no first key")?;
     let urls: Vec<String> = servers.iter().map(|s| s.url("/api/v1/imagine")).collect();
     let client = reqwest::Client::new();
-    let cpu0: Vec<f64> = servers
-        .iter()
-        .map(|s| cpu_secs(Some(s.pid())))
-        .collect::<anyhow::Result<_>>()?;
+    let cpu0 = cpu_of(&servers)?;
     let pg0 = postgres_cpu_secs();
     let waits = match store {
         Store::Postgres { url } => Some(Waits::start(url).await?),
@@ -613,10 +610,7 @@ async fn lifecycle(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let wall_secs = started.elapsed().as_secs_f64();
-    let mut cpu = 0.0;
-    for (s, c0) in servers.iter().zip(&cpu0) {
-        cpu += cpu_secs(Some(s.pid()))? - c0;
-    }
+    let cpu = cpu_since(&servers, &cpu0)?;
     let pg_cpu = postgres_cpu_secs() - pg0;
     let waits = match waits {
         Some(w) => Some(w.finish().await),

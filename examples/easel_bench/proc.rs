@@ -162,6 +162,20 @@ pub fn cpu_secs(pid: Option<u32>) -> anyhow::Result<f64> {
     Ok(ticks / 100.0)
 }
 
+/// The CPU time (seconds) each of `servers` has used so far.
+pub fn cpu_of(servers: &[Server]) -> anyhow::Result<Vec<f64>> {
+    servers.iter().map(|s| cpu_secs(Some(s.pid()))).collect()
+}
+
+/// The CPU time (seconds) `servers` used together since [`cpu_of`] read `before`.
+pub fn cpu_since(servers: &[Server], before: &[f64]) -> anyhow::Result<f64> {
+    Ok(cpu_of(servers)?
+        .iter()
+        .zip(before)
+        .map(|(now, then)| now - then)
+        .sum())
+}
+
 pub fn mem_of(pid: u32) -> anyhow::Result<Mem> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("reading /proc/{pid}/status"))?;

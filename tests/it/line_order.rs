@@ -94,18 +94,25 @@ async fn two_backlogs_reach_a_one_slot_backend_in_turns_twenty_times_in_a_row() 
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_claims_for_a_busy_slot_only_as_its_job_is_about_to_end() {
-    // Jobs of 1.5 s; one first, so that the node knows how long they take.
+/// A WebUI whose jobs take `delay_ms` and a node of four workers in front of it that has run one
+/// job on it (prompt `warm`), so that it knows how long they take.
+async fn warmed_node(delay_ms: u64) -> (Arc<WebUi>, TestApp) {
     let ui = Arc::new(WebUi {
         shade: 10,
-        delay_ms: AtomicU64::new(1500),
+        delay_ms: AtomicU64::new(delay_ms),
         ..WebUi::default()
     });
     let url = start_webui(ui.clone()).await;
     let app = node(&url, 4, |_| {}).await;
     let warm = app.imagine(json!({"prompt": "warm"})).await;
     app.wait_final(&warm, WITHIN).await;
+    (ui, app)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_claims_for_a_busy_slot_only_as_its_job_is_about_to_end() {
+    // Jobs of 1.5 s, one run first.
+    let (ui, app) = warmed_node(1500).await;
     let first = app.imagine(json!({"prompt": "first"})).await;
     app.wait_status(&first, "processing", WITHIN).await;
     let second = app.imagine(json!({"prompt": "second"})).await;
@@ -135,17 +142,9 @@ async fn a_node_claims_for_a_busy_slot_only_as_its_job_is_about_to_end() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_past_its_time_has_one_task_claimed_for_its_slot_and_the_rest_wait_in_the_store() {
-    // Jobs of 100 ms teach the node that the backend is quick; then they take 3 s, so that the
-    // slot is about to free from the first moments of each and stays busy.
-    let ui = Arc::new(WebUi {
-        shade: 10,
-        delay_ms: AtomicU64::new(100),
-        ..WebUi::default()
-    });
-    let url = start_webui(ui.clone()).await;
-    let app = node(&url, 4, |_| {}).await;
-    let warm = app.imagine(json!({"prompt": "warm"})).await;
-    app.wait_final(&warm, WITHIN).await;
+    // A job of 100 ms teaches the node that the backend is quick; then they take 3 s, so that
+    // the slot is about to free from the first moments of each and stays busy.
+    let (ui, app) = warmed_node(100).await;
     ui.delay_ms.store(3000, Ordering::SeqCst);
     let mut ids = Vec::new();
     for n in 0..6 {
