@@ -141,22 +141,18 @@ async fn measure(
     let mut keyed = Vec::new();
     for round in 0..ROUNDS {
         for with_keys in [round % 2 == 1, round % 2 == 0] {
-            if with_keys {
+            let (env, what, runs) = if with_keys {
                 let env = keyed_env(&format!("r{round}"));
-                let r = ctx
-                    .wrk
-                    .run("submit_idempotent.lua", &url, clients, secs, &env)
-                    .await?;
-                check(&r, "easel with idempotency keys")?;
-                keyed.push(r);
+                (env.to_vec(), "easel with idempotency keys", &mut keyed)
             } else {
-                let r = ctx
-                    .wrk
-                    .run("submit_idempotent.lua", &url, clients, secs, &plain_env)
-                    .await?;
-                check(&r, "easel")?;
-                plain.push(r);
-            }
+                (plain_env.to_vec(), "easel", &mut plain)
+            };
+            let r = ctx
+                .wrk
+                .run("submit_idempotent.lua", &url, clients, secs, &env)
+                .await?;
+            check(&r, what)?;
+            runs.push(r);
         }
     }
     server.stop(Duration::from_secs(60)).await?;
