@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::{json, Value};
 
-use crate::proc::{fresh_dir, Server};
+use crate::proc::{cpu_secs, fresh_dir, Server};
 use crate::report::{clients as clients_text, Row};
 use crate::submit::check;
 use crate::wrk::WrkResult;
@@ -39,7 +39,10 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
         .chain([(GOAL_CLIENTS, HELD_KEYS)]);
     for (clients, held) in cases {
         let data = dir.join(format!("c{clients}-h{held}"));
-        let (keyed, plain) = measure(ctx, &data, clients, held).await?;
+        let (keyed_timed, plain_timed) = measure(ctx, &data, clients, held).await?;
+        let cpu = (cpu_per_request(&keyed_timed), cpu_per_request(&plain_timed));
+        let keyed: Vec<WrkResult> = keyed_timed.into_iter().map(|(r, _)| r).collect();
+        let plain: Vec<WrkResult> = plain_timed.into_iter().map(|(r, _)| r).collect();
         let _ = std::fs::remove_dir_all(&data);
         let holding = if held == 0 {
             "a fresh server".to_string()
@@ -82,10 +85,38 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
                 median(&plain, WrkResult::p99_ms),
             ]),
         );
-        details
-            .push(json!({ "clients": clients, "held_keys": held, "keyed": keyed, "plain": plain }));
+        rows.push(
+            Row::new(
+                "idempotency",
+                format!(
+                    "submit with a unique Idempotency-Key per request, sync=full, {}, \
+                     {holding}: server CPU per request",
+                    clients_text(clients)
+                ),
+                "ms",
+            )
+            .value(&[cpu.0])
+            .baseline(&[cpu.1]),
+        );
+        details.push(json!({
+            "clients": clients,
+            "held_keys": held,
+            "keyed": keyed,
+            "plain": plain,
+            "server_cpu_ms_per_request": { "keyed": cpu.0, "plain": cpu.1 },
+        }));
     }
     Ok((rows, Value::Array(details)))
+}
+
+/// A wrk run and the server CPU time (seconds) it took.
+type Timed = (WrkResult, f64);
+
+/// The server's CPU time per request over `runs`, in ms.
+fn cpu_per_request(runs: &[Timed]) -> f64 {
+    let cpu: f64 = runs.iter().map(|(_, cpu)| cpu).sum();
+    let requests: u64 = runs.iter().map(|(r, _)| r.requests).sum();
+    cpu * 1000.0 / requests.max(1) as f64
 }
 
 /// Keyed and plain runs at `clients` against one server in `data` that holds `held` keys of its
@@ -95,7 +126,7 @@ async fn measure(
     data: &Path,
     clients: usize,
     held: usize,
-) -> anyhow::Result<(Vec<WrkResult>, Vec<WrkResult>)> {
+) -> anyhow::Result<(Vec<Timed>, Vec<Timed>)> {
     let (secs, warmup) = (ctx.plan.run_secs, ctx.plan.warmup_secs);
     let env = [
         ("EASEL_DATA_DIR", data.display().to_string()),
@@ -147,12 +178,14 @@ async fn measure(
             } else {
                 (plain_env.to_vec(), "easel", &mut plain)
             };
+            let cpu = cpu_secs(Some(server.pid()))?;
             let r = ctx
                 .wrk
                 .run("submit_idempotent.lua", &url, clients, secs, &env)
                 .await?;
+            let used = cpu_secs(Some(server.pid()))? - cpu;
             check(&r, what)?;
-            runs.push(r);
+            runs.push((r, used));
         }
     }
     server.stop(Duration::from_secs(60)).await?;
