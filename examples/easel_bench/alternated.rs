@@ -37,6 +37,11 @@ pub async fn submit_server(
     Ok((server, key))
 }
 
+/// The server's CPU time per request, in ms: `cpu` seconds over the requests of `runs`.
+pub fn cpu_per_request(cpu: f64, runs: &[WrkResult]) -> f64 {
+    cpu * 1000.0 / runs.iter().map(|r| r.requests).sum::<u64>().max(1) as f64
+}
+
 /// The runs of each way and the server CPU they took.
 pub struct Alternated {
     pub with: Vec<WrkResult>,
@@ -132,9 +137,6 @@ impl Alternated {
         clients: usize,
         goal: (usize, f64, &str),
     ) -> Vec<Row> {
-        let per_request = |cpu: f64, runs: &[WrkResult]| {
-            cpu * 1000.0 / runs.iter().map(|r| r.requests).sum::<u64>().max(1) as f64
-        };
         let (goal_clients, least, goal_text) = goal;
         let mut row = Row::new(
             bench,
@@ -152,8 +154,8 @@ impl Alternated {
             format!("{what}, {}: server CPU per request", clients_text(clients)),
             "ms",
         )
-        .value(&[per_request(self.cpu_with, &self.with)])
-        .baseline(&[per_request(self.cpu_without, &self.without)]);
+        .value(&[cpu_per_request(self.cpu_with, &self.with)])
+        .baseline(&[cpu_per_request(self.cpu_without, &self.without)]);
         vec![row, cpu]
     }
 

@@ -55,7 +55,7 @@ const CLAIM_GOAL_MS: f64 = 100.0;
 /// A simulated GPU: one job at a time, each held for [`JOB`].
 struct Gpu {
     one_at_a_time: tokio::sync::Mutex<()>,
-    /// (prompt, wall-clock ms when the job started, when it ended; Instants for the window).
+    /// Each job's prompt, when its request arrived (wall clock, ms), and when it held the GPU.
     jobs: Mutex<Vec<Job>>,
     answer: Bytes,
 }

@@ -40,9 +40,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
     for (clients, held) in cases {
         let data = dir.join(format!("c{clients}-h{held}"));
         let (keyed_timed, plain_timed) = measure(ctx, &data, clients, held).await?;
-        let cpu = (cpu_per_request(&keyed_timed), cpu_per_request(&plain_timed));
-        let keyed: Vec<WrkResult> = keyed_timed.into_iter().map(|(r, _)| r).collect();
-        let plain: Vec<WrkResult> = plain_timed.into_iter().map(|(r, _)| r).collect();
+        let ((keyed, keyed_cpu), (plain, plain_cpu)) = (split(keyed_timed), split(plain_timed));
         let _ = std::fs::remove_dir_all(&data);
         let holding = if held == 0 {
             "a fresh server".to_string()
@@ -95,15 +93,15 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
                 ),
                 "ms",
             )
-            .value(&[cpu.0])
-            .baseline(&[cpu.1]),
+            .value(&[keyed_cpu])
+            .baseline(&[plain_cpu]),
         );
         details.push(json!({
             "clients": clients,
             "held_keys": held,
             "keyed": keyed,
             "plain": plain,
-            "server_cpu_ms_per_request": { "keyed": cpu.0, "plain": cpu.1 },
+            "server_cpu_ms_per_request": { "keyed": keyed_cpu, "plain": plain_cpu },
         }));
     }
     Ok((rows, Value::Array(details)))
@@ -112,11 +110,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
 /// A wrk run and the server CPU time (seconds) it took.
 type Timed = (WrkResult, f64);
 
-/// The server's CPU time per request over `runs`, in ms.
-fn cpu_per_request(runs: &[Timed]) -> f64 {
-    let cpu: f64 = runs.iter().map(|(_, cpu)| cpu).sum();
-    let requests: u64 = runs.iter().map(|(r, _)| r.requests).sum();
-    cpu * 1000.0 / requests.max(1) as f64
+/// The runs alone, and the server CPU per request over them (ms).
+fn split(timed: Vec<Timed>) -> (Vec<WrkResult>, f64) {
+    let cpu: f64 = timed.iter().map(|(_, cpu)| cpu).sum();
+    let runs: Vec<WrkResult> = timed.into_iter().map(|(r, _)| r).collect();
+    let per_request = crate::alternated::cpu_per_request(cpu, &runs);
+    (runs, per_request)
 }
 
 /// Keyed and plain runs at `clients` against one server in `data` that holds `held` keys of its

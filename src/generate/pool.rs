@@ -219,19 +219,6 @@ impl Pool {
         Pool::of(members, catalogue, self.budget)
     }
 
-    /// The free slots of the backends that are in now: how many more jobs could start at once
-    /// (the workers claim no further ahead than this).
-    pub fn free_slots(&self) -> usize {
-        let now = Instant::now();
-        self.lineup
-            .get()
-            .members
-            .iter()
-            .filter(|m| !m.bookkeeping && m.available(now))
-            .map(|m| m.slots.available_permits())
-            .sum()
-    }
-
     /// The slots of the backends that are in that are free now or expected to free within
     /// `within` (a job in flight that has held its slot about as long as the backend's jobs
     /// lately took), and the first later moment at which one more is expected to: how many jobs

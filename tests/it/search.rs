@@ -47,6 +47,17 @@ async fn found(app: &TestApp, key: &str, query: &str) -> Vec<String> {
     walk(app, key, query, 100).await.0
 }
 
+/// A key of `acct-1`, whose brass telescope stored before the migration under test is found by
+/// its words, and not by others.
+async fn the_old_task_is_found(app: &TestApp) -> String {
+    let key = easel::auth::create_key(app.store.as_ref(), "acct-1", "old")
+        .await
+        .unwrap();
+    assert_eq!(found(app, &key, "q=brass+telescope").await.len(), 1);
+    assert!(found(app, &key, "q=brass+microscope").await.is_empty());
+    key
+}
+
 async fn submit(app: &TestApp, key: &str, op: &str, body: Value) -> String {
     let (status, body) = app.post_as(key, &format!("/api/v1/{op}"), &body).await;
     assert_eq!(status, 200, "{body}");
@@ -361,11 +372,7 @@ async fn tasks_stored_before_the_search_index_are_found() {
     config.database.url = Some(url);
     config.worker.workers = 0;
     let app = TestApp::start(dir, config).await;
-    let key = easel::auth::create_key(app.store.as_ref(), "acct-1", "old")
-        .await
-        .unwrap();
-    assert_eq!(found(&app, &key, "q=brass+telescope").await.len(), 1);
-    assert!(found(&app, &key, "q=brass+microscope").await.is_empty());
+    let key = the_old_task_is_found(&app).await;
     // And new ones beside it, through the indexer.
     submit(
         &app,
@@ -480,10 +487,6 @@ async fn postgres_tasks_stored_before_easel_cut_their_words_are_found() {
     }
     conn.close().await.unwrap();
     let app = TestApp::start(dir, config).await;
-    let key = easel::auth::create_key(app.store.as_ref(), "acct-1", "old")
-        .await
-        .unwrap();
-    assert_eq!(found(&app, &key, "q=brass+telescope").await.len(), 1);
-    assert!(found(&app, &key, "q=brass+microscope").await.is_empty());
+    the_old_task_is_found(&app).await;
     app.stop().await;
 }

@@ -283,7 +283,7 @@ async fn a_stopped_job_ends_at_once_as_canceled_and_gives_its_slot_back() {
         tokio::spawn(async move { pool.run(&job(Operation::Imagine), &progress).await })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(pool.free_slots(), 0, "the slot is taken");
+    assert_eq!(pool.openings(Duration::ZERO).now, 0, "the slot is taken");
     progress.stop();
     let stopped = tokio::time::timeout(Duration::from_secs(10), running)
         .await
@@ -293,7 +293,11 @@ async fn a_stopped_job_ends_at_once_as_canceled_and_gives_its_slot_back() {
         matches!(stopped, Err(GenerateError::Canceled)),
         "{stopped:?}"
     );
-    assert_eq!(pool.free_slots(), 1, "the slot is free again");
+    assert_eq!(
+        pool.openings(Duration::ZERO).now,
+        1,
+        "the slot is free again"
+    );
 }
 
 /// Run a job named `prompt` placed in line at `place`.
@@ -333,7 +337,7 @@ async fn a_freed_slot_goes_to_the_first_place_in_line_not_the_first_to_ask() {
         *one.took.lock().unwrap(),
         ["0", "1", "2", "3", "4", "5", "6"]
     );
-    assert_eq!(pool.free_slots(), 1);
+    assert_eq!(pool.openings(Duration::ZERO).now, 1);
 }
 
 #[tokio::test]
@@ -411,7 +415,7 @@ async fn upscale_1x_is_a_crop_on_a_model_whose_backends_do_not_make_it() {
     assert!(!pool.supports_on(OpKind::Variations, Some("only-comfy")));
     // The crop is no backend: not listed, and its slots are not free ones.
     assert_eq!(pool.health().len(), 2);
-    assert_eq!(pool.free_slots(), 2);
+    assert_eq!(pool.openings(Duration::ZERO).now, 2);
     let source = crate::domain::operation::StoredImage {
         key: "t/f/0.png".into(),
         width: 8,
