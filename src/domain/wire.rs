@@ -310,8 +310,8 @@ pub enum DeliveryStatus {
 
 /// What a task waits for (`waiting_for` in its record): while pending or starting, its turn in
 /// the queue, its account's running tasks (the account has its plan's `max_running` running),
-/// or a free backend (a worker took it); while processing, a backend that failed in a way that
-/// may pass (then `retrying` says which attempt failed, and why).
+/// or a backend (a worker took it, or none that runs it is up); while processing, a backend
+/// that failed in a way that may pass (then `retrying` says which attempt failed, and why).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WaitingFor {
@@ -319,8 +319,8 @@ pub enum WaitingFor {
     Turn,
     /// Its account already has its plan's `max_running` tasks running.
     RunningLimit,
-    /// A backend: a worker has taken it and waits for a free backend, or (processing) its
-    /// backend failed and it waits to be tried again.
+    /// A backend: a worker has taken it and waits for a free backend, no backend that runs it
+    /// is up, or (processing) its backend failed and it waits to be tried again.
     Backend,
 }
 

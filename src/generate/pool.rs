@@ -272,6 +272,17 @@ impl Pool {
         })
     }
 
+    /// Whether some backend that is up now runs `kind` on `model`: while none is, a waiting
+    /// task of that kind waits for a backend rather than for its turn.
+    pub fn runs_now(&self, kind: OpKind, model: Option<&str>) -> bool {
+        let now = Instant::now();
+        self.lineup
+            .get()
+            .members
+            .iter()
+            .any(|m| m.runs(kind, model) && m.available(now))
+    }
+
     /// Each backend's state (the built-in bookkeeping member is no backend).
     pub fn health(&self) -> Vec<BackendHealth> {
         self.lineup

@@ -570,7 +570,13 @@ impl EventStream {
                 status: status.as_str(),
                 percentage: "0".into(),
                 queue_position: Some(position),
-                waiting_for: Some(waiting_for_at(status, held)),
+                // The stream keeps no task's model: any backend up for its kind will do here;
+                // its record (the `task` event) says it for the model.
+                waiting_for: Some(waiting_for_at(
+                    status,
+                    held,
+                    self.tasks.pool.runs_now(kind, None),
+                )),
                 retrying: None,
                 preview_image_url: None,
             };

@@ -108,10 +108,16 @@ impl Tasks {
     /// The record of `task` as callers see it, with its place in line while it waits.
     pub async fn record(&self, task: &Task) -> crate::domain::wire::Record {
         let mut record = self.record_now(task);
-        let (position, waiting_for) = self.line.place(task).await;
+        let (position, waiting_for) = self.line.place(task, self.backend_up(task)).await;
         record.queue_position = position;
         record.waiting_for = waiting_for.or(record.waiting_for);
         record
+    }
+
+    /// Whether a backend that runs `task` is up on this node now.
+    fn backend_up(&self, task: &Task) -> bool {
+        self.pool
+            .runs_now(task.task_type, task.extras.settings.model.as_deref())
     }
 
     /// The records of `tasks`, in order, as [`Tasks::record`] makes them.
@@ -131,7 +137,8 @@ impl Tasks {
                 let mut record = self.record_now(task);
                 if let Some(line) = positions.as_ref().filter(|_| queue_position::waits(task)) {
                     record.queue_position = line.get(&task.seq).copied();
-                    record.waiting_for = Some(queue_position::waiting_for(task, line));
+                    let up = self.backend_up(task);
+                    record.waiting_for = Some(queue_position::waiting_for(task, line, up));
                 }
                 record
             })

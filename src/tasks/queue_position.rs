@@ -102,24 +102,31 @@ impl QueueLine {
         }
     }
 
-    /// The position of `task` if it waits and is counted, and what it waits for.
-    pub async fn place(&self, task: &Task) -> (Option<u32>, Option<WaitingFor>) {
+    /// The position of `task` if it waits and is counted, and what it waits for (`up`: whether
+    /// a backend that runs it is up now).
+    pub async fn place(&self, task: &Task, up: bool) -> (Option<u32>, Option<WaitingFor>) {
         if !waits(task) {
             return (None, None);
         }
         let line = self.positions().await;
-        (line.get(&task.seq).copied(), Some(waiting_for(task, &line)))
+        (
+            line.get(&task.seq).copied(),
+            Some(waiting_for(task, &line, up)),
+        )
     }
 }
 
-/// What a waiting task waits for, in its record.
-pub fn waiting_for(task: &Task, line: &Line) -> WaitingFor {
-    waiting_for_at(task.status, line.held(task.seq))
+/// What a waiting task waits for, in its record (`up` as in [`QueueLine::place`]).
+pub fn waiting_for(task: &Task, line: &Line, up: bool) -> WaitingFor {
+    waiting_for_at(task.status, line.held(task.seq), up)
 }
 
-/// What a task of `status` waits for, `held` when its account is at its running limit.
-pub fn waiting_for_at(status: crate::domain::TaskStatus, held: bool) -> WaitingFor {
-    if status == crate::domain::TaskStatus::Starting {
+/// What a task of `status` waits for: `held` when its account is at its running limit, `up`
+/// when a backend that runs it is up. A claimed task waits for a backend; so does a queued one
+/// while every backend that could run it is out, whatever its place (it goes nowhere until one
+/// comes back, and its place says nothing of when).
+pub fn waiting_for_at(status: crate::domain::TaskStatus, held: bool, up: bool) -> WaitingFor {
+    if status == crate::domain::TaskStatus::Starting || !up {
         WaitingFor::Backend
     } else if held {
         WaitingFor::RunningLimit

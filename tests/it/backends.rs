@@ -194,6 +194,40 @@ async fn a_backend_down_at_start_is_skipped_concurrency_holds_and_it_comes_back(
     assert_eq!(down.most.load(Ordering::SeqCst), 1);
 }
 
+/// With its only backend out, a task stays queued (no node claims for a slot that is out) and
+/// its record says it waits for a backend, not for its turn; once the backend is back, it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_queued_while_every_backend_is_out_says_it_waits_for_a_backend() {
+    let gpu = Arc::new(WebUi {
+        delay_ms: AtomicU64::new(30),
+        ..WebUi::default()
+    });
+    gpu.down.store(true, Ordering::SeqCst);
+    let url = start_webui(gpu.clone()).await;
+    let app = TestApp::spawn_with(|c| c.backends = vec![webui("only", &url, 1, None)]).await;
+    // Readiness says no backend is up once the probe at start has found it out.
+    common::wait_for(Duration::from_secs(20), || async {
+        (app.get("/readyz").await.0 == 503).then_some(())
+    })
+    .await
+    .expect("the probe finds the backend out");
+    let id = app.submit("imagine", json!({"prompt": "a harbour"})).await;
+    // Given a moment in which a worker could claim it, it is still queued.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let record = app.fetch(&id).await;
+    assert_eq!(
+        (&record["status"], &record["waiting_for"]),
+        (&json!("pending"), &json!("backend")),
+        "{record}"
+    );
+    assert_eq!(record["queue_position"], 0, "{record}");
+
+    gpu.down.store(false, Ordering::SeqCst);
+    let record = app.wait_final(&id, WITHIN).await;
+    assert_eq!(record["status"], "finished", "{record}");
+    assert_eq!(gpu.jobs.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test]
 async fn a_configuration_that_cannot_work_stops_easel_naming_the_setting() {
     let dir = tempfile::tempdir().unwrap();
