@@ -139,6 +139,11 @@ fn image_crate_jpeg(img: &easel::images::RgbaImage) -> Vec<u8> {
     out
 }
 
+/// A photo-like `size` px square as PNG bytes, its noise seeded by `seed` (the soak's uploads).
+pub(crate) fn photo_like_png(size: u32, seed: u64) -> Vec<u8> {
+    easel::images::encode_png(&photo_like(size, size, seed))
+}
+
 /// A `w` x `h` gradient with noise of up to +-12 per channel from a xorshift seeded by `seed`.
 fn photo_like(w: u32, h: u32, seed: u64) -> easel::images::RgbaImage {
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;

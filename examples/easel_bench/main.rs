@@ -4,8 +4,10 @@
 //!
 //! ```text
 //! bench/run [--quick] [--only submit,e2e,webhooks,retry,scale,postgres,operations,backends,listing,
-//!     search,indexing,wait,idempotency,moderation,plans,openai,decode,events,claims,fleet]
+//!     search,indexing,wait,idempotency,moderation,plans,openai,decode,events,claims,fleet,soak]
 //! ```
+//!
+//! `soak` (30 minutes) runs only when `--only` names it.
 //!
 //! It needs the release `easel` binary (`--easel`) and `wrk` on the PATH; bench/run provides both.
 
@@ -31,6 +33,7 @@ mod proc;
 mod report;
 mod scale;
 mod search;
+mod soak;
 mod store_alone;
 mod submit;
 mod subscribers;
@@ -73,6 +76,9 @@ const BENCHMARKS: &[&str] = &[
     "fleet",
 ];
 
+/// Benchmarks that run only when `--only` names them: the soak takes half an hour.
+const NAMED_ONLY: &[&str] = &["soak"];
+
 #[derive(Parser)]
 #[command(about = "easel's benchmarks (run them through bench/run)")]
 struct Args {
@@ -87,7 +93,8 @@ struct Args {
     lua: PathBuf,
     /// Benchmarks to run, comma-separated (default: all): submit, e2e, webhooks, retry, scale,
     /// postgres, operations, backends, listing, search, indexing, wait, idempotency,
-    /// moderation, plans, openai, decode, events, claims.
+    /// moderation, plans, openai, decode, events, claims, fleet; and soak, which runs only when
+    /// named here.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Smaller counts and shorter runs (a couple of minutes); figures are rougher.
@@ -122,6 +129,9 @@ struct Args {
     /// Override the number of tasks of the `postgres` benchmark's whole-life runs.
     #[arg(long)]
     pg_tasks: Option<usize>,
+    /// How long the soak runs, in minutes (at least 3).
+    #[arg(long, default_value_t = 30.0)]
+    soak_minutes: f64,
     /// The source revision benchmarked, to record with the results (`git describe`).
     #[arg(long, default_value = "unknown")]
     revision: String,
@@ -293,13 +303,15 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     } else {
         for name in &args.only {
             anyhow::ensure!(
-                BENCHMARKS.contains(&name.as_str()),
-                "unknown benchmark {name:?}; choose among {}",
-                BENCHMARKS.join(", ")
+                BENCHMARKS.contains(&name.as_str()) || NAMED_ONLY.contains(&name.as_str()),
+                "unknown benchmark {name:?}; choose among {}, {}",
+                BENCHMARKS.join(", "),
+                NAMED_ONLY.join(", ")
             );
         }
         BENCHMARKS
             .iter()
+            .chain(NAMED_ONLY)
             .copied()
             .filter(|b| args.only.iter().any(|o| o == b))
             .collect()
@@ -395,6 +407,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 let pg = postgres::check_reachable(&args.postgres_url).await.is_ok();
                 claims::run(&ctx, pg.then_some(args.postgres_url.as_str())).await
             }
+            "soak" => soak::run(&ctx, args.soak_minutes).await,
             _ => unreachable!("checked above"),
         };
         match result {

@@ -11,6 +11,8 @@
 //! transactions commit); an id that is not one, or is from the future, starts from the current
 //! state.
 
+mod sent;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,10 +36,6 @@ type Place = (u32, bool);
 const LINE_EVERY: Duration = Duration::from_secs(1);
 /// Tasks read per page while catching up.
 const CATCH_UP_PAGE: u32 = 100;
-/// The most tasks an account's stream remembers the last sent version of (to drop what is
-/// older); beyond it, the oldest are forgotten and at worst sent again.
-const REMEMBERED_MAX: usize = 4096;
-
 /// One event of a stream: its name, id and JSON data.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Said {
@@ -111,7 +109,7 @@ pub fn read_event_id(id: &str) -> Option<i64> {
 struct Memory {
     out: VecDeque<Said>,
     /// The last version sent of each task (by `seq`), and its type.
-    sent: HashMap<i64, (i64, OpKind)>,
+    sent: sent::Sent,
     /// The waiting tasks, with their status and last said place in line (and whether their
     /// account was at its running limit).
     waiting: HashMap<i64, (TaskStatus, Option<Place>)>,
@@ -215,7 +213,7 @@ impl EventStream {
             only: None,
             said: Memory {
                 out: VecDeque::new(),
-                sent: HashMap::new(),
+                sent: sent::Sent::default(),
                 waiting: HashMap::new(),
                 progress: HashMap::new(),
                 n: 0,
@@ -290,7 +288,7 @@ impl EventStream {
     }
 
     async fn on_event(&mut self, event: &Arc<TaskEvent>) -> StoreResult<()> {
-        let known = self.said.sent.get(&event.seq).copied();
+        let known = self.said.sent.get(event.seq);
         if known.is_some_and(|(version, _)| event.version < version) {
             return Ok(());
         }
@@ -312,7 +310,7 @@ impl EventStream {
                 let said = (*percentage, preview_key.clone(), retrying.clone());
                 if self.said.progress.get(&event.seq) == Some(&said) {
                     // Stored as it was said: only the version moves on.
-                    self.said.sent.insert(event.seq, (event.version, kind));
+                    self.said.sent.note(event.seq, event.version, kind, false);
                     self.said.high = self.said.high.max(event.version);
                     return Ok(());
                 }
@@ -321,7 +319,7 @@ impl EventStream {
                     self.said.n += 1;
                     format!("{}.{}", event.version, self.said.n)
                 } else {
-                    self.said.sent.insert(event.seq, (event.version, kind));
+                    self.said.sent.note(event.seq, event.version, kind, false);
                     self.said.high = self.said.high.max(event.version);
                     event.version.to_string()
                 };
@@ -380,8 +378,8 @@ impl EventStream {
         if self
             .said
             .sent
-            .get(&seq)
-            .is_some_and(|(version, _)| read.task.version <= *version)
+            .get(seq)
+            .is_some_and(|(version, _)| read.task.version <= version)
         {
             return Ok(());
         }
@@ -397,8 +395,8 @@ impl EventStream {
         if self
             .said
             .sent
-            .get(&seq)
-            .is_some_and(|(version, _)| task.version <= *version)
+            .get(seq)
+            .is_some_and(|(version, _)| task.version <= version)
         {
             return Ok(());
         }
@@ -437,8 +435,8 @@ impl EventStream {
             if self
                 .said
                 .sent
-                .get(&task.seq)
-                .is_some_and(|(version, _)| task.version <= *version)
+                .get(task.seq)
+                .is_some_and(|(version, _)| task.version <= version)
             {
                 continue;
             }
@@ -515,16 +513,9 @@ impl EventStream {
     }
 
     fn remember(&mut self, task: &Task) {
-        if self.said.sent.len() >= REMEMBERED_MAX && !self.said.sent.contains_key(&task.seq) {
-            // Forget the half said longest ago: at worst they are said again.
-            let mut versions: Vec<i64> = self.said.sent.values().map(|(v, _)| *v).collect();
-            versions.sort_unstable();
-            let cut = versions[versions.len() / 2];
-            self.said.sent.retain(|_, (v, _)| *v > cut);
-        }
         self.said
             .sent
-            .insert(task.seq, (task.version, task.task_type));
+            .note(task.seq, task.version, task.task_type, task.has_ended());
         self.said.high = self.said.high.max(task.version);
         if task.has_ended() {
             self.said.progress.remove(&task.seq);
@@ -558,7 +549,7 @@ impl EventStream {
                 continue;
             };
             self.said.waiting.insert(seq, (status, place));
-            let Some(&(version, kind)) = self.said.sent.get(&seq) else {
+            let Some((version, kind)) = self.said.sent.get(seq) else {
                 continue;
             };
             if !self.filter.passes(kind, status) {
