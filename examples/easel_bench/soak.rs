@@ -103,6 +103,95 @@ impl Load {
     }
 }
 
+/// What each request of the load needs: the client, the server, its key, the receiver's URL,
+/// and where to note what came back.
+#[derive(Clone)]
+struct Caller {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+    hook_url: String,
+    load: Arc<Load>,
+}
+
+impl Caller {
+    /// The `n`th imagine, with a webhook.
+    async fn submit(&self, n: u64) {
+        let body = json!({
+            "prompt": format!("a lighthouse at dusk, study {n}"),
+            "webhook_url": self.hook_url,
+        });
+        let t = Instant::now();
+        let sent = self
+            .http
+            .post(format!("{}/api/v1/imagine", self.base))
+            .header("Authorization", &self.key)
+            .json(&body)
+            .send()
+            .await;
+        let ms = t.elapsed().as_secs_f64() * 1000.0;
+        match sent {
+            Ok(r) if r.status() == 200 => {
+                let answer: Value = r.json().await.unwrap_or_default();
+                if let Some(id) = answer["task_id"].as_str() {
+                    self.load.submit_ms.lock().unwrap().push(ms);
+                    self.load.ids.lock().unwrap().push(id.to_string());
+                }
+            }
+            Ok(r) => self.load.error(format!("submit: {}", r.status())),
+            Err(e) => self.load.error(format!("submit: {e}")),
+        }
+    }
+
+    /// A fetch of one of the last 200 tasks submitted: what a polling client asks for.
+    async fn fetch(&self, n: u64) {
+        let id = {
+            let ids = self.load.ids.lock().unwrap();
+            if ids.is_empty() {
+                return;
+            }
+            let back = (n as usize * 7919) % ids.len().min(200);
+            ids[ids.len() - 1 - back].clone()
+        };
+        let t = Instant::now();
+        let sent = self
+            .http
+            .post(format!("{}/api/v1/fetch", self.base))
+            .header("Authorization", &self.key)
+            .json(&json!({ "task_id": id }))
+            .send()
+            .await;
+        let ms = t.elapsed().as_secs_f64() * 1000.0;
+        match sent {
+            Ok(r) if r.status() == 200 => {
+                let _ = r.bytes().await;
+                self.load.fetch_ms.lock().unwrap().push(ms);
+            }
+            Ok(r) => self.load.error(format!("fetch: {}", r.status())),
+            Err(e) => self.load.error(format!("fetch: {e}")),
+        }
+    }
+
+    /// The `n`th upload, a 64 px PNG of its own.
+    async fn upload(&self, n: u64) {
+        let sent = self
+            .http
+            .post(format!("{}/api/v1/upload", self.base))
+            .header("Authorization", &self.key)
+            .header("Content-Type", "image/png")
+            .body(crate::backends::photo_like_png(64, n))
+            .send()
+            .await;
+        match sent {
+            Ok(r) if r.status() == 201 => {
+                self.load.uploads.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(r) => self.load.error(format!("upload: {}", r.status())),
+            Err(e) => self.load.error(format!("upload: {e}")),
+        }
+    }
+}
+
 /// One sample of the server.
 #[derive(Clone, Debug, serde::Serialize)]
 struct Sample {
@@ -220,115 +309,30 @@ pub async fn run(ctx: &Ctx, minutes: f64) -> anyhow::Result<(Vec<Row>, Value)> {
         .await?;
 
     let load = Arc::new(Load::default());
+    let caller = Caller {
+        http,
+        base,
+        key,
+        hook_url,
+        load: load.clone(),
+    };
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    {
-        let (http, base, key, hook_url, load) = (
-            http.clone(),
-            base.clone(),
-            key.clone(),
-            hook_url.clone(),
-            load.clone(),
-        );
-        every(
-            Duration::from_secs_f64(1.0 / SUBMITS_PER_SEC),
-            stopped.clone(),
-            move |n| {
-                let (http, base, key, hook_url, load) = (
-                    http.clone(),
-                    base.clone(),
-                    key.clone(),
-                    hook_url.clone(),
-                    load.clone(),
-                );
-                async move {
-                    let body = json!({
-                        "prompt": format!("a lighthouse at dusk, study {n}"),
-                        "webhook_url": hook_url,
-                    });
-                    let t = Instant::now();
-                    let sent = http
-                        .post(format!("{base}/api/v1/imagine"))
-                        .header("Authorization", &key)
-                        .json(&body)
-                        .send()
-                        .await;
-                    let ms = t.elapsed().as_secs_f64() * 1000.0;
-                    match sent {
-                        Ok(r) if r.status() == 200 => {
-                            let answer: Value = r.json().await.unwrap_or_default();
-                            if let Some(id) = answer["task_id"].as_str() {
-                                load.submit_ms.lock().unwrap().push(ms);
-                                load.ids.lock().unwrap().push(id.to_string());
-                            }
-                        }
-                        Ok(r) => load.error(format!("submit: {}", r.status())),
-                        Err(e) => load.error(format!("submit: {e}")),
-                    }
-                }
-            },
-        );
-    }
-    {
-        let (http, base, key, load) = (http.clone(), base.clone(), key.clone(), load.clone());
-        every(
-            Duration::from_secs_f64(1.0 / FETCHES_PER_SEC),
-            stopped.clone(),
-            move |n| {
-                let (http, base, key, load) =
-                    (http.clone(), base.clone(), key.clone(), load.clone());
-                async move {
-                    // One of the last 200 submitted: what a polling client asks for.
-                    let id = {
-                        let ids = load.ids.lock().unwrap();
-                        if ids.is_empty() {
-                            return;
-                        }
-                        let back = (n as usize * 7919) % ids.len().min(200);
-                        ids[ids.len() - 1 - back].clone()
-                    };
-                    let t = Instant::now();
-                    let sent = http
-                        .post(format!("{base}/api/v1/fetch"))
-                        .header("Authorization", &key)
-                        .json(&json!({ "task_id": id }))
-                        .send()
-                        .await;
-                    let ms = t.elapsed().as_secs_f64() * 1000.0;
-                    match sent {
-                        Ok(r) if r.status() == 200 => {
-                            let _ = r.bytes().await;
-                            load.fetch_ms.lock().unwrap().push(ms);
-                        }
-                        Ok(r) => load.error(format!("fetch: {}", r.status())),
-                        Err(e) => load.error(format!("fetch: {e}")),
-                    }
-                }
-            },
-        );
-    }
-    {
-        let (http, base, key, load) = (http.clone(), base.clone(), key.clone(), load.clone());
-        every(UPLOAD_EVERY, stopped.clone(), move |n| {
-            let (http, base, key, load) = (http.clone(), base.clone(), key.clone(), load.clone());
-            async move {
-                let png = crate::backends::photo_like_png(64, n);
-                let sent = http
-                    .post(format!("{base}/api/v1/upload"))
-                    .header("Authorization", &key)
-                    .header("Content-Type", "image/png")
-                    .body(png)
-                    .send()
-                    .await;
-                match sent {
-                    Ok(r) if r.status() == 201 => {
-                        load.uploads.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Ok(r) => load.error(format!("upload: {}", r.status())),
-                    Err(e) => load.error(format!("upload: {e}")),
-                }
-            }
-        });
-    }
+    let period = |per_sec: f64| Duration::from_secs_f64(1.0 / per_sec);
+    let each = caller.clone();
+    every(period(SUBMITS_PER_SEC), stopped.clone(), move |n| {
+        let caller = each.clone();
+        async move { caller.submit(n).await }
+    });
+    let each = caller.clone();
+    every(period(FETCHES_PER_SEC), stopped.clone(), move |n| {
+        let caller = each.clone();
+        async move { caller.fetch(n).await }
+    });
+    let each = caller.clone();
+    every(UPLOAD_EVERY, stopped, move |n| {
+        let caller = each.clone();
+        async move { caller.upload(n).await }
+    });
 
     let total = Duration::from_secs_f64(minutes * 60.0);
     let started = Instant::now();

@@ -1,9 +1,9 @@
 //! What a stream has said of each task: the last version (and the task's type), so that an
 //! event it has already said is dropped. Bounded so that a long-lived stream of a busy account
 //! holds about what it holds when new: every task that has not ended (up to
-//! [`REMEMBERED_MAX`]), and of the ended ones only the last [`ENDED_KEPT`]. An ended task rarely
-//! changes again; when a forgotten one does (retention, a late duplicate), it is said again,
-//! which at-least-once events allow.
+//! [`REMEMBERED_MAX`]), and of the ended ones only the last [`ENDED_KEPT`]. A late duplicate of
+//! an event of an ended task that has been forgotten is said again, which at-least-once events
+//! allow; a later change of it (its images removed) has a higher version and is said anyway.
 
 use std::collections::{HashMap, VecDeque};
 
