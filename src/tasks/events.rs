@@ -36,6 +36,7 @@ type Place = (u32, bool);
 const LINE_EVERY: Duration = Duration::from_secs(1);
 /// Tasks read per page while catching up.
 const CATCH_UP_PAGE: u32 = 100;
+
 /// One event of a stream: its name, id and JSON data.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Said {
