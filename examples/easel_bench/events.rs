@@ -99,17 +99,26 @@ async fn mock_backend(dir: &Path) -> anyhow::Result<(Arc<ComfyMock>, std::path::
     Ok((mock, config))
 }
 
-/// What every server of this benchmark gets: room for the streams, all from one address.
-fn env(data: &Path, streams: usize) -> Vec<(&'static str, String)> {
-    vec![
-        ("EASEL_DATA_DIR", data.display().to_string()),
-        ("EASEL_LISTEN", "127.0.0.1:0".into()),
+/// Room on a server for `streams` streams of one account, all from one address (the soak's
+/// server gets it too).
+pub(crate) fn stream_room(streams: usize) -> [(&'static str, String); 4] {
+    [
         ("EASEL_MAX_STREAMS_PER_ACCOUNT", (streams + 100).to_string()),
         ("EASEL_MAX_STREAMS", (streams + 100).to_string()),
         ("EASEL_MAX_CONNECTIONS", (streams + 1_000).to_string()),
         ("EASEL_MAX_CONNECTIONS_PER_ADDRESS", "0".into()),
-        ("EASEL_IMAGE_SIZE", "256".into()),
     ]
+}
+
+/// What every server of this benchmark gets: room for the streams.
+fn env(data: &Path, streams: usize) -> Vec<(&'static str, String)> {
+    let mut env = vec![
+        ("EASEL_DATA_DIR", data.display().to_string()),
+        ("EASEL_LISTEN", "127.0.0.1:0".into()),
+        ("EASEL_IMAGE_SIZE", "256".into()),
+    ];
+    env.extend(stream_room(streams));
+    env
 }
 
 fn http(streams: usize) -> anyhow::Result<reqwest::Client> {

@@ -115,6 +115,26 @@ struct Caller {
 }
 
 impl Caller {
+    /// The answer to `what` when it has the `expected` status; otherwise the failure noted.
+    fn answered(
+        &self,
+        what: &str,
+        sent: reqwest::Result<reqwest::Response>,
+        expected: u16,
+    ) -> Option<reqwest::Response> {
+        match sent {
+            Ok(r) if r.status() == expected => Some(r),
+            Ok(r) => {
+                self.load.error(format!("{what}: {}", r.status()));
+                None
+            }
+            Err(e) => {
+                self.load.error(format!("{what}: {e}"));
+                None
+            }
+        }
+    }
+
     /// The `n`th imagine, with a webhook.
     async fn submit(&self, n: u64) {
         let body = json!({
@@ -130,16 +150,12 @@ impl Caller {
             .send()
             .await;
         let ms = t.elapsed().as_secs_f64() * 1000.0;
-        match sent {
-            Ok(r) if r.status() == 200 => {
-                let answer: Value = r.json().await.unwrap_or_default();
-                if let Some(id) = answer["task_id"].as_str() {
-                    self.load.submit_ms.lock().unwrap().push(ms);
-                    self.load.ids.lock().unwrap().push(id.to_string());
-                }
+        if let Some(r) = self.answered("submit", sent, 200) {
+            let answer: Value = r.json().await.unwrap_or_default();
+            if let Some(id) = answer["task_id"].as_str() {
+                self.load.submit_ms.lock().unwrap().push(ms);
+                self.load.ids.lock().unwrap().push(id.to_string());
             }
-            Ok(r) => self.load.error(format!("submit: {}", r.status())),
-            Err(e) => self.load.error(format!("submit: {e}")),
         }
     }
 
@@ -162,13 +178,9 @@ impl Caller {
             .send()
             .await;
         let ms = t.elapsed().as_secs_f64() * 1000.0;
-        match sent {
-            Ok(r) if r.status() == 200 => {
-                let _ = r.bytes().await;
-                self.load.fetch_ms.lock().unwrap().push(ms);
-            }
-            Ok(r) => self.load.error(format!("fetch: {}", r.status())),
-            Err(e) => self.load.error(format!("fetch: {e}")),
+        if let Some(r) = self.answered("fetch", sent, 200) {
+            let _ = r.bytes().await;
+            self.load.fetch_ms.lock().unwrap().push(ms);
         }
     }
 
@@ -182,12 +194,8 @@ impl Caller {
             .body(crate::backends::photo_like_png(64, n))
             .send()
             .await;
-        match sent {
-            Ok(r) if r.status() == 201 => {
-                self.load.uploads.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(r) => self.load.error(format!("upload: {}", r.status())),
-            Err(e) => self.load.error(format!("upload: {e}")),
+        if self.answered("upload", sent, 201).is_some() {
+            self.load.uploads.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -267,27 +275,18 @@ pub async fn run(ctx: &Ctx, minutes: f64) -> anyhow::Result<(Vec<Row>, Value)> {
     fresh_dir(&dir)?;
     let data = dir.join("data");
     let streams = STREAMS_ALL + STREAMS_FINISHED;
-    let server = Server::start(
-        &ctx.easel,
-        &["serve"],
-        &[
-            ("EASEL_DATA_DIR", data.display().to_string()),
-            ("EASEL_LISTEN", "127.0.0.1:0".into()),
-            ("EASEL_IMAGE_SIZE", "64".into()),
-            ("EASEL_WEBHOOK_ALLOW_HTTP", "true".into()),
-            ("EASEL_WEBHOOK_ALLOW_PRIVATE", "true".into()),
-            ("EASEL_MAX_STREAMS_PER_ACCOUNT", (streams + 100).to_string()),
-            ("EASEL_MAX_STREAMS", (streams + 100).to_string()),
-            ("EASEL_MAX_CONNECTIONS", (streams + 1_000).to_string()),
-            ("EASEL_MAX_CONNECTIONS_PER_ADDRESS", "0".into()),
-            ("EASEL_RETENTION", "1m".into()),
-            ("EASEL_UPLOAD_RETENTION", "1m".into()),
-            ("EASEL_RETENTION_SWEEP_INTERVAL", "10s".into()),
-        ],
-        &dir,
-        "soak",
-    )
-    .await?;
+    let mut env = vec![
+        ("EASEL_DATA_DIR", data.display().to_string()),
+        ("EASEL_LISTEN", "127.0.0.1:0".into()),
+        ("EASEL_IMAGE_SIZE", "64".into()),
+        ("EASEL_WEBHOOK_ALLOW_HTTP", "true".into()),
+        ("EASEL_WEBHOOK_ALLOW_PRIVATE", "true".into()),
+        ("EASEL_RETENTION", "1m".into()),
+        ("EASEL_UPLOAD_RETENTION", "1m".into()),
+        ("EASEL_RETENTION_SWEEP_INTERVAL", "10s".into()),
+    ];
+    env.extend(crate::events::stream_room(streams));
+    let server = Server::start(&ctx.easel, &["serve"], &env, &dir, "soak").await?;
     let key = server.key.clone().context("the first start prints a key")?;
     let base = server.url("");
     let http = reqwest::Client::builder()

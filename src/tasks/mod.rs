@@ -108,7 +108,7 @@ impl Tasks {
     /// The record of `task` as callers see it, with its place in line while it waits.
     pub async fn record(&self, task: &Task) -> crate::domain::wire::Record {
         let mut record = self.record_now(task);
-        let (position, waiting_for) = self.line.place(task, self.backend_up(task)).await;
+        let (position, waiting_for) = self.line.place(task, || self.backend_up(task)).await;
         record.queue_position = position;
         record.waiting_for = waiting_for.or(record.waiting_for);
         record

@@ -103,15 +103,19 @@ impl QueueLine {
     }
 
     /// The position of `task` if it waits and is counted, and what it waits for (`up`: whether
-    /// a backend that runs it is up now).
-    pub async fn place(&self, task: &Task, up: bool) -> (Option<u32>, Option<WaitingFor>) {
+    /// a backend that runs it is up now, asked only of a waiting task).
+    pub async fn place(
+        &self,
+        task: &Task,
+        up: impl FnOnce() -> bool,
+    ) -> (Option<u32>, Option<WaitingFor>) {
         if !waits(task) {
             return (None, None);
         }
         let line = self.positions().await;
         (
             line.get(&task.seq).copied(),
-            Some(waiting_for(task, &line, up)),
+            Some(waiting_for(task, &line, up())),
         )
     }
 }

@@ -26,6 +26,7 @@ use crate::backend_mocks::sdwebui::{start_webui, WebUi};
 use crate::backend_mocks::Fault;
 use crate::backend_mocks::{self, comfyui::ComfyMock};
 use crate::common::{self, TestApp};
+use crate::events::Events;
 use easel::generate::backends::{BackendConfig, BackendKind};
 
 const WITHIN: Duration = Duration::from_secs(60);
@@ -211,8 +212,9 @@ async fn a_task_queued_while_every_backend_is_out_says_it_waits_for_a_backend() 
     })
     .await
     .expect("the probe finds the backend out");
+    let first = app.submit("imagine", json!({"prompt": "a pier"})).await;
     let id = app.submit("imagine", json!({"prompt": "a harbour"})).await;
-    // Given a moment in which a worker could claim it, it is still queued.
+    // Given a moment in which a worker could claim them, both are still queued.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let record = app.fetch(&id).await;
     assert_eq!(
@@ -220,7 +222,25 @@ async fn a_task_queued_while_every_backend_is_out_says_it_waits_for_a_backend() 
         (&json!("pending"), &json!("backend")),
         "{record}"
     );
-    assert_eq!(record["queue_position"], 0, "{record}");
+    assert_eq!(record["queue_position"], 1, "{record}");
+
+    // Its stream says the same, in its record and as its place in line moves.
+    let (_, stream) =
+        Events::open(&app, &app.key, &format!("/api/v1/tasks/{id}/events"), None).await;
+    let mut stream = stream.unwrap();
+    let said = stream.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(said.data["waiting_for"], "backend", "{said:?}");
+    let (status, _) = app
+        .post(&format!("/api/v1/tasks/{first}/cancel"), &json!({}))
+        .await;
+    assert_eq!(status, 200);
+    let moved = stream.next(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(
+        (moved.event.as_str(), &moved.data["queue_position"]),
+        ("progress", &json!(0)),
+        "{moved:?}"
+    );
+    assert_eq!(moved.data["waiting_for"], "backend", "{moved:?}");
 
     gpu.down.store(false, Ordering::SeqCst);
     let record = app.wait_final(&id, WITHIN).await;
