@@ -391,6 +391,8 @@ impl Application {
                 },
             },
         };
+        #[cfg(unix)]
+        http::open_files::prepare(limits.max_connections);
         let server = tokio::spawn(http::server::serve(
             self.listener,
             app,

@@ -10,6 +10,8 @@
 //!   frame to the moment a subscriber reads the event: both are seen by this process's one
 //!   monotonic clock, so no server change or clock sync is needed. Also: the spread between the
 //!   first and the last subscriber to get one event.
+//! - 10,000 streams on a fresh node, the same figures (memory, idle CPU, then one task's events
+//!   at every subscriber), where the machine's hard limit on open files allows it.
 //! - Two nodes on PostgreSQL, when its server answers: the tasks run on node A (which has the
 //!   backend), 500 subscribers are on node B (no workers); the same latency, across nodes.
 
@@ -31,6 +33,8 @@ use crate::Ctx;
 
 /// Streams open on the one node.
 const STREAMS: usize = 2_000;
+/// Streams open on the one node of the many-streams run.
+const MANY_STREAMS: usize = 10_000;
 /// Streams open on node B of the two PostgreSQL nodes.
 const PG_STREAMS: usize = 500;
 /// How long CPU use is measured, before and while the streams are open.
@@ -210,7 +214,16 @@ fn latency(
 pub async fn run(ctx: &Ctx, postgres: Option<&str>) -> anyhow::Result<(Vec<Row>, Value)> {
     let tasks = if ctx.plan.run_secs < 10 { 4 } else { 10 };
     crate::wait::raise_open_files(STREAMS as u64 * 2 + 1_000)?;
-    let (mut rows, one) = one_node(ctx, tasks).await?;
+    let (mut rows, one) = one_node(ctx, STREAMS, tasks).await?;
+    // The server inherits this process's limit; each of the two holds one end of every stream.
+    let many = match crate::wait::raise_open_files(MANY_STREAMS as u64 + 2_000) {
+        Ok(()) => {
+            let (r, d) = one_node(ctx, MANY_STREAMS, 1).await?;
+            rows.extend(r);
+            d
+        }
+        Err(e) => json!(format!("skipped: {e:#}")),
+    };
     let two = match postgres {
         Some(url) => {
             let (r, d) = two_nodes(ctx, url, tasks).await?;
@@ -219,19 +232,24 @@ pub async fn run(ctx: &Ctx, postgres: Option<&str>) -> anyhow::Result<(Vec<Row>,
         }
         None => json!("skipped: PostgreSQL did not answer"),
     };
-    Ok((rows, json!({ "one_node": one, "two_postgres_nodes": two })))
+    Ok((
+        rows,
+        json!({ "one_node": one, "one_node_many_streams": many, "two_postgres_nodes": two }),
+    ))
 }
 
-async fn one_node(ctx: &Ctx, tasks: usize) -> anyhow::Result<(Vec<Row>, Value)> {
-    let data = ctx.work.join("events");
+/// `streams` streams on one fresh node: its memory and CPU with them open and idle, then `tasks`
+/// tasks' events at every one. The latency goal is for the run of [`STREAMS`].
+async fn one_node(ctx: &Ctx, streams: usize, tasks: usize) -> anyhow::Result<(Vec<Row>, Value)> {
+    let data = ctx.work.join(format!("events-{streams}"));
     fresh_dir(&data)?;
     let (mock, config) = mock_backend(&data).await?;
-    let mut env = env(&data, STREAMS);
+    let mut env = env(&data, streams);
     env.push(("EASEL_CONFIG", config.display().to_string()));
     env.push(("EASEL_WORKERS", "2".into()));
     let server = Server::start(&ctx.easel, &["serve"], &env, &data, "easel").await?;
     let key = server.key.clone().context("the first start prints a key")?;
-    let http = http(STREAMS)?;
+    let http = http(streams)?;
     let pid = server.pid();
 
     // Idle: the same server, no streams, over the same window.
@@ -242,9 +260,9 @@ async fn one_node(ctx: &Ctx, tasks: usize) -> anyhow::Result<(Vec<Row>, Value)> 
     let idle_cpu = cpu_secs(Some(pid))? - cpu;
 
     let opened = Instant::now();
-    let mut subscribers = Subscribers::start(&http, &server.url("/api/v1/events"), &key, STREAMS);
+    let mut subscribers = Subscribers::start(&http, &server.url("/api/v1/events"), &key, streams);
     subscribers
-        .wait_open(STREAMS, Duration::from_secs(60))
+        .wait_open(streams, Duration::from_secs(120))
         .await?;
     let open_secs = opened.elapsed().as_secs_f64();
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -264,9 +282,9 @@ async fn one_node(ctx: &Ctx, tasks: usize) -> anyhow::Result<(Vec<Row>, Value)> 
     server.stop(Duration::from_secs(30)).await?;
     let lat = latency(&frames, &ids, got)?;
 
-    let per_stream_kib = (mem_open.rss_mib - mem_before.rss_mib) * 1024.0 / STREAMS as f64;
+    let per_stream_kib = (mem_open.rss_mib - mem_before.rss_mib) * 1024.0 / streams as f64;
     let millicores = |secs: f64| secs * 1e3 / WINDOW.as_secs_f64();
-    let n = count(STREAMS);
+    let n = count(streams);
     println!(
         "   {n} streams open in {open_secs:.1} s: RSS {:.1} -> {:.1} MiB ({:.1} after {tasks} \
          tasks); CPU {idle_cpu:.2} s idle, {open_cpu:.2} s with the streams open, over {} s; \
@@ -282,6 +300,15 @@ async fn one_node(ctx: &Ctx, tasks: usize) -> anyhow::Result<(Vec<Row>, Value)> 
         percentile(&lat.each_ms, 0.5),
         percentile(&lat.each_ms, 0.99),
     );
+    let latency_row = Row::new(
+        "events",
+        format!(
+            "events: backend's progress report to the event at each of {n} subscribers, \
+             one node (SQLite), p50 / p99"
+        ),
+        "ms",
+    )
+    .value(&[p50, p99]);
     let rows = vec![
         Row::new(
             "events",
@@ -298,16 +325,11 @@ async fn one_node(ctx: &Ctx, tasks: usize) -> anyhow::Result<(Vec<Row>, Value)> 
         .value(&[millicores(open_cpu)])
         .baseline(&[millicores(idle_cpu)])
         .goal("near zero (< 20 millicores)", millicores(open_cpu) < 20.0),
-        Row::new(
-            "events",
-            format!(
-                "events: backend's progress report to the event at each of {n} subscribers, \
-                 one node (SQLite), p50 / p99"
-            ),
-            "ms",
-        )
-        .value(&[p50, p99])
-        .goal("p99 < 50 ms", p99 < 50.0),
+        if streams == STREAMS {
+            latency_row.goal("p99 < 50 ms", p99 < 50.0)
+        } else {
+            latency_row
+        },
         Row::new(
             "events",
             format!("events: first to last of {n} subscribers to get one event, p50 / p99"),
@@ -319,7 +341,7 @@ async fn one_node(ctx: &Ctx, tasks: usize) -> anyhow::Result<(Vec<Row>, Value)> 
         ]),
     ];
     let details = json!({
-        "streams": STREAMS,
+        "streams": streams,
         "tasks": tasks,
         "frames_per_task": STEPS,
         "job_secs": JOB.as_secs_f64(),

@@ -12,6 +12,8 @@ pub mod extract;
 pub mod hosts;
 pub mod idempotency;
 pub mod metrics;
+#[cfg(unix)]
+pub mod open_files;
 pub mod openai;
 pub mod prefer;
 pub mod refusal_response;
