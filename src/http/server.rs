@@ -4,7 +4,8 @@
 //! - at most `max_connections` open connections (the rest wait in the kernel's accept queue), and
 //!   at most `max_per_address` from one client address (the rest are closed as they come);
 //! - request headers must arrive within `header_timeout` (hyper's HTTP/1 timer once the first
-//!   byte is in; before it, and for HTTP/2, the idle clock below), and fit in `MAX_HEADER_BYTES`;
+//!   byte is in; before it, and for HTTP/2, the idle clock below), and fit in `MAX_HEADER_BYTES`
+//!   (measured again on each request's head, [`head_bytes`]);
 //! - each request body must arrive whole within `body_timeout` ([`super::body`]);
 //! - a connection with no request in progress is closed: `header_timeout` after it opened,
 //!   `idle_timeout` after its last answer ended (an HTTP/1 one sooner if `header_timeout` is
@@ -94,7 +95,11 @@ pub async fn serve<S, B>(
         .keep_alive_interval(Duration::from_secs(30))
         .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
         .max_header_list_size(MAX_HEADER_BYTES as u32);
-    let builder = Arc::new(builder);
+    let builders = Arc::new(Builders {
+        http1: builder.clone().http1_only(),
+        http2: builder.clone().http2_only(),
+        either: builder,
+    });
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let addresses = Addresses::new(limits.max_per_address);
     let graceful = GracefulShutdown::new();
@@ -139,6 +144,7 @@ pub async fn serve<S, B>(
             TowerToHyperService::new(tower::service_fn(move |req: hyper::Request<Incoming>| {
                 // Busy from the handler's call until the answer's last byte is out.
                 let busy = Busy::start(&activity);
+                let too_large = head_bytes(&req) > MAX_HEADER_BYTES;
                 let (mut req, unread) = Unread::track(req);
                 // The client's address, for the per-address limits and the access log.
                 let client = if proxied {
@@ -148,29 +154,55 @@ pub async fn serve<S, B>(
                 };
                 req.extensions_mut().insert(ClientAddress(client));
                 req.extensions_mut().insert(ConnectInfo(peer));
-                let answer = app.clone().oneshot(req);
+                let answer = (!too_large).then(|| app.clone().oneshot(req));
                 async move {
+                    let at_end = move || drop(busy);
+                    let Some(answer) = answer else {
+                        let res = Response::builder()
+                            .status(axum::http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
+                            .header(axum::http::header::CONNECTION, "close")
+                            .body(Body::empty())
+                            .expect("a static answer");
+                        return Ok(res.map(|body| Watched::new(body, at_end)));
+                    };
                     let answered = answer.await;
                     answered.map(|mut res| {
                         unread.mark(&mut res);
-                        res.map(|body| Watched::new(Body::new(body), move || drop(busy)))
+                        res.map(|body| Watched::new(Body::new(body), at_end))
                     })
                 }
             }));
-        let io = ClientStream::new(stream, limits.idle_timeout, limits.min_send_rate);
-        let conn = builder
-            .serve_connection(TokioIo::new(io), service)
-            .into_owned();
-        let conn = graceful.watch(conn);
         let (first, later) = (limits.header_timeout, limits.idle_timeout);
+        let (idle_timeout, min_send_rate) = (limits.idle_timeout, limits.min_send_rate);
+        let (builders, watcher, stop) = (builders.clone(), graceful.watcher(), shutdown.clone());
         tokio::spawn(async move {
+            let _held = (place, permit);
+            let protocol = tokio::select! {
+                protocol = sniff(&stream) => protocol,
+                () = idle(&watched, first, later) => {
+                    tracing::debug!(%peer, "idle connection closed");
+                    return;
+                }
+                () = stop.cancelled() => return,
+            };
+            let builder = match protocol {
+                Ok(Some(Protocol::Http1)) => &builders.http1,
+                Ok(Some(Protocol::Http2)) => &builders.http2,
+                Ok(None) => &builders.either,
+                // Closed before its first byte.
+                Err(_) => return,
+            };
+            let io = ClientStream::new(stream, idle_timeout, min_send_rate);
+            let conn = watcher.watch(
+                builder
+                    .serve_connection(TokioIo::new(io), service)
+                    .into_owned(),
+            );
             tokio::select! {
                 // Errors here are the client's (reset, malformed request, header timeout).
                 _ = conn => {}
                 () = idle(&watched, first, later) => tracing::debug!(%peer, "idle connection closed"),
             }
-            drop(place);
-            drop(permit);
         });
     }
     drop(listener);
@@ -180,6 +212,56 @@ pub async fn serve<S, B>(
     {
         tracing::warn!("connections still open after the drain period; closing them");
     }
+}
+
+/// The bytes of a request's head as sent: its request line and headers. hyper's HTTP/1 limit
+/// (`max_buf_size`) is on its read buffer, which one read may take to twice the limit, so the
+/// head is measured here as well.
+fn head_bytes(req: &hyper::Request<Incoming>) -> usize {
+    let target = req.uri().path_and_query().map_or(1, |p| p.as_str().len())
+        + req.uri().authority().map_or(0, |a| a.as_str().len());
+    let headers: usize = req
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum();
+    req.method().as_str().len() + target + headers + 14
+}
+
+/// The connection builders: one for each protocol, and one that reads the first bytes itself.
+struct Builders {
+    http1: Builder<TokioExecutor>,
+    http2: Builder<TokioExecutor>,
+    either: Builder<TokioExecutor>,
+}
+
+/// The connection preface of HTTP/2 over cleartext TCP, its client's first bytes.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// What a connection's client speaks.
+enum Protocol {
+    Http1,
+    Http2,
+}
+
+/// The protocol of a connection, read from its first bytes without taking them (`MSG_PEEK`);
+/// None while they are only the start of HTTP/2's preface. hyper-util decides alone by reading
+/// the first bytes and handing them back to hyper ahead of the socket; hyper then reads a
+/// request in two steps and its HTTP/1 read buffer doubles to 16 KiB, which a connection keeps
+/// for life (an event stream's may be hours). Peeked, the first read takes the request whole.
+async fn sniff(stream: &TcpStream) -> std::io::Result<Option<Protocol>> {
+    let mut first = [0u8; H2_PREFACE.len()];
+    let n = stream.peek(&mut first).await?;
+    if n == 0 {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(if first[..n] != H2_PREFACE[..n] {
+        Some(Protocol::Http1)
+    } else if n == H2_PREFACE.len() {
+        Some(Protocol::Http2)
+    } else {
+        None
+    })
 }
 
 /// Whether a connection has a request in progress, and since when it has had none. Each request

@@ -236,7 +236,9 @@ impl EventStream {
                     return None;
                 }
                 if stream.said.catching.is_some() {
-                    if let Err(e) = stream.next_page().await {
+                    // Boxed, as the work after an event is: the stream's future, held by every
+                    // idle stream for as long as it is open, is then only the size of its wait.
+                    if let Err(e) = Box::pin(stream.next_page()).await {
                         tracing::debug!(error = %e, "an event stream could not read the store; ended");
                         return None;
                     }
@@ -261,19 +263,19 @@ impl EventStream {
         let heard = tokio::select! {
             heard = self.listener.next() => heard,
             _ = line_tick => {
-                self.say_line().await;
+                Box::pin(self.say_line()).await;
                 return true;
             }
             _ = self.tasks.shutdown.cancelled() => return false,
         };
         let result = match heard {
-            Heard::Event(event) => self.on_event(&event).await,
+            Heard::Event(event) => Box::pin(self.on_event(&event)).await,
             Heard::NewTasks { from } => {
                 self.catch_up(from);
                 Ok(())
             }
             Heard::Resync => match self.only {
-                Some(seq) => self.reread(seq).await,
+                Some(seq) => Box::pin(self.reread(seq)).await,
                 None => {
                     self.catch_up(self.said.high);
                     Ok(())

@@ -393,3 +393,45 @@ async fn sign_in_redirects_stay_on_this_site_and_the_dashboard_answers_only_its_
     assert_eq!(res.status(), 403);
     assert_healthz_answered(&easel, Duration::from_secs(1)).await;
 }
+
+/// The server reads a connection's protocol from its first bytes before serving it: a request
+/// whose first bytes come alone is read as it is, over HTTP/1, whether those bytes already say
+/// HTTP/1 ("G") or could still begin HTTP/2's preface ("P"); a client that sends only such a
+/// start is closed once its head is due.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_first_bytes_come_alone_is_still_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let easel = Easel::start(dir.path(), &[("EASEL_HEADER_TIMEOUT", "1s")]);
+    let target = target(&easel);
+    for (first, rest, expect) in [
+        (
+            "G",
+            "ET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            "HTTP/1.1 200",
+        ),
+        (
+            "P",
+            "OST /api/v1/imagine HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Content-Length: 2\r\nConnection: close\r\n\r\n{}",
+            "HTTP/1.1 401",
+        ),
+    ] {
+        let mut stream = connect_from(ATTACKER, &target).await;
+        stream.write_all(first.as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stream.write_all(rest.as_bytes()).await.unwrap();
+        let (got, closed) = answer(&mut stream, Duration::from_secs(5)).await;
+        assert!(got.starts_with(expect), "{first}...: {got}");
+        assert!(closed, "{first}...: the connection closes after its answer");
+    }
+    let mut stream = connect_from(ATTACKER, &target).await;
+    let started = Instant::now();
+    stream.write_all(b"P").await.unwrap();
+    let (got, closed) = answer(&mut stream, Duration::from_secs(5)).await;
+    assert!(
+        closed,
+        "a lone first byte is not held past the header timeout"
+    );
+    assert!(started.elapsed() < Duration::from_secs(3), "{got}");
+    assert_healthz_answered(&easel, Duration::from_secs(1)).await;
+}
