@@ -6,11 +6,11 @@
 
 /// Descriptors kept for what is not a client connection: the database's files or connections,
 /// images being written and read, backends, the listeners.
-pub const RESERVED: u64 = 256;
+pub const RESERVED: libc::rlim_t = 256;
 
 /// The soft limit after raising it to the hard one (or to the kernel's most, where that is
 /// lower), and the hard one; None where they cannot be read.
-pub fn raise_to_hard() -> Option<(u64, u64)> {
+pub fn raise_to_hard() -> Option<(libc::rlim_t, libc::rlim_t)> {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -33,7 +33,7 @@ pub fn raise_to_hard() -> Option<(u64, u64)> {
             limit = raised;
         }
     }
-    Some((limit.rlim_cur as u64, limit.rlim_max as u64))
+    Some((limit.rlim_cur, limit.rlim_max))
 }
 
 /// Raise the limit and warn when it leaves less than `max_connections` connections' room.
@@ -41,7 +41,7 @@ pub fn prepare(max_connections: usize) {
     let Some((soft, hard)) = raise_to_hard() else {
         return;
     };
-    let needed = max_connections as u64 + RESERVED;
+    let needed = (max_connections as libc::rlim_t).saturating_add(RESERVED);
     if soft < needed {
         tracing::warn!(
             open_files = soft,
@@ -61,8 +61,8 @@ mod tests {
     #[test]
     fn the_soft_limit_is_raised_to_the_hard_one() {
         let (soft, hard) = super::raise_to_hard().expect("the limit can be read");
-        let nr_open: u64 = std::fs::read_to_string("/proc/sys/fs/nr_open")
-            .map_or(u64::MAX, |n| n.trim().parse().unwrap());
+        let nr_open: libc::rlim_t = std::fs::read_to_string("/proc/sys/fs/nr_open")
+            .map_or(libc::rlim_t::MAX, |n| n.trim().parse().unwrap());
         assert_eq!(soft, hard.min(nr_open));
         let mut limit = libc::rlimit {
             rlim_cur: 0,
@@ -72,6 +72,6 @@ mod tests {
             unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
             0
         );
-        assert_eq!(limit.rlim_cur as u64, soft);
+        assert_eq!(limit.rlim_cur, soft);
     }
 }
