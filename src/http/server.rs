@@ -18,12 +18,12 @@
 //!   discarded, for a moment, so that the client gets the answer rather than a reset;
 //! - on shutdown, idle connections close at once and busy ones after their current request.
 
-use std::collections::HashMap;
-use std::future::Future;
-use std::net::IpAddr;
+mod addresses;
+mod socket;
+
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -33,6 +33,7 @@ use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::ConnectInfo;
 
 use super::client_address::{self, ClientAddress};
+use addresses::Addresses;
 use axum::http::{Request, Response};
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
@@ -40,7 +41,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use socket::ClientStream;
+pub use socket::SendRate;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -411,289 +413,5 @@ impl<B: HttpBody + Unpin, F: FnOnce() + Unpin> HttpBody for Watched<B, F> {
 
     fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
-    }
-}
-
-/// The open connections by client address. IPv6 clients are counted by /64, the block one
-/// subscriber usually has, so that changing addresses inside it gains nothing.
-struct Addresses {
-    max: usize,
-    open: Arc<Mutex<HashMap<Client, usize>>>,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-enum Client {
-    V4(u32),
-    /// The top 64 bits.
-    V6(u64),
-}
-
-/// One connection's place in its address's count.
-struct Place {
-    key: Client,
-    open: Arc<Mutex<HashMap<Client, usize>>>,
-}
-
-impl Addresses {
-    fn new(max: usize) -> Addresses {
-        Addresses {
-            max,
-            open: Arc::default(),
-        }
-    }
-
-    /// A place for a connection from `ip`, or `None` when its address has all it may.
-    fn admit(&self, ip: IpAddr) -> Option<Option<Place>> {
-        if self.max == 0 {
-            return Some(None);
-        }
-        let key = match ip.to_canonical() {
-            IpAddr::V4(v4) => Client::V4(v4.into()),
-            IpAddr::V6(v6) => Client::V6((u128::from(v6) >> 64) as u64),
-        };
-        let mut open = self.open.lock().expect("not poisoned");
-        let count = open.entry(key).or_insert(0);
-        if *count >= self.max {
-            return None;
-        }
-        *count += 1;
-        Some(Some(Place {
-            key,
-            open: self.open.clone(),
-        }))
-    }
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        let mut open = self.open.lock().expect("not poisoned");
-        if let Some(count) = open.get_mut(&self.key) {
-            *count -= 1;
-            if *count == 0 {
-                open.remove(&self.key);
-            }
-        }
-    }
-}
-
-/// How long, and for how many bytes, a closed connection's unread request is still read and
-/// discarded (see [`ClientStream`]).
-const LINGER: Duration = Duration::from_secs(2);
-const LINGER_BYTES: usize = 1024 * 1024;
-
-/// A client's connection, with three additions:
-/// - writes fail with `TimedOut` once the peer has taken nothing for `stall`: a client that
-///   stops reading an answer would otherwise hold its connection for as long as it likes;
-/// - writes fail with `TimedOut` when, over a window of the send rate's (`min_send_rate`), the
-///   server had more to send than the socket took (a write waited) and the peer took less than
-///   the rate: a client reading a large image at a byte a second would otherwise hold its
-///   connection for hours, always taking a little;
-/// - once the server has closed its side (after answering a request whose body it did not read
-///   whole, such as a 413), what the client still sends is read and discarded for a moment
-///   ([`LINGER`], [`LINGER_BYTES`]). Closing a socket with unread data makes the kernel reset
-///   the connection, and the client would see the reset instead of the answer.
-struct ClientStream {
-    inner: Option<TcpStream>,
-    stall: Duration,
-    /// When a write that waits fails (`stall` after it began to wait), if one waits.
-    stalled_at: Option<tokio::time::Instant>,
-    deadline: Pin<Box<tokio::time::Sleep>>,
-    rate: SendRate,
-    /// The current window of the send rate: its start, the bytes the peer took in it, and
-    /// whether a write waited in it.
-    window: (tokio::time::Instant, u64, bool),
-    shut: bool,
-}
-
-/// The least a client must take while the server has more to send: `bytes` per `window`; 0
-/// bytes: no minimum.
-#[derive(Clone, Copy, Debug)]
-pub struct SendRate {
-    pub bytes: u64,
-    pub window: Duration,
-}
-
-impl ClientStream {
-    fn new(inner: TcpStream, stall: Duration, rate: SendRate) -> Self {
-        ClientStream {
-            inner: Some(inner),
-            stall,
-            stalled_at: None,
-            deadline: Box::pin(tokio::time::sleep(stall)),
-            rate,
-            window: (tokio::time::Instant::now(), 0, false),
-            shut: false,
-        }
-    }
-
-    fn stream(&mut self) -> Pin<&mut TcpStream> {
-        Pin::new(self.inner.as_mut().expect("present until dropped"))
-    }
-
-    /// Fail the write, and have the close that follows reset the connection: a plain close
-    /// would leave what the socket still holds (megabytes of an image) to be sent to the slow
-    /// reader by the kernel, holding the memory and, to the client, the connection open.
-    fn abort<R>(&mut self, why: &'static str) -> Poll<std::io::Result<R>> {
-        if let Some(stream) = &self.inner {
-            let _ = stream.set_zero_linger();
-        }
-        Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::TimedOut, why)))
-    }
-
-    /// The outcome of a write attempt: progress counts toward the send rate and disarms the
-    /// stall; a pending write arms the stall (once) and marks the rate's window; either fails
-    /// when its deadline passes.
-    fn watch<R>(
-        &mut self,
-        cx: &mut Context<'_>,
-        polled: Poll<std::io::Result<R>>,
-        written: impl Fn(&R) -> usize,
-    ) -> Poll<std::io::Result<R>> {
-        let now = tokio::time::Instant::now();
-        let waiting = match &polled {
-            Poll::Ready(Ok(r)) => {
-                self.window.1 += written(r) as u64;
-                self.stalled_at = None;
-                false
-            }
-            Poll::Ready(Err(_)) => return polled,
-            Poll::Pending => {
-                self.window.2 = true;
-                self.stalled_at.get_or_insert(now + self.stall);
-                true
-            }
-        };
-        if self.rate.bytes > 0 && now >= self.window.0 + self.rate.window {
-            let (_, took, waited) = self.window;
-            if waited && took < self.rate.bytes {
-                return self.abort("client reads slower than min_send_rate");
-            }
-            self.window = (now, 0, waiting);
-        }
-        if !waiting {
-            return polled;
-        }
-        // Woken at whichever comes first: the stall, or the rate's window's end.
-        let mut at = self.stalled_at.expect("set while waiting");
-        if self.rate.bytes > 0 {
-            at = at.min(self.window.0 + self.rate.window);
-        }
-        if self.deadline.deadline() != at {
-            self.deadline.as_mut().reset(at);
-        }
-        match self.deadline.as_mut().poll(cx) {
-            Poll::Ready(()) if self.stalled_at.is_some_and(|t| t <= now) => {
-                self.abort("client stopped reading")
-            }
-            Poll::Ready(()) => {
-                // The window's end: checked at the next poll, which this wake-up asks for.
-                cx.waker().wake_by_ref();
-                Poll::Pending
-            }
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-impl Drop for ClientStream {
-    fn drop(&mut self) {
-        let (Some(mut stream), true) = (self.inner.take(), self.shut) else {
-            return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        runtime.spawn(async move {
-            use tokio::io::AsyncReadExt;
-            let mut buf = vec![0u8; 16 * 1024];
-            let mut read = 0;
-            let until = tokio::time::Instant::now() + LINGER;
-            while read < LINGER_BYTES {
-                match tokio::time::timeout_at(until, stream.read(&mut buf)).await {
-                    Ok(Ok(n)) if n > 0 => read += n,
-                    _ => break,
-                }
-            }
-        });
-    }
-}
-
-impl AsyncRead for ClientStream {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        self.stream().poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for ClientStream {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let polled = self.stream().poll_write(cx, buf);
-        self.watch(cx, polled, |n| *n)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        let polled = self.stream().poll_flush(cx);
-        self.watch(cx, polled, |_| 0)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        self.shut = true;
-        self.stream().poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        let polled = self.stream().poll_write_vectored(cx, bufs);
-        self.watch(cx, polled, |n| *n)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.as_ref().is_some_and(|s| s.is_write_vectored())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn addresses_are_counted_by_host_and_ipv6_by_slash_64() {
-        let addresses = Addresses::new(2);
-        let a: IpAddr = "192.0.2.1".parse().unwrap();
-        let first = addresses.admit(a).unwrap();
-        let _second = addresses.admit(a).unwrap();
-        assert!(addresses.admit(a).is_none(), "a third from one address");
-        assert!(addresses.admit("192.0.2.2".parse().unwrap()).is_some());
-        drop(first);
-        let _third = addresses
-            .admit(a)
-            .expect("a place frees as a connection ends");
-
-        let _v6 = addresses.admit("2001:db8:0:1::1".parse().unwrap()).unwrap();
-        let _v6b = addresses
-            .admit("2001:db8:0:1::ffff".parse().unwrap())
-            .unwrap();
-        assert!(addresses
-            .admit("2001:db8:0:1:abcd::2".parse().unwrap())
-            .is_none());
-        assert!(addresses
-            .admit("2001:db8:0:2::1".parse().unwrap())
-            .is_some());
-        // An IPv4-mapped IPv6 address is its IPv4 address.
-        assert!(addresses
-            .admit("::ffff:192.0.2.1".parse().unwrap())
-            .is_none());
-
-        assert!(Addresses::new(0).admit(a).unwrap().is_none(), "no limit");
     }
 }
