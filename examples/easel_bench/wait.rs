@@ -185,31 +185,13 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
     Ok((rows, details))
 }
 
-/// Let this process (and the server it starts, which inherits it) open `want` files, up to the
-/// hard limit.
+/// Let this process (and the server it starts, which inherits it) open `want` files: the soft
+/// limit raised to the hard one, as easel raises its own; an error when that is fewer.
 pub(crate) fn raise_open_files(want: u64) -> anyhow::Result<()> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // Safety: getrlimit and setrlimit only read and write the struct given.
+    let (soft, hard) = easel::http::open_files::raise_to_hard().context("getrlimit failed")?;
     ensure!(
-        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0,
-        "getrlimit: {}",
-        std::io::Error::last_os_error()
+        soft >= want,
+        "this benchmark needs {want} open files; the hard limit is {hard}"
     );
-    ensure!(
-        limit.rlim_max >= want,
-        "this benchmark needs {want} open files; the hard limit is {}",
-        limit.rlim_max
-    );
-    if limit.rlim_cur < want {
-        limit.rlim_cur = want;
-        ensure!(
-            unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } == 0,
-            "setrlimit: {}",
-            std::io::Error::last_os_error()
-        );
-    }
     Ok(())
 }

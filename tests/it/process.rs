@@ -501,3 +501,81 @@ async fn imagine_wait_reads_the_task_again_on_a_server_without_events() {
     assert!(stderr.contains("[#####     ] 50%"), "{stderr}");
     assert_eq!(seen.reads.load(std::sync::atomic::Ordering::SeqCst), 3);
 }
+
+/// `serve` started with its open-files limit at `soft`/`hard` (as a shell's `ulimit -n` or a
+/// unit's `LimitNOFILE` sets it) and `max_connections`: the soft limit the running node has,
+/// and its log once it has stopped.
+#[cfg(target_os = "linux")]
+fn open_files_at_start(soft: u64, hard: u64, max_connections: &str) -> (u64, String) {
+    use std::io::{BufRead, Read, Write};
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("easel.log");
+    let mut cmd =
+        crate::common::binary::command(dir.path(), &[("EASEL_MAX_CONNECTIONS", max_connections)]);
+    cmd.arg("serve")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap());
+    // Safety: between fork and exec this only calls setrlimit, which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: soft,
+                rlim_max: hard,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let addr = stdout
+        .lines()
+        .find_map(|line| {
+            let line = line.unwrap();
+            let base = line.strip_prefix("easel listening on http://")?;
+            Some(base.to_string())
+        })
+        .expect("easel printed its address");
+    // The limit is raised just before the server loop starts: once /healthz is answered.
+    let mut healthz = std::net::TcpStream::connect(&addr).unwrap();
+    healthz
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    healthz.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();
+    let open_files = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{limits}"));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    child.wait().unwrap();
+    (open_files, std::fs::read_to_string(&log).unwrap())
+}
+
+/// A node started with a low soft open-files limit raises it to the hard one, and says so in
+/// its log when even the hard one leaves too little room for `max_connections`.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_node_raises_its_open_files_limit_and_warns_when_the_hard_one_is_short() {
+    let (open_files, log) = open_files_at_start(256, 4096, "1000");
+    assert_eq!(open_files, 4096, "{log}");
+    assert!(!log.contains("open-files limit"), "{log}");
+
+    let (open_files, log) = open_files_at_start(256, 1024, "4096");
+    assert_eq!(open_files, 1024, "{log}");
+    assert!(
+        log.contains("the open-files limit is below max_connections"),
+        "{log}"
+    );
+}
