@@ -3,6 +3,8 @@
 //! logs and counts the faults among them. A foundation: it knows no HTTP, store or metric (each
 //! store's errors become these in `store::error`).
 
+pub mod query;
+
 /// Every way a request can fail, as the contract names it.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {

@@ -4,7 +4,7 @@
 use uuid::Uuid;
 
 use crate::domain::{Named, OpKind, TaskStatus};
-use crate::refusal::ApiError;
+use crate::refusal::{query, ApiError};
 use crate::store::{TaskFilter, LIST_LIMIT_MAX};
 
 /// Tasks on a page of `GET /api/v1/tasks` when `limit` is not given.
@@ -59,53 +59,27 @@ impl ListQuery {
     /// Read a query string. Empty values count as absent; unknown parameters are ignored; a
     /// parameter given twice, or a value out of range, is a 400 that names it.
     pub fn parse(raw: Option<&str>) -> Result<ListQuery, ApiError> {
-        let mut query = ListQuery {
+        let mut list = ListQuery {
             limit: LIST_LIMIT_DEFAULT,
             ..ListQuery::default()
         };
-        let mut seen: Vec<String> = Vec::new();
-        for (name, value) in url::form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
-            if !matches!(
-                name.as_ref(),
-                "limit" | "cursor" | "status" | "type" | "model" | "q"
-            ) {
-                continue;
-            }
-            if seen.iter().any(|s| *s == name) {
-                return Err(ApiError::field(
-                    &name,
-                    "invalid_value",
-                    "must be given once",
-                ));
-            }
-            seen.push(name.to_string());
+        let known = ["limit", "cursor", "status", "type", "model", "q"];
+        for (name, value) in query::pairs(raw, &known)? {
             if value.is_empty() {
                 continue;
             }
-            match name.as_ref() {
-                "limit" => {
-                    query.limit = value
-                        .parse::<u32>()
-                        .ok()
-                        .filter(|n| (1..=LIST_LIMIT_MAX).contains(n))
-                        .ok_or_else(|| {
-                            ApiError::field(
-                                "limit",
-                                "invalid_value",
-                                format!("must be an integer from 1 to {LIST_LIMIT_MAX}"),
-                            )
-                        })?;
-                }
+            match name.as_str() {
+                "limit" => list.limit = query::limit(&value, LIST_LIMIT_MAX)?,
                 "cursor" => {
-                    query.cursor = Some(Uuid::parse_str(&value).map_err(|_| invalid_cursor())?);
+                    list.cursor = Some(Uuid::parse_str(&value).map_err(|_| invalid_cursor())?);
                 }
-                "status" => query.filter.status = Some(named(&name, &value)?),
-                "type" => query.filter.task_type = Some(named(&name, &value)?),
-                "model" => query.filter.model = Some(model(&value)?),
-                _ => query.filter.words = search(&value)?,
+                "status" => list.filter.status = Some(named(&name, &value)?),
+                "type" => list.filter.task_type = Some(named(&name, &value)?),
+                "model" => list.filter.model = Some(model(&value)?),
+                _ => list.filter.words = search(&value)?,
             }
         }
-        Ok(query)
+        Ok(list)
     }
 }
 

@@ -15,7 +15,7 @@ use super::doc::{Checked, Posted};
 use crate::accounts::operators::{self, credits_json};
 use crate::http::extract::Admin;
 use crate::http::state::AppState;
-use crate::refusal::ApiError;
+use crate::refusal::{query, ApiError};
 use crate::store::{Account, AccountChange, AuditEntry};
 use crate::tasks::body::JsonObject;
 
@@ -146,39 +146,6 @@ pub struct AccountPatch {
     disabled: Option<bool>,
 }
 
-/// The query's `name=value` pairs, each at most once, only the `known` names.
-fn query(raw: Option<&str>, known: &[&str]) -> Result<Vec<(String, String)>, ApiError> {
-    let mut pairs: Vec<(String, String)> = Vec::new();
-    for (name, value) in url::form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
-        if !known.contains(&name.as_ref()) {
-            continue;
-        }
-        if pairs.iter().any(|(n, _)| *n == name) {
-            return Err(ApiError::field(
-                &name,
-                "invalid_value",
-                "must be given once",
-            ));
-        }
-        pairs.push((name.into_owned(), value.into_owned()));
-    }
-    Ok(pairs)
-}
-
-fn limit_of(value: &str) -> Result<u32, ApiError> {
-    value
-        .parse::<u32>()
-        .ok()
-        .filter(|n| (1..=PAGE_MAX).contains(n))
-        .ok_or_else(|| {
-            ApiError::field(
-                "limit",
-                "invalid_value",
-                format!("must be a whole number from 1 to {PAGE_MAX}"),
-            )
-        })
-}
-
 /// `rows`, read with one more than `limit` to learn whether a page follows, cut to `limit`; and
 /// the `next` of the page after, the last row's `key`, or none on the last page.
 fn page<T, K>(mut rows: Vec<T>, limit: u32, key: impl Fn(&T) -> K) -> (Vec<T>, Option<K>) {
@@ -210,11 +177,11 @@ pub async fn list_accounts(
     RawQuery(raw): RawQuery,
 ) -> Result<Json<AccountPage>, ApiError> {
     let (mut email, mut after, mut limit) = (None, None, PAGE_DEFAULT);
-    for (name, value) in query(raw.as_deref(), &["email", "after", "limit"])? {
+    for (name, value) in query::pairs(raw.as_deref(), &["email", "after", "limit"])? {
         match name.as_str() {
             "email" => email = Some(value),
             "after" => after = Some(value),
-            _ => limit = limit_of(&value)?,
+            _ => limit = query::limit(&value, PAGE_MAX)?,
         }
     }
     let accounts = state
@@ -375,14 +342,14 @@ pub async fn audit_log(
     RawQuery(raw): RawQuery,
 ) -> Result<Json<AuditPage>, ApiError> {
     let (mut before, mut limit) = (None, PAGE_DEFAULT);
-    for (name, value) in query(raw.as_deref(), &["before", "limit"])? {
+    for (name, value) in query::pairs(raw.as_deref(), &["before", "limit"])? {
         match name.as_str() {
             "before" => {
                 before = Some(value.parse::<i64>().map_err(|_| {
                     ApiError::field("before", "invalid_value", "must be a `next` of a page")
                 })?)
             }
-            _ => limit = limit_of(&value)?,
+            _ => limit = query::limit(&value, PAGE_MAX)?,
         }
     }
     let entries = state.store.audit_log(before, i64::from(limit) + 1).await?;

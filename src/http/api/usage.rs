@@ -16,7 +16,7 @@ use super::doc::Checked;
 use crate::auth::Caller;
 use crate::http::extract::list_items;
 use crate::http::state::AppState;
-use crate::refusal::ApiError;
+use crate::refusal::{query, ApiError};
 use crate::store::now_ms;
 use crate::store::usage::{day_text, parse_day, usage_day, UsageGroup, UsageQuery, UsageRow};
 
@@ -94,21 +94,14 @@ fn asked(raw: Option<&str>) -> Result<Asked, ApiError> {
         group: None,
         account: None,
     };
-    for (name, value) in url::form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
-        let slot = match name.as_ref() {
+    for (name, value) in query::pairs(raw, &["from", "to", "group", "account"])? {
+        let slot = match name.as_str() {
             "from" => &mut asked.from,
             "to" => &mut asked.to,
             "group" => &mut asked.group,
-            "account" => &mut asked.account,
-            _ => continue,
+            _ => &mut asked.account,
         };
-        if slot.replace(value.into_owned()).is_some() {
-            return Err(ApiError::field(
-                &name,
-                "invalid_value",
-                "must be given once",
-            ));
-        }
+        *slot = Some(value);
     }
     Ok(asked)
 }
