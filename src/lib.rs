@@ -390,6 +390,7 @@ impl Application {
                     window: std::time::Duration::from_secs(1),
                 },
             },
+            held_open: http::app::held_open,
         };
         #[cfg(unix)]
         http::open_files::prepare(limits.max_connections);

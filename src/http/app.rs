@@ -54,6 +54,26 @@ pub fn app(
         .service(router(state))
 }
 
+/// Whether `path` is an event stream's, which stays open as long as its client listens: the
+/// API's (`/api/v1/events`, `/api/v1/tasks/{task_id}/events`) and the dashboard's
+/// (`/tasks/events`, `/tasks/{task_id}/events`). The server serves a connection whose first
+/// request is a `GET` of one without hyper's buffers (`super::server`); the router answers it
+/// the same either way.
+pub fn held_open(path: &str) -> bool {
+    let (api, rest) = match path.strip_prefix("/api/v1") {
+        Some(rest) => (true, rest),
+        None => (false, path),
+    };
+    match rest
+        .strip_prefix("/tasks/")
+        .and_then(|r| r.strip_suffix("/events"))
+    {
+        Some(task) => !task.is_empty() && !task.contains('/'),
+        None if api => rest == "/events",
+        None => rest == "/tasks/events",
+    }
+}
+
 /// The routes, the image files and the fallbacks, without the layers of `app`.
 fn router(state: AppState) -> Router {
     let api = state.config.runs(Role::Api);
@@ -102,4 +122,35 @@ async fn dashboard_host(
             .into_response();
     }
     next.run(req).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::held_open;
+
+    #[test]
+    fn the_event_streams_paths_are_held_open_and_no_other() {
+        for path in [
+            "/api/v1/events",
+            "/api/v1/tasks/0b6c4a52-6b0e-4b1e-9d7e-3f1f5f2b9a11/events",
+            "/tasks/events",
+            "/tasks/0b6c4a52-6b0e-4b1e-9d7e-3f1f5f2b9a11/events",
+        ] {
+            assert!(held_open(path), "{path}");
+        }
+        for path in [
+            "/",
+            "/events",
+            "/api/v1/tasks",
+            "/api/v1/tasks/events",
+            "/api/v1/tasks//events",
+            "/api/v1/tasks/a/b/events",
+            "/api/v1/tasks/x/events/",
+            "/api/v1/eventsx",
+            "/tasks/x/eventsy",
+            "/api/v2/events",
+        ] {
+            assert!(!held_open(path), "{path}");
+        }
+    }
 }

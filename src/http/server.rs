@@ -16,10 +16,14 @@
 //! - an HTTP/1 answer given before its request's body was read whole says `Connection: close`
 //!   ([`Unread`]), and the connection closes after it; what the client still sends is read, and
 //!   discarded, for a moment, so that the client gets the answer rather than a reset;
-//! - on shutdown, idle connections close at once and busy ones after their current request.
+//! - on shutdown, idle connections close at once and busy ones after their current request;
+//! - a connection whose first request is a `GET` of an event stream's path is served off hyper
+//!   ([`streams`]), with the same deadlines and bounds, so that an idle stream holds none of
+//!   hyper's buffers.
 
 mod addresses;
 mod socket;
+mod streams;
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -71,6 +75,9 @@ pub struct ConnectionLimits {
     pub drain: Duration,
     /// The least a client must take of an answer while the server has more to send.
     pub min_send_rate: SendRate,
+    /// Whether a path is an event stream's, held open for as long as the client listens: a
+    /// connection whose first request is a `GET` of one is served off hyper ([`streams`]).
+    pub held_open: fn(&str) -> bool,
 }
 
 /// Serve `app` on `listener` until `shutdown`, then close connections gracefully.
@@ -140,22 +147,20 @@ pub async fn serve<S, B>(
         let _ = stream.set_nodelay(true);
         let activity = Arc::new(Activity::new());
         let watched = activity.clone();
+        let origin = Origin {
+            peer,
+            proxied,
+            trusted: limits.trusted_proxies.clone(),
+        };
+        let (for_hyper, held) = (origin.clone(), app.clone());
         let app = app.clone();
-        let trusted = limits.trusted_proxies.clone();
         let service =
             TowerToHyperService::new(tower::service_fn(move |req: hyper::Request<Incoming>| {
                 // Busy from the handler's call until the answer's last byte is out.
                 let busy = Busy::start(&activity);
                 let too_large = head_bytes(&req) > MAX_HEADER_BYTES;
                 let (mut req, unread) = Unread::track(req);
-                // The client's address, for the per-address limits and the access log.
-                let client = if proxied {
-                    client_address::client_of(peer.ip(), req.headers(), &trusted)
-                } else {
-                    peer.ip()
-                };
-                req.extensions_mut().insert(ClientAddress(client));
-                req.extensions_mut().insert(ConnectInfo(peer));
+                for_hyper.mark(&mut req);
                 let answer = (!too_large).then(|| app.clone().oneshot(req));
                 async move {
                     let at_end = move || drop(busy);
@@ -177,10 +182,11 @@ pub async fn serve<S, B>(
         let (first, later) = (limits.header_timeout, limits.idle_timeout);
         let (idle_timeout, min_send_rate) = (limits.idle_timeout, limits.min_send_rate);
         let (builders, watcher, stop) = (builders.clone(), graceful.watcher(), shutdown.clone());
+        let held_open = limits.held_open;
         tokio::spawn(async move {
             let _held = (place, permit);
             let protocol = tokio::select! {
-                protocol = sniff(&stream) => protocol,
+                protocol = sniff(&stream, held_open) => protocol,
                 () = idle(&watched, first, later) => {
                     tracing::debug!(%peer, "idle connection closed");
                     return;
@@ -190,15 +196,27 @@ pub async fn serve<S, B>(
             let builder = match protocol {
                 Ok(Some(Protocol::Http1)) => &builders.http1,
                 Ok(Some(Protocol::Http2)) => &builders.http2,
+                Ok(Some(Protocol::HeldOpen)) => {
+                    let io = ClientStream::new(stream, idle_timeout, min_send_rate);
+                    tokio::select! {
+                        () = streams::serve(io, held, &origin, &watched, &stop) => {}
+                        () = idle(&watched, first, later) => tracing::debug!(%peer, "idle connection closed"),
+                    }
+                    return;
+                }
                 Ok(None) => &builders.either,
                 // Closed before its first byte.
                 Err(_) => return,
             };
             let io = ClientStream::new(stream, idle_timeout, min_send_rate);
-            let conn = watcher.watch(
-                builder
-                    .serve_connection(TokioIo::new(io), service)
-                    .into_owned(),
+            // Boxed, so that the task of a stream served off hyper (above) is not as large as
+            // hyper's connection.
+            let conn = Box::pin(
+                watcher.watch(
+                    builder
+                        .serve_connection(TokioIo::new(io), service)
+                        .into_owned(),
+                ),
             );
             tokio::select! {
                 // Errors here are the client's (reset, malformed request, header timeout).
@@ -230,6 +248,29 @@ fn head_bytes(req: &hyper::Request<Incoming>) -> usize {
     req.method().as_str().len() + target + headers + 14
 }
 
+/// Where a connection's requests come from: its peer, and through a trusted proxy the client
+/// each request names.
+#[derive(Clone)]
+struct Origin {
+    peer: std::net::SocketAddr,
+    /// The peer is a trusted proxy.
+    proxied: bool,
+    trusted: Arc<[ipnet::IpNet]>,
+}
+
+impl Origin {
+    /// Gives `req` its client's address, for the per-address limits and the access log.
+    fn mark<B>(&self, req: &mut Request<B>) {
+        let client = if self.proxied {
+            client_address::client_of(self.peer.ip(), req.headers(), &self.trusted)
+        } else {
+            self.peer.ip()
+        };
+        req.extensions_mut().insert(ClientAddress(client));
+        req.extensions_mut().insert(ConnectInfo(self.peer));
+    }
+}
+
 /// The connection builders: one for each protocol, and one that reads the first bytes itself.
 struct Builders {
     http1: Builder<TokioExecutor>,
@@ -244,26 +285,37 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 enum Protocol {
     Http1,
     Http2,
+    /// HTTP/1, its first request a `GET` of an event stream's path ([`streams`]).
+    HeldOpen,
 }
 
 /// The protocol of a connection, read from its first bytes without taking them (`MSG_PEEK`);
 /// None while they are only the start of HTTP/2's preface. hyper-util decides alone by reading
 /// the first bytes and handing them back to hyper ahead of the socket; hyper then reads a
 /// request in two steps and its HTTP/1 read buffer doubles to 16 KiB, which a connection keeps
-/// for life (an event stream's may be hours). Peeked, the first read takes the request whole.
-async fn sniff(stream: &TcpStream) -> std::io::Result<Option<Protocol>> {
-    let mut first = [0u8; H2_PREFACE.len()];
-    let n = stream.peek(&mut first).await?;
-    if n == 0 {
-        return Err(std::io::ErrorKind::UnexpectedEof.into());
+/// for life. Peeked, the first read takes the request whole. An HTTP/1 connection's request line
+/// is peeked as far as its path, to tell an event stream's ([`streams::classify`]).
+async fn sniff(
+    stream: &TcpStream,
+    held_open: fn(&str) -> bool,
+) -> std::io::Result<Option<Protocol>> {
+    let mut first = [0u8; streams::PEEK_BYTES];
+    let mut seen = 0;
+    loop {
+        seen = streams::peek(stream, &mut first, seen).await?;
+        if seen == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        let start = seen.min(H2_PREFACE.len());
+        if first[..start] == H2_PREFACE[..start] {
+            return Ok((start == H2_PREFACE.len()).then_some(Protocol::Http2));
+        }
+        match streams::classify(&first[..seen], held_open) {
+            streams::First::HeldOpen => return Ok(Some(Protocol::HeldOpen)),
+            streams::First::Other => return Ok(Some(Protocol::Http1)),
+            streams::First::More => {}
+        }
     }
-    Ok(if first[..n] != H2_PREFACE[..n] {
-        Some(Protocol::Http1)
-    } else if n == H2_PREFACE.len() {
-        Some(Protocol::Http2)
-    } else {
-        None
-    })
 }
 
 /// Whether a connection has a request in progress, and since when it has had none. Each request

@@ -507,3 +507,132 @@ async fn a_stream_whose_client_reads_nothing_slows_no_other() {
     // issue 31 on when the server drops it).
     drop(stalled);
 }
+
+/// Everything `stream` sends until `needle` has come, it closes, or `within` passes; and whether
+/// it closed.
+async fn read_raw(
+    stream: &mut tokio::net::TcpStream,
+    needle: &str,
+    within: Duration,
+) -> (String, bool) {
+    use tokio::io::AsyncReadExt;
+    let deadline = tokio::time::Instant::now() + within;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        if String::from_utf8_lossy(&got).contains(needle) {
+            return (String::from_utf8_lossy(&got).into_owned(), false);
+        }
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => return (String::from_utf8_lossy(&got).into_owned(), false),
+            Ok(Ok(0) | Err(_)) => return (String::from_utf8_lossy(&got).into_owned(), true),
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// A stream asked for as a connection's first request is served off hyper (`server::streams`):
+/// its answer ends with the connection instead of being chunked, its head may come in pieces,
+/// a refusal says its length and closes, a head too large is 431, one that never ends is closed
+/// at the header timeout, and a client that leaves frees its place at once (not at the next
+/// keep-alive comment). Asked for after another request on the same connection, the stream is
+/// hyper's, chunked, and reads the same.
+#[tokio::test]
+async fn a_stream_on_a_connection_of_its_own_ends_with_it_and_frees_its_place_when_the_client_leaves(
+) {
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpStream;
+    let app = TestApp::spawn_with(|c| {
+        c.worker.workers = 0;
+        c.limits.max_streams_per_account = 2;
+        c.server.header_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let addr = app.base.trim_start_matches("http://").to_string();
+    let id = app.imagine(json!({"prompt": "a quiet field"})).await;
+    let path = format!("/api/v1/tasks/{id}/events");
+    let head = |path: &str| {
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {}\r\n\r\n",
+            app.key
+        )
+    };
+
+    let mut first = TcpStream::connect(&addr).await.unwrap();
+    let request = head(&path);
+    first.write_all(&request.as_bytes()[..9]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    first.write_all(&request.as_bytes()[9..]).await.unwrap();
+    let (got, closed) = read_raw(&mut first, "\n\n", Duration::from_secs(5)).await;
+    let (answer_head, body) = got.split_once("\r\n\r\n").expect("a head");
+    assert!(answer_head.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
+    assert!(
+        answer_head.contains("\r\ncontent-type: text/event-stream"),
+        "{got}"
+    );
+    assert!(answer_head.contains("\r\nconnection: close"), "{got}");
+    assert!(!answer_head.contains("transfer-encoding") && !answer_head.contains("content-length"));
+    assert!(
+        body.starts_with("event: task\n") && body.contains(&id),
+        "{got}"
+    );
+    assert!(!closed);
+
+    // After another request on its connection, a stream is hyper's: chunked.
+    let mut pooled = TcpStream::connect(&addr).await.unwrap();
+    let both = format!(
+        "GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n{}",
+        head(&path)
+    );
+    pooled.write_all(both.as_bytes()).await.unwrap();
+    let (got, closed) = read_raw(&mut pooled, "event: task", Duration::from_secs(5)).await;
+    let second_head = got.rsplit("HTTP/1.1 ").next().unwrap();
+    assert!(second_head.starts_with("200 OK"), "{got}");
+    assert!(second_head.contains("transfer-encoding: chunked"), "{got}");
+    assert!(!closed && got.contains(&id), "{got}");
+
+    // The account's two places are taken: refused with a length, and closed.
+    let mut second = TcpStream::connect(&addr).await.unwrap();
+    second
+        .write_all(head("/api/v1/events").as_bytes())
+        .await
+        .unwrap();
+    let (got, closed) = read_raw(&mut second, "\u{0}", Duration::from_secs(5)).await;
+    assert!(
+        got.starts_with("HTTP/1.1 429 Too Many Requests\r\n"),
+        "{got}"
+    );
+    assert!(
+        got.contains("\r\ncontent-length: ") && got.contains("quota_exceeded"),
+        "{got}"
+    );
+    assert!(closed, "a refused stream's connection closes");
+
+    // The first client leaves; its place is free well before a keep-alive comment (15 s).
+    drop(first);
+    let reopened = wait_for(Duration::from_secs(3), || async {
+        let (status, events) = Events::open(&app, &app.key, "/api/v1/events", None).await;
+        (status == 200).then_some(events)
+    })
+    .await
+    .expect("the place freed once the client left");
+    drop(reopened);
+
+    // A head too large, and one that never ends.
+    let mut large = TcpStream::connect(&addr).await.unwrap();
+    let padding = "a".repeat(66 * 1024);
+    let request = format!("GET /api/v1/events HTTP/1.1\r\nHost: x\r\nX-Pad: {padding}\r\n\r\n");
+    large.write_all(request.as_bytes()).await.unwrap();
+    let (got, closed) = read_raw(&mut large, "\u{0}", Duration::from_secs(5)).await;
+    assert!(got.starts_with("HTTP/1.1 431 "), "{got}");
+    assert!(closed);
+    let mut endless = TcpStream::connect(&addr).await.unwrap();
+    let started = std::time::Instant::now();
+    endless
+        .write_all(b"GET /api/v1/events HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let (got, closed) = read_raw(&mut endless, "\u{0}", Duration::from_secs(5)).await;
+    assert!(closed && got.is_empty(), "{got}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
