@@ -22,11 +22,12 @@
 //!   hyper's buffers.
 
 mod addresses;
+mod connection;
 mod socket;
 mod streams;
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -34,11 +35,12 @@ use std::time::Duration;
 use std::convert::Infallible;
 
 use axum::body::{Body, Bytes, HttpBody};
-use axum::extract::ConnectInfo;
 
-use super::client_address::{self, ClientAddress};
+use super::client_address;
 use addresses::Addresses;
 use axum::http::{Request, Response};
+pub use connection::MAX_HEADER_BYTES;
+use connection::{idle, Activity, Busy, Origin};
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -49,12 +51,8 @@ use socket::ClientStream;
 pub use socket::SendRate;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::{BoxError, Service, ServiceExt};
-
-/// The largest request head (request line and headers) accepted; larger ones get 431.
-pub const MAX_HEADER_BYTES: usize = 64 * 1024;
 
 /// Most requests one HTTP/2 connection may have open at once; each one's body is bounded on its
 /// own, so this bounds what a connection can hold.
@@ -248,29 +246,6 @@ fn head_bytes(req: &hyper::Request<Incoming>) -> usize {
     req.method().as_str().len() + target + headers + 14
 }
 
-/// Where a connection's requests come from: its peer, and through a trusted proxy the client
-/// each request names.
-#[derive(Clone)]
-struct Origin {
-    peer: std::net::SocketAddr,
-    /// The peer is a trusted proxy.
-    proxied: bool,
-    trusted: Arc<[ipnet::IpNet]>,
-}
-
-impl Origin {
-    /// Gives `req` its client's address, for the per-address limits and the access log.
-    fn mark<B>(&self, req: &mut Request<B>) {
-        let client = if self.proxied {
-            client_address::client_of(self.peer.ip(), req.headers(), &self.trusted)
-        } else {
-            self.peer.ip()
-        };
-        req.extensions_mut().insert(ClientAddress(client));
-        req.extensions_mut().insert(ConnectInfo(self.peer));
-    }
-}
-
 /// The connection builders: one for each protocol, and one that reads the first bytes itself.
 struct Builders {
     http1: Builder<TokioExecutor>,
@@ -315,73 +290,6 @@ async fn sniff(
             streams::First::Other => return Ok(Some(Protocol::Http1)),
             streams::First::More => {}
         }
-    }
-}
-
-/// Whether a connection has a request in progress, and since when it has had none. Each request
-/// counts itself in and out ([`Busy`]) with atomic operations; the connection's idle timer
-/// ([`idle`]) reads them only when its deadline comes. (Through a `watch` channel, every
-/// request's start and end woke the timer and re-armed its sleep.)
-struct Activity {
-    /// When the connection was accepted.
-    opened: Instant,
-    /// Requests in progress.
-    busy: AtomicUsize,
-    /// When the last request ended, in microseconds after `opened`, plus one; 0 before any has.
-    ended: AtomicU64,
-}
-
-impl Activity {
-    fn new() -> Activity {
-        Activity {
-            opened: Instant::now(),
-            busy: AtomicUsize::new(0),
-            ended: AtomicU64::new(0),
-        }
-    }
-
-    /// When the connection counts as idle, as things stand: `first` after it opened if no
-    /// request has ended yet, `later` after the last one ended; None while one is in progress.
-    fn idle_at(&self, first: Duration, later: Duration) -> Option<Instant> {
-        if self.busy.load(Ordering::Acquire) > 0 {
-            return None;
-        }
-        Some(match self.ended.load(Ordering::Acquire) {
-            0 => self.opened + first,
-            ended => self.opened + Duration::from_micros(ended - 1) + later,
-        })
-    }
-}
-
-/// Resolves once the connection has had no request in progress for `first` (before its first
-/// request) or `later` (after one). It wakes at the deadline as last known, and looks again.
-async fn idle(activity: &Activity, first: Duration, later: Duration) {
-    loop {
-        match activity.idle_at(first, later) {
-            Some(at) if at <= Instant::now() => return,
-            Some(at) => tokio::time::sleep_until(at).await,
-            // A request in progress ends no sooner than now; look again `later` from now.
-            None => tokio::time::sleep(later).await,
-        }
-    }
-}
-
-/// One request of a connection in progress.
-struct Busy(Arc<Activity>);
-
-impl Busy {
-    fn start(activity: &Arc<Activity>) -> Busy {
-        activity.busy.fetch_add(1, Ordering::AcqRel);
-        Busy(activity.clone())
-    }
-}
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        // The end's time first: the timer reads it once it sees no request in progress.
-        let ended = self.0.opened.elapsed().as_micros() as u64 + 1;
-        self.0.ended.fetch_max(ended, Ordering::Release);
-        self.0.busy.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

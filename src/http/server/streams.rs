@@ -33,7 +33,8 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tower::{BoxError, Service, ServiceExt};
 
-use super::{Activity, Busy, ClientStream, Origin, MAX_HEADER_BYTES};
+use super::connection::{Activity, Busy, Origin, MAX_HEADER_BYTES};
+use super::socket::ClientStream;
 
 /// The most of a connection's first bytes looked at (peeked, left in the socket) to tell whether
 /// its first request asks for a stream: the request line up to the end of its path.
