@@ -143,17 +143,30 @@ async fn read_head(io: &mut ClientStream) -> Result<Request<Body>, Option<Status
     let mut buf: Vec<u8> = Vec::with_capacity(1024);
     loop {
         buf.reserve(1024);
+        let before = buf.len();
         match io.read_buf(&mut buf).await {
             Ok(0) | Err(_) => return Err(None),
             Ok(_) => {}
         }
-        if let Some(req) = parse(&buf)? {
-            return Ok(req);
+        // Parsed only once a blank line may have come: a head sent a byte at a time is then
+        // scanned once, not once per byte over all that came before.
+        if may_end(&buf, before) {
+            if let Some(req) = parse(&buf)? {
+                return Ok(req);
+            }
         }
         if buf.len() > MAX_HEADER_BYTES {
             return Err(Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE));
         }
     }
+}
+
+/// Whether the bytes from `from` on (with the three before, which a blank line may span) hold
+/// the end of a line followed by an empty one, as a head's end is.
+fn may_end(buf: &[u8], from: usize) -> bool {
+    let recent = &buf[from.saturating_sub(3)..];
+    memchr::memmem::find(recent, b"\n\r\n").is_some()
+        || memchr::memmem::find(recent, b"\n\n").is_some()
 }
 
 /// The request in `buf`, once its head is whole (None before). Bytes after the head (a body, a
@@ -345,6 +358,19 @@ mod tests {
             "a".repeat(MAX_HEADER_BYTES)
         );
         assert_eq!(parse(long.as_bytes()).unwrap_err(), large);
+    }
+
+    #[test]
+    fn a_head_is_parsed_only_once_a_blank_line_may_have_come() {
+        let head = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+        for split in 1..head.len() {
+            // No part of the head before its end looks like one, and whatever piece came
+            // last, the end is seen once it has come.
+            assert!(!may_end(&head[..split], 0), "{split}");
+            assert!(may_end(head, split), "{split}");
+        }
+        assert!(may_end(b"GET / HTTP/1.1\n\n", 15));
+        assert!(!may_end(b"GET / HTTP/1.1\r\nHost: a\r\n", 0));
     }
 
     #[test]
