@@ -150,7 +150,7 @@ pub async fn serve<S, B>(
             proxied,
             trusted: limits.trusted_proxies.clone(),
         };
-        let (for_hyper, held) = (origin.clone(), app.clone());
+        let (for_hyper, app_for_streams) = (origin.clone(), app.clone());
         let app = app.clone();
         let service =
             TowerToHyperService::new(tower::service_fn(move |req: hyper::Request<Incoming>| {
@@ -197,7 +197,7 @@ pub async fn serve<S, B>(
                 Ok(Some(Protocol::HeldOpen)) => {
                     let io = ClientStream::new(stream, idle_timeout, min_send_rate);
                     tokio::select! {
-                        () = streams::serve(io, held, &origin, &watched, &stop) => {}
+                        () = streams::serve(io, app_for_streams, &origin, &watched, &stop) => {}
                         () = idle(&watched, first, later) => tracing::debug!(%peer, "idle connection closed"),
                     }
                     return;

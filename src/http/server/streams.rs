@@ -41,7 +41,7 @@ use super::socket::ClientStream;
 pub(super) const PEEK_BYTES: usize = 128;
 
 /// The most headers a request may have, as hyper allows; more is 431.
-pub(super) const MAX_HEADERS: usize = 100;
+const MAX_HEADERS: usize = 100;
 
 /// What a connection's first bytes say of its first request.
 #[derive(Debug, PartialEq, Eq)]
