@@ -51,6 +51,9 @@ struct Latency {
     first_ms: Vec<f64>,
     /// From the first subscriber's event to the last's, per event, ms.
     spread_ms: Vec<f64>,
+    /// From the mock's frame to each subscriber's event, by the frame's percentage, ms: where in
+    /// a job the slow arrivals are.
+    by_percentage: std::collections::BTreeMap<i64, Vec<f64>>,
     frames: usize,
     /// Events expected at the subscribers (frames x streams) and those that arrived.
     expected: usize,
@@ -70,6 +73,9 @@ impl Latency {
             "frame_to_event_ms": p(&self.each_ms),
             "frame_to_first_subscriber_ms": p(&self.first_ms),
             "first_to_last_subscriber_ms": p(&self.spread_ms),
+            "frame_to_event_ms_by_percentage": self.by_percentage.iter()
+                .map(|(percentage, v)| (percentage.to_string(), p(v)))
+                .collect::<serde_json::Map<_, _>>(),
         })
     }
 }
@@ -178,6 +184,7 @@ fn latency(
     let sent = frames.by_task(ids)?;
     let streams = got.len();
     let mut each_ms = Vec::new();
+    let mut by_percentage = std::collections::BTreeMap::<i64, Vec<f64>>::new();
     let mut arrivals: HashMap<(String, i64), (Instant, Instant)> = HashMap::new();
     for (task, percentage, at) in got.into_iter().flatten() {
         let key = (task, percentage);
@@ -185,7 +192,9 @@ fn latency(
             // Not from a frame (5, 15, 80...: easel's own steps of the job).
             continue;
         };
-        each_ms.push(at.saturating_duration_since(*sent_at).as_secs_f64() * 1e3);
+        let ms = at.saturating_duration_since(*sent_at).as_secs_f64() * 1e3;
+        each_ms.push(ms);
+        by_percentage.entry(key.1).or_default().push(ms);
         let seen = arrivals.entry(key).or_insert((at, at));
         seen.0 = seen.0.min(at);
         seen.1 = seen.1.max(at);
@@ -208,6 +217,7 @@ fn latency(
         each_ms,
         first_ms,
         spread_ms,
+        by_percentage,
     })
 }
 

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -13,7 +13,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::backend_mocks::comfyui::{ComfyMock, Frame};
+use crate::backend_mocks::comfyui::ComfyMock;
 
 /// One `progress` event as a subscriber got it: the task, the percentage, when.
 pub type Arrival = (String, i64, Instant);
@@ -166,53 +166,31 @@ impl Parser {
     }
 }
 
-/// The `progress` frames the mock ComfyUI sends: its prompt id, the percentage easel makes of
-/// it (15 + 60 x value / max, as src/generate/backends/comfyui/client.rs does) and when.
+/// The `progress` frames the mock ComfyUI writes to easel's socket: its prompt id, the
+/// percentage easel makes of it (15 + 60 x value / max, as src/generate/backends/comfyui/client.rs
+/// does) and when. Timed by the mock as it writes each frame, so that the latency measured starts
+/// when easel can read the frame, however late this process's other tasks run.
 pub struct Frames {
-    pub sent: Arc<Mutex<Vec<(String, i64, Instant)>>>,
-    task: tokio::task::JoinHandle<()>,
+    mock: Arc<ComfyMock>,
 }
 
 impl Frames {
-    /// Note every frame `mock` sends from now on. The mock hands each frame to a broadcast
-    /// channel that its socket writer reads; this reader is woken by the same send.
+    /// Note every frame `mock` writes from now on.
     pub fn record(mock: &Arc<ComfyMock>) -> Frames {
-        let mut events = mock.events.subscribe();
-        let sent = Arc::new(Mutex::new(Vec::new()));
-        let noted = sent.clone();
-        let task = tokio::spawn(async move {
-            while let Ok((_, frame)) = events.recv().await {
-                let at = Instant::now();
-                // Previews (binary frames) carry no progress.
-                let Frame::Text(text) = frame else {
-                    continue;
-                };
-                let Ok(event) = serde_json::from_str::<Value>(&text) else {
-                    continue;
-                };
-                let data = &event["data"];
-                if event["type"] != "progress" {
-                    continue;
-                }
-                let (Some(value), Some(max)) = (data["value"].as_f64(), data["max"].as_f64())
-                else {
-                    continue;
-                };
-                let percentage = 15 + (60.0 * (value / max).clamp(0.0, 1.0)) as i64;
-                let prompt = data["prompt_id"].as_str().unwrap_or_default().to_string();
-                noted.lock().unwrap().push((prompt, percentage, at));
-            }
-        });
-        Frames { sent, task }
+        *mock.written.lock().unwrap() = Some(Vec::new());
+        Frames { mock: mock.clone() }
     }
 
     /// The frames so far by (task id, percentage): the i-th prompt the mock ran is the i-th task
     /// in `tasks` (the benchmark runs them one at a time).
     pub fn by_task(&self, tasks: &[String]) -> anyhow::Result<HashMap<(String, i64), Instant>> {
-        let sent = self.sent.lock().unwrap();
-        let mut prompts: Vec<&String> = Vec::new();
+        let written = self.mock.written.lock().unwrap().take().unwrap_or_default();
+        let mut prompts: Vec<String> = Vec::new();
         let mut out = HashMap::new();
-        for (prompt, percentage, at) in sent.iter() {
+        for (at, text) in written {
+            let Some((prompt, percentage)) = progress_of(&text) else {
+                continue;
+            };
             let i = match prompts.iter().position(|p| *p == prompt) {
                 Some(i) => i,
                 None => {
@@ -223,16 +201,22 @@ impl Frames {
             let task = tasks.get(i).with_context(|| {
                 format!("the mock ran {} prompts for {} tasks", i + 1, tasks.len())
             })?;
-            out.insert((task.clone(), *percentage), *at);
+            out.insert((task.clone(), percentage), at);
         }
         Ok(out)
     }
 }
 
-impl Drop for Frames {
-    fn drop(&mut self) {
-        self.task.abort();
+/// The prompt and the percentage easel makes of a `progress` frame's text; None for another.
+fn progress_of(text: &str) -> Option<(String, i64)> {
+    let event: Value = serde_json::from_str(text).ok()?;
+    if event["type"] != "progress" {
+        return None;
     }
+    let data = &event["data"];
+    let (value, max) = (data["value"].as_f64()?, data["max"].as_f64()?);
+    let percentage = 15 + (60.0 * (value / max).clamp(0.0, 1.0)) as i64;
+    Some((data["prompt_id"].as_str()?.to_string(), percentage))
 }
 
 #[cfg(test)]

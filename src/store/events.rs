@@ -58,9 +58,12 @@ impl TaskEvent {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Heard {
     Event(Arc<TaskEvent>),
-    /// New tasks of the account, at versions from `from` on: read them from the store.
+    /// New tasks of the account, at versions from `from` on: read them from the store. `nth`
+    /// tells this notice from every other of the node, so that the streams that hear it can share
+    /// the one read of what it announces (`tasks::event_memo`).
     NewTasks {
         from: i64,
+        nth: u64,
     },
     /// Events may have been missed (the listener of another node's changes reconnected, or this
     /// listener fell behind): read the stored state again.
@@ -74,6 +77,8 @@ type Sender = broadcast::Sender<Heard>;
 pub struct TaskEvents {
     tasks: Mutex<HashMap<i64, Sender>>,
     accounts: Mutex<HashMap<Arc<str>, Sender>>,
+    /// The notices of new tasks given so far.
+    new_tasks: std::sync::atomic::AtomicU64,
 }
 
 impl TaskEvents {
@@ -123,7 +128,10 @@ impl TaskEvents {
     /// The account has new tasks, at versions from `from` on.
     pub fn new_tasks(&self, account_id: &str, from: i64) {
         if let Some(account) = lock(&self.accounts).get(account_id) {
-            let _ = account.send(Heard::NewTasks { from });
+            let nth = self
+                .new_tasks
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let _ = account.send(Heard::NewTasks { from, nth });
         }
     }
 
@@ -247,7 +255,10 @@ mod tests {
         let idle = tokio::time::timeout(Duration::from_millis(50), other.next()).await;
         assert!(idle.is_err(), "task 2 heard nothing");
         events.new_tasks("a", 7);
-        assert_eq!(account.next().await, Heard::NewTasks { from: 7 });
+        assert!(matches!(
+            account.next().await,
+            Heard::NewTasks { from: 7, .. }
+        ));
         events.publish(event(1, "a", TaskStatus::Finished));
         tokio::time::timeout(Duration::from_secs(1), task.ended())
             .await

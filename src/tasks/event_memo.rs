@@ -34,24 +34,30 @@ type Cell<T> = Arc<OnceCell<T>>;
 
 struct Entry<T> {
     /// Held so that the event's address, the key, is not reused while the entry lives.
-    _event: Arc<TaskEvent>,
+    _event: Option<Arc<TaskEvent>>,
     made: Instant,
     cell: Cell<T>,
 }
 
-/// The shared results by event (its address).
-struct Entries<T>(Mutex<HashMap<usize, Entry<T>>>);
+/// The shared results by key: an event's address, or a notice's number.
+struct Entries<K, T>(Mutex<HashMap<K, Entry<T>>>);
 
-impl<T> Default for Entries<T> {
+impl<K, T> Default for Entries<K, T> {
     fn default() -> Self {
         Entries(Mutex::new(HashMap::new()))
     }
 }
 
-impl<T> Entries<T> {
+impl<T> Entries<usize, T> {
     /// The cell of `event`'s result, made empty if it has none.
-    fn cell(&self, event: &Arc<TaskEvent>) -> Cell<T> {
-        let key = Arc::as_ptr(event) as usize;
+    fn of_event(&self, event: &Arc<TaskEvent>) -> Cell<T> {
+        self.cell(Arc::as_ptr(event) as usize, Some(event))
+    }
+}
+
+impl<K: std::hash::Hash + Eq, T> Entries<K, T> {
+    /// The cell of `key`'s result, made empty if it has none (holding `event` while it lives).
+    fn cell(&self, key: K, event: Option<&Arc<TaskEvent>>) -> Cell<T> {
         // No holder leaves the map half-changed.
         let mut entries = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(entry) = entries.get(&key) {
@@ -67,7 +73,7 @@ impl<T> Entries<T> {
         entries.insert(
             key,
             Entry {
-                _event: event.clone(),
+                _event: event.cloned(),
                 made: Instant::now(),
                 cell: cell.clone(),
             },
@@ -79,8 +85,9 @@ impl<T> Entries<T> {
 /// The node's shared results of events, for its streams.
 #[derive(Default)]
 pub struct EventMemo {
-    reads: Entries<Option<Arc<Read>>>,
-    progress: Entries<Arc<str>>,
+    reads: Entries<usize, Option<Arc<Read>>>,
+    progress: Entries<usize, Arc<str>>,
+    pages: Entries<u64, Vec<Arc<Read>>>,
 }
 
 impl EventMemo {
@@ -95,13 +102,24 @@ impl EventMemo {
         F: FnOnce() -> Fut,
         Fut: Future<Output = StoreResult<Option<Arc<Read>>>>,
     {
-        let cell = self.reads.cell(event);
+        let cell = self.reads.of_event(event);
+        cell.get_or_try_init(read).await.cloned()
+    }
+
+    /// The page of the account's changes that the notice of new tasks numbered `nth` announces,
+    /// each with its record, read by `read` for the first stream that asks.
+    pub async fn page<F, Fut>(&self, nth: u64, read: F) -> StoreResult<Vec<Arc<Read>>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = StoreResult<Vec<Arc<Read>>>>,
+    {
+        let cell = self.pages.cell(nth, None);
         cell.get_or_try_init(read).await.cloned()
     }
 
     /// The JSON of the progress event `event`, made by `make` for the first stream that says it.
     pub fn progress(&self, event: &Arc<TaskEvent>, make: impl FnOnce() -> String) -> Arc<str> {
-        let cell = self.progress.cell(event);
+        let cell = self.progress.of_event(event);
         if let Some(json) = cell.get() {
             return json.clone();
         }
@@ -145,6 +163,26 @@ mod tests {
         assert_eq!(reads.load(Ordering::SeqCst), 1, "one read for 50 streams");
         memo.read(&event(2), read).await.unwrap();
         assert_eq!(reads.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_notice_of_new_tasks_is_read_once_for_every_stream_that_heard_it() {
+        let memo = EventMemo::default();
+        let reads = AtomicUsize::new(0);
+        let read = || async {
+            reads.fetch_add(1, Ordering::SeqCst);
+            tokio::task::yield_now().await;
+            Ok(Vec::new())
+        };
+        let all = futures::future::join_all((0..50).map(|_| memo.page(3, read))).await;
+        assert!(all.iter().all(|page| matches!(page, Ok(p) if p.is_empty())));
+        assert_eq!(reads.load(Ordering::SeqCst), 1, "one read for 50 streams");
+        memo.page(4, read).await.unwrap();
+        assert_eq!(
+            reads.load(Ordering::SeqCst),
+            2,
+            "another notice reads again"
+        );
     }
 
     #[test]

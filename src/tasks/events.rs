@@ -270,9 +270,14 @@ impl EventStream {
         };
         let result = match heard {
             Heard::Event(event) => Box::pin(self.on_event(&event)).await,
-            Heard::NewTasks { from } => {
+            Heard::NewTasks { from, nth } => {
+                let up_to_date = self.said.catching.is_none();
                 self.catch_up(from);
-                Ok(())
+                if up_to_date {
+                    Box::pin(self.shared_page(nth)).await
+                } else {
+                    Ok(())
+                }
             }
             Heard::Resync => match self.only {
                 Some(seq) => Box::pin(self.reread(seq)).await,
@@ -378,15 +383,9 @@ impl EventStream {
         let Some(read) = read else {
             return Ok(());
         };
-        if self
-            .said
-            .sent
-            .get(seq)
-            .is_some_and(|(version, _)| read.task.version <= version)
-        {
-            return Ok(());
+        if !self.is_said(&read.task) {
+            self.say_read(&read.task, &read.record, &read.json);
         }
-        self.say_read(&read.task, &read.record, &read.json);
         Ok(())
     }
 
@@ -395,15 +394,9 @@ impl EventStream {
         let Some(task) = self.read(seq).await? else {
             return Ok(());
         };
-        if self
-            .said
-            .sent
-            .get(seq)
-            .is_some_and(|(version, _)| task.version <= version)
-        {
-            return Ok(());
+        if !self.is_said(&task) {
+            self.say_task(&task).await;
         }
-        self.say_task(&task).await;
         Ok(())
     }
 
@@ -424,7 +417,7 @@ impl EventStream {
 
     /// Say the next page of the catch-up, if one is under way.
     async fn next_page(&mut self) -> StoreResult<()> {
-        let Some(mut from) = self.said.catching else {
+        let Some(from) = self.said.catching else {
             return Ok(());
         };
         let page = self
@@ -432,21 +425,66 @@ impl EventStream {
             .store
             .account_changes(&self.account_id, from, CATCH_UP_PAGE)
             .await?;
-        let full = page.len() as u32 == CATCH_UP_PAGE;
         for task in &page {
-            from = from.max(task.version + 1);
-            if self
-                .said
-                .sent
-                .get(task.seq)
-                .is_some_and(|(version, _)| task.version <= version)
-            {
-                continue;
+            if !self.is_said(task) {
+                self.say_task(task).await;
             }
-            self.say_task(task).await;
         }
-        self.said.catching = full.then_some(from);
+        self.caught_up_to(from, page.iter());
         Ok(())
+    }
+
+    /// The first page of the catch-up the notice of new tasks `nth` began, for a stream that was
+    /// up to date when it heard it: read, and its records made, once for every such stream.
+    async fn shared_page(&mut self, nth: u64) -> StoreResult<()> {
+        let Some(from) = self.said.catching else {
+            return Ok(());
+        };
+        let (tasks, account_id) = (self.tasks.clone(), self.account_id.clone());
+        let page = self
+            .tasks
+            .streams
+            .memo
+            .page(nth, || async move {
+                let page = tasks
+                    .store
+                    .account_changes(&account_id, from, CATCH_UP_PAGE)
+                    .await?;
+                let mut read = Vec::with_capacity(page.len());
+                for task in page {
+                    let record = tasks.record(&task).await;
+                    let json = serde_json::to_string(&record).expect("a record serializes");
+                    read.push(Arc::new(Read {
+                        task,
+                        record,
+                        json: json.into(),
+                    }));
+                }
+                Ok(read)
+            })
+            .await?;
+        for read in &page {
+            if !self.is_said(&read.task) {
+                self.say_read(&read.task, &read.record, &read.json);
+            }
+        }
+        self.caught_up_to(from, page.iter().map(|read| &read.task));
+        Ok(())
+    }
+
+    /// Whether this stream has said `task` as it is, or later.
+    fn is_said(&self, task: &Task) -> bool {
+        self.said
+            .sent
+            .get(task.seq)
+            .is_some_and(|(version, _)| task.version <= version)
+    }
+
+    /// After a page of the catch-up from `from`: where the next one starts, if the page was full.
+    fn caught_up_to<'a>(&mut self, from: i64, page: impl ExactSizeIterator<Item = &'a Task>) {
+        let full = page.len() as u32 == CATCH_UP_PAGE;
+        let next = page.map(|task| task.version + 1).fold(from, i64::max);
+        self.said.catching = full.then_some(next);
     }
 
     /// Say the records of the account's tasks that have not ended.

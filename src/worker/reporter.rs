@@ -4,8 +4,11 @@
 //! second and the latest preview as a small JPEG at most once a second, and notices at once
 //! when the task is canceled or no longer this worker's.
 
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -15,7 +18,7 @@ use crate::domain::Retrying;
 use crate::generate::Progress;
 use crate::images::preview;
 use crate::store::SharedStore;
-use crate::store::{Happened, Heard, StoredProgress, TaskEvent};
+use crate::store::{Happened, Heard, Listener, StoredProgress, TaskEvent};
 use crate::webhooks::progress::ProgressSender;
 
 /// The most often a task's progress is stored, and its preview written.
@@ -67,36 +70,89 @@ enum Stored {
     Lost,
 }
 
-/// What was last told and stored.
-#[derive(Default)]
-struct Told {
+/// What the keeper and the teller of one task share.
+struct Shared {
     /// The task's stored version, as last heard.
-    version: i64,
+    version: AtomicI64,
+    /// The preview written last, told with live progress.
+    preview_key: Mutex<Option<String>>,
+    /// Cancelled once the task is marked processing: live progress is told from then on.
+    processing: CancellationToken,
+    /// Held while progress is told, and while it is read and stored: what is stored is never
+    /// behind what was told before it, and is told before what comes after.
+    telling: tokio::sync::Mutex<()>,
+    /// Woken when the progress may have changed: the keeper stores it when it is due.
+    to_store: Notify,
+    /// Cancelled when the keeper has returned: the teller returns at its next wait.
+    over: CancellationToken,
+}
+
+impl Shared {
+    fn preview_key(&self) -> Option<String> {
+        self.preview_key
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Put `key` as the preview to tell, giving back the one before.
+    fn replace_preview_key(&self, key: String) -> Option<String> {
+        self.preview_key
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(key)
+    }
+}
+
+/// What the keeper last stored.
+#[derive(Default)]
+struct Kept {
     processing: bool,
-    live_percentage: i64,
-    /// The failed backend attempt last told live (None: none, or it was taken again).
-    live_retrying: Option<Retrying>,
     stored: Option<StoredProgress>,
     stored_at: Option<Instant>,
-    preview_key: Option<String>,
     previews: u32,
 }
 
+/// What the teller last told.
+#[derive(Default)]
+struct Told {
+    percentage: i64,
+    /// The failed backend attempt last told (None: none, or it was taken again).
+    retrying: Option<Retrying>,
+}
+
 impl Reporter {
+    /// Two halves, in this one task: the keeper renews the lease, marks the task processing and
+    /// stores its progress and previews; the teller tells the progress the moment the generator
+    /// reports it. Apart, so that a preview being shrunk and written, or a slow store, does not
+    /// hold up the progress every subscriber waits for.
     pub(super) async fn run(self) {
         // Listening before the first heartbeat: a cancel from then on is heard at once.
-        let mut listener = self
+        let listener = self
             .store
             .wakeups()
             .events
             .listen_task(self.seq, Some(&self.account_id));
+        let shared = Shared {
+            version: AtomicI64::new(self.seq),
+            preview_key: Mutex::new(None),
+            processing: CancellationToken::new(),
+            telling: tokio::sync::Mutex::new(()),
+            to_store: Notify::new(),
+            over: CancellationToken::new(),
+        };
+        let keep = async {
+            self.keep(listener, &shared).await;
+            shared.over.cancel();
+        };
+        tokio::join!(keep, self.tell(&shared));
+    }
+
+    async fn keep(&self, mut listener: Listener, shared: &Shared) {
         let mut tick = tokio::time::interval(self.config.worker.heartbeat);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
-        let mut told = Told {
-            version: self.seq,
-            ..Told::default()
-        };
+        let mut kept = Kept::default();
         // When stored progress or a preview is due next (None: nothing waits).
         let mut due: Option<Instant> = None;
         loop {
@@ -111,15 +167,15 @@ impl Reporter {
                 _ = tick.tick() => true,
                 heard = listener.next() => match heard {
                     Heard::Event(event) => {
-                        told.version = told.version.max(event.version);
+                        shared.version.fetch_max(event.version, Ordering::Relaxed);
                         // Its end (a cancel, on any node): the heartbeat finds the claim gone.
                         event.ended()
                     }
                     Heard::Resync => true,
                     Heard::NewTasks { .. } => false,
                 },
-                _ = self.progress.started(), if !told.processing => {
-                    told.processing = true;
+                _ = self.progress.started(), if !kept.processing => {
+                    kept.processing = true;
                     let lease_ms = self.config.worker.lease.as_millis() as i64;
                     match self.store.mark_processing(self.seq, self.attempt, lease_ms).await
                     {
@@ -135,59 +191,76 @@ impl Reporter {
                         }
                     }
                     // Progress reported while a backend was being found goes out now.
-                    self.tell_live(&mut told).await;
+                    shared.processing.cancel();
                     false
                 }
-                _ = self.progress.changed() => {
-                    if told.processing {
-                        self.tell_live(&mut told).await;
-                    }
-                    false
-                }
+                _ = shared.to_store.notified() => false,
                 _ = wait_due => false,
             };
             // Store what changed (at most once a second), with a new preview when one is due.
             due = None;
             let mut renewed = false;
-            if told.processing {
-                match self.store_progress(&mut told).await {
+            if kept.processing {
+                match self.store_progress(&mut kept, shared).await {
                     Stored::Now => renewed = true,
                     Stored::Later(at) => due = Some(at),
                     Stored::Unchanged => {}
                     Stored::Lost => return,
                 }
             }
-            if beat && !renewed && !self.heartbeat(&mut told, None).await {
+            if beat && !renewed && !self.heartbeat(shared, None).await {
                 return;
+            }
+        }
+    }
+
+    /// Once the task is processing: tell its listeners of the progress as it moves, and the
+    /// keeper that there may be progress to store.
+    async fn tell(&self, shared: &Shared) {
+        tokio::select! {
+            _ = shared.over.cancelled() => return,
+            _ = shared.processing.cancelled() => {}
+        }
+        let mut told = Told::default();
+        loop {
+            {
+                let _telling = shared.telling.lock().await;
+                self.tell_live(shared, &mut told).await;
+            }
+            shared.to_store.notify_one();
+            tokio::select! {
+                _ = shared.over.cancelled() => return,
+                _ = self.progress.changed() => {}
             }
         }
     }
 
     /// Tell the task's listeners of the generator's percentage, if it moved, and of a backend
     /// attempt that failed (or of the job taken again after one).
-    async fn tell_live(&self, told: &mut Told) {
+    async fn tell_live(&self, shared: &Shared, told: &mut Told) {
         let percentage = self.progress.get().min(99);
         let retrying = self.progress.retry_state();
-        let moved = percentage > told.live_percentage;
-        if !moved && retrying == told.live_retrying {
+        let moved = percentage > told.percentage;
+        if !moved && retrying == told.retrying {
             return;
         }
-        told.live_percentage = told.live_percentage.max(percentage);
-        told.live_retrying = retrying.clone();
+        told.percentage = told.percentage.max(percentage);
+        told.retrying = retrying.clone();
+        let preview_key = shared.preview_key();
         let event = TaskEvent {
             seq: self.seq,
             account_id: self.account_id.clone(),
-            version: told.version,
+            version: shared.version.load(Ordering::Relaxed),
             what: Happened::Progress {
-                percentage: told.live_percentage,
-                preview_key: told.preview_key.clone(),
+                percentage: told.percentage,
+                preview_key: preview_key.clone(),
                 retrying,
                 live: true,
             },
         };
         // Progress deliveries say the percentage only (their payload is fixed by the contract).
         if moved {
-            self.offer(percentage, told.preview_key.as_deref());
+            self.offer(percentage, preview_key.as_deref());
         }
         if let Err(e) = self.store.publish_progress(event).await {
             tracing::debug!(error = %e, "could not tell the task's listeners of its progress");
@@ -196,41 +269,43 @@ impl Reporter {
 
     /// Store the progress and a new preview if they changed and the last store was at least
     /// [`STORE_EVERY`] ago.
-    async fn store_progress(&self, told: &mut Told) -> Stored {
+    async fn store_progress(&self, kept: &mut Kept, shared: &Shared) -> Stored {
         let now = Instant::now();
-        let percentage = self.progress.get().min(99);
-        let retrying = self.progress.retry_state();
         let changed = self.progress.has_preview()
-            || told.stored.as_ref().map(|s| (s.percentage, &s.retrying))
-                != Some((percentage, &retrying));
+            || kept.stored.as_ref().map(|s| (s.percentage, &s.retrying))
+                != Some((self.progress.get().min(99), &self.progress.retry_state()));
         if !changed {
             return Stored::Unchanged;
         }
-        if let Some(next) = told.stored_at.map(|at| at + STORE_EVERY) {
+        if let Some(next) = kept.stored_at.map(|at| at + STORE_EVERY) {
             if next > now {
                 return Stored::Later(next);
             }
         }
         let preview_key = match self.progress.take_preview() {
-            Some(image) => self.write_preview(image, told).await,
-            None => told.preview_key.clone(),
+            Some(image) => self.write_preview(image, &mut kept.previews, shared).await,
+            None => shared.preview_key(),
         };
+        // Read under the teller's lock, and stored before it tells again.
+        let _telling = shared.telling.lock().await;
+        let percentage = self.progress.get().min(99);
+        let retrying = self.progress.retry_state();
         let progress = StoredProgress {
             percentage,
             preview_key,
             retrying,
         };
-        if told.stored.as_ref() == Some(&progress) {
+        if kept.stored.as_ref() == Some(&progress) {
             return Stored::Unchanged;
         }
-        if !self.heartbeat(told, Some(&progress)).await {
+        if !self.heartbeat(shared, Some(&progress)).await {
             return Stored::Lost;
         }
-        if progress.preview_key != told.stored.as_ref().and_then(|s| s.preview_key.clone()) {
+        if progress.preview_key != kept.stored.as_ref().and_then(|s| s.preview_key.clone()) {
             self.offer(percentage, progress.preview_key.as_deref());
         }
-        told.stored = Some(progress);
-        told.stored_at = Some(now);
+        kept.stored = Some(progress);
+        kept.stored_at = Some(now);
         Stored::Now
     }
 
@@ -239,7 +314,8 @@ impl Reporter {
     async fn write_preview(
         &self,
         image: crate::images::PreviewImage,
-        told: &mut Told,
+        previews: &mut u32,
+        shared: &Shared,
     ) -> Option<String> {
         // Never larger than the task's images: a backend may draw its previews at its own
         // size (ComfyUI's at 512 px) when the image it makes is smaller.
@@ -256,17 +332,17 @@ impl Reporter {
             Ok(Ok(jpeg)) => jpeg,
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "a preview could not be read; skipped");
-                return told.preview_key.clone();
+                return shared.preview_key();
             }
-            Err(_) => return told.preview_key.clone(),
+            Err(_) => return shared.preview_key(),
         };
-        told.previews += 1;
-        let key = format!("{}/preview-{}.jpg", self.preview_folder, told.previews);
+        *previews += 1;
+        let key = format!("{}/preview-{}.jpg", self.preview_folder, previews);
         let written = tokio::time::timeout(PREVIEW_WRITE_TIMEOUT, self.blobs.put(&key, jpeg)).await;
         match written {
             Ok(Ok(())) => {
                 crate::metrics::preview_written();
-                if let Some(old) = told.preview_key.replace(key.clone()) {
+                if let Some(old) = shared.replace_preview_key(key.clone()) {
                     let blobs = self.blobs.clone();
                     tokio::spawn(async move { blobs.delete_keys(vec![old]).await });
                 }
@@ -274,11 +350,11 @@ impl Reporter {
             }
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "a preview could not be written; skipped");
-                told.preview_key.clone()
+                shared.preview_key()
             }
             Err(_) => {
                 tracing::debug!("a preview's write timed out; skipped");
-                told.preview_key.clone()
+                shared.preview_key()
             }
         }
     }
@@ -292,7 +368,7 @@ impl Reporter {
 
     /// Renew the lease (storing `progress` with it); false, with `lost` cancelled, when the claim
     /// is no longer ours.
-    async fn heartbeat(&self, told: &mut Told, progress: Option<&StoredProgress>) -> bool {
+    async fn heartbeat(&self, shared: &Shared, progress: Option<&StoredProgress>) -> bool {
         match self
             .store
             .heartbeat(
@@ -304,7 +380,7 @@ impl Reporter {
             .await
         {
             Ok(Some(version)) => {
-                told.version = told.version.max(version);
+                shared.version.fetch_max(version, Ordering::Relaxed);
                 true
             }
             Ok(None) => {

@@ -171,6 +171,58 @@ async fn a_task_stream_says_the_record_its_progress_the_final_record_and_ends() 
     assert!(record.get("queue_position").is_none() && record.get("preview_image_url").is_none());
 }
 
+/// A preview whose write hangs (its object store takes the connection and never answers) holds
+/// up none of the task's progress: the worker tells each step as the generator reports it, while
+/// the write waits.
+#[tokio::test]
+async fn progress_is_told_while_a_preview_is_being_written() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", silent.local_addr().unwrap());
+    let _silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((connection, _)) = silent.accept().await {
+            held.push(connection);
+        }
+    });
+    common::s3::test_credentials();
+    let app = TestApp::spawn_with(|c| {
+        c.worker.workers = 1;
+        c.worker.procedural_min_duration = Duration::from_secs(4);
+        c.blobs.store = easel::config::BlobStoreKind::S3;
+        c.blobs.s3_bucket = Some("previews-never-land".into());
+        c.blobs.s3_endpoint = Some(endpoint);
+        c.blobs.s3_path_style = true;
+    })
+    .await;
+    let id = app.imagine(json!({"prompt": "a kite over dunes"})).await;
+    let (status, stream) =
+        Events::open(&app, &app.key, &format!("/api/v1/tasks/{id}/events"), None).await;
+    assert_eq!(status, 200);
+    let mut stream = stream.unwrap();
+    let mut told = Vec::new();
+    // The generator reports 20, 40, 60 and 80% over its 4 s; the first preview (after the first
+    // image) is due at once, and its write never ends.
+    while told.last().is_none_or(|p| *p < 60) {
+        let ev = stream
+            .next(Duration::from_secs(5))
+            .await
+            .expect("the stream goes on");
+        if ev.event == "progress" && ev.data["status"] == "processing" {
+            assert!(
+                ev.data.get("preview_image_url").is_none(),
+                "no preview was written: {ev:?}"
+            );
+            told.push(percentage(&ev));
+        }
+    }
+    let steps: std::collections::BTreeSet<i64> =
+        told.iter().copied().filter(|p| *p >= 20).collect();
+    assert!(
+        steps.len() >= 3,
+        "each step told while the preview's write hangs: {told:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_stream_resumed_with_last_event_id_misses_nothing_and_bad_ids_start_over() {
     let app = slow_node(2.0).await;

@@ -94,6 +94,9 @@ pub struct ComfyMock {
     pub sockets: Mutex<Vec<String>>,
     pub views: AtomicUsize,
     pub events: broadcast::Sender<(Target, Frame)>,
+    /// Once `Some`, each text frame as it is written to a socket, and when: where the events
+    /// benchmark's latency starts (the moment easel can read it, not the moment the job made it).
+    pub written: Mutex<Option<Vec<(std::time::Instant, String)>>>,
     // The server's own state; public only so that tests can build the mock with `..default()`.
     /// The server's prompt counter (`number`), counted before validation as ComfyUI does.
     pub number: Mutex<u64>,
@@ -183,6 +186,7 @@ impl Default for ComfyMock {
             sockets: Mutex::default(),
             views: AtomicUsize::new(0),
             events: broadcast::channel(4096).0,
+            written: Mutex::default(),
             number: Mutex::new(0),
             files: Mutex::default(),
             cache: Mutex::default(),
@@ -1019,7 +1023,7 @@ async fn socket(
     mock.sockets.lock().unwrap().push(client.clone());
     let events = mock.events.subscribe();
     let remaining = mock.remaining();
-    upgrade.on_upgrade(move |ws| forward(ws, client, remaining, events))
+    upgrade.on_upgrade(move |ws| forward(ws, client, remaining, events, mock))
 }
 
 /// Send the client the queue's state with its `sid`, then every message for it or for all,
@@ -1029,6 +1033,7 @@ async fn forward(
     client: String,
     remaining: usize,
     mut events: broadcast::Receiver<(Target, Frame)>,
+    mock: Arc<ComfyMock>,
 ) {
     let hello = json!({"type": "status", "data": {
         "status": {"exec_info": {"queue_remaining": remaining}}, "sid": client}});
@@ -1044,7 +1049,12 @@ async fn forward(
             event = events.recv() => match event {
                 Ok((to, frame)) if to.as_ref().is_none_or(|to| *to == client) => {
                     let message = match frame {
-                        Frame::Text(text) => Message::Text(text.into()),
+                        Frame::Text(text) => {
+                            if let Some(written) = mock.written.lock().unwrap().as_mut() {
+                                written.push((std::time::Instant::now(), text.clone()));
+                            }
+                            Message::Text(text.into())
+                        }
                         Frame::Binary(bytes) => Message::Binary(bytes.into()),
                     };
                     if ws.send(message).await.is_err() {
