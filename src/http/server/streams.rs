@@ -26,7 +26,6 @@ use std::time::SystemTime;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::http::header::{self, HeaderName, HeaderValue};
 use axum::http::{Method, Request, Response, StatusCode, Uri, Version};
-use futures::FutureExt;
 use http_body_util::BodyExt;
 use nix::sys::socket::{recv, MsgFlags};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
@@ -239,13 +238,8 @@ async fn answer(io: &mut ClientStream, res: Response<Body>) -> io::Result<()> {
         tokio::select! {
             frame = body.frame() => match frame {
                 Some(Ok(frame)) => {
-                    let Ok(first) = frame.into_data() else {
-                        continue;
-                    };
-                    let (batch, ended) = ready_after(first, body.as_mut());
-                    io.write_all(&batch).await?;
-                    if ended {
-                        return Ok(());
+                    if let Ok(data) = frame.into_data() {
+                        io.write_all(&data).await?;
                     }
                 }
                 Some(Err(_)) | None => return Ok(()),
@@ -257,32 +251,6 @@ async fn answer(io: &mut ClientStream, res: Response<Body>) -> io::Result<()> {
             },
         }
     }
-}
-
-/// The most bytes of events gathered into one write.
-const BATCH_MAX: usize = 64 * 1024;
-
-/// `first`, and the body's frames after it that are ready now (up to [`BATCH_MAX`]), as one
-/// write: a change that says several events at once (a record, then progress) is one write to
-/// the socket rather than one each. True when the body ended among them.
-fn ready_after(first: Bytes, mut body: std::pin::Pin<&mut Body>) -> (Bytes, bool) {
-    let mut batch: Option<Vec<u8>> = None;
-    while batch.as_ref().map_or(first.len(), Vec::len) < BATCH_MAX {
-        let Some(next) = body.as_mut().frame().now_or_never() else {
-            break;
-        };
-        let data = match next {
-            Some(Ok(frame)) => match frame.into_data() {
-                Ok(data) => data,
-                Err(_) => continue,
-            },
-            Some(Err(_)) | None => return (batch.map_or(first.clone(), Bytes::from), true),
-        };
-        batch
-            .get_or_insert_with(|| first.to_vec())
-            .extend_from_slice(&data);
-    }
-    (batch.map_or(first, Bytes::from), false)
 }
 
 /// The head of an answer whose body is `length` bytes (None: until the connection closes).
@@ -321,50 +289,6 @@ mod tests {
 
     fn events(path: &str) -> bool {
         path == "/api/v1/events"
-    }
-
-    fn body_of(frames: &[&'static str], then_ends: bool) -> Body {
-        let ready = futures::stream::iter(
-            frames
-                .iter()
-                .map(|f| Ok::<_, Infallible>(Bytes::from_static(f.as_bytes())))
-                .collect::<Vec<_>>(),
-        );
-        if then_ends {
-            Body::from_stream(ready)
-        } else {
-            Body::from_stream(futures::StreamExt::chain(ready, futures::stream::pending()))
-        }
-    }
-
-    #[test]
-    fn the_events_ready_together_are_one_write_and_the_end_is_seen() {
-        let mut body = pin!(body_of(&["b", "c"], false));
-        let (batch, ended) = ready_after(Bytes::from_static(b"a"), body.as_mut());
-        assert_eq!((&batch[..], ended), (&b"abc"[..], false));
-        let (batch, ended) = ready_after(Bytes::from_static(b"d"), body.as_mut());
-        assert_eq!(
-            (&batch[..], ended),
-            (&b"d"[..], false),
-            "nothing more is ready"
-        );
-
-        let mut ending = pin!(body_of(&["y"], true));
-        let (batch, ended) = ready_after(Bytes::from_static(b"x"), ending.as_mut());
-        assert_eq!((&batch[..], ended), (&b"xy"[..], true));
-    }
-
-    #[test]
-    fn a_batch_stops_at_its_bound() {
-        let big: &'static str = Box::leak("e".repeat(BATCH_MAX / 2).into_boxed_str());
-        let mut body = pin!(body_of(&[big, big, big, big], false));
-        let (batch, ended) = ready_after(Bytes::from_static(b"a"), body.as_mut());
-        assert!(!ended);
-        assert!(
-            batch.len() >= BATCH_MAX && batch.len() <= BATCH_MAX + big.len(),
-            "{}",
-            batch.len()
-        );
     }
 
     #[test]
