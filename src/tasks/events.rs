@@ -128,6 +128,17 @@ struct Memory {
     ended: bool,
 }
 
+/// `task` with its record and the record's JSON, as every stream of the node shares it.
+async fn read_of(tasks: &Tasks, task: Task) -> Read {
+    let record = tasks.record(&task).await;
+    let json = serde_json::to_string(&record).expect("a record serializes");
+    Read {
+        task,
+        record,
+        json: json.into(),
+    }
+}
+
 /// A stream of one task or of an account's tasks.
 struct EventStream {
     tasks: Arc<Tasks>,
@@ -371,13 +382,7 @@ impl EventStream {
                 let Some(task) = tasks.store.task_for_account(&account_id, &id).await? else {
                     return Ok(None);
                 };
-                let record = tasks.record(&task).await;
-                let json = serde_json::to_string(&record).expect("a record serializes");
-                Ok(Some(Arc::new(Read {
-                    task,
-                    record,
-                    json: json.into(),
-                })))
+                Ok(Some(Arc::new(read_of(&tasks, task).await)))
             })
             .await?;
         let Some(read) = read else {
@@ -452,13 +457,7 @@ impl EventStream {
                     .await?;
                 let mut read = Vec::with_capacity(page.len());
                 for task in page {
-                    let record = tasks.record(&task).await;
-                    let json = serde_json::to_string(&record).expect("a record serializes");
-                    read.push(Arc::new(Read {
-                        task,
-                        record,
-                        json: json.into(),
-                    }));
+                    read.push(Arc::new(read_of(&tasks, task).await));
                 }
                 Ok(read)
             })
