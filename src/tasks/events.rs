@@ -459,10 +459,10 @@ impl EventStream {
                 for task in page {
                     read.push(Arc::new(read_of(&tasks, task).await));
                 }
-                Ok(read)
+                Ok(read.into())
             })
             .await?;
-        for read in &page {
+        for read in page.iter() {
             if !self.is_said(&read.task) {
                 self.say_read(&read.task, &read.record, &read.json);
             }
