@@ -25,7 +25,7 @@ pub use super::streams::{StreamSlot, Streams};
 use super::Tasks;
 use crate::domain::wire::{Record, TaskProgress, WaitingFor};
 use crate::domain::{OpKind, Retrying, TaskStatus};
-use crate::refusal::ApiError;
+use crate::refusal::{query, ApiError};
 use crate::store::{Happened, Heard, Listener, StoreResult, Task, TaskEvent, LIST_LIMIT_MAX};
 
 /// A waiting task's place in line as said: its position, and whether its account was at its
@@ -68,23 +68,27 @@ pub struct StreamQuery {
 
 impl StreamFilter {
     /// Read `task_type` (or `type`) and `status` from a query string; unknown parameters are
-    /// ignored, a value that is not one is a 400 naming it.
+    /// ignored, empty values count as absent, and a value that is not one, or a filter given
+    /// twice (`task_type` and `type` are one), is a 400 naming it.
     pub fn parse(raw: Option<&str>) -> Result<StreamFilter, ApiError> {
         let mut filter = StreamFilter::default();
-        for (name, value) in url::form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
-            match name.as_ref() {
-                "task_type" | "type" if !value.is_empty() => {
-                    filter.task_type = Some(value.parse().map_err(|_| {
-                        ApiError::field("task_type", "invalid_value", "is not a task type")
-                    })?)
-                }
-                "status" if !value.is_empty() => {
-                    filter.status = Some(value.parse().map_err(|_| {
-                        ApiError::field("status", "invalid_value", "is not a task status")
-                    })?)
-                }
-                _ => {}
+        for (name, value) in query::pairs(raw, &["task_type", "type", "status"])? {
+            if value.is_empty() {
+                continue;
             }
+            if name == "status" {
+                filter.status = Some(value.parse().map_err(|_| {
+                    ApiError::field("status", "invalid_value", "is not a task status")
+                })?);
+                continue;
+            }
+            if filter.task_type.is_some() {
+                let rule = "must be given once (task_type and type are the same filter)";
+                return Err(ApiError::field("task_type", "invalid_value", rule));
+            }
+            filter.task_type = Some(value.parse().map_err(|_| {
+                ApiError::field("task_type", "invalid_value", "is not a task type")
+            })?);
         }
         Ok(filter)
     }
@@ -630,6 +634,25 @@ impl EventStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_filter_is_given_once_and_an_empty_one_is_none() {
+        let filter = StreamFilter::parse(Some("status=&type=imagine&other=1&other=2")).unwrap();
+        assert_eq!(filter.status, None);
+        assert_eq!(filter.task_type, Some(OpKind::Imagine));
+        let filter = StreamFilter::parse(Some("task_type=upscale-1x&status=failed")).unwrap();
+        assert_eq!(filter.task_type, Some(OpKind::Upscale1x));
+        assert_eq!(filter.status, Some(TaskStatus::Failed));
+        for twice in [
+            "status=failed&status=finished",
+            "type=imagine&type=imagine",
+            "task_type=imagine&type=upscale-1x",
+            "type=&task_type=imagine&type=imagine",
+        ] {
+            assert!(StreamFilter::parse(Some(twice)).is_err(), "{twice}");
+        }
+        assert!(StreamFilter::parse(Some("status=sleeping")).is_err());
+    }
 
     #[test]
     fn an_event_id_is_a_version_with_or_without_what_came_after() {

@@ -286,6 +286,20 @@ async fn another_accounts_task_is_not_found_and_streams_past_the_limit_are_refus
     assert_eq!(status, 400);
     let (status, _) = Events::open(&app, &app.key, "/api/v1/events?status=sleeping", None).await;
     assert_eq!(status, 400);
+    // A filter given twice is refused, not read as its last value.
+    for (query, field) in [
+        ("status=failed&status=finished", "status"),
+        ("task_type=imagine&type=upscale-1x", "task_type"),
+        ("type=imagine&type=imagine", "type"),
+    ] {
+        let (status, body) = app.get(&format!("/api/v1/events?{query}")).await;
+        assert_eq!(status, 400, "{query}");
+        let error = &body["errors"][0];
+        assert_eq!(error["code"], "invalid_value", "{query}: {body}");
+        let msg = error["msg"].as_str().unwrap_or_default();
+        assert!(msg.starts_with(field), "{query}: {body}");
+        assert!(msg.contains("once"), "{query}: {body}");
+    }
 
     let (_, a) = Events::open(&app, &app.key, &path, None).await;
     let (_, b) = Events::open(&app, &app.key, "/api/v1/events", None).await;
