@@ -3,14 +3,15 @@
 //! made only while someone asks.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::Mutex;
+use futures::future::{BoxFuture, FutureExt, Shared};
 use tokio::time::Instant;
 
 use crate::domain::wire::WaitingFor;
-use crate::store::{ClaimRules, SharedStore, Task, Waiting};
+use crate::store::{ClaimRules, SharedStore, StoreResult, Task, Waiting};
 
 /// How old a position may be.
 pub const LINE_MAX_AGE: Duration = Duration::from_secs(1);
@@ -62,7 +63,7 @@ pub struct QueueLine {
     store: SharedStore,
     /// The plans' running limits (a reload replaces them).
     rules: crate::config::Live<ClaimRules>,
-    read: Mutex<Option<(Instant, Positions)>>,
+    read: Latest<Positions>,
 }
 
 impl QueueLine {
@@ -70,7 +71,7 @@ impl QueueLine {
         QueueLine {
             store,
             rules: crate::config::Live::new(rules),
-            read: Mutex::new(None),
+            read: Latest::default(),
         }
     }
 
@@ -82,22 +83,19 @@ impl QueueLine {
     /// The positions of the waiting tasks, by `seq`, at most [`LINE_MAX_AGE`] old. Callers
     /// asking together share one read; a read that fails gives the last one (or none).
     pub async fn positions(&self) -> Positions {
-        let mut read = self.read.lock().await;
-        if let Some((at, positions)) = read.as_ref() {
-            if at.elapsed() < LINE_MAX_AGE {
-                return positions.clone();
-            }
-        }
-        let rules = self.rules.get();
-        match self.store.queue_order(LINE_COUNTED, &rules).await {
-            Ok(order) => {
-                let positions = Arc::new(Line::of(&order));
-                *read = Some((Instant::now(), positions.clone()));
-                positions
-            }
+        let (store, rules) = (self.store.clone(), self.rules.get());
+        let read = self
+            .read
+            .get(LINE_MAX_AGE, || async move {
+                let order = store.queue_order(LINE_COUNTED, &rules).await?;
+                Ok(Arc::new(Line::of(&order)))
+            })
+            .await;
+        match read {
+            Ok(positions) => positions,
             Err(e) => {
                 tracing::debug!(error = %e, "could not read the queue's order");
-                read.as_ref().map(|(_, p)| p.clone()).unwrap_or_default()
+                self.read.last().unwrap_or_default()
             }
         }
     }
@@ -147,6 +145,71 @@ pub fn waits(task: &Task) -> bool {
     )
 }
 
+/// A value read at most once per `max_age` for all who ask, the read shared while it runs.
+/// The read is driven by whichever of its waiters is polled: an event stream that began it may
+/// go unpolled while its connection writes to a client that reads nothing, and a lock held
+/// across the read would make every other stream wait on that one.
+struct Latest<T: Clone> {
+    state: Mutex<LatestState<T>>,
+}
+
+struct LatestState<T: Clone> {
+    last: Option<(Instant, T)>,
+    running: Option<Shared<BoxFuture<'static, StoreResult<T>>>>,
+}
+
+impl<T: Clone> Default for Latest<T> {
+    fn default() -> Self {
+        Latest {
+            state: Mutex::new(LatestState {
+                last: None,
+                running: None,
+            }),
+        }
+    }
+}
+
+impl<T: Clone + Send + Sync + 'static> Latest<T> {
+    /// The value, if read less than `max_age` ago; else the read under way, or one begun with
+    /// `read`.
+    async fn get<Fut>(&self, max_age: Duration, read: impl FnOnce() -> Fut) -> StoreResult<T>
+    where
+        Fut: Future<Output = StoreResult<T>> + Send + 'static,
+    {
+        let running = {
+            let mut state = self.lock();
+            if let Some((at, value)) = &state.last {
+                if at.elapsed() < max_age {
+                    return Ok(value.clone());
+                }
+            }
+            state
+                .running
+                .get_or_insert_with(|| read().boxed().shared())
+                .clone()
+        };
+        let result = running.clone().await;
+        let mut state = self.lock();
+        if state.running.as_ref().is_some_and(|r| r.ptr_eq(&running)) {
+            state.running = None;
+            if let Ok(value) = &result {
+                state.last = Some((Instant::now(), value.clone()));
+            }
+        }
+        result
+    }
+
+    /// The value last read, however old.
+    fn last(&self) -> Option<T> {
+        self.lock().last.as_ref().map(|(_, value)| value.clone())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, LatestState<T>> {
+        // No holder leaves the state half-changed.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,5 +231,70 @@ mod tests {
         assert_eq!([at(1), at(3), at(5)], [Some(0), Some(1), Some(2)]);
         assert_eq!([at(2), at(4)], [Some(1), Some(3)]);
         assert!(line.held(2) && line.held(4) && !line.held(3));
+    }
+
+    /// A stream that began the read may not be polled again for a long while: the next caller
+    /// finishes it, and the callers after take what it read.
+    #[tokio::test]
+    async fn a_read_whose_first_caller_is_left_unpolled_is_finished_by_the_next() {
+        let latest = Latest::<u32>::default();
+        let (open, gate) = tokio::sync::oneshot::channel::<()>();
+        let mut first = std::pin::pin!(latest.get(LINE_MAX_AGE, || async move {
+            let _ = gate.await;
+            Ok(7)
+        }));
+        assert!(
+            futures::poll!(first.as_mut()).is_pending(),
+            "the read began"
+        );
+        open.send(()).unwrap();
+        let next = tokio::time::timeout(
+            Duration::from_secs(5),
+            latest.get(LINE_MAX_AGE, || async {
+                panic!("the read is shared, not made again")
+            }),
+        )
+        .await;
+        assert!(
+            matches!(next, Ok(Ok(7))),
+            "the next caller finished the read"
+        );
+        let fresh = latest.get(LINE_MAX_AGE, || async { panic!("fresh: not read again") });
+        assert_eq!(fresh.await.unwrap(), 7);
+        assert_eq!(first.await.unwrap(), 7);
+    }
+
+    #[tokio::test]
+    async fn an_old_value_is_read_again_and_a_failed_read_keeps_the_last() {
+        let latest = Latest::<u32>::default();
+        assert_eq!(
+            latest
+                .get(Duration::ZERO, || async { Ok(1) })
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(
+            latest
+                .get(Duration::ZERO, || async { Ok(2) })
+                .await
+                .unwrap(),
+            2
+        );
+        let failed = latest
+            .get(Duration::ZERO, || async {
+                Err(crate::store::StoreError::unavailable("down"))
+            })
+            .await;
+        assert!(failed.is_err());
+        assert_eq!(latest.last(), Some(2));
+        assert_eq!(
+            latest
+                .get(Duration::ZERO, || async { Ok(3) })
+                .await
+                .unwrap(),
+            3,
+            "read again after a failure"
+        );
     }
 }
