@@ -235,25 +235,22 @@ mod tests {
     async fn a_read_whose_first_stream_is_left_unpolled_is_finished_by_the_next() {
         let memo = EventMemo::default();
         let e = event(5);
-        let (open, gate) = tokio::sync::oneshot::channel::<()>();
-        let mut first = std::pin::pin!(memo.read(&e, || async move {
-            let _ = gate.await;
-            Ok(None)
-        }));
-        assert!(
-            futures::poll!(first.as_mut()).is_pending(),
-            "the read began"
-        );
-        open.send(()).unwrap();
-        let next = tokio::time::timeout(
-            Duration::from_secs(5),
-            memo.read(&e, || async {
-                panic!("the read is shared, not made again")
-            }),
+        let (next, first) = crate::tasks::shared_read_tests::left_unpolled_then_next(
+            |gate| {
+                memo.read(&e, || async move {
+                    let _ = gate.await;
+                    Ok(None)
+                })
+            },
+            || {
+                memo.read(&e, || async {
+                    panic!("the read is shared, not made again")
+                })
+            },
         )
         .await;
         assert!(
-            matches!(next, Ok(Ok(None))),
+            matches!(next, Some(Ok(None))),
             "the next stream finished the read the first began"
         );
         assert!(matches!(first.await, Ok(None)));

@@ -172,3 +172,7 @@ impl Tasks {
         })
     }
 }
+
+/// For the tests of the reads shared by event streams (`event_memo`, `queue_position`).
+#[cfg(test)]
+pub(crate) mod shared_read_tests;

@@ -238,25 +238,22 @@ mod tests {
     #[tokio::test]
     async fn a_read_whose_first_caller_is_left_unpolled_is_finished_by_the_next() {
         let latest = Latest::<u32>::default();
-        let (open, gate) = tokio::sync::oneshot::channel::<()>();
-        let mut first = std::pin::pin!(latest.get(LINE_MAX_AGE, || async move {
-            let _ = gate.await;
-            Ok(7)
-        }));
-        assert!(
-            futures::poll!(first.as_mut()).is_pending(),
-            "the read began"
-        );
-        open.send(()).unwrap();
-        let next = tokio::time::timeout(
-            Duration::from_secs(5),
-            latest.get(LINE_MAX_AGE, || async {
-                panic!("the read is shared, not made again")
-            }),
+        let (next, first) = crate::tasks::shared_read_tests::left_unpolled_then_next(
+            |gate| {
+                latest.get(LINE_MAX_AGE, || async move {
+                    let _ = gate.await;
+                    Ok(7)
+                })
+            },
+            || {
+                latest.get(LINE_MAX_AGE, || async {
+                    panic!("the read is shared, not made again")
+                })
+            },
         )
         .await;
         assert!(
-            matches!(next, Ok(Ok(7))),
+            matches!(next, Some(Ok(7))),
             "the next caller finished the read"
         );
         let fresh = latest.get(LINE_MAX_AGE, || async { panic!("fresh: not read again") });
