@@ -57,10 +57,16 @@ impl<K, C> Default for Entries<K, C> {
     }
 }
 
+/// The key of `event`'s entries: its address, which every stream that hears it shares (the entry
+/// holds the event, so the address is not reused while the entry lives).
+fn address(event: &Arc<TaskEvent>) -> usize {
+    Arc::as_ptr(event) as usize
+}
+
 impl<C: Clone> Entries<usize, C> {
     /// The cell of `event`'s result, made by `make` if it has none.
     fn of_event(&self, event: &Arc<TaskEvent>, make: impl FnOnce() -> C) -> C {
-        self.cell(Arc::as_ptr(event) as usize, Some(event), make)
+        self.cell(address(event), Some(event), make)
     }
 }
 
@@ -137,9 +143,7 @@ impl EventMemo {
     where
         Fut: Future<Output = StoreResult<Option<Arc<Read>>>> + Send + 'static,
     {
-        self.reads
-            .shared(Arc::as_ptr(event) as usize, Some(event), read)
-            .await
+        self.reads.shared(address(event), Some(event), read).await
     }
 
     /// The page of the account's changes that the notice of new tasks numbered `nth` announces,

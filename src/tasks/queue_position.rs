@@ -83,12 +83,15 @@ impl QueueLine {
     /// The positions of the waiting tasks, by `seq`, at most [`LINE_MAX_AGE`] old. Callers
     /// asking together share one read; a read that fails gives the last one (or none).
     pub async fn positions(&self) -> Positions {
-        let (store, rules) = (self.store.clone(), self.rules.get());
         let read = self
             .read
-            .get(LINE_MAX_AGE, || async move {
-                let order = store.queue_order(LINE_COUNTED, &rules).await?;
-                Ok(Arc::new(Line::of(&order)))
+            .get(LINE_MAX_AGE, || {
+                // Taken only when a read begins: a fresh answer costs no clone.
+                let (store, rules) = (self.store.clone(), self.rules.get());
+                async move {
+                    let order = store.queue_order(LINE_COUNTED, &rules).await?;
+                    Ok(Arc::new(Line::of(&order)))
+                }
             })
             .await;
         match read {
