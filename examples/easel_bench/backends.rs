@@ -39,7 +39,9 @@ use crate::report::Row;
 use crate::Ctx;
 
 const BUSY_GOAL: f64 = 95.0;
-const OVERHEAD_GOAL_MS: f64 = 5.0;
+/// Issue 51's goal: easel's own time per task beyond the backend's and beyond the disk's part
+/// (the baseline measured in the same run), median, at 1024 px.
+const BEYOND_DISK_GOAL_MS: f64 = 2.0;
 /// The images' long side, px; and a small size, to tell easel's fixed cost per task (HTTP, the
 /// store, the files' fsyncs) from its image work (decoding, the grid, encoding).
 const IMAGE_SIZE: u32 = 512;
@@ -577,14 +579,27 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
             Some((d50, d90)) => row.baseline(&[d50, d90]),
             None => row,
         };
-        rows.push(if goal {
-            row.goal(
-                format!("< {OVERHEAD_GOAL_MS:.0} ms median"),
-                p50 < OVERHEAD_GOAL_MS,
-            )
-        } else {
-            row
-        });
+        rows.push(row);
+        // What is easel's own beyond the disk: the row's median less the disk's, both of this
+        // run. The disk alone is measured after the row, not per task, so medians are compared.
+        if let Some((d50, _)) = disk.filter(|_| goal) {
+            let beyond = p50 - d50;
+            rows.push(
+                Row::new(
+                    "backends",
+                    format!(
+                        "easel's own time per task beyond the backend's and beyond the disk \
+                         alone ({size} px, {format} answers): the row's p50 less the disk's"
+                    ),
+                    "ms",
+                )
+                .value(&[beyond])
+                .goal(
+                    format!("< {BEYOND_DISK_GOAL_MS:.0} ms"),
+                    beyond < BEYOND_DISK_GOAL_MS,
+                ),
+            );
+        }
         rows.push(
             Row::new(
                 "backends",
