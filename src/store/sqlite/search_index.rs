@@ -14,9 +14,12 @@ use super::SqliteStore;
 use crate::store::sql::{Durability, SqlStore};
 use crate::store::StoreResult;
 
-/// Most tasks indexed in one writer transaction: a backlog (a restore, a bulk import) is indexed
-/// in steps that other writes go between, each a few tens of milliseconds.
-const BATCH: i64 = 5000;
+/// Most tasks indexed in one writer transaction. Submits queued behind a batch wait for it, so
+/// it is kept to a few milliseconds: 5,000 held the writer long enough to show in the submits'
+/// p99 (docs/benchmarks.md, "The prompts' index and the submits' p99"), and FTS5 costs little
+/// more per task in batches of 1,000. A backlog (a restore, a bulk import) is indexed in steps
+/// that other writes go between.
+const BATCH: i64 = 1000;
 /// How often the indexer looks for tasks to index. Seldom enough that a busy writer indexes
 /// thousands at once, often enough that a search rarely has more than a moment's to do itself.
 const INDEX_EVERY: Duration = Duration::from_millis(500);
