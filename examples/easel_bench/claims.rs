@@ -3,7 +3,9 @@
 //! accounts of 100 each, drained by concurrent claimers, on SQLite and (when its server answers)
 //! PostgreSQL. The submits that fill the queue are timed too (the store's `submit`, concurrent
 //! callers). Issue 29's goal compares these with the same driver run on the revision before
-//! fair sharing (docs/benchmarks.md, "Fair sharing").
+//! fair sharing (docs/benchmarks.md, "Fair sharing"). On SQLite a third queue holds tasks with
+//! 4 KiB of metadata each, and every queue's claims also give the bytes the process wrote per
+//! claim (the WAL and the checkpoints): what a task's extras add to each update of its row.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,12 +26,17 @@ use crate::Ctx;
 const SUBMITTERS: usize = 16;
 const CLAIMERS: usize = 8;
 
-/// One queue's shape: this many accounts with this many pending tasks each.
+/// One queue's shape: this many accounts with this many pending tasks each, with or without
+/// [`METADATA_BYTES`] of metadata each.
 #[derive(Clone, Copy)]
 struct Shape {
     accounts: usize,
     each: usize,
+    metadata: bool,
 }
+
+/// The metadata of the queue that has some: an object just under the API's 4 KiB limit.
+const METADATA_BYTES: usize = 4096 - 64;
 
 pub async fn run(ctx: &Ctx, pg: Option<&str>) -> anyhow::Result<(Vec<Row>, Value)> {
     let dir = ctx.work.join("claims");
@@ -43,10 +50,17 @@ pub async fn run(ctx: &Ctx, pg: Option<&str>) -> anyhow::Result<(Vec<Row>, Value
         Shape {
             accounts: 1,
             each: total,
+            metadata: false,
         },
         Shape {
             accounts: 1000,
             each: total / 1000,
+            metadata: false,
+        },
+        Shape {
+            accounts: 1,
+            each: total,
+            metadata: true,
         },
     ];
     let mut rows = Vec::new();
@@ -59,7 +73,12 @@ pub async fn run(ctx: &Ctx, pg: Option<&str>) -> anyhow::Result<(Vec<Row>, Value
     };
     for store_name in stores {
         for shape in shapes {
-            let label = format!("{}x{}", shape.accounts, shape.each);
+            if shape.metadata && store_name != "sqlite" {
+                // PostgreSQL's server writes its files, not this process: no bytes to count.
+                continue;
+            }
+            let extra = if shape.metadata { "-metadata" } else { "" };
+            let label = format!("{}x{}{extra}", shape.accounts, shape.each);
             let stop = tokio_util::sync::CancellationToken::new();
             let (store, scratch) = match store_name {
                 "sqlite" => {
@@ -80,21 +99,37 @@ pub async fn run(ctx: &Ctx, pg: Option<&str>) -> anyhow::Result<(Vec<Row>, Value
                 }
             };
             let filled = fill(&store, shape).await?;
+            if store_name == "sqlite" {
+                // The submits' WAL into the database first, so that the bytes counted below
+                // are the claims' own and not the checkpoint of what filling wrote.
+                let pool = crate::open_db(&dir.join(&label).join("easel.db"), false).await?;
+                sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+                    .execute(&pool)
+                    .await?;
+                pool.close().await;
+            }
+            let written = written_bytes()?;
             let claimed = drain(&store, shape.accounts * shape.each).await?;
+            let written_per_claim =
+                (written_bytes()? - written) as f64 / (shape.accounts * shape.each) as f64;
             stop.cancel();
             store.close().await;
             if let Some(scratch) = scratch {
                 scratch.drop_db().await?;
             }
             println!(
-                "  {store_name}, {} accounts x {}: submits {:.0}/s, claims {:.0}/s",
-                shape.accounts, shape.each, filled, claimed
+                "  {store_name}, {} accounts x {}{extra}: submits {:.0}/s, claims {:.0}/s, \
+                 {:.0} bytes written per claim",
+                shape.accounts, shape.each, filled, claimed, written_per_claim
             );
-            let shape_text = if shape.accounts == 1 {
+            let mut shape_text = if shape.accounts == 1 {
                 format!("1 account with {}", shape.each)
             } else {
                 format!("{} accounts with {} each", shape.accounts, shape.each)
             };
+            if shape.metadata {
+                shape_text.push_str(", each with 4 KiB of metadata,");
+            }
             rows.push(
                 Row::new(
                     "claims",
@@ -103,6 +138,19 @@ pub async fn run(ctx: &Ctx, pg: Option<&str>) -> anyhow::Result<(Vec<Row>, Value
                 )
                 .value(&[claimed]),
             );
+            if store_name == "sqlite" {
+                rows.push(
+                    Row::new(
+                        "claims",
+                        format!(
+                            "claims, sqlite, {shape_text} pending: bytes the process wrote per \
+                             claim (WAL and checkpoints)"
+                        ),
+                        "bytes",
+                    )
+                    .value(&[written_per_claim]),
+                );
+            }
             rows.push(
                 Row::new(
                     "claims",
@@ -113,7 +161,9 @@ pub async fn run(ctx: &Ctx, pg: Option<&str>) -> anyhow::Result<(Vec<Row>, Value
             );
             details.push(json!({
                 "store": store_name, "accounts": shape.accounts, "each": shape.each,
+                "metadata_bytes": if shape.metadata { METADATA_BYTES } else { 0 },
                 "submits_per_sec": filled, "claims_per_sec": claimed,
+                "written_bytes_per_claim": written_per_claim,
             }));
         }
     }
@@ -165,7 +215,15 @@ async fn fill(store: &SharedStore, shape: Shape) -> anyhow::Result<f64> {
                     return Ok::<_, anyhow::Error>(());
                 }
                 let key = &keys[n % keys.len()];
-                let done = store.submit(&bench_task(), key, &u32::MAX.into()).await?;
+                let mut task = bench_task();
+                if shape.metadata {
+                    let note = "x".repeat(METADATA_BYTES - 16);
+                    task.extras.metadata = Some(
+                        easel::domain::Metadata::parse(json!({ "note": note }))
+                            .map_err(anyhow::Error::msg)?,
+                    );
+                }
+                let done = store.submit(&task, key, &u32::MAX.into()).await?;
                 anyhow::ensure!(
                     matches!(done, Submitted::Queued { .. }),
                     "the store refused a submit: {done:?}"
@@ -177,6 +235,16 @@ async fn fill(store: &SharedStore, shape: Shape) -> anyhow::Result<f64> {
         done??;
     }
     Ok(total as f64 / started.elapsed().as_secs_f64())
+}
+
+/// The bytes this process has caused to be written to storage (`/proc/self/io`): with SQLite
+/// in-process, its WAL and its checkpoints.
+fn written_bytes() -> anyhow::Result<u64> {
+    let io = std::fs::read_to_string("/proc/self/io")?;
+    io.lines()
+        .find_map(|line| line.strip_prefix("write_bytes: "))
+        .and_then(|n| n.trim().parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no write_bytes in /proc/self/io"))
 }
 
 /// Claim `total` tasks from concurrent claimers; claims per second.

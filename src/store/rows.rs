@@ -23,6 +23,11 @@ const LEGACY_ID: Sql = Sql::each("t.id", "NULL::text");
 const PARENT_LEGACY_ID: Sql = Sql::each("p.id", "NULL::text");
 /// The parent task, for its legacy id (SQLite only).
 const PARENT: Sql = Sql::each(" LEFT JOIN tasks p ON p.seq = t.parent_seq", "");
+/// A task's extras: SQLite keeps them in a table of their own (its migration 0026), out of the
+/// row that every update of the task rewrites; PostgreSQL in the row, where TOAST keeps a large
+/// value out of line and an update carries it over unchanged.
+const EXTRAS: Sql = Sql::each("x.extras", "t.extras");
+const EXTRAS_JOIN: Sql = Sql::each(" LEFT JOIN task_extras x ON x.seq = t.seq", "");
 /// A task's image keys as JSON text: SQLite keeps them so, PostgreSQL as an array.
 pub(crate) const IMAGE_KEYS: Sql = Sql::each("t.image_keys", "array_to_json(t.image_keys)::text");
 
@@ -36,16 +41,20 @@ pub(crate) const TASK_COLUMNS: Sql = sql!(
     " AS parent_legacy_id, t.status, t.percentage, t.prompt, t.aspect_ratio, t.process_mode,
      t.seed, t.attempts, t.created_at, t.started_at, t.finished_at, t.grid_key, ",
     IMAGE_KEYS,
-    " AS image_keys, t.result, t.error, t.webhook_url, t.extras, d.status AS wh_status,
+    " AS image_keys, t.result, t.error, t.webhook_url, ",
+    EXTRAS,
+    " AS extras, d.status AS wh_status,
      d.attempts AS wh_attempts, d.last_status_code AS wh_last_status_code,
      d.last_error AS wh_last_error, d.next_attempt_at AS wh_next_attempt_at, t.data_removed_at,
      t.event_seq, t.preview_key, t.retry_attempt, t.retry_error, t.cost, t.usage_backend,
      t.usage_model, t.backend_ms, t.usage_images, t.usage_pixels"
 );
-/// What [`TASK_COLUMNS`] reads beside `tasks t`: its delivery, and on SQLite its parent.
+/// What [`TASK_COLUMNS`] reads beside `tasks t`: its delivery, and on SQLite its parent and its
+/// extras.
 pub(crate) const TASK_JOINS: Sql = sql!(
     " LEFT JOIN webhook_deliveries d ON d.task_seq = t.seq",
-    PARENT
+    PARENT,
+    EXTRAS_JOIN
 );
 
 /// A task's row, with its delivery's, as the reads select it.

@@ -12,6 +12,65 @@ use serde_json::{json, Value};
 const LONG: Duration = Duration::from_secs(30);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extras_stored_in_the_tasks_row_before_sqlites_migration_0026_move_out_and_are_kept() {
+    if crate::common::sqlite_only("SQLite's migration that moves extras out of the tasks' rows") {
+        return;
+    }
+    let (dir, url, mut conn) = crate::common::database_before(26).await;
+    for statement in [
+        "INSERT INTO accounts (id, email, signing_secret, created_at)
+         VALUES ('acct-1', 'old@example.com', 's', 0)",
+        // A task with extras and one without, as the release before the migration stored them.
+        r#"INSERT INTO tasks (account_id, task_type, status, priority, prompt, aspect_ratio,
+             process_mode, seed, created_at, extras)
+         VALUES ('acct-1', 'imagine', 'pending', 1, 'an old lighthouse', '1:1', 'fast', 1, 0,
+             '{"metadata":{"order":"A-1","lines":[1,2]}}'),
+             ('acct-1', 'imagine', 'pending', 1, 'an old harbour', '1:1', 'fast', 2, 1, NULL)"#,
+    ] {
+        sqlx::query(statement).execute(&mut conn).await.unwrap();
+    }
+    drop(conn);
+    let mut config = crate::common::test_config(dir.path());
+    config.database.url = Some(url);
+    let app = TestApp::start(dir, config).await;
+    let key = easel::auth::create_key(app.store.as_ref(), "acct-1", "old")
+        .await
+        .unwrap();
+    // Both ran (the worker read the moved extras with the claim) and keep what they had.
+    let (status, page) = app.get_as(&key, "/api/v1/tasks").await;
+    assert_eq!(status, 200, "{page}");
+    for task in page["tasks"].as_array().unwrap() {
+        let id = task["task_id"].as_str().unwrap();
+        let record = app.wait_final_as(&key, id, LONG).await;
+        assert_eq!(record["status"], "finished", "{record}");
+        match record["prompt"].as_str().unwrap() {
+            "an old lighthouse" => {
+                assert_eq!(record["metadata"], json!({"order": "A-1", "lines": [1, 2]}))
+            }
+            _ => assert!(record.get("metadata").is_none(), "{record}"),
+        }
+    }
+    // A new task's extras go to their own table too; the tasks' rows have no column for them.
+    let body = json!({"prompt": "a new lighthouse", "metadata": {"order": "B-2"}});
+    let (status, answer) = app.post_as(&key, "/api/v1/imagine", &body).await;
+    assert_eq!(status, 200, "{answer}");
+    let mut db = crate::common::database(&app.config).await;
+    let (column, rows): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT COUNT(*) FROM pragma_table_info('tasks') WHERE name = 'extras'),
+                (SELECT COUNT(*) FROM task_extras)",
+    )
+    .fetch_one(&mut db)
+    .await
+    .unwrap();
+    assert_eq!((column, rows), (0, 2));
+    let record = app
+        .wait_final_as(&key, answer["task_id"].as_str().unwrap(), LONG)
+        .await;
+    assert_eq!(record["metadata"], json!({"order": "B-2"}));
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metadata_comes_back_unchanged_in_the_record_and_every_webhook() {
     let receiver = Receiver::start(vec![Behaviour::Status(200)]).await;
     let app = TestApp::spawn_with(|c| c.worker.blocked_terms = vec!["forbidden".into()]).await;

@@ -157,7 +157,13 @@ async fn without_webhook_events_every_final_event_is_delivered_and_nothing_more_
 
     // Stored alike: the default writes nothing of its own.
     let mut db = common::database(&app.config).await;
-    let extras: Vec<Option<String>> = sqlx::query("SELECT extras FROM tasks ORDER BY seq")
+    // SQLite keeps a task's extras in a table of their own, PostgreSQL in the task's row.
+    let read = if common::on_postgres() {
+        "SELECT extras FROM tasks ORDER BY seq"
+    } else {
+        "SELECT x.extras FROM tasks t LEFT JOIN task_extras x ON x.seq = t.seq ORDER BY t.seq"
+    };
+    let extras: Vec<Option<String>> = sqlx::query(read)
         .fetch_all(&mut db)
         .await
         .unwrap()

@@ -26,9 +26,10 @@ use crate::store::{StoreResult, TaskFilter};
 /// without the index (docs/benchmarks.md, "Search").
 pub(crate) const WINDOW: i64 = 5000;
 
-/// The model in a task's settings (`Extras`' JSON, kept as text by both stores).
+/// The model in a task's settings (`Extras`' JSON, kept as text by both stores; on SQLite in
+/// `task_extras`, which [`TASK_JOINS`] joins as `x`).
 pub(crate) const MODEL: Sql = Sql::each(
-    "json_extract(t.extras, '$.settings.model')",
+    "json_extract(x.extras, '$.settings.model')",
     "(t.extras::jsonb #>> '{settings,model}')",
 );
 

@@ -26,7 +26,8 @@ fn claim_sql(one_mode: bool, limited: bool) -> String {
                       ORDER BY t.priority, t.turn, t.seq LIMIT 1)
          RETURNING seq, id, account_id, task_type, params, prompt, aspect_ratio,
              seed, attempts, parent_seq,
-             (SELECT p.id FROM tasks p WHERE p.seq = tasks.parent_seq), extras, priority, turn"
+             (SELECT p.id FROM tasks p WHERE p.seq = tasks.parent_seq),
+             (SELECT x.extras FROM task_extras x WHERE x.seq = tasks.seq), priority, turn"
     )
 }
 

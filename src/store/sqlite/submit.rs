@@ -162,11 +162,13 @@ pub(super) fn apply_submits(
             .map(|&(t, _, account, _, _)| (account, t.priority)),
     )?;
     let mut turn = turns.iter();
+    // The extras' stored forms, kept alive beside the borrowed values of both inserts.
+    let extras: Vec<Option<String>> = rows.iter().map(|(t, ..)| t.extras.to_column()).collect();
     for (k, chunk) in chunks(&rows, INSERT_CHUNK_MAX) {
         let mut insert = conn.prepare_cached(&INSERT_TASKS[k])?;
-        let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 17);
+        let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 16);
         // The stored forms of the typed fields, kept alive beside the borrowed values.
-        type Stored<'a> = (&'a str, Option<String>, String, &'a str, Option<String>);
+        type Stored<'a> = (&'a str, Option<String>, String, &'a str);
         let stored: Vec<Stored> = chunk
             .iter()
             .map(|(t, _, _, _, _)| {
@@ -175,14 +177,11 @@ pub(super) fn apply_submits(
                     t.operation.to_params(),
                     t.aspect_ratio.to_string(),
                     t.process_mode.as_str(),
-                    t.extras.to_column(),
                 )
             })
             .collect();
-        for (
-            (t, seq, account, charged, key_id),
-            (task_type, params, aspect_ratio, process_mode, extras),
-        ) in chunk.iter().zip(&stored)
+        for ((t, seq, account, charged, key_id), (task_type, params, aspect_ratio, process_mode)) in
+            chunk.iter().zip(&stored)
         {
             values.extend_from_slice(&[
                 seq as &dyn rusqlite::ToSql,
@@ -199,12 +198,25 @@ pub(super) fn apply_submits(
                 &t.webhook_url,
                 &t.webhook_secret,
                 charged,
-                extras,
                 turn.next().expect("a turn per row"),
                 key_id,
             ]);
         }
         insert.execute(rusqlite::params_from_iter(values))?;
+    }
+    // Extras in their own table, out of the row that every later update of the task rewrites.
+    let with_extras: Vec<(&i64, &String)> = rows
+        .iter()
+        .zip(&extras)
+        .filter_map(|((_, seq, ..), extras)| extras.as_ref().map(|e| (seq, e)))
+        .collect();
+    for (k, chunk) in chunks(&with_extras, INSERT_CHUNK_MAX) {
+        let values: Vec<&dyn rusqlite::ToSql> = chunk
+            .iter()
+            .flat_map(|(seq, extras)| [*seq as &dyn rusqlite::ToSql, *extras])
+            .collect();
+        conn.prepare_cached(&INSERT_EXTRAS[k])?
+            .execute(rusqlite::params_from_iter(values))?;
     }
     // The group's seqs run from `last + 1` to `next_seq` with no gap.
     let seqs: Vec<i64> = (last + 1..=next_seq).collect();
@@ -422,16 +434,28 @@ const INSERT_CHUNK_MAX: usize = 64;
 
 /// The `INSERT` for 2^k tasks at index k, bound parameters only, in `apply_submits`' order.
 static INSERT_TASKS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
-    let row = "(?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    let row = "(?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     (0..=INSERT_CHUNK_MAX.ilog2())
         .map(|k| {
             format!(
                 "INSERT INTO tasks (seq, account_id, task_type, params, parent_seq, status,
                      priority, prompt,
                      aspect_ratio, process_mode, seed, created_at, webhook_url, webhook_secret,
-                     cost, extras, turn, key_id)
+                     cost, turn, key_id)
                  VALUES {}",
                 vec![row; 1 << k].join(", ")
+            )
+        })
+        .collect()
+});
+
+/// The `INSERT` of 2^k tasks' extras at index k.
+static INSERT_EXTRAS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+    (0..=INSERT_CHUNK_MAX.ilog2())
+        .map(|k| {
+            format!(
+                "INSERT INTO task_extras (seq, extras) VALUES {}",
+                vec!["(?, ?)"; 1 << k].join(", ")
             )
         })
         .collect()
@@ -445,5 +469,7 @@ mod tests {
     fn there_is_an_insert_per_chunk_size() {
         assert_eq!(INSERT_TASKS.len(), 7);
         assert_eq!(INSERT_TASKS[2].matches("'pending'").count(), 4);
+        assert_eq!(INSERT_EXTRAS.len(), 7);
+        assert_eq!(INSERT_EXTRAS[2].matches("(?, ?)").count(), 4);
     }
 }

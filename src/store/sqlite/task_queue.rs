@@ -329,7 +329,9 @@ impl TaskQueue for SqliteStore {
                 type Exhausted = (i64, Option<String>, String, i64, Option<String>);
                 let exhausted: Vec<Exhausted> = conn
                     .prepare_cached(&format!(
-                        "SELECT seq, id, task_type, attempts, extras FROM tasks
+                        "SELECT seq, id, task_type, attempts,
+                             (SELECT x.extras FROM task_extras x WHERE x.seq = tasks.seq)
+                         FROM tasks
                          WHERE status IN {ACTIVE} AND lease_expires_at < ? AND attempts >= ?
                          LIMIT 500"
                     ))?
