@@ -23,6 +23,13 @@ const BATCH: i64 = 1000;
 /// How often the indexer looks for tasks to index. Seldom enough that a busy writer indexes
 /// thousands at once, often enough that a search rarely has more than a moment's to do itself.
 const INDEX_EVERY: Duration = Duration::from_millis(500);
+/// Most pages of the index one merge step writes. FTS5's own merging (off since migration 0027)
+/// ran inside a batch and held the writer tens of milliseconds at a time; steps of this size
+/// took a few each, and one after each batch kept up with batches of [`BATCH`] short prompts
+/// (docs/benchmarks.md, "The prompts' index: merges in steps").
+const MERGE_PAGES: i64 = 16;
+/// Most merge steps the indexer takes after a look's batches, each in its own transaction.
+const MERGE_STEPS_MAX: usize = 64;
 
 /// Whether tasks are stored above the mark, read on a reader (no writer's turn when idle).
 const BEHIND: &str = "SELECT COALESCE((SELECT max(seq) FROM tasks), 0)
@@ -54,32 +61,66 @@ fn index_batch(conn: &Connection) -> rusqlite::Result<bool> {
     Ok(taken == BATCH)
 }
 
+/// One step of merging the index's segments, of at most [`MERGE_PAGES`] pages; whether it found
+/// anything to merge (FTS5 tells by the changes it counts: two or more when it merged).
+fn merge_step(conn: &Connection) -> rusqlite::Result<bool> {
+    let before = conn.total_changes();
+    conn.prepare_cached("INSERT INTO tasks_search (tasks_search, rank) VALUES ('merge', ?1)")?
+        .execute([MERGE_PAGES])?;
+    Ok(conn.total_changes() - before >= 2)
+}
+
 impl SqliteStore {
-    /// Index every task stored so far, a batch per writer transaction. Nothing to do (the usual
-    /// case) costs one read.
-    pub(super) async fn index_stored_tasks(&self) -> StoreResult<()> {
+    /// Index every task stored so far, a batch per writer transaction, each followed by a merge
+    /// step in a transaction of its own, so that segments never pile up to the point where FTS5
+    /// merges a whole level in one go. Nothing to do (the usual case) costs one read; whether
+    /// anything was indexed.
+    pub(super) async fn index_stored_tasks(&self) -> StoreResult<bool> {
         let (behind,): (i64,) = self.reader().one(BEHIND, &[]).await?;
         if behind == 0 {
-            return Ok(());
+            return Ok(false);
         }
         // The index is a copy of what `tasks` holds: a power loss that forgets a batch forgets
         // the mark's move with it, so there is nothing to fsync.
-        while self
-            .writer
-            .call(Durability::Committed, |conn| Ok(index_batch(conn)?))
-            .await?
-        {}
-        Ok(())
+        loop {
+            let more = self
+                .writer
+                .call(Durability::Committed, |conn| Ok(index_batch(conn)?))
+                .await?;
+            self.merge_step().await?;
+            if !more {
+                return Ok(true);
+            }
+        }
     }
 
-    /// Index what submits stored, every [`INDEX_EVERY`], until `stop`.
+    async fn merge_step(&self) -> StoreResult<bool> {
+        self.writer
+            .call(Durability::Committed, |conn| Ok(merge_step(conn)?))
+            .await
+    }
+
+    /// Index what submits stored, every [`INDEX_EVERY`], until `stop`; after a look that
+    /// indexed something, the merging that is left, a step at a time.
     pub(super) async fn run_indexer(&self, stop: CancellationToken) {
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(INDEX_EVERY) => {}
                 _ = stop.cancelled() => return,
             }
-            if let Err(e) = self.index_stored_tasks().await {
+            let mut look = self.index_stored_tasks().await;
+            if let Ok(true) = look {
+                for _ in 0..MERGE_STEPS_MAX {
+                    match self.merge_step().await {
+                        Ok(true) => {}
+                        done => {
+                            look = done;
+                            break;
+                        }
+                    }
+                }
+            }
+            if let Err(e) = look {
                 crate::metrics::store_error("search_index", e.kind());
                 tracing::warn!(error = %e, "could not index the prompts of new tasks yet");
             }
@@ -101,6 +142,7 @@ mod tests {
         for migration in [
             include_str!("../../../migrations/sqlite/0024_task_search.sql"),
             include_str!("../../../migrations/sqlite/0025_search_behind_the_writer.sql"),
+            include_str!("../../../migrations/sqlite/0027_search_merges_in_steps.sql"),
         ] {
             conn.execute_batch(migration).unwrap();
         }
@@ -141,6 +183,51 @@ mod tests {
         );
         assert_eq!(found(&conn, "fox").len() as i64, BATCH + 10);
         assert_eq!(found(&conn, "\"7\""), vec![7]);
+    }
+
+    /// How many segments the index holds: the distinct segment ids of the rows of its `%_data`
+    /// table past the two of its own (FTS5 keeps a segment's id above bit 37 of a page's rowid).
+    fn segments(conn: &Connection) -> i64 {
+        conn.query_row(
+            "SELECT count(DISTINCT id >> 37) FROM tasks_search_data WHERE id > 10",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn fts5_merges_only_in_the_indexers_steps_which_end_when_nothing_is_left() {
+        let conn = database();
+        let automerge: i64 = conn
+            .query_row(
+                "SELECT v FROM tasks_search_config WHERE k = 'automerge'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(automerge, 0, "the migration turns FTS5's own merging off");
+        // Twelve small batches, each its own transaction: twelve segments, none merged.
+        for n in 0..12 {
+            insert(&conn, n * 100 + 1, n * 100 + 100);
+            assert!(!index_batch(&conn).unwrap());
+        }
+        let unmerged = segments(&conn);
+        assert!(unmerged >= 12, "{unmerged} segments");
+        // The steps merge them, and say when there is nothing left to merge.
+        let mut steps = 0;
+        while merge_step(&conn).unwrap() {
+            steps += 1;
+            assert!(steps < 1000, "merging never ends");
+        }
+        assert!(steps > 0);
+        assert!(segments(&conn) < unmerged, "{} segments", segments(&conn));
+        assert!(
+            !merge_step(&conn).unwrap(),
+            "a step with nothing to do says so"
+        );
+        assert_eq!(found(&conn, "fox").len(), 1200);
+        assert_eq!(found(&conn, "\"1111\""), vec![1111]);
     }
 
     #[test]

@@ -127,7 +127,7 @@ impl SqlStore for SqliteStore {
     }
 
     async fn search_caught_up(&self) -> StoreResult<()> {
-        self.index_stored_tasks().await
+        self.index_stored_tasks().await.map(|_| ())
     }
 
     /// Close the readers, then the writer once it has applied what was queued.
