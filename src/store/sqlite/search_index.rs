@@ -100,6 +100,17 @@ impl SqliteStore {
             .await
     }
 
+    /// The merging left after a look's batches, a step per transaction, until FTS5 finds nothing
+    /// to merge or [`MERGE_STEPS_MAX`] steps are taken (the next look goes on).
+    async fn merge_left(&self) -> StoreResult<()> {
+        for _ in 0..MERGE_STEPS_MAX {
+            if !self.merge_step().await? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// Index what submits stored, every [`INDEX_EVERY`], until `stop`; after a look that
     /// indexed something, the merging that is left, a step at a time.
     pub(super) async fn run_indexer(&self, stop: CancellationToken) {
@@ -108,18 +119,10 @@ impl SqliteStore {
                 _ = tokio::time::sleep(INDEX_EVERY) => {}
                 _ = stop.cancelled() => return,
             }
-            let mut look = self.index_stored_tasks().await;
-            if let Ok(true) = look {
-                for _ in 0..MERGE_STEPS_MAX {
-                    match self.merge_step().await {
-                        Ok(true) => {}
-                        done => {
-                            look = done;
-                            break;
-                        }
-                    }
-                }
-            }
+            let look = match self.index_stored_tasks().await {
+                Ok(true) => self.merge_left().await,
+                other => other.map(|_| ()),
+            };
             if let Err(e) = look {
                 crate::metrics::store_error("search_index", e.kind());
                 tracing::warn!(error = %e, "could not index the prompts of new tasks yet");

@@ -162,8 +162,6 @@ pub(super) fn apply_submits(
             .map(|&(t, _, account, _, _)| (account, t.priority)),
     )?;
     let mut turn = turns.iter();
-    // The extras' stored forms, kept alive beside the borrowed values of both inserts.
-    let extras: Vec<Option<String>> = rows.iter().map(|(t, ..)| t.extras.to_column()).collect();
     for (k, chunk) in chunks(&rows, INSERT_CHUNK_MAX) {
         let mut insert = conn.prepare_cached(&INSERT_TASKS[k])?;
         let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 16);
@@ -205,15 +203,14 @@ pub(super) fn apply_submits(
         insert.execute(rusqlite::params_from_iter(values))?;
     }
     // Extras in their own table, out of the row that every later update of the task rewrites.
-    let with_extras: Vec<(&i64, &String)> = rows
+    let with_extras: Vec<(i64, String)> = rows
         .iter()
-        .zip(&extras)
-        .filter_map(|((_, seq, ..), extras)| extras.as_ref().map(|e| (seq, e)))
+        .filter_map(|(t, seq, ..)| t.extras.to_column().map(|e| (*seq, e)))
         .collect();
     for (k, chunk) in chunks(&with_extras, INSERT_CHUNK_MAX) {
         let values: Vec<&dyn rusqlite::ToSql> = chunk
             .iter()
-            .flat_map(|(seq, extras)| [*seq as &dyn rusqlite::ToSql, *extras])
+            .flat_map(|(seq, extras)| [seq as &dyn rusqlite::ToSql, extras])
             .collect();
         conn.prepare_cached(&INSERT_EXTRAS[k])?
             .execute(rusqlite::params_from_iter(values))?;
