@@ -41,9 +41,15 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
         .pool_max_idle_per_host(WAITERS)
         .timeout(Duration::from_secs(120))
         .build()?;
+    // The submits keep no connection open: a kept one would be counted idle and then taken by a
+    // waiter, and the count of connections below would fall one short.
+    let submitter = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(120))
+        .build()?;
     let mut ids = Vec::with_capacity(TASKS);
     for i in 0..TASKS {
-        let answer: Value = http
+        let answer: Value = submitter
             .post(server.url("/api/v1/imagine"))
             .header("Authorization", &key)
             .json(&json!({ "prompt": format!("a task to wait on, {i}") }))
@@ -54,9 +60,20 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
             .await?;
         ids.push(answer["task_id"].as_str().context("a task id")?.to_string());
     }
+    drop(submitter);
     let pid = server.pid();
-    let fds = || std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count());
-    let fds_idle = fds()?;
+    // The server's sockets, not all its files: SQLite's and the log's come and go on their own.
+    let sockets = || open_sockets(pid);
+    let mut sockets_idle = sockets()?;
+    // The submits' connections are closed by the server once it reads their ends.
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = sockets()?;
+        if now == sockets_idle {
+            break;
+        }
+        sockets_idle = now;
+    }
 
     // Idle: the same server, nothing waiting, over the same window.
     let mem_before = server.mem()?;
@@ -87,11 +104,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
     }
     // Every connection accepted, then a moment for the requests to be read and registered.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while fds()? < fds_idle + WAITERS {
+    while sockets()? < sockets_idle + WAITERS {
         ensure!(
             Instant::now() < deadline,
             "only {} of {WAITERS} connections reached the server within 60 s",
-            fds()?.saturating_sub(fds_idle)
+            sockets()?.saturating_sub(sockets_idle)
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -183,6 +200,19 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
         "answered_after_cancel_ms": { "p50": p50, "p99": p99, "max": answered_ms.last() },
     });
     Ok((rows, details))
+}
+
+/// How many sockets process `pid` holds open.
+fn open_sockets(pid: u32) -> anyhow::Result<usize> {
+    let mut n = 0;
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+        // A file closed between the listing and the look is not a socket.
+        let Ok(target) = std::fs::read_link(fd?.path()) else {
+            continue;
+        };
+        n += usize::from(target.to_string_lossy().starts_with("socket:"));
+    }
+    Ok(n)
 }
 
 /// Let this process (and the server it starts, which inherits it) open `want` files: the soft
