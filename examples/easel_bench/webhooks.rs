@@ -194,6 +194,18 @@ pub async fn prefill(
             .await?;
         payloads.push(payload);
     }
+    // Indexed as easel indexes its tasks, long before their webhooks are due: left to easel's
+    // indexer, they would be indexed while the deliveries drain, at their cost (issue 51's
+    // profile: 5% of easel's samples in FTS5 during a 150,000 delivery run).
+    sqlx::query(
+        "INSERT INTO tasks_search (rowid, prompt, owner)
+         SELECT seq, prompt, replace(account_id, '-', '') FROM tasks",
+    )
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("UPDATE tasks_search_done SET seq = (SELECT max(seq) FROM tasks)")
+        .execute(&mut *tx)
+        .await?;
     tx.commit().await?;
     sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
         .execute(&mut conn)
