@@ -233,6 +233,102 @@ mod tests {
         assert_eq!(found(&conn, "\"1111\""), vec![1111]);
     }
 
+    /// Tasks `from..=to` of `account` in a store's real `tasks` table.
+    fn store_tasks(conn: &Connection, account: &str, from: i64, to: i64) -> rusqlite::Result<()> {
+        conn.execute(
+            "WITH RECURSIVE n(i) AS (SELECT ?1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
+             INSERT INTO tasks (seq, account_id, task_type, status, priority, prompt,
+                 aspect_ratio, process_mode, seed, created_at)
+             SELECT i, ?3, 'imagine', 'finished', 1, 'a red fox number ' || i, '1:1', 'fast',
+                 i, 0 FROM n",
+            rusqlite::params![from, to, account],
+        )?;
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_look_that_indexed_merges_what_is_left_until_nothing_is() {
+        use crate::store::Accounts;
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("easel.db").display());
+        let store = SqliteStore::open(&url, false).await.unwrap();
+        let account = store
+            .ensure_account("merges@example.com", "whsec_test")
+            .await
+            .unwrap()
+            .id;
+        // Twelve batches indexed without the merge steps that follow them: twelve segments.
+        for n in 0..12 {
+            let account = account.clone();
+            let write = move |conn: &Connection| {
+                store_tasks(conn, &account, n * BATCH + 1, (n + 1) * BATCH)?;
+                Ok(index_batch(conn)?)
+            };
+            let full = store
+                .writer
+                .call(Durability::Committed, write)
+                .await
+                .unwrap();
+            assert!(full, "a whole batch says more may wait");
+        }
+        // And one more batch stored, for the indexer's next look to find.
+        let write =
+            move |conn: &Connection| Ok(store_tasks(conn, &account, 12 * BATCH + 1, 13 * BATCH)?);
+        store
+            .writer
+            .call(Durability::Committed, write)
+            .await
+            .unwrap();
+        let read = |conn: &Connection| {
+            let mark: i64 =
+                conn.query_row("SELECT seq FROM tasks_search_done", [], |r| r.get(0))?;
+            Ok((mark, segments(conn)))
+        };
+        let (_, unmerged) = store
+            .writer
+            .call(Durability::Committed, read)
+            .await
+            .unwrap();
+        assert!(unmerged >= 12, "{unmerged} segments");
+
+        // The indexer's look: the batch, its step, then the steps left. It is over once the
+        // mark has moved and the segments stay as they are for a while (a step takes a few ms).
+        let stop = CancellationToken::new();
+        let look = async {
+            let mut last = None;
+            loop {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let now = store
+                    .writer
+                    .call(Durability::Committed, read)
+                    .await
+                    .unwrap();
+                if now.0 == 13 * BATCH && last == Some(now) {
+                    return now.1;
+                }
+                last = Some(now);
+            }
+        };
+        let merged = tokio::select! {
+            () = store.run_indexer(stop.clone()) => unreachable!("not stopped"),
+            merged = tokio::time::timeout(Duration::from_secs(60), look) => {
+                merged.expect("the indexer's look ends")
+            }
+        };
+        assert!(merged < unmerged, "{merged} segments of {unmerged}");
+        let (left, found) = store
+            .writer
+            .call(Durability::Committed, |conn: &Connection| {
+                let left = merge_step(conn)?;
+                let found: Vec<i64> = found(conn, "fox");
+                Ok((left, found.len()))
+            })
+            .await
+            .unwrap();
+        assert!(!left, "the look left segments to merge");
+        assert_eq!(found, 13 * BATCH as usize);
+    }
+
     #[test]
     fn removing_or_changing_a_task_reaches_the_index_only_once_it_is_in_it() {
         let conn = database();
