@@ -92,8 +92,15 @@ pub trait TaskQueue: Send + Sync {
             .await
     }
 
-    /// Move a claimed task to `processing`. False when the claim is no longer ours.
-    async fn mark_processing(&self, seq: i64, attempt: i64, lease_ms: i64) -> StoreResult<bool>;
+    /// Move a claimed task to `processing`: its new version, or None when the claim is no longer
+    /// ours. The worker's live progress carries that version, so that a stream which has said
+    /// the processing state does not drop it as older.
+    async fn mark_processing(
+        &self,
+        seq: i64,
+        attempt: i64,
+        lease_ms: i64,
+    ) -> StoreResult<Option<i64>>;
 
     /// Renew the lease; with `progress`, also store it, which gives the task a new version and
     /// tells its listeners (on every node). None when the claim is no longer ours, else the

@@ -179,8 +179,13 @@ impl Reporter {
                     let lease_ms = self.config.worker.lease.as_millis() as i64;
                     match self.store.mark_processing(self.seq, self.attempt, lease_ms).await
                     {
-                        Ok(true) => {}
-                        Ok(false) => {
+                        // Known before any progress is told: a preview whose write hangs keeps
+                        // this loop from hearing the change, and progress told under an older
+                        // version is dropped by every stream that has said this one.
+                        Ok(Some(version)) => {
+                            shared.version.fetch_max(version, Ordering::Relaxed);
+                        }
+                        Ok(None) => {
                             tracing::warn!("claim gone before processing started (canceled, or lease lost)");
                             self.lost.cancel();
                             return;

@@ -277,7 +277,7 @@ async fn every_change_after_a_claim_is_fenced_by_its_attempt(s: &SharedStore) {
     assert_eq!(second.attempts, 2);
     let seq = second.seq;
     // The first worker, back from the dead, changes nothing.
-    assert!(!s.mark_processing(seq, 1, 60_000).await.unwrap());
+    assert!(s.mark_processing(seq, 1, 60_000).await.unwrap().is_none());
     assert!(s
         .heartbeat(seq, 1, 60_000, Some(&progress(50)))
         .await
@@ -289,7 +289,18 @@ async fn every_change_after_a_claim_is_fenced_by_its_attempt(s: &SharedStore) {
         .unwrap());
     assert!(!s.release_task(seq, 1).await.unwrap());
     // The second goes on.
-    assert!(s.mark_processing(seq, 2, 60_000).await.unwrap());
+    // The version it answers is the processing state's, newer than the claim's.
+    let claimed = s.task_for_account(&account, &id).await.unwrap().unwrap();
+    let version = s.mark_processing(seq, 2, 60_000).await.unwrap();
+    let marked = s.task_for_account(&account, &id).await.unwrap().unwrap();
+    assert_eq!(marked.status, TaskStatus::Processing);
+    assert_eq!(version, Some(marked.version));
+    assert!(
+        marked.version > claimed.version,
+        "{} after {}",
+        marked.version,
+        claimed.version
+    );
     assert!(s
         .heartbeat(seq, 2, 60_000, Some(&progress(40)))
         .await
@@ -1583,7 +1594,8 @@ async fn a_cancel_ends_a_queued_or_claimed_task_once_refunds_it_and_fences_out_i
     assert!(s
         .mark_processing(claim.seq, claim.attempts, 60_000)
         .await
-        .unwrap());
+        .unwrap()
+        .is_some());
     assert!(s
         .heartbeat(claim.seq, claim.attempts, 60_000, Some(&progress(30)))
         .await
@@ -1910,7 +1922,7 @@ async fn a_failed_backend_attempt_is_stored_and_told_with_the_progress_until_cle
             .await
             .expect("the listener is up");
     }
-    assert!(s.mark_processing(seq, 1, 60_000).await.unwrap());
+    assert!(s.mark_processing(seq, 1, 60_000).await.unwrap().is_some());
     // The error has spaces and the preview a key: both must come back whole, also through
     // PostgreSQL's notification.
     let failed = Retrying::new(2, "the backend answered HTTP 503: went down");
@@ -1958,7 +1970,8 @@ async fn a_failed_backend_attempt_is_stored_and_told_with_the_progress_until_cle
     assert!(s
         .mark_processing(seq, again.attempts, 60_000)
         .await
-        .unwrap());
+        .unwrap()
+        .is_some());
     let task = s.task_for_account(&account, &id).await.unwrap().unwrap();
     assert_eq!((task.status, task.retrying), (TaskStatus::Processing, None));
     // Only a running task says it: once ended, not.

@@ -259,7 +259,11 @@ async fn a_stale_worker_cannot_overwrite_a_newer_attempt_and_lost_tasks_fail_aft
         !store.complete_task(seq, 1, &stale).await.unwrap(),
         "fenced"
     );
-    assert!(store.mark_processing(seq, 2, 60_000).await.unwrap());
+    assert!(store
+        .mark_processing(seq, 2, 60_000)
+        .await
+        .unwrap()
+        .is_some());
     let done = ending(Outcome::Finished(Output::Grid {
         grid_key: "u".into(),
         image_keys: vec!["a".into(); 4],

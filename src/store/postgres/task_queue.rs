@@ -115,22 +115,26 @@ impl TaskQueue for PgStore {
         self.claim(owner, lease_ms, rules).await
     }
 
-    async fn mark_processing(&self, seq: i64, attempt: i64, lease_ms: i64) -> StoreResult<bool> {
-        let changed = sqlx::query(&format!(
+    async fn mark_processing(
+        &self,
+        seq: i64,
+        attempt: i64,
+        lease_ms: i64,
+    ) -> StoreResult<Option<i64>> {
+        Ok(sqlx::query_scalar(&format!(
             "WITH changed AS (
                  UPDATE tasks SET status = 'processing', lease_expires_at = $1,
                      event_seq = nextval('task_seq')
                  WHERE seq = $2 AND attempts = $3 AND status = 'starting'
                  RETURNING seq, event_seq, account_id)
-             SELECT {} FROM changed",
+             SELECT event_seq, {} FROM changed",
             changed_note_sql(TaskStatus::Processing)
         ))
         .bind(now_ms() + lease_ms)
         .bind(seq)
         .bind(attempt)
-        .execute(&self.pool)
-        .await?;
-        Ok(changed.rows_affected() == 1)
+        .fetch_optional(&self.pool)
+        .await?)
     }
 
     async fn heartbeat(

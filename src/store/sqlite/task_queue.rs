@@ -159,7 +159,12 @@ impl TaskQueue for SqliteStore {
         self.claim(owner, lease_ms, rules).await
     }
 
-    async fn mark_processing(&self, seq: i64, attempt: i64, lease_ms: i64) -> StoreResult<bool> {
+    async fn mark_processing(
+        &self,
+        seq: i64,
+        attempt: i64,
+        lease_ms: i64,
+    ) -> StoreResult<Option<i64>> {
         let changed = self
             .writer
             .call(Durability::Committed, move |conn| {
@@ -179,10 +184,10 @@ impl TaskQueue for SqliteStore {
             })
             .await?;
         let Some((account, version)) = changed else {
-            return Ok(false);
+            return Ok(None);
         };
         self.changed(seq, &account, version, TaskStatus::Processing);
-        Ok(true)
+        Ok(Some(version))
     }
 
     async fn heartbeat(
