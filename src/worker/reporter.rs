@@ -400,3 +400,138 @@ impl Reporter {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::images::{PreviewImage, RgbaImage};
+    use crate::store::{NewTask, Submitted};
+
+    /// A preview already drawn when a backend takes the job is written at once, and here its
+    /// write hangs (an object store that takes the connection and never answers), so the keeper
+    /// hears no change until it gives up. The progress told meanwhile still carries the version
+    /// of the processing state: a stream that has said that state drops anything older.
+    #[tokio::test]
+    async fn progress_told_while_the_first_preview_hangs_carries_the_processing_version() {
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", silent.local_addr().unwrap());
+        let _silent = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((connection, _)) = silent.accept().await {
+                held.push(connection);
+            }
+        });
+        // Credentials of no one: the requests go to the silent listener above.
+        static CREDENTIALS: std::sync::Once = std::sync::Once::new();
+        CREDENTIALS.call_once(|| {
+            if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
+                std::env::set_var("AWS_ACCESS_KEY_ID", "easel-test");
+                std::env::set_var("AWS_SECRET_ACCESS_KEY", "easel-test");
+            }
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let blobs = Blobs::open(
+            &crate::config::Blobs {
+                store: crate::config::BlobStoreKind::S3,
+                s3_bucket: Some("previews-never-land".into()),
+                s3_endpoint: Some(endpoint),
+                s3_path_style: true,
+                ..Default::default()
+            },
+            dir.path(),
+            crate::config::SqliteSynchronous::Normal,
+            "http://127.0.0.1",
+        )
+        .await
+        .unwrap();
+        let url = format!("sqlite://{}", dir.path().join("easel.db").display());
+        let store: SharedStore = std::sync::Arc::new(
+            crate::store::sqlite::SqliteStore::open(&url, false)
+                .await
+                .unwrap(),
+        );
+        let account = store
+            .ensure_account("reporter@example.com", "whsec_test")
+            .await
+            .unwrap();
+        let key = crate::auth::create_key(store.as_ref(), &account.id, "test")
+            .await
+            .unwrap();
+        let task = NewTask {
+            operation: crate::domain::Operation::Imagine,
+            prompt: "a kite over dunes".into(),
+            aspect_ratio: crate::domain::AspectRatio::SQUARE,
+            process_mode: crate::domain::ProcessMode::Fast,
+            priority: 1,
+            seed: 7,
+            parent_seq: None,
+            webhook_url: None,
+            webhook_secret: None,
+            cost: 0,
+            idempotency: None,
+            extras: Default::default(),
+        };
+        let submitted = store
+            .submit(&task, &crate::auth::hash_key(&key), &100.into())
+            .await
+            .unwrap();
+        assert!(
+            matches!(submitted, Submitted::Queued { .. }),
+            "{submitted:?}"
+        );
+        let claimed = store.claim_task("w", 60_000).await.unwrap().unwrap();
+
+        // The first image drawn and a step reported before the backend is said to take the job.
+        let progress = Progress::in_line_since(std::time::Instant::now());
+        progress.preview(PreviewImage::Pixels(RgbaImage::new(64, 64)));
+        progress.report(20);
+        let mut listener = store
+            .wakeups()
+            .events
+            .listen_task(claimed.seq, Some(&claimed.account_id));
+        let stop = CancellationToken::new();
+        let reporter = tokio::spawn(
+            Reporter {
+                store: store.clone(),
+                blobs,
+                config: std::sync::Arc::new(Config::default()),
+                seq: claimed.seq,
+                attempt: claimed.attempts,
+                account_id: claimed.account_id.as_str().into(),
+                progress: progress.clone(),
+                lost: CancellationToken::new(),
+                preview_folder: Blobs::new_folder(&claimed.id),
+                hooks: None,
+                stop: stop.clone(),
+            }
+            .run(),
+        );
+        progress.start();
+
+        let told = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                if let Heard::Event(event) = listener.next().await {
+                    if let Happened::Progress { live: true, .. } = event.what {
+                        return event;
+                    }
+                }
+            }
+        })
+        .await
+        .expect("the progress is told while the preview's write hangs");
+        let id = store.task_id(claimed.seq);
+        let record = store
+            .task_for_account(&claimed.account_id, &id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(record.status, crate::domain::TaskStatus::Processing);
+        assert!(
+            told.version >= record.version,
+            "told at version {} where the processing state is at {}",
+            told.version,
+            record.version
+        );
+        reporter.abort();
+    }
+}
