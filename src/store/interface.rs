@@ -92,7 +92,8 @@ pub trait TaskQueue: Send + Sync {
             .await
     }
 
-    /// Move a claimed task to `processing`: its new version, or None when the claim is no longer
+    /// Move a claimed task to `processing` with the `percentage` its job has reached (kept if
+    /// the row's is higher), in one write: its new version, or None when the claim is no longer
     /// ours. The worker's live progress carries that version, so that a stream which has said
     /// the processing state does not drop it as older.
     async fn mark_processing(
@@ -100,6 +101,7 @@ pub trait TaskQueue: Send + Sync {
         seq: i64,
         attempt: i64,
         lease_ms: i64,
+        percentage: i64,
     ) -> StoreResult<Option<i64>>;
 
     /// Renew the lease; with `progress`, also store it, which gives the task a new version and

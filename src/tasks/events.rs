@@ -563,6 +563,15 @@ impl EventStream {
         self.said.high = self.said.high.max(task.version);
         if task.has_ended() {
             self.said.progress.remove(&task.seq);
+        } else if task.status == TaskStatus::Processing {
+            // What its record said: live progress that says the same again is not sent (the
+            // worker tells the progress it stored with the processing state once more).
+            let said = (
+                task.percentage,
+                task.preview_key.clone(),
+                task.retrying.clone(),
+            );
+            self.said.progress.insert(task.seq, said);
         }
         if !waits(task) {
             self.said.waiting.remove(&task.seq);

@@ -177,13 +177,27 @@ impl Reporter {
                 _ = self.progress.started(), if !kept.processing => {
                     kept.processing = true;
                     let lease_ms = self.config.worker.lease.as_millis() as i64;
-                    match self.store.mark_processing(self.seq, self.attempt, lease_ms).await
-                    {
+                    // What the job reached while it found a backend (its inputs read) goes in
+                    // the same write as the state: no second write of it right after.
+                    let percentage = self.progress.get().min(99);
+                    let marked = self
+                        .store
+                        .mark_processing(self.seq, self.attempt, lease_ms, percentage)
+                        .await;
+                    match marked {
                         // Known before any progress is told: a preview whose write hangs keeps
                         // this loop from hearing the change, and progress told under an older
                         // version is dropped by every stream that has said this one.
                         Ok(Some(version)) => {
                             shared.version.fetch_max(version, Ordering::Relaxed);
+                            // The claim cleared the preview and any failed attempt. A store,
+                            // so the next is a second away, as any store's next is.
+                            kept.stored = Some(StoredProgress {
+                                percentage,
+                                preview_key: None,
+                                retrying: None,
+                            });
+                            kept.stored_at = Some(Instant::now());
                         }
                         Ok(None) => {
                             tracing::warn!("claim gone before processing started (canceled, or lease lost)");

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend_mocks::openai::OpenAiMock;
 use crate::backend_mocks::sdwebui::{start_webui, WebUi};
 use crate::common::{self, wait_for, TestApp};
 use serde_json::{json, Value};
@@ -135,15 +136,28 @@ fn check_life(events: &[Ev], task_id: &str) {
     assert_eq!(last.data["image_urls"].as_array().map(Vec::len), Some(4));
     let mut seen = 0;
     let mut high = 0;
+    // The percentage and preview said last of the running task: progress says something new.
+    let mut said = None;
     for ev in events {
         assert_eq!(ev.data["task_id"], task_id);
         assert!(version(&ev.id) >= high, "ids never go back: {events:?}");
         high = version(&ev.id);
-        if ev.event == "progress" && ev.data["status"] == "processing" {
-            let p = percentage(ev);
-            assert!(p >= seen && p < 100, "progress moves on: {events:?}");
-            seen = p;
+        if ev.data["status"] != "processing" {
+            continue;
         }
+        let now = (percentage(ev), ev.data["preview_image_url"].clone());
+        if ev.event == "progress" {
+            assert!(
+                now.0 >= seen && now.0 < 100,
+                "progress moves on: {events:?}"
+            );
+            assert!(
+                said.as_ref() != Some(&now),
+                "said twice: {ev:?} in {events:?}"
+            );
+            seen = now.0;
+        }
+        said = Some(now);
     }
     assert!(
         events
@@ -442,6 +456,58 @@ async fn a_waiting_task_has_its_place_in_line_which_moves_as_the_line_does() {
     assert_eq!(moved.data["status"], "pending");
     let (_, record) = app.get(&format!("/api/v1/tasks/{}", ids[2])).await;
     assert_eq!(record["queue_position"], 1);
+}
+
+/// A backend that tells no progress of its own (OpenAI's images API): the task turns
+/// `processing` with the 10% its inputs reached, in that one write, and a stream that saw it
+/// coming says the 10% once, in the processing record, not again as progress.
+#[tokio::test]
+async fn processing_is_said_with_the_progress_reached_and_that_progress_not_again() {
+    let mock = Arc::new(OpenAiMock {
+        delay: Duration::from_millis(300),
+        ..OpenAiMock::default()
+    });
+    let url = mock.start().await;
+    let app = TestApp::spawn_with(move |c| {
+        c.backends = vec![serde_json::from_value(json!({
+            "name": "oa", "kind": "openai", "url": url, "concurrency": 1, "timeout": "20s",
+        }))
+        .unwrap()];
+    })
+    .await;
+    let (status, stream) = Events::open(&app, &app.key, "/api/v1/events", None).await;
+    assert_eq!(status, 200);
+    let mut stream = stream.unwrap();
+    let id = app.imagine(json!({"prompt": "a harbour"})).await;
+    let mut events = Vec::new();
+    while events
+        .last()
+        .is_none_or(|e: &Ev| e.data["status"] != "finished")
+    {
+        let ev = stream
+            .next(Duration::from_secs(20))
+            .await
+            .expect("the task's events");
+        if ev.data["task_id"] == id.as_str() {
+            events.push(ev);
+        }
+    }
+    let processing = events
+        .iter()
+        .find(|e| e.data["status"] == "processing")
+        .expect("a processing state");
+    assert_eq!(
+        (processing.event.as_str(), percentage(processing)),
+        ("task", 10),
+        "{events:?}"
+    );
+    let told: Vec<i64> = events
+        .iter()
+        .filter(|e| e.event == "progress" && e.data["status"] == "processing")
+        .map(percentage)
+        .collect();
+    assert!(!told.contains(&10), "10% said twice: {events:?}");
+    check_life(&events, &id);
 }
 
 #[tokio::test]

@@ -277,7 +277,11 @@ async fn every_change_after_a_claim_is_fenced_by_its_attempt(s: &SharedStore) {
     assert_eq!(second.attempts, 2);
     let seq = second.seq;
     // The first worker, back from the dead, changes nothing.
-    assert!(s.mark_processing(seq, 1, 60_000).await.unwrap().is_none());
+    assert!(s
+        .mark_processing(seq, 1, 60_000, 0)
+        .await
+        .unwrap()
+        .is_none());
     assert!(s
         .heartbeat(seq, 1, 60_000, Some(&progress(50)))
         .await
@@ -288,12 +292,15 @@ async fn every_change_after_a_claim_is_fenced_by_its_attempt(s: &SharedStore) {
         .await
         .unwrap());
     assert!(!s.release_task(seq, 1).await.unwrap());
-    // The second goes on.
-    // The version it answers is the processing state's, newer than the claim's.
+    // The second goes on, marked processing with the progress its job has reached, in one
+    // write whose version it answers (newer than the claim's).
     let claimed = s.task_for_account(&account, &id).await.unwrap().unwrap();
-    let version = s.mark_processing(seq, 2, 60_000).await.unwrap();
+    let version = s.mark_processing(seq, 2, 60_000, 10).await.unwrap();
     let marked = s.task_for_account(&account, &id).await.unwrap().unwrap();
-    assert_eq!(marked.status, TaskStatus::Processing);
+    assert_eq!(
+        (marked.status, marked.percentage),
+        (TaskStatus::Processing, 10)
+    );
     assert_eq!(version, Some(marked.version));
     assert!(
         marked.version > claimed.version,
@@ -1592,7 +1599,7 @@ async fn a_cancel_ends_a_queued_or_claimed_task_once_refunds_it_and_fences_out_i
     let id = queued(s, &charged, &key).await;
     let claim = s.claim_task("w", 60_000).await.unwrap().unwrap();
     assert!(s
-        .mark_processing(claim.seq, claim.attempts, 60_000)
+        .mark_processing(claim.seq, claim.attempts, 60_000, 0)
         .await
         .unwrap()
         .is_some());
@@ -1922,7 +1929,11 @@ async fn a_failed_backend_attempt_is_stored_and_told_with_the_progress_until_cle
             .await
             .expect("the listener is up");
     }
-    assert!(s.mark_processing(seq, 1, 60_000).await.unwrap().is_some());
+    assert!(s
+        .mark_processing(seq, 1, 60_000, 0)
+        .await
+        .unwrap()
+        .is_some());
     // The error has spaces and the preview a key: both must come back whole, also through
     // PostgreSQL's notification.
     let failed = Retrying::new(2, "the backend answered HTTP 503: went down");
@@ -1968,7 +1979,7 @@ async fn a_failed_backend_attempt_is_stored_and_told_with_the_progress_until_cle
     let again = s.claim_task("w", 60_000).await.unwrap().unwrap();
     assert_eq!(again.seq, seq);
     assert!(s
-        .mark_processing(seq, again.attempts, 60_000)
+        .mark_processing(seq, again.attempts, 60_000, 0)
         .await
         .unwrap()
         .is_some());

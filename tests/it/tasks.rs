@@ -260,7 +260,7 @@ async fn a_stale_worker_cannot_overwrite_a_newer_attempt_and_lost_tasks_fail_aft
         "fenced"
     );
     assert!(store
-        .mark_processing(seq, 2, 60_000)
+        .mark_processing(seq, 2, 60_000, 0)
         .await
         .unwrap()
         .is_some());

@@ -120,11 +120,12 @@ impl TaskQueue for PgStore {
         seq: i64,
         attempt: i64,
         lease_ms: i64,
+        percentage: i64,
     ) -> StoreResult<Option<i64>> {
         Ok(sqlx::query_scalar(&format!(
             "WITH changed AS (
                  UPDATE tasks SET status = 'processing', lease_expires_at = $1,
-                     event_seq = nextval('task_seq')
+                     event_seq = nextval('task_seq'), percentage = GREATEST(percentage, $4)
                  WHERE seq = $2 AND attempts = $3 AND status = 'starting'
                  RETURNING seq, event_seq, account_id)
              SELECT event_seq, {} FROM changed",
@@ -133,6 +134,7 @@ impl TaskQueue for PgStore {
         .bind(now_ms() + lease_ms)
         .bind(seq)
         .bind(attempt)
+        .bind(percentage.clamp(0, 99))
         .fetch_optional(&self.pool)
         .await?)
     }

@@ -164,7 +164,9 @@ impl TaskQueue for SqliteStore {
         seq: i64,
         attempt: i64,
         lease_ms: i64,
+        percentage: i64,
     ) -> StoreResult<Option<i64>> {
+        let percentage = percentage.clamp(0, 99);
         let changed = self
             .writer
             .call(Durability::Committed, move |conn| {
@@ -172,13 +174,14 @@ impl TaskQueue for SqliteStore {
                 let account: Option<String> = conn
                     .prepare_cached(
                         "UPDATE tasks SET status = 'processing', lease_expires_at = ?,
-                             event_seq = ?
+                             event_seq = ?, percentage = MAX(percentage, ?)
                          WHERE seq = ? AND attempts = ? AND status = 'starting'
                          RETURNING account_id",
                     )?
-                    .query_row(params![now_ms() + lease_ms, version, seq, attempt], |r| {
-                        r.get(0)
-                    })
+                    .query_row(
+                        params![now_ms() + lease_ms, version, percentage, seq, attempt],
+                        |r| r.get(0),
+                    )
                     .optional()?;
                 Ok(account.map(|account| (account, version)))
             })
