@@ -421,10 +421,12 @@ mod tests {
     use crate::images::{PreviewImage, RgbaImage};
     use crate::store::{NewTask, Submitted};
 
-    /// A preview already drawn when a backend takes the job is written at once, and here its
-    /// write hangs (an object store that takes the connection and never answers), so the keeper
-    /// hears no change until it gives up. The progress told meanwhile still carries the version
-    /// of the processing state: a stream that has said that state drops anything older.
+    /// A preview drawn before a backend takes the job is written at the keeper's first store,
+    /// and here its write hangs (an object store that takes the connection and never answers).
+    /// The progress is told all the same, with at least the processing state's version: a
+    /// stream that has said that state drops anything older. (Before processing was stored with
+    /// its progress, that store came at once, before the keeper had heard of the processing
+    /// state, and the progress went out under the claim's version.)
     #[tokio::test]
     async fn progress_told_while_the_first_preview_hangs_carries_the_processing_version() {
         let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
