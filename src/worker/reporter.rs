@@ -191,7 +191,8 @@ impl Reporter {
                         Ok(Some(version)) => {
                             shared.version.fetch_max(version, Ordering::Relaxed);
                             // The claim cleared the preview and any failed attempt. A store,
-                            // so the next is a second away, as any store's next is.
+                            // so the next is a second away, as any store's next is (but for
+                            // the first preview).
                             kept.stored = Some(StoredProgress {
                                 percentage,
                                 preview_key: None,
@@ -296,8 +297,11 @@ impl Reporter {
         if !changed {
             return Stored::Unchanged;
         }
+        // The task's first preview goes out at once, not a second after the processing state
+        // was stored; every later store waits its second.
+        let first_preview = kept.previews == 0 && self.progress.has_preview();
         if let Some(next) = kept.stored_at.map(|at| at + STORE_EVERY) {
-            if next > now {
+            if next > now && !first_preview {
                 return Stored::Later(next);
             }
         }
@@ -421,12 +425,11 @@ mod tests {
     use crate::images::{PreviewImage, RgbaImage};
     use crate::store::{NewTask, Submitted};
 
-    /// A preview drawn before a backend takes the job is written at the keeper's first store,
-    /// and here its write hangs (an object store that takes the connection and never answers).
-    /// The progress is told all the same, with at least the processing state's version: a
-    /// stream that has said that state drops anything older. (Before processing was stored with
-    /// its progress, that store came at once, before the keeper had heard of the processing
-    /// state, and the progress went out under the claim's version.)
+    /// A preview drawn before a backend takes the job is written at once, right after the
+    /// processing state is stored, and here its write hangs (an object store that takes the
+    /// connection and never answers): the keeper hears no change until it gives up. The
+    /// progress told meanwhile still carries the version of the processing state: a stream
+    /// that has said that state drops anything older.
     #[tokio::test]
     async fn progress_told_while_the_first_preview_hangs_carries_the_processing_version() {
         let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
