@@ -191,14 +191,15 @@ impl Reporter {
                         Ok(Some(version)) => {
                             shared.version.fetch_max(version, Ordering::Relaxed);
                             // The claim cleared the preview and any failed attempt. A store,
-                            // so the next is a second away, as any store's next is (but for
-                            // the first preview).
+                            // so the next is a second away, as any store's next is; a preview
+                            // already drawn goes out at once, as the first store took it.
                             kept.stored = Some(StoredProgress {
                                 percentage,
                                 preview_key: None,
                                 retrying: None,
                             });
-                            kept.stored_at = Some(Instant::now());
+                            kept.stored_at =
+                                (!self.progress.has_preview()).then(Instant::now);
                         }
                         Ok(None) => {
                             tracing::warn!("claim gone before processing started (canceled, or lease lost)");
@@ -297,11 +298,8 @@ impl Reporter {
         if !changed {
             return Stored::Unchanged;
         }
-        // The task's first preview goes out at once, not a second after the processing state
-        // was stored; every later store waits its second.
-        let first_preview = kept.previews == 0 && self.progress.has_preview();
         if let Some(next) = kept.stored_at.map(|at| at + STORE_EVERY) {
-            if next > now && !first_preview {
+            if next > now {
                 return Stored::Later(next);
             }
         }
