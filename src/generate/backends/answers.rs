@@ -4,11 +4,21 @@
 
 use std::borrow::Cow;
 
+use serde::Deserialize;
+
 use crate::generate::{ops, Answered, GenerateError};
 use crate::images::inputs::{decode, probe, InputLimits};
 use crate::images::parallel::side_by_side;
 use crate::images::stored::{self, Kept, StoredImage};
 use crate::images::RgbaImage;
+
+/// The base64 text of an image in a JSON answer, as bytes: borrowed from the answer's body where
+/// it needed no unescaping, and never checked for UTF-8 (a pass over megabytes that the base64
+/// decoder's check of every byte makes needless). A field of `Option<Cow<str>>` would be neither:
+/// serde borrows a `Cow` only when it is the field's whole type.
+#[derive(Deserialize)]
+#[serde(transparent)]
+pub struct Base64Text<'a>(#[serde(borrow)] pub Cow<'a, [u8]>);
 
 /// Decode an image a backend made, under the input limits: a malformed one is the backend's
 /// fault, never a panic.
@@ -94,4 +104,38 @@ pub async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|e| GenerateError::Failed(format!("image work crashed: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_text_is_borrowed_from_the_body_unless_it_was_escaped() {
+        #[derive(Deserialize)]
+        struct Item<'a> {
+            #[serde(default, borrow)]
+            b64_json: Option<Base64Text<'a>>,
+        }
+        let body = br#"[{"b64_json": "aGVsbG8="}, {"b64_json": "a\/b+"}, {"b64_json": null}, {}]"#;
+        let items: Vec<Item> = serde_json::from_slice(body).unwrap();
+        let text = |i: usize| items[i].b64_json.as_ref().map(|t| &t.0);
+        match text(0) {
+            Some(Cow::Borrowed(b)) => {
+                assert_eq!(*b, b"aGVsbG8=");
+                let at = b.as_ptr() as usize - body.as_ptr() as usize;
+                assert_eq!(&body[at..at + b.len()], *b, "a slice of the body itself");
+            }
+            other => panic!("not borrowed: {other:?}"),
+        }
+        assert!(
+            matches!(text(1), Some(Cow::Owned(b)) if b == b"a/b+"),
+            "an escaped text is unescaped: {:?}",
+            text(1)
+        );
+        assert!(text(2).is_none() && text(3).is_none());
+        // Not a string at all: the backend's answer is malformed, and says where.
+        let wrong = serde_json::from_slice::<Vec<Item>>(br#"[{"b64_json": 7}]"#);
+        assert!(wrong.is_err());
+    }
 }

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use super::family::Family;
 use crate::config::backends::Dialect;
-use crate::generate::backends::answers::blocking;
+use crate::generate::backends::answers::{blocking, Base64Text};
 use crate::generate::backends::edits::size_for;
 use crate::generate::backends::http::{excerpt, http_client, status_error, transport_error};
 use crate::generate::backends::sdcpp;
@@ -254,9 +254,9 @@ impl Client {
             .into_iter()
             .enumerate()
             .map(|(i, item)| match (item.b64_json, item.url) {
-                (Some(b64), _) => Ok(Answer::Base64(match b64 {
-                    Cow::Borrowed(b64) => body.slice_ref(b64.as_bytes()),
-                    // Escaped (`\/`): unescaped into a string of its own.
+                (Some(Base64Text(b64)), _) => Ok(Answer::Base64(match b64 {
+                    Cow::Borrowed(b64) => body.slice_ref(b64),
+                    // Escaped (`\/`): unescaped into bytes of their own.
                     Cow::Owned(b64) => b64.into(),
                 })),
                 (None, Some(url)) => Ok(Answer::Url(url)),
@@ -380,7 +380,7 @@ struct ImagesAnswer<'a> {
 #[derive(Deserialize)]
 struct ImageItem<'a> {
     #[serde(default, borrow)]
-    b64_json: Option<Cow<'a, str>>,
+    b64_json: Option<Base64Text<'a>>,
     #[serde(default)]
     url: Option<String>,
 }
@@ -412,4 +412,21 @@ fn png_part(png: Vec<u8>, file_name: &'static str) -> Result<Part, GenerateError
         .file_name(file_name)
         .mime_str("image/png")
         .map_err(|e| GenerateError::Failed(format!("cannot build the form: {e}")))
+}
+
+#[cfg(test)]
+mod answer_tests {
+    use super::*;
+
+    /// The images' base64 is read where it lies in the answer's body: no copy of megabytes.
+    #[test]
+    fn the_images_base64_is_a_slice_of_the_body() {
+        let body = br#"{"created": 1, "data": [{"b64_json": "aGVsbG8=", "revised_prompt": "x"}]}"#;
+        let answer: ImagesAnswer = serde_json::from_slice(body).unwrap();
+        let Some(Base64Text(Cow::Borrowed(b64))) = &answer.data[0].b64_json else {
+            panic!("the base64 was copied out of the body");
+        };
+        assert_eq!(*b64, b"aGVsbG8=");
+        assert!(body.as_ptr_range().contains(&b64.as_ptr()));
+    }
 }

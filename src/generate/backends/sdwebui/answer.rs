@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::plan::BATCH;
 use std::borrow::Cow;
 
-use crate::generate::backends::answers::{keep_each, keep_output, resize_all};
+use crate::generate::backends::answers::{keep_each, keep_output, resize_all, Base64Text};
 use crate::generate::{Answered, GenerateError, Product};
 
 /// Most images of one answer decoded: the four asked for, and room for the extras a WebUI adds
@@ -52,18 +52,21 @@ pub(super) fn current_image(body: &[u8]) -> Option<String> {
 /// The image bytes of a `current_image`, when it is base64 of something that looks like an
 /// image file (its decoding, under limits, is the worker's); `None` for anything else.
 pub(super) fn preview_bytes(text: &str) -> Option<Vec<u8>> {
-    let bytes = unbase64(text).ok()?;
+    let bytes = unbase64(text.as_bytes()).ok()?;
     image::guess_format(&bytes).ok().map(|_| bytes)
 }
 
 /// Base64, perhaps as a data URL, with or without padding (the forgiving decoding of the web's
 /// `atob`, which also passes over whitespace).
-fn unbase64(text: &str) -> Result<Vec<u8>, base64_simd::Error> {
-    let text = match text.strip_prefix("data:") {
-        Some(url) => url.split_once(',').map_or("", |(_, data)| data),
+fn unbase64(text: &[u8]) -> Result<Vec<u8>, base64_simd::Error> {
+    let text = match text.strip_prefix(b"data:") {
+        Some(url) => url
+            .iter()
+            .position(|&b| b == b',')
+            .map_or(&[][..], |comma| &url[comma + 1..]),
         None => text,
     };
-    base64_simd::forgiving_decode_to_vec(text.as_bytes())
+    base64_simd::forgiving_decode_to_vec(text)
 }
 
 pub(super) fn parse<'a, T: Deserialize<'a>>(answer: &'a [u8]) -> Result<T, GenerateError> {
@@ -72,7 +75,7 @@ pub(super) fn parse<'a, T: Deserialize<'a>>(answer: &'a [u8]) -> Result<T, Gener
 }
 
 /// An image file the WebUI sent: base64, perhaps as a data URL.
-fn file_of(text: &str, what: &str) -> Result<Vec<u8>, GenerateError> {
+fn file_of(text: &[u8], what: &str) -> Result<Vec<u8>, GenerateError> {
     unbase64(text)
         .map_err(|e| GenerateError::Failed(format!("{what} from the backend is not base64: {e}")))
 }
@@ -88,9 +91,9 @@ pub(super) fn images_product(
     backend: &str,
 ) -> Result<Product, GenerateError> {
     #[derive(Deserialize)]
-    struct Answer {
-        #[serde(default)]
-        images: Option<Vec<String>>,
+    struct Answer<'a> {
+        #[serde(default, borrow)]
+        images: Option<Vec<Base64Text<'a>>>,
         #[serde(default)]
         info: Option<Value>,
     }
@@ -104,7 +107,7 @@ pub(super) fn images_product(
     }
     // Each decoded from base64 on its own thread, beside the others.
     let sent = &sent[..sent.len().min(MAX_DECODED)];
-    let mut images = keep_each(sent, |text, what| file_of(text, what).map(Cow::Owned))?;
+    let mut images = keep_each(sent, |text, what| file_of(&text.0, what).map(Cow::Owned))?;
     let size = Answered::size;
     let chosen = images
         .iter()
@@ -154,13 +157,13 @@ pub(super) fn seeds_of(info: &Value) -> Option<Vec<i64>> {
 
 pub(super) fn upscale_product(answer: &[u8]) -> Result<Product, GenerateError> {
     #[derive(Deserialize)]
-    struct Answer {
-        #[serde(default)]
-        image: Option<String>,
+    struct Answer<'a> {
+        #[serde(default, borrow)]
+        image: Option<Base64Text<'a>>,
     }
     let answer: Answer = parse(answer)?;
-    match answer.image.filter(|i| !i.is_empty()) {
-        Some(text) => {
+    match answer.image.filter(|i| !i.0.is_empty()) {
+        Some(Base64Text(text)) => {
             let what = "the upscaled image";
             Ok(Product::from_answer(keep_output(
                 Cow::Owned(file_of(&text, what)?),
