@@ -373,7 +373,7 @@ pub async fn submit(
     // Held until the store has answered, and let go on every way out of this function.
     let held = idempotency.held()?;
     let body = match (alias, JsonObject::from_request(req, &state).await) {
-        (Some(alias), Ok(given)) => alias.translate(&state, &key, given).await,
+        (Some(alias), Ok(given)) => Box::pin(alias.translate(&state, &key, given)).await,
         (_, body) => body,
     };
     let keyed = idempotency::keyed(&state, held.as_ref(), kind.as_str(), &body);
@@ -400,26 +400,42 @@ pub async fn submit(
             _ => return Ok(idempotency::replay(status, body)),
         },
     };
-    let accepted = || {
-        let task_ids = None;
-        Json(Accepted { task_id, task_ids }).into_response()
-    };
     let Some(secs) = wait else {
-        return Ok(accepted());
+        return Ok(accepted(task_id));
     };
+    // Boxed, as the alias's translation: a path that few submits take leaves the future of
+    // every submit (which axum moves whole, more than once) the smaller.
+    Ok(Box::pin(waited(&state, &key, task_id, secs, replayed.is_some())).await)
+}
+
+/// The answer of a submit without a wait: the task's id.
+fn accepted(task_id: Uuid) -> Response {
+    let task_ids = None;
+    Json(Accepted { task_id, task_ids }).into_response()
+}
+
+/// The answer of a submit with `Prefer: wait`, once its task is stored: the task's record once
+/// it has ended or the wait is over.
+async fn waited(
+    state: &AppState,
+    key: &PresentedKey,
+    task_id: Uuid,
+    secs: u64,
+    replayed: bool,
+) -> Response {
     // The task is stored: whatever happens to the reads, the caller learns its id.
     let task = match state.store.task_for_key(&key.0, &task_id).await {
         Ok(Some((_, Some(task)))) => task,
-        _ => return Ok(accepted()),
+        _ => return accepted(task_id),
     };
-    let task = wait::until_ended(&state, &key, &task_id, task, secs).await;
+    let task = wait::until_ended(state, key, &task_id, task, secs).await;
     let mut response = ([prefer::applied(secs)], Json(state.record(&task).await)).into_response();
-    if replayed.is_some() {
+    if replayed {
         // A replay that waits answers the record as a first request would, marked as a replay.
         response.headers_mut().insert(
             idempotency::REPLAYED,
             axum::http::HeaderValue::from_static("true"),
         );
     }
-    Ok(response)
+    response
 }

@@ -61,15 +61,17 @@ pub async fn submit_keyed(
     let draft = match batch::drafts(tasks, kind, key, &body).await? {
         batch::Drafts::One(draft) => *draft,
         batch::Drafts::Many(drafts) => {
-            return batch::submit_drafts(
+            // Boxed: few submits are batches, and every submit's future would otherwise hold
+            // room for this one's.
+            return Box::pin(batch::submit_drafts(
                 tasks,
                 key,
                 drafts,
                 idempotency,
                 BatchAnswer::FirstAndTaskIds,
-            )
+            ))
             .await
-            .map_err(|(_, e)| e)
+            .map_err(|(_, e)| e);
         }
     };
     let (mut task, kept) = prepare(tasks, key, draft).await?;
