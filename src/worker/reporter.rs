@@ -179,7 +179,7 @@ impl Reporter {
                     let lease_ms = self.config.worker.lease.as_millis() as i64;
                     // What the job reached while it found a backend (its inputs read) goes in
                     // the same write as the state: no second write of it right after.
-                    let percentage = self.progress.get().min(99);
+                    let percentage = self.percentage();
                     let marked = self
                         .store
                         .mark_processing(self.seq, self.attempt, lease_ms, percentage)
@@ -256,10 +256,15 @@ impl Reporter {
         }
     }
 
+    /// The generator's percentage as a running task reports it: 100 is for its end alone.
+    fn percentage(&self) -> i64 {
+        self.progress.get().min(99)
+    }
+
     /// Tell the task's listeners of the generator's percentage, if it moved, and of a backend
     /// attempt that failed (or of the job taken again after one).
     async fn tell_live(&self, shared: &Shared, told: &mut Told) {
-        let percentage = self.progress.get().min(99);
+        let percentage = self.percentage();
         let retrying = self.progress.retry_state();
         let moved = percentage > told.percentage;
         if !moved && retrying == told.retrying {
@@ -294,7 +299,7 @@ impl Reporter {
         let now = Instant::now();
         let changed = self.progress.has_preview()
             || kept.stored.as_ref().map(|s| (s.percentage, &s.retrying))
-                != Some((self.progress.get().min(99), &self.progress.retry_state()));
+                != Some((self.percentage(), &self.progress.retry_state()));
         if !changed {
             return Stored::Unchanged;
         }
@@ -309,7 +314,7 @@ impl Reporter {
         };
         // Read under the teller's lock, and stored before it tells again.
         let _telling = shared.telling.lock().await;
-        let percentage = self.progress.get().min(99);
+        let percentage = self.percentage();
         let retrying = self.progress.retry_state();
         let progress = StoredProgress {
             percentage,

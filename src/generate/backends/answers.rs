@@ -123,8 +123,10 @@ mod tests {
         match text(0) {
             Some(Cow::Borrowed(b)) => {
                 assert_eq!(*b, b"aGVsbG8=");
-                let at = b.as_ptr() as usize - body.as_ptr() as usize;
-                assert_eq!(&body[at..at + b.len()], *b, "a slice of the body itself");
+                assert!(
+                    body.as_ptr_range().contains(&b.as_ptr()),
+                    "a slice of the body itself"
+                );
             }
             other => panic!("not borrowed: {other:?}"),
         }
