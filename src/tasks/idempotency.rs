@@ -42,14 +42,44 @@ pub const BATCH: &str = "batch";
 
 /// [`fingerprint`] of a request to the route `name` (an operation's, or [`BATCH`]).
 pub fn fingerprint_of(name: &str, body: &Map<String, Value>) -> [u8; 32] {
-    let mut canonical = Value::Object(body.clone());
-    // `preserve_order` keeps objects in the order received; sorting makes it canonical.
-    canonical.sort_all_objects();
     let mut hash = Sha256::new();
     hash.update(name.as_bytes());
     hash.update([0]);
-    hash.update(serde_json::to_vec(&canonical).expect("a JSON value serializes"));
+    serde_json::to_writer(&mut hash, &Canonical::Object(body)).expect("a JSON value serializes");
     hash.finalize().into()
+}
+
+/// A JSON value written with every object's keys in `str` order, wherever it is nested: what
+/// `serde_json` writes of the value after `Value::sort_all_objects`, without the copy of the
+/// whole body that sorting in place would need (`preserve_order` keeps objects as received).
+enum Canonical<'a> {
+    Object(&'a Map<String, Value>),
+    Value(&'a Value),
+}
+
+impl serde::Serialize for Canonical<'_> {
+    fn serialize<S: serde::Serializer>(&self, out: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        match *self {
+            Canonical::Object(map) | Canonical::Value(Value::Object(map)) => {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                let mut object = out.serialize_map(Some(entries.len()))?;
+                for (key, value) in entries {
+                    object.serialize_entry(key, &Canonical::Value(value))?;
+                }
+                object.end()
+            }
+            Canonical::Value(Value::Array(items)) => {
+                let mut array = out.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    array.serialize_element(&Canonical::Value(item))?;
+                }
+                array.end()
+            }
+            Canonical::Value(scalar) => scalar.serialize(out),
+        }
+    }
 }
 
 /// The (API key hash, idempotency key) pairs whose requests this node is handling, from when
@@ -92,23 +122,29 @@ impl Drop for Held {
     }
 }
 
-/// Most expired keys one statement deletes: a sweep deletes in batches of this many, so that
-/// no transaction holds the table (or SQLite's writer) for long.
-pub const FORGET_BATCH: i64 = 1000;
+/// How many keys a sweep reads per statement: each window is a short read along the primary
+/// key, and a delete only where it held expired keys, so that no statement holds the table (or
+/// SQLite's writer) for long.
+pub const SWEEP_WINDOW: i64 = 1000;
 
-/// Delete the idempotency keys that have expired, a batch at a time until none is left or
-/// `stop`; each batch is a statement of its own.
+/// Delete the idempotency keys that have expired: the whole table walked in key order, a window
+/// at a time, until its end or `stop`. There is no index by expiry to read them from (it would
+/// cost every keyed submit a second index write), and a walk every sweep costs a read of each
+/// key held, not a write.
 pub async fn forget_expired(store: &dyn Store, stop: &CancellationToken) {
+    let now = now_ms();
+    let mut after = (String::new(), String::new());
     let mut forgotten = 0;
     while !stop.is_cancelled() {
         match store
-            .delete_expired_idempotency_keys(now_ms(), FORGET_BATCH)
+            .forget_expired_idempotency_keys(&after, now, SWEEP_WINDOW)
             .await
         {
-            Ok(n) => {
-                forgotten += n;
-                if n < FORGET_BATCH as u64 {
-                    break;
+            Ok(swept) => {
+                forgotten += swept.forgotten;
+                match swept.next {
+                    Some(next) => after = next,
+                    None => break,
                 }
             }
             Err(e) => {
@@ -160,6 +196,76 @@ mod tests {
             fingerprint(OpKind::Imagine, a),
             fingerprint(OpKind::Imagine, c.as_object().unwrap())
         );
+    }
+
+    /// The fingerprint as it was first written: the body copied, sorted in place, serialized.
+    /// Keys already stored were made this way, so a change must give the same bytes.
+    fn fingerprint_by_sorting(name: &str, body: &Map<String, Value>) -> [u8; 32] {
+        let mut canonical = Value::Object(body.clone());
+        canonical.sort_all_objects();
+        let mut hash = Sha256::new();
+        hash.update(name.as_bytes());
+        hash.update([0]);
+        hash.update(serde_json::to_vec(&canonical).unwrap());
+        hash.finalize().into()
+    }
+
+    #[test]
+    fn the_fingerprint_is_that_of_the_sorted_copy() {
+        let bodies = [
+            json!({}),
+            json!({"prompt": "a \"quoted\" \u{1}", "aspect_ratio": "16:9", "n": 1.5e300}),
+            json!({"z": [{"b": [], "a": {}}, [{"y": 1, "x": null}], "s", -0.0, 18446744073709551615u64],
+                   "a": {"c": {"f": true, "e": false}, "b": "\u{e9}"}, "": 0}),
+            json!({"b": 1, "B": 2, "a\u{0}": 3, "\u{ff}": 4, "a": 5}),
+        ];
+        for body in &bodies {
+            let body = body.as_object().unwrap();
+            for name in ["imagine", BATCH] {
+                assert_eq!(
+                    fingerprint_of(name, body),
+                    fingerprint_by_sorting(name, body),
+                    "{body:?}"
+                );
+            }
+        }
+    }
+
+    /// JSON whose objects hold their keys in the order generated, not sorted.
+    fn unsorted_json() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Value::from),
+            "\\PC{0,12}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 64, 8, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                proptest::collection::vec(("[a-cA-C\\x00\u{e9}]{0,3}", inner), 0..6)
+                    .prop_map(|pairs| Value::Object(pairs.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(crate::domain::fuzz_config())]
+
+        #[test]
+        fn any_body_fingerprints_as_its_sorted_copy(
+            pairs in proptest::collection::vec(("\\PC{0,6}", unsorted_json()), 0..8)
+        ) {
+            let body: Map<String, Value> = pairs.into_iter().collect();
+            proptest::prop_assert_eq!(
+                fingerprint_of("imagine", &body),
+                fingerprint_by_sorting("imagine", &body)
+            );
+        }
     }
 
     #[test]
