@@ -9,6 +9,7 @@ use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::state::AppState;
+use crate::auth::PresentedKey;
 use crate::refusal::ApiError;
 use crate::store::Idempotency;
 use crate::tasks::body::JsonObject;
@@ -19,56 +20,46 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// The header on a replayed answer.
 pub const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 
-/// A submit's `Idempotency-Key` as its handler sees it. An extractor that reads only the
-/// headers: placed before the body's, it holds the key from before the body is read.
+/// A submit's `Idempotency-Key` as its handler sees it: an extractor that reads only the
+/// headers. The handler claims it with [`KeyHeader::held`] before it reads the body, so that a
+/// duplicate arriving while the first is in flight is refused at once.
 pub enum KeyHeader {
     Absent,
     /// A 400 to answer once the API key is known to be live.
     Invalid(ApiError),
-    /// Another request with the same API key and idempotency key is in flight on this node.
-    InUse,
-    Held(Held),
+    Present(String),
 }
 
 impl FromRequestParts<AppState> for KeyHeader {
     type Rejection = Infallible;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Infallible> {
-        let key = match parts
-            .headers
-            .get(IDEMPOTENCY_KEY)
-            .map(|v| check_key(v.as_bytes()))
-        {
-            None => return Ok(KeyHeader::Absent),
-            Some(Ok(key)) => key,
-            Some(Err(e)) => return Ok(KeyHeader::Invalid(e)),
-        };
-        // The presented API key's hash: the key extractor before this one refused a request
-        // without a well-formed one.
-        let Some(api_key) = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .map(crate::auth::hash_key)
-        else {
-            return Ok(KeyHeader::Absent);
-        };
-        Ok(match state.idempotency.claim(api_key, key) {
-            Some(held) => KeyHeader::Held(held),
-            None => KeyHeader::InUse,
-        })
+    async fn from_request_parts(parts: &mut Parts, _: &AppState) -> Result<Self, Infallible> {
+        Ok(
+            match parts
+                .headers
+                .get(IDEMPOTENCY_KEY)
+                .map(|v| check_key(v.as_bytes()))
+            {
+                None => KeyHeader::Absent,
+                Some(Ok(key)) => KeyHeader::Present(key),
+                Some(Err(e)) => KeyHeader::Invalid(e),
+            },
+        )
     }
 }
 
 impl KeyHeader {
-    /// The key, held until the store has answered, when the request gave one; the refusal of a
-    /// malformed key or of one in flight.
-    pub fn held(self) -> Result<Option<Held>, ApiError> {
+    /// The key, held for the API key `api_key` until the store has answered, when the request
+    /// gave one; the refusal of a malformed key, or of one that another request with the same
+    /// API key is using on this node.
+    pub fn held(self, state: &AppState, api_key: &PresentedKey) -> Result<Option<Held>, ApiError> {
         match self {
             KeyHeader::Absent => Ok(None),
-            KeyHeader::Held(held) => Ok(Some(held)),
             KeyHeader::Invalid(e) => Err(e),
-            KeyHeader::InUse => Err(ApiError::IdempotencyKeyInUse),
+            KeyHeader::Present(key) => match state.idempotency.claim(api_key.0, key) {
+                Some(held) => Ok(Some(held)),
+                None => Err(ApiError::IdempotencyKeyInUse),
+            },
         }
     }
 }

@@ -79,7 +79,7 @@ pub async fn batch(
     // Nothing of the body is read for a key that is not live.
     key.admit(&state.store, &state.live_keys).await?;
     // Held until the store has answered, and let go on every way out of this function.
-    let held = idempotency.held()?;
+    let held = idempotency.held(&state, &key)?;
     let body = JsonObject::from_request(req, &state).await;
     let keyed = idempotency::keyed(&state, held.as_ref(), BATCH, &body);
     let requests = body.and_then(|body| members(&body));

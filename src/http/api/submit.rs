@@ -371,7 +371,7 @@ pub async fn submit(
         .expect("submit routes are made from the operations' names and the aliases");
     let wait = prefer::preferred_wait(&headers)?.map(|asked| wait::served(&state, asked));
     // Held until the store has answered, and let go on every way out of this function.
-    let held = idempotency.held()?;
+    let held = idempotency.held(&state, &key)?;
     let body = match (alias, JsonObject::from_request(req, &state).await) {
         (Some(alias), Ok(given)) => Box::pin(alias.translate(&state, &key, given)).await,
         (_, body) => body,
