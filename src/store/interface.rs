@@ -395,10 +395,28 @@ pub trait Retention: Send + Sync {
     /// them readable. Tasks already marked are left as they are. Returns how many were marked.
     async fn mark_data_removed(&self, seqs: &[i64], at: i64) -> StoreResult<u64>;
 
-    /// Forget at most `limit` idempotency keys whose answers expired at or before `now`, oldest
-    /// first; how many were forgotten. Lookups ignore expired keys anyway; this keeps the table
-    /// as small as the keys' time to live.
-    async fn delete_expired_idempotency_keys(&self, now: i64, limit: i64) -> StoreResult<u64>;
+    /// Read the next `window` idempotency keys in key order after `after` (`("", "")` before
+    /// the first) and forget those whose answers expired at or before `now`. A sweep walks the
+    /// whole table a window at a time; lookups ignore expired keys anyway, so this only keeps the
+    /// table as small as the keys' time to live.
+    async fn forget_expired_idempotency_keys(
+        &self,
+        after: &KeyPosition,
+        now: i64,
+        window: i64,
+    ) -> StoreResult<KeysSwept>;
+}
+
+/// Where a sweep of idempotency keys stands: the (account id, idempotency key) last read.
+pub type KeyPosition = (String, String);
+
+/// One window of a sweep of idempotency keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeysSwept {
+    /// How many expired keys the window held, now forgotten.
+    pub forgotten: u64,
+    /// Where the next window starts; None once the window reached the end of the table.
+    pub next: Option<KeyPosition>,
 }
 
 /// Callers' uploads: recorded under the account's daily byte limit, found by blob key, removed

@@ -47,8 +47,8 @@ pub use idempotency::accepted_body;
 pub(crate) use ids::fresh_id_key;
 pub use ids::TaskIds;
 pub use interface::{
-    now_ms, Accounts, ModerationLists, Outbox, Retention, SharedStore, Store, TaskQueue, Uploads,
-    Views, Wakeups,
+    now_ms, Accounts, KeyPosition, KeysSwept, ModerationLists, Outbox, Retention, SharedStore,
+    Store, TaskQueue, Uploads, Views, Wakeups,
 };
 pub use operators::{AccountChange, AuditEntry, Grant, NewAudit, Operators};
 pub use outbox::{

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use easel::domain::{OpKind, Output, PayloadHead, Retrying, TaskStatus};
 use easel::store::sqlite::SqliteStore;
-use easel::store::{AttemptRecord, Ending, NewTask, Outcome, Redelivery, SharedStore, Submitted};
+use easel::store::{
+    AttemptRecord, Ending, KeysSwept, NewTask, Outcome, Redelivery, SharedStore, Submitted,
+};
 
 /// A store for one case, with whatever must live as long as it.
 struct Fixture {
@@ -95,7 +97,7 @@ conformance!(
     a_cancel_ends_a_queued_or_claimed_task_once_refunds_it_and_fences_out_its_worker,
     expired_tasks_are_final_ones_oldest_first_until_their_data_is_marked_removed,
     a_keyed_submit_stores_its_answer_and_replays_it_without_a_charge,
-    an_expired_key_is_stored_over_and_deleted_in_batches,
+    an_expired_key_is_stored_over_and_swept_a_window_at_a_time,
     submits_with_one_key_at_once_store_one_task_and_the_rest_replay_or_are_in_use,
     a_failed_backend_attempt_is_stored_and_told_with_the_progress_until_cleared,
 );
@@ -1807,8 +1809,8 @@ async fn a_keyed_submit_stores_its_answer_and_replays_it_without_a_charge(s: &Sh
     assert_eq!(pending(s).await, 2);
 }
 
-async fn an_expired_key_is_stored_over_and_deleted_in_batches(s: &SharedStore) {
-    let (_, key) = funded(s, "e@example.com", None).await;
+async fn an_expired_key_is_stored_over_and_swept_a_window_at_a_time(s: &SharedStore) {
+    let (account, key) = funded(s, "e@example.com", None).await;
     // A time to live of 0 expires at once.
     let first = queued(s, &keyed(task("fast", None), "k", 1, 0), &key).await;
     let second = queued(s, &keyed(task("fast", None), "k", 2, 60_000), &key).await;
@@ -1820,10 +1822,26 @@ async fn an_expired_key_is_stored_over_and_deleted_in_batches(s: &SharedStore) {
     for name in ["a", "b", "c"] {
         queued(s, &keyed(task("fast", None), name, 1, 0), &key).await;
     }
+    // The keys in key order: a, b, c expired, k live. Each window starts after the last read.
     let now = easel::store::now_ms() + 1;
-    assert_eq!(s.delete_expired_idempotency_keys(now, 2).await.unwrap(), 2);
-    assert_eq!(s.delete_expired_idempotency_keys(now, 2).await.unwrap(), 1);
-    assert_eq!(s.delete_expired_idempotency_keys(now, 2).await.unwrap(), 0);
+    let at = |key: &str| (account.clone(), key.to_string());
+    let start = (String::new(), String::new());
+    let swept = |forgotten, next| KeysSwept { forgotten, next };
+    let sweep = |after| async move {
+        s.forget_expired_idempotency_keys(&after, now, 2)
+            .await
+            .unwrap()
+    };
+    assert_eq!(sweep(start.clone()).await, swept(2, Some(at("b"))));
+    assert_eq!(sweep(at("b")).await, swept(1, Some(at("k"))));
+    assert_eq!(sweep(at("k")).await, swept(0, None));
+    // Walked again, nothing is left to forget, and a window wider than the table ends the walk.
+    assert_eq!(
+        s.forget_expired_idempotency_keys(&start, now, 10)
+            .await
+            .unwrap(),
+        swept(0, None)
+    );
     // The unexpired one stays.
     assert!(matches!(
         s.submit(

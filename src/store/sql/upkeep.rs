@@ -6,8 +6,8 @@ use async_trait::async_trait;
 use super::{sql, Durability, Sql, SqlStore, Write};
 use crate::store::rows::IMAGE_KEYS;
 use crate::store::{
-    upload_of, ExpiredTask, Retention, StoreResult, Upload, UploadAdmitted, UploadRow, Uploads,
-    WebhookTarget, WebhookTargets, UPLOAD_COLUMNS,
+    upload_of, ExpiredTask, KeyPosition, KeysSwept, Retention, StoreResult, Upload, UploadAdmitted,
+    UploadRow, Uploads, WebhookTarget, WebhookTargets, UPLOAD_COLUMNS,
 };
 
 /// Read from the `tasks_expiring` index.
@@ -32,11 +32,20 @@ const MARK_REMOVED: Sql = sql!(
                WHERE seq = ANY($2) AND data_removed_at IS NULL",
 );
 
-/// Expired idempotency keys, oldest first, at most `$2`.
-const FORGET_IDEMPOTENCY_KEYS: Sql = sql!(
-    "DELETE FROM idempotency_keys WHERE (account_id, idempotency_key) IN (
-         SELECT account_id, idempotency_key FROM idempotency_keys
-         WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2)"
+/// A window of the idempotency keys in key order, after (`$1`, `$2`), at most `$3`: read along
+/// the primary key, the table's only index (an index by expiry cost every keyed submit a second
+/// index write).
+const KEYS_AFTER: Sql = sql!(
+    "SELECT account_id, idempotency_key, expires_at FROM idempotency_keys
+     WHERE (account_id, idempotency_key) > ($1, $2)
+     ORDER BY account_id, idempotency_key LIMIT $3"
+);
+/// The keys of a window, after (`$1`, `$2`) up to (`$3`, `$4`), that have expired at `$5`: still
+/// expired when deleted, since a submit may have stored a new answer over one meanwhile.
+const FORGET_KEYS: Sql = sql!(
+    "DELETE FROM idempotency_keys
+     WHERE (account_id, idempotency_key) > ($1, $2)
+       AND (account_id, idempotency_key) <= ($3, $4) AND expires_at <= $5"
 );
 
 const UPLOAD: Sql = Sql::both(UPLOAD_COLUMNS);
@@ -87,10 +96,38 @@ impl<S: SqlStore> Retention for S {
         self.execute(Durability::Synced, &MARK_REMOVED, &args).await
     }
 
-    async fn delete_expired_idempotency_keys(&self, now: i64, limit: i64) -> StoreResult<u64> {
-        let args = [now.into(), limit.into()];
-        self.execute(Durability::Committed, &FORGET_IDEMPOTENCY_KEYS, &args)
-            .await
+    async fn forget_expired_idempotency_keys(
+        &self,
+        after: &KeyPosition,
+        now: i64,
+        window: i64,
+    ) -> StoreResult<KeysSwept> {
+        let (account, key) = after;
+        let args = [account.as_str().into(), key.as_str().into(), window.into()];
+        let read: Vec<(String, String, i64)> = self.reader().all(&KEYS_AFTER, &args).await?;
+        let next = match read.last() {
+            Some((account, key, _)) if read.len() as i64 >= window => {
+                Some((account.clone(), key.clone()))
+            }
+            _ => None,
+        };
+        let mut forgotten = 0;
+        if let (Some((last_account, last_key, _)), true) = (
+            read.last(),
+            read.iter().any(|(_, _, expires)| *expires <= now),
+        ) {
+            let args = [
+                account.as_str().into(),
+                key.as_str().into(),
+                last_account.as_str().into(),
+                last_key.as_str().into(),
+                now.into(),
+            ];
+            forgotten = self
+                .execute(Durability::Committed, &FORGET_KEYS, &args)
+                .await?;
+        }
+        Ok(KeysSwept { forgotten, next })
     }
 }
 
