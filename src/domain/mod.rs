@@ -49,3 +49,28 @@ pub(crate) fn fuzz_config() -> proptest::test_runner::Config {
         ..proptest::test_runner::Config::default()
     }
 }
+
+/// Any JSON value, its objects' keys in the order generated (neither sorted nor repeated), for
+/// the property tests of what reads or writes JSON.
+#[cfg(test)]
+pub(crate) fn any_json() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+    use proptest::prelude::*;
+    use serde_json::Value;
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(Value::from),
+        "\\PC{0,20}".prop_map(Value::String),
+    ];
+    leaf.prop_recursive(4, 64, 8, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
+            proptest::collection::vec(("\\PC{0,8}", inner), 0..8)
+                .prop_map(|pairs| Value::Object(pairs.into_iter().collect())),
+        ]
+    })
+}

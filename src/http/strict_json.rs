@@ -150,32 +150,13 @@ mod tests {
         );
     }
 
-    fn any_json() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::Bool),
-            any::<i64>().prop_map(Value::from),
-            any::<f64>()
-                .prop_filter("finite", |f| f.is_finite())
-                .prop_map(Value::from),
-            "\\PC{0,20}".prop_map(Value::String),
-        ];
-        leaf.prop_recursive(4, 64, 8, |inner| {
-            prop_oneof![
-                proptest::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
-                proptest::collection::btree_map("\\PC{0,8}", inner, 0..8)
-                    .prop_map(|m| Value::Object(m.into_iter().collect())),
-            ]
-        })
-    }
-
     proptest! {
         #![proptest_config(crate::domain::fuzz_config())]
 
         /// Any JSON without duplicate keys reads as serde_json reads it; any bytes are read or
         /// refused without a panic.
         #[test]
-        fn any_body_is_read_or_refused(value in any_json(), bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+        fn any_body_is_read_or_refused(value in crate::domain::any_json(), bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
             let text = serde_json::to_vec(&value).unwrap();
             let read = parse(&text).unwrap();
             prop_assert_eq!(read, serde_json::from_slice::<Value>(&text).unwrap());

@@ -105,17 +105,14 @@ impl<S: SqlStore> Retention for S {
         let (account, key) = after;
         let args = [account.as_str().into(), key.as_str().into(), window.into()];
         let read: Vec<(String, String, i64)> = self.reader().all(&KEYS_AFTER, &args).await?;
-        let next = match read.last() {
-            Some((account, key, _)) if read.len() as i64 >= window => {
-                Some((account.clone(), key.clone()))
-            }
-            _ => None,
+        let Some((last_account, last_key, _)) = read.last() else {
+            return Ok(KeysSwept {
+                forgotten: 0,
+                next: None,
+            });
         };
         let mut forgotten = 0;
-        if let (Some((last_account, last_key, _)), true) = (
-            read.last(),
-            read.iter().any(|(_, _, expires)| *expires <= now),
-        ) {
+        if read.iter().any(|(_, _, expires)| *expires <= now) {
             let args = [
                 account.as_str().into(),
                 key.as_str().into(),
@@ -127,6 +124,8 @@ impl<S: SqlStore> Retention for S {
                 .execute(Durability::Committed, &FORGET_KEYS, &args)
                 .await?;
         }
+        // A window shorter than asked reached the table's end.
+        let next = (read.len() as i64 >= window).then(|| (last_account.clone(), last_key.clone()));
         Ok(KeysSwept { forgotten, next })
     }
 }
