@@ -83,7 +83,8 @@ impl serde::Serialize for Canonical<'_> {
 }
 
 /// The (API key hash, idempotency key) pairs whose requests this node is handling, from when
-/// the header is read (before the body) until the store has answered.
+/// the handler has found the API key live (before it reads the body) until the store has
+/// answered.
 #[derive(Default)]
 pub struct InFlight(Mutex<HashSet<([u8; 32], String)>>);
 

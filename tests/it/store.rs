@@ -1809,6 +1809,40 @@ async fn a_keyed_submit_stores_its_answer_and_replays_it_without_a_charge(s: &Sh
     assert_eq!(pending(s).await, 2);
 }
 
+/// A group's stored answers are read along the primary key whatever PostgreSQL knows of the
+/// keys' table: the generic plan of the statement, made on an empty table as the submit drainer's
+/// cached one is, looks each key up and does not scan the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_reads_stored_answers_by_key_even_with_a_plan_made_on_an_empty_table() {
+    use sqlx::{Connection, Executor, Row};
+    let Some(base) = common::postgres() else {
+        return;
+    };
+    let url = common::fresh_postgres_url(&base);
+    let store = open_postgres(&url).await;
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+        .await
+        .unwrap();
+    let prepare = format!(
+        "PREPARE answers(text[], text[]) AS {}",
+        easel::store::postgres::STORED_ANSWERS
+    );
+    conn.execute(prepare.as_str()).await.unwrap();
+    let plan: Vec<String> = conn
+        .fetch_all("EXPLAIN EXECUTE answers('{a}', '{k}')")
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let plan = plan.join("\n");
+    assert!(plan.contains("idempotency_keys_pkey"), "{plan}");
+    assert!(!plan.contains("Seq Scan"), "{plan}");
+    conn.close().await.unwrap();
+    store.close().await;
+}
+
 async fn an_expired_key_is_stored_over_and_swept_a_window_at_a_time(s: &SharedStore) {
     let (account, key) = funded(s, "e@example.com", None).await;
     // A time to live of 0 expires at once.

@@ -21,6 +21,8 @@ mod deliveries;
 mod endings;
 mod shared;
 mod submit;
+
+pub use submit::STORED_ANSWERS;
 mod task_columns;
 mod task_queue;
 

@@ -547,6 +547,21 @@ const REMEMBER: &str = ",
              RETURNING 1)
          SELECT (SELECT count(*) FROM remembered), pg_notify('easel_queue', $16)";
 
+/// The stored answers of the wanted (account, idempotency key) pairs, `$1` and `$2`: one lookup
+/// along the primary key per pair, whatever the planner's statistics say, since the `LIMIT` keeps
+/// the subquery from being flattened into a join. Written as `IN (SELECT * FROM UNNEST(..))`,
+/// the drainer's cached plan, made while the table was empty, was a hash join over the whole
+/// table, kept as the table grew (keyed submits on PostgreSQL at a fifth of the plain rate;
+/// docs/benchmarks.md). Public for the test that reads its plan.
+pub const STORED_ANSWERS: &str =
+    "SELECT i.account_id, i.idempotency_key, i.fingerprint, i.task_id, i.status, i.body,
+         i.expires_at
+     FROM UNNEST($1::text[], $2::text[]) AS w(account_id, idempotency_key)
+     CROSS JOIN LATERAL (
+         SELECT * FROM idempotency_keys k
+         WHERE k.account_id = w.account_id AND k.idempotency_key = w.idempotency_key
+         LIMIT 1) i";
+
 /// The stored answers of the group's keyed submits from live keys, by (account, key), read in
 /// one statement. No statement runs for a group without keys.
 async fn stored_answers(
@@ -566,24 +581,11 @@ async fn stored_answers(
         return Ok(HashMap::new());
     }
     type Row = (String, String, Vec<u8>, String, i32, String, i64);
-    // One lookup along the primary key per wanted key, whatever the planner's statistics say:
-    // the `LIMIT` keeps the subquery from being flattened into a join. Written as `IN (SELECT
-    // * FROM UNNEST(..))`, the connection's cached plan, made while the table was empty, was a
-    // hash join over the whole table, and kept it as the table grew (keyed submits on
-    // PostgreSQL at a fifth of the plain rate; docs/benchmarks.md).
-    let found: Vec<Row> = sqlx::query_as(
-        "SELECT i.account_id, i.idempotency_key, i.fingerprint, i.task_id, i.status, i.body,
-             i.expires_at
-         FROM UNNEST($1::text[], $2::text[]) AS w(account_id, idempotency_key)
-         CROSS JOIN LATERAL (
-             SELECT * FROM idempotency_keys k
-             WHERE k.account_id = w.account_id AND k.idempotency_key = w.idempotency_key
-             LIMIT 1) i",
-    )
-    .bind(&wanted_accounts)
-    .bind(&wanted_keys)
-    .fetch_all(&mut *conn)
-    .await?;
+    let found: Vec<Row> = sqlx::query_as(STORED_ANSWERS)
+        .bind(&wanted_accounts)
+        .bind(&wanted_keys)
+        .fetch_all(&mut *conn)
+        .await?;
     Ok(found
         .into_iter()
         .map(
