@@ -10,8 +10,10 @@
 //!   worker took it) to `finished_at` in its record, minus the time the backend spent on its
 //!   job, with one task at a time, the backend answering PNG or JPEG photo-like pictures
 //!   (goal: under 5 ms median at 1024 px), against the disk alone: this process writing and
-//!   fsyncing the same four files as easel does, right after, on the same disk. At 1024 px also
-//!   with `sqlite_synchronous = normal`, under which easel fsyncs nothing;
+//!   fsyncing the same four files as easel does, right after, on the same disk; and, at 1024 px,
+//!   against the answer's transfer alone: a bare client in this process fetching the same answer
+//!   from a simulated backend, from the answer made to the body held. At 1024 px also with
+//!   `sqlite_synchronous = normal`, under which easel fsyncs nothing;
 //! - what encoding a 1024 px grid takes: PNG with easel's fast settings, JPEG with the
 //!   jpeg-encoder crate easel uses for the grid of JPEG answers, JPEG with the image crate's.
 //!
@@ -208,6 +210,44 @@ fn disk_alone(root: &Path, files: &[Vec<u8>], rounds: usize) -> anyhow::Result<V
                 .try_for_each(|h| h.join().expect("a file write does not panic"))
         })?;
         ms.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    Ok(ms)
+}
+
+/// The answer's transfer alone: a bare client in this process asks a simulated backend (no
+/// delay) for the four images `rounds` times, one at a time, each time's ms from the backend's
+/// answer made (its span's end, as in easel's rows) to the client holding the whole body. What
+/// of easel's time per task is the answer's bytes crossing the loopback, which no code in easel
+/// takes below while it reads a whole answer before its images.
+async fn transfer_alone(size: u32, answer: Answer, rounds: usize) -> anyhow::Result<Vec<f64>> {
+    let (sim, url) = start_sim(0, answer).await?;
+    let client = reqwest::Client::new();
+    let mut ms = Vec::with_capacity(rounds);
+    // One more round than measured: the first makes the answer and opens the connection.
+    for round in 0..=rounds {
+        let prompt = format!("transfer {round}");
+        let res = client
+            .post(format!("{url}/images/generations"))
+            .json(&json!({"prompt": prompt, "n": 4, "size": format!("{size}x{size}")}))
+            .send()
+            .await?
+            .error_for_status()?;
+        let body = res.bytes().await?;
+        let held = Instant::now();
+        if body.is_empty() {
+            bail!("the simulated backend answered nothing");
+        }
+        let end = sim
+            .spans
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|s| s.prompt == prompt)
+            .map(|s| s.end)
+            .context("no span for the transfer's request")?;
+        if round > 0 {
+            ms.push((held - end).as_secs_f64() * 1000.0);
+        }
     }
     Ok(ms)
 }
@@ -543,15 +583,29 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
             }
             _ => None,
         };
+        // The answer's bytes crossing the loopback, right after, for the row of the goal.
+        let transfer = match goal {
+            true => {
+                let ms = transfer_alone(size, answer, tasks).await?;
+                Some((median(&ms), percentile(&ms, 0.9)))
+            }
+            false => None,
+        };
         let disk_text = match disk {
             Some((d50, d90)) => format!("; the disk alone {d50:.1} ms median, {d90:.1} ms p90"),
+            None => String::new(),
+        };
+        let transfer_text = match transfer {
+            Some((t50, t90)) => {
+                format!("; the answer's transfer alone {t50:.2} ms median, {t90:.2} ms p90")
+            }
             None => String::new(),
         };
         println!(
             "   easel's time per task on top of the backend's ({tasks} tasks one at a time, \
              {size} px, {format} answers, sync={sync}): taken to finished {p50:.1} ms median, \
              {p90:.1} ms p90; submitted to finished {e50:.1} ms median, {e90:.1} ms p90\
-             {disk_text}"
+             {disk_text}{transfer_text}"
         );
         details.insert(
             match sync {
@@ -561,7 +615,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
             json!({"tasks": tasks, "image_size": size, "answer": format, "sqlite_synchronous": sync,
                    "taken_to_finished_ms": {"p50": p50, "p90": p90},
                    "submitted_to_finished_ms": {"p50": e50, "p90": e90},
-                   "disk_alone_ms": disk.map(|(p50, p90)| json!({"p50": p50, "p90": p90}))}),
+                   "disk_alone_ms": disk.map(|(p50, p90)| json!({"p50": p50, "p90": p90})),
+                   "transfer_alone_ms": transfer.map(|(p50, p90)| json!({"p50": p50, "p90": p90}))}),
         );
         let figure = match disk {
             Some(_) => format!(
@@ -599,6 +654,21 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
                     beyond < BEYOND_DISK_GOAL_MS,
                 ),
             );
+            // Not the goal's figure: how much of what is left is the answer's transfer, which
+            // the backend's span (its answer made) does not count and easel's rows do.
+            if let Some((t50, _)) = transfer {
+                rows.push(
+                    Row::new(
+                        "backends",
+                        format!(
+                            "the same less the answer's transfer alone ({size} px, {format} \
+                             answers): the row's p50 less the disk's and the transfer's"
+                        ),
+                        "ms",
+                    )
+                    .value(&[beyond - t50]),
+                );
+            }
         }
         rows.push(
             Row::new(
@@ -640,5 +710,90 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
         )
         .value(&[png, fast_jpeg, image_jpeg]),
     );
+
+    // (d) Keeping a backend's four files (base64 decoded, metadata dropped, header read) as a
+    // task does once its answer is in, after an idle pause: easel's way (the light part on the
+    // calling thread unless the files are large) against all four side by side, alternated.
+    let mut keeping_details = serde_json::Map::new();
+    for (size, answer) in [
+        (SMALL_IMAGE_SIZE, Answer::Png),
+        (LARGE_IMAGE_SIZE, Answer::Jpeg),
+        (LARGE_IMAGE_SIZE, Answer::Png),
+    ] {
+        let (easel_ms, side_ms, b64_len) = keeping(size, answer).await?;
+        let format = answer.name();
+        println!(
+            "   keeping four {size} px {format} answers ({} KB of base64 each): easel's \
+             {:.3} ms median, all side by side {:.3} ms",
+            b64_len / 1024,
+            median(&easel_ms),
+            median(&side_ms)
+        );
+        keeping_details.insert(
+            format!("{size}_{format}"),
+            json!({"base64_bytes_each": b64_len,
+                   "easel_ms": {"p50": median(&easel_ms), "p90": percentile(&easel_ms, 0.9)},
+                   "side_by_side_ms": {"p50": median(&side_ms), "p90": percentile(&side_ms, 0.9)}}),
+        );
+        rows.push(
+            Row::new(
+                "backends",
+                format!(
+                    "keeping a task's four {size} px {format} answers after an idle pause, \
+                     p50 / p90 (baseline: all four side by side on a thread per CPU)"
+                ),
+                "ms",
+            )
+            .value(&[median(&easel_ms), percentile(&easel_ms, 0.9)])
+            .baseline(&[median(&side_ms), percentile(&side_ms, 0.9)]),
+        );
+    }
+    details.insert("keeping_answers".into(), Value::Object(keeping_details));
     Ok((rows, Value::Object(details)))
+}
+
+/// Keeping four base64 answers of `size` px, easel's way and all side by side, each on a
+/// blocking thread after 30 ms idle (as a task's answer comes after its job), the two ways
+/// alternated: their times in ms, and one answer's base64 length.
+async fn keeping(size: u32, answer: Answer) -> anyhow::Result<(Vec<f64>, Vec<f64>, usize)> {
+    use easel::generate::backends::answers::{keep_each, keep_output};
+    use std::borrow::Cow;
+
+    const ROUNDS: usize = 30;
+    let b64 = picture(&format!("{size}x{size}"), answer).into_bytes();
+    let files: Arc<Vec<Vec<u8>>> = Arc::new(vec![b64; 4]);
+    let decoded = |b64: &Vec<u8>| -> Result<Cow<'static, [u8]>, easel::generate::GenerateError> {
+        base64_simd::STANDARD
+            .decode_to_vec(b64)
+            .map(Cow::Owned)
+            .map_err(|e| easel::generate::GenerateError::Failed(e.to_string()))
+    };
+    let (mut easel_ms, mut side_ms) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS * 2 {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let files = files.clone();
+        let easels = round % 4 == 0 || round % 4 == 3;
+        let started = Instant::now();
+        let kept = tokio::task::spawn_blocking(move || {
+            if easels {
+                keep_each(&files, Vec::len, |f, _| decoded(f))
+            } else {
+                easel::images::parallel::side_by_side(&files, |i, f| {
+                    keep_output(decoded(f)?, &format!("image {}", i + 1))
+                })
+                .into_iter()
+                .collect()
+            }
+        })
+        .await??;
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        if kept.len() != 4 || kept.iter().any(|k| k.size() != (size, size)) {
+            bail!("keeping {size} px answers: not four of that size");
+        }
+        match easels {
+            true => easel_ms.push(ms),
+            false => side_ms.push(ms),
+        }
+    }
+    Ok((easel_ms, side_ms, files[0].len()))
 }

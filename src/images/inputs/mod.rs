@@ -21,7 +21,7 @@ mod fuzz;
 #[cfg(test)]
 mod metered;
 #[cfg(test)]
-mod samples;
+pub(crate) mod samples;
 mod whole;
 
 use std::time::Duration;

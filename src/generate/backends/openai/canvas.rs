@@ -25,7 +25,7 @@ pub(super) fn grid(files: &[Sent]) -> Result<Product, GenerateError> {
             files.len()
         )));
     }
-    let images: [Answered; 4] = keep_each(files, |file, _| file.bytes())?
+    let images: [Answered; 4] = keep_each(files, Sent::len, |file, _| file.bytes())?
         .try_into()
         .map_err(|_| GenerateError::Failed("the backend made too few images".into()))?;
     let size = Answered::size;

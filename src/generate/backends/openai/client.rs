@@ -357,6 +357,14 @@ pub(super) enum Sent {
 }
 
 impl Sent {
+    /// Its length as it came, base64 or not.
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Sent::Base64(b64) => b64.len(),
+            Sent::Bytes(bytes) => bytes.len(),
+        }
+    }
+
     /// The file's bytes (decoding its base64: CPU work).
     pub(super) fn bytes(&self) -> Result<Cow<'_, [u8]>, GenerateError> {
         match self {
