@@ -76,8 +76,8 @@ fn reencode(bytes: &[u8], orientation: Orientation, what: &str) -> Result<Answer
     })
 }
 
-/// [`keep_output`] of each file, side by side ([`side_by_side`]), in order; the first
-/// failure by position when any fails. Call it from a blocking thread.
+/// [`keep_output`] of each file ([`keep_each`]), in order; the first failure by position when
+/// any fails. Call it from a blocking thread.
 pub fn keep_outputs(files: &[&[u8]]) -> Result<Vec<Answered>, GenerateError> {
     keep_each(files, |file| file.len(), |file, _| Ok(Cow::Borrowed(*file)))
 }
