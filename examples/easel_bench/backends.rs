@@ -15,7 +15,9 @@
 //!   from a simulated backend, from the answer made to the body held. At 1024 px also with
 //!   `sqlite_synchronous = normal`, under which easel fsyncs nothing;
 //! - what encoding a 1024 px grid takes: PNG with easel's fast settings, JPEG with the
-//!   jpeg-encoder crate easel uses for the grid of JPEG answers, JPEG with the image crate's.
+//!   jpeg-encoder crate easel uses for the grid of JPEG answers, JPEG with the image crate's;
+//! - what keeping a task's four answers takes after an idle pause (base64 decoded, metadata
+//!   dropped, headers read), easel's way against all four files side by side.
 //!
 //! The window of the busy share runs from one second after the first job started (easel warm)
 //! to the start of the last job (after which the queue is empty and slots fall idle by design).
@@ -584,12 +586,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Row>, Value)> {
             _ => None,
         };
         // The answer's bytes crossing the loopback, right after, for the row of the goal.
-        let transfer = match goal {
-            true => {
-                let ms = transfer_alone(size, answer, tasks).await?;
-                Some((median(&ms), percentile(&ms, 0.9)))
-            }
-            false => None,
+        let transfer = if goal {
+            let ms = transfer_alone(size, answer, tasks).await?;
+            Some((median(&ms), percentile(&ms, 0.9)))
+        } else {
+            None
         };
         let disk_text = match disk {
             Some((d50, d90)) => format!("; the disk alone {d50:.1} ms median, {d90:.1} ms p90"),
@@ -790,9 +791,10 @@ async fn keeping(size: u32, answer: Answer) -> anyhow::Result<(Vec<f64>, Vec<f64
         if kept.len() != 4 || kept.iter().any(|k| k.size() != (size, size)) {
             bail!("keeping {size} px answers: not four of that size");
         }
-        match easels {
-            true => easel_ms.push(ms),
-            false => side_ms.push(ms),
+        if easels {
+            easel_ms.push(ms);
+        } else {
+            side_ms.push(ms);
         }
     }
     Ok((easel_ms, side_ms, files[0].len()))

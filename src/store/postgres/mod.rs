@@ -21,10 +21,10 @@ mod deliveries;
 mod endings;
 mod shared;
 mod submit;
-
-pub use submit::STORED_ANSWERS;
 mod task_columns;
 mod task_queue;
+
+pub use submit::STORED_ANSWERS;
 
 use std::sync::Arc;
 use std::time::Duration;
